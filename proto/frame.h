@@ -1,0 +1,53 @@
+/*
+ * frame.h - length-prefixed protobuf frames, shared by daemon and client.
+ *
+ * A frame is a 4-byte little-endian length followed by one packed
+ * gemmd.v1.Envelope. Receivers check the length against their limit before
+ * allocating; unpacking goes through a bounded arena so a hostile frame
+ * cannot make the receiver allocate without bound.
+ */
+#ifndef GEMMD_FRAME_H
+#define GEMMD_FRAME_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "proto/gemmd.pb-c.h"
+
+#define FRAME_HDR_BYTES 4u
+
+/* Reads a length prefix. Returns 0 and stores the body length in *len, or
+ * GEMMD_ETOOBIG when it exceeds `max`. */
+int frame_len_decode(const uint8_t hdr[FRAME_HDR_BYTES], uint32_t max, uint32_t *len);
+
+/* Packs `env` as one frame into a new malloc'd buffer of *n bytes, placed
+ * `front` bytes after the start of the allocation (room for a caller's
+ * header, such as a write request). *out is the allocation; the caller
+ * frees it. Returns 0, -ENOMEM, or GEMMD_ETOOBIG past `max` bytes. */
+int frame_pack(const Gemmd__V1__Envelope *env, size_t front, uint32_t max, uint8_t **out,
+               size_t *n);
+
+/* A bump allocator for protobuf-c unpacking, bounded by `cap` bytes in
+ * all. Memory is released in one go by frame_arena_reset/deinit. */
+struct frame_arena {
+        ProtobufCAllocator alloc;
+        struct frame_chunk *chunks;
+        size_t used; /* bytes handed out since the last reset */
+        size_t cap;
+        int exhausted; /* an allocation was refused since the last reset */
+};
+
+void frame_arena_init(struct frame_arena *a, size_t cap);
+void frame_arena_reset(struct frame_arena *a);
+void frame_arena_deinit(struct frame_arena *a);
+
+/* Unpacks `len` bytes into an Envelope allocated from the arena (reset
+ * first). Returns NULL for malformed input or when the arena's cap would be
+ * exceeded; a->exhausted tells which. */
+Gemmd__V1__Envelope *frame_unpack(struct frame_arena *a, const uint8_t *buf, size_t len);
+
+/* Maps a gemmd.v1.Code to the library's negative code and back. */
+int frame_code_to_err(int code);
+int frame_err_to_code(int err);
+
+#endif /* GEMMD_FRAME_H */

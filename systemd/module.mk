@@ -1,0 +1,1 @@
+# systemd/: units, sysusers and tmpfiles snippets (installed by make install).
