@@ -1,0 +1,58 @@
+/*
+ * backend.h - what a worker needs from the device it drives.
+ *
+ * A backend runs groups asynchronously: launch() returns once the group is
+ * on its way and the backend later calls worker_group_done() from any
+ * thread. The CPU backend is one "device" with a thread pool; the CUDA
+ * backend is one per GPU.
+ */
+#ifndef GEMMD_BACKEND_H
+#define GEMMD_BACKEND_H
+
+#include <stdint.h>
+
+#include "daemon/config.h"
+#include "scheduler/plan.h"
+
+struct group;
+
+struct backend {
+        const char *kind;     /* "cpu" or "cuda" */
+        char name[64];        /* device name for the handshake */
+        int index;            /* device ordinal */
+        uint32_t units;       /* SMs or threads */
+        uint32_t ctas;        /* CTAs (work lists) of a plan */
+        uint64_t memory_bytes;
+        int mixed_keys;       /* 1 if ops of any key can share one group */
+
+        /* Tile shape for ops of kernel-config key `key`. */
+        struct sched_shape (*shape)(struct backend *b, uint32_t key);
+        /* Name of the kernel that runs ops of `key` (static string). */
+        const char *(*kernel_name)(struct backend *b, uint32_t key);
+        /* Starts g (its plan is built). Returns 0, after which exactly one
+         * worker_group_done(g, status) follows, or a negative code, after
+         * which none does. */
+        int (*launch)(struct backend *b, struct group *g);
+        /* Prepares a group slot's backend state; called once per slot. */
+        int (*slot_init)(struct backend *b, struct group *g);
+        void (*slot_deinit)(struct backend *b, struct group *g);
+        /* Optional: after g is done, its device time and the device's idle
+         * gap before it (0 when g was not launched back to back). Called by
+         * the worker thread. */
+        void (*collect)(struct backend *b, struct group *g, uint64_t *device_ns,
+                        uint64_t *gap_ns);
+        /* Waits for nothing: all groups are done when it is called. */
+        void (*destroy)(struct backend *b);
+};
+
+/* Creates the CPU backend with `threads` threads. */
+int backend_cpu_new(int threads, struct backend **out);
+
+#ifdef GEMMD_WITH_CUDA
+/* Number of usable CUDA devices (0 when there is no driver or GPU). */
+int backend_cuda_count(void);
+/* Creates the CUDA backend of device `ordinal`. */
+int backend_cuda_new(int ordinal, const struct gemmd_config *cfg, struct backend **out);
+#endif
+
+#endif

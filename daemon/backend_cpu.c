@@ -1,0 +1,207 @@
+/*
+ * backend_cpu.c - the CPU "device": a thread pool that runs the CTAs of
+ * launched groups in launch order, with the same plans a GPU would run.
+ *
+ * Pool threads claim CTAs of the oldest launched group one at a time; the
+ * thread that finishes a group's last CTA reports it done. A group's
+ * workspace (split-K chunk sums and arrival counters) lives in its slot.
+ */
+#include <errno.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "daemon/backend.h"
+#include "daemon/worker.h"
+#include "kernels/cpu_gemm.h"
+
+struct cpu_slot {
+        struct group *next; /* run queue link */
+        uint32_t next_cta;  /* next CTA to claim, under the pool lock */
+        atomic_uint done_ctas;
+        struct cpu_workspace ws;
+        size_t ws_floats, ws_arrivals;
+};
+
+struct cpu_backend {
+        struct backend b;
+        int nthreads;
+        pthread_t *threads;
+        pthread_mutex_t lock;
+        pthread_cond_t cond;
+        struct group *head, *tail;
+        int stopping;
+};
+
+static const struct sched_shape cpu_shape = {64, 64, 64};
+
+static struct sched_shape shape(struct backend *b, uint32_t key)
+{
+        return cpu_shape;
+}
+
+static const char *kernel_name(struct backend *b, uint32_t key)
+{
+        static const char *names[] = {"cpu-f32", "cpu-f16", "cpu-bf16", "cpu-?",
+                                      "cpu-f32", "cpu-f16", "cpu-bf16", "cpu-?"};
+
+        return names[key & 7];
+}
+
+static int reserve_ws(struct cpu_slot *s, const struct group *g)
+{
+        size_t floats = (size_t)g->plan.ws_chunks * g->cfg.shape.tm * g->cfg.shape.tn;
+        size_t arrivals = g->plan.nsplit;
+
+        if (floats > s->ws_floats) {
+                float *p = realloc(s->ws.chunks, floats * sizeof(float));
+
+                if (!p)
+                        return -ENOMEM;
+                s->ws.chunks = p;
+                s->ws_floats = floats;
+        }
+        if (arrivals > s->ws_arrivals) {
+                uint32_t *p = realloc(s->ws.arrivals, arrivals * sizeof(uint32_t));
+
+                if (!p)
+                        return -ENOMEM;
+                s->ws.arrivals = p;
+                s->ws_arrivals = arrivals;
+        }
+        if (arrivals)
+                memset(s->ws.arrivals, 0, arrivals * sizeof(uint32_t));
+        return 0;
+}
+
+static int launch(struct backend *be, struct group *g)
+{
+        struct cpu_backend *cb = (struct cpu_backend *)be;
+        struct cpu_slot *s = g->bdata;
+        int rc = reserve_ws(s, g);
+
+        if (rc)
+                return rc;
+        s->next = NULL;
+        s->next_cta = 0;
+        atomic_store(&s->done_ctas, 0);
+        pthread_mutex_lock(&cb->lock);
+        if (cb->tail)
+                ((struct cpu_slot *)cb->tail->bdata)->next = g;
+        else
+                cb->head = g;
+        cb->tail = g;
+        pthread_cond_broadcast(&cb->cond);
+        pthread_mutex_unlock(&cb->lock);
+        return 0;
+}
+
+static void *pool_main(void *arg)
+{
+        struct cpu_backend *cb = arg;
+
+        pthread_mutex_lock(&cb->lock);
+        for (;;) {
+                struct group *g = cb->head;
+                struct cpu_slot *s;
+                uint32_t cta, nctas;
+
+                if (!g) {
+                        if (cb->stopping)
+                                break;
+                        pthread_cond_wait(&cb->cond, &cb->lock);
+                        continue;
+                }
+                s = g->bdata;
+                nctas = g->plan.nctas;
+                cta = s->next_cta++;
+                if (s->next_cta >= nctas) {
+                        /* Every CTA is claimed: later claims go to the next group. */
+                        cb->head = s->next;
+                        if (!cb->head)
+                                cb->tail = NULL;
+                }
+                pthread_mutex_unlock(&cb->lock);
+                cpu_gemm_run_cta(g->kp, g->sp, &g->plan, &g->cfg, cta, &s->ws);
+                if (atomic_fetch_add_explicit(&s->done_ctas, 1, memory_order_acq_rel) + 1 == nctas)
+                        worker_group_done(g, 0);
+                pthread_mutex_lock(&cb->lock);
+        }
+        pthread_mutex_unlock(&cb->lock);
+        return NULL;
+}
+
+static int slot_init(struct backend *b, struct group *g)
+{
+        g->bdata = calloc(1, sizeof(struct cpu_slot));
+        return g->bdata ? 0 : -ENOMEM;
+}
+
+static void slot_deinit(struct backend *b, struct group *g)
+{
+        struct cpu_slot *s = g->bdata;
+
+        if (!s)
+                return;
+        free(s->ws.chunks);
+        free(s->ws.arrivals);
+        free(s);
+        g->bdata = NULL;
+}
+
+static void destroy(struct backend *be)
+{
+        struct cpu_backend *cb = (struct cpu_backend *)be;
+
+        pthread_mutex_lock(&cb->lock);
+        cb->stopping = 1;
+        pthread_cond_broadcast(&cb->cond);
+        pthread_mutex_unlock(&cb->lock);
+        for (int i = 0; i < cb->nthreads; i++)
+                pthread_join(cb->threads[i], NULL);
+        free(cb->threads);
+        pthread_cond_destroy(&cb->cond);
+        pthread_mutex_destroy(&cb->lock);
+        free(cb);
+}
+
+int backend_cpu_new(int threads, struct backend **out)
+{
+        struct cpu_backend *cb = calloc(1, sizeof(*cb));
+        int rc;
+
+        if (!cb)
+                return -ENOMEM;
+        cb->b.kind = "cpu";
+        snprintf(cb->b.name, sizeof(cb->b.name), "cpu (%d threads)", threads);
+        cb->b.units = (uint32_t)threads;
+        /* A few work lists per thread: the plan balances them, the pool
+         * evens out what the plan could not know (preemption). */
+        cb->b.ctas = (uint32_t)threads * 4;
+        cb->b.mixed_keys = 1;
+        cb->b.shape = shape;
+        cb->b.kernel_name = kernel_name;
+        cb->b.launch = launch;
+        cb->b.slot_init = slot_init;
+        cb->b.slot_deinit = slot_deinit;
+        cb->b.destroy = destroy;
+        pthread_mutex_init(&cb->lock, NULL);
+        pthread_cond_init(&cb->cond, NULL);
+        cb->threads = calloc((size_t)threads, sizeof(pthread_t));
+        if (!cb->threads) {
+                rc = -ENOMEM;
+                goto err;
+        }
+        for (cb->nthreads = 0; cb->nthreads < threads; cb->nthreads++) {
+                rc = -pthread_create(&cb->threads[cb->nthreads], NULL, pool_main, cb);
+                if (rc)
+                        goto err;
+        }
+        *out = &cb->b;
+        return 0;
+err:
+        destroy(&cb->b);
+        return rc;
+}

@@ -1,0 +1,369 @@
+/*
+ * backend_cuda.c - one GPU: a stream, pinned plan buffers per group slot,
+ * staging of host operands, the grouped kernels, and completion through a
+ * stream callback.
+ *
+ * A group's launch is one sequence on the device's stream: copy the host
+ * operands in, copy the problems and the plan (one pinned blob, one copy),
+ * run the kernel, copy host results out, and a callback that reports the
+ * group done. The worker builds the next group's plan into another slot's
+ * pinned blob while this one runs, so the device goes from one group to the
+ * next with only the copies in between.
+ */
+#include <cuda_runtime_api.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "daemon/backend.h"
+#include "daemon/log.h"
+#include "daemon/worker.h"
+#include "gemmd.h"
+#include "kernels/cuda_gemm.h"
+
+#define EVENT_RING 16
+
+struct cuda_backend {
+        struct backend b;
+        int ordinal;
+        cudaStream_t stream;
+        /* Start and end events per launch, in a ring indexed by launch
+         * number: the gap before launch j needs the end of launch j - 1,
+         * which stays in the ring long after its slot is reused. */
+        cudaEvent_t ev_start[EVENT_RING], ev_end[EVENT_RING];
+        uint64_t launches;
+};
+
+struct cuda_slot {
+        struct cuda_backend *cb;
+        struct group *g;
+        uint64_t seq;
+        void *h_blob, *d_blob;   /* [kproblems | sproblems | plan blob] */
+        size_t blob_cap;
+        char *d_stage;           /* device copies of host operands */
+        size_t stage_cap;
+        uint64_t *stage_off;     /* per op and operand, or UINT64_MAX */
+        uint32_t stage_ops;
+        float *d_ws;
+        size_t ws_cap;
+        uint32_t *d_arr;
+        size_t arr_cap;
+};
+
+#define CK(call)                                                                          \
+        do {                                                                              \
+                cudaError_t e_ = (call);                                                  \
+                if (e_ != cudaSuccess) {                                                  \
+                        log_err("cuda %d: %s: %s", cb->ordinal, #call, cudaGetErrorString(e_)); \
+                        cudaGetLastError();                                               \
+                        return -EIO;                                              \
+                }                                                                         \
+        } while (0)
+
+int backend_cuda_count(void)
+{
+        int n = 0;
+
+        if (cudaGetDeviceCount(&n) != cudaSuccess) {
+                cudaGetLastError();
+                return 0;
+        }
+        return n;
+}
+
+static struct sched_shape shape(struct backend *b, uint32_t key)
+{
+        return cuda_gemm_shape((int)(key & 3), (int)(key >> 2) & 1);
+}
+
+static const char *kernel_name(struct backend *b, uint32_t key)
+{
+        return cuda_gemm_kernel_name((int)(key & 3), (int)(key >> 2) & 1);
+}
+
+static size_t align256(size_t v)
+{
+        return (v + 255) & ~(size_t)255;
+}
+
+/* Grows a device allocation to at least `need` bytes (geometrically). The
+ * old one is freed, which waits for the device: rare after warm-up. */
+static int grow_dev(struct cuda_backend *cb, void **p, size_t *cap, size_t need, int zero)
+{
+        size_t n = *cap ? *cap : 1u << 20;
+
+        if (need <= *cap)
+                return 0;
+        while (n < need)
+                n *= 2;
+        if (*p)
+                CK(cudaFree(*p));
+        *p = NULL;
+        *cap = 0;
+        CK(cudaMalloc(p, n));
+        if (zero)
+                CK(cudaMemset(*p, 0, n));
+        *cap = n;
+        return 0;
+}
+
+static int grow_blob(struct cuda_backend *cb, struct cuda_slot *s, size_t need)
+{
+        size_t n = s->blob_cap ? s->blob_cap : 1u << 16;
+
+        if (need <= s->blob_cap)
+                return 0;
+        while (n < need)
+                n *= 2;
+        if (s->h_blob)
+                CK(cudaFreeHost(s->h_blob));
+        if (s->d_blob)
+                CK(cudaFree(s->d_blob));
+        s->h_blob = s->d_blob = NULL;
+        s->blob_cap = 0;
+        CK(cudaMallocHost(&s->h_blob, n));
+        CK(cudaMalloc(&s->d_blob, n));
+        s->blob_cap = n;
+        return 0;
+}
+
+static void CUDART_CB on_stream_done(cudaStream_t stream, cudaError_t status, void *arg)
+{
+        struct cuda_slot *s = arg;
+
+        /* No CUDA calls are allowed here. */
+        worker_group_done(s->g, status == cudaSuccess ? 0 : GEMMD_EDEVICE);
+}
+
+/* Rows and columns of a column-major operand of op o, as validated. */
+static void operand_dims(const struct op *o, int which, uint64_t *rows, uint64_t *cols)
+{
+        const struct gemmd_kproblem *p = &o->kp;
+
+        if (which == 2) {
+                *rows = p->m;
+                *cols = p->n;
+        } else if (p->kind == SCHED_SYR2K) {
+                *rows = p->trans_a ? p->k : p->n;
+                *cols = p->trans_a ? p->n : p->k;
+        } else if (which == 0) {
+                *rows = p->trans_a ? p->k : p->m;
+                *cols = p->trans_a ? p->m : p->k;
+        } else {
+                *rows = p->trans_b ? p->n : p->k;
+                *cols = p->trans_b ? p->k : p->n;
+        }
+}
+
+static int launch(struct backend *be, struct group *g)
+{
+        struct cuda_backend *cb = (struct cuda_backend *)be;
+        struct cuda_slot *s = g->bdata;
+        const struct sched_plan *plan = &g->plan;
+        size_t kp_bytes = g->nops * sizeof(struct gemmd_kproblem);
+        size_t sp_off = align256(kp_bytes);
+        size_t plan_off = sp_off + align256(g->nops * sizeof(struct sched_problem));
+        size_t blob = plan_off + plan->blob_bytes, stage = 0;
+        size_t esz = gemmd_dtype_size((enum gemmd_dtype)(g->key & 3));
+        struct gemmd_kproblem *kp;
+        struct cuda_group cg;
+        unsigned ring;
+        int rc;
+
+        CK(cudaSetDevice(cb->ordinal));
+        s->g = g;
+        s->seq = cb->launches++;
+        ring = (unsigned)(s->seq % EVENT_RING);
+        if (s->stage_ops < g->nops) {
+                uint64_t *p = realloc(s->stage_off, (size_t)g->nops * 3 * sizeof(*p));
+
+                if (!p)
+                        return -ENOMEM;
+                s->stage_off = p;
+                s->stage_ops = g->nops;
+        }
+        /* Host operands get a place in the staging area. */
+        for (uint32_t i = 0; i < g->nops; i++)
+                for (int j = 0; j < 3; j++) {
+                        const struct op *o = g->ops[i];
+
+                        if (o->buf[j]->kind == GBUF_CUDA) {
+                                s->stage_off[i * 3 + j] = UINT64_MAX;
+                                continue;
+                        }
+                        s->stage_off[i * 3 + j] = stage;
+                        stage += align256(o->span[j]);
+                }
+        if ((rc = grow_blob(cb, s, blob)) || (rc = grow_dev(cb, (void **)&s->d_stage, &s->stage_cap, stage, 0)))
+                return rc;
+        if (plan->nsplit) {
+                rc = grow_dev(cb, (void **)&s->d_ws, &s->ws_cap, cuda_gemm_ws_bytes(plan, g->cfg.shape), 0);
+                if (!rc)
+                        rc = grow_dev(cb, (void **)&s->d_arr, &s->arr_cap,
+                                      cuda_gemm_arrivals_bytes(plan), 1);
+                if (rc)
+                        return rc;
+        }
+
+        CK(cudaEventRecord(cb->ev_start[ring], cb->stream));
+        kp = s->h_blob;
+        for (uint32_t i = 0; i < g->nops; i++) {
+                const struct op *o = g->ops[i];
+                uint64_t *addr[3] = {&kp[i].a, &kp[i].b, &kp[i].c};
+
+                kp[i] = o->kp;
+                for (int j = 0; j < 3; j++) {
+                        uint64_t off = s->stage_off[i * 3 + j], rows, cols, ld;
+                        char *dst;
+
+                        if (off == UINT64_MAX)
+                                continue;
+                        dst = s->d_stage + off;
+                        *addr[j] = (uint64_t)(uintptr_t)dst;
+                        /* A GEMM C with beta == 0 is not read. */
+                        if (j == 2 && o->kp.kind == SCHED_GEMM && o->kp.beta == 0.0f)
+                                continue;
+                        operand_dims(o, j, &rows, &cols);
+                        ld = j == 0 ? o->kp.lda : j == 1 ? o->kp.ldb : o->kp.ldc;
+                        CK(cudaMemcpy2DAsync(dst, ld * esz,
+                                             (char *)o->buf[j]->host + o->off[j], ld * esz,
+                                             rows * esz, cols, cudaMemcpyHostToDevice, cb->stream));
+                }
+        }
+        memcpy((char *)s->h_blob + sp_off, g->sp, g->nops * sizeof(struct sched_problem));
+        memcpy((char *)s->h_blob + plan_off, plan->blob, plan->blob_bytes);
+        CK(cudaMemcpyAsync(s->d_blob, s->h_blob, blob, cudaMemcpyHostToDevice, cb->stream));
+
+        memset(&cg, 0, sizeof(cg));
+        cg.problems = s->d_blob;
+        cg.nproblems = g->nops;
+        cg.dtype = (int)(g->key & 3);
+        cg.tf32 = (int)(g->key >> 2) & 1;
+        cg.plan_blob = plan->nentries ? (char *)s->d_blob + plan_off : NULL;
+        cg.plan = plan;
+        cg.cfg = g->cfg;
+        cg.ws = plan->nsplit ? s->d_ws : NULL;
+        cg.arrivals = plan->nsplit ? s->d_arr : NULL;
+        rc = cuda_gemm_launch(&cg, cb->stream);
+        if (rc) {
+                log_err("cuda %d: kernel launch failed (%d)", cb->ordinal, rc);
+                return rc;
+        }
+        for (uint32_t i = 0; i < g->nops; i++) {
+                const struct op *o = g->ops[i];
+                uint64_t off = s->stage_off[i * 3 + 2], rows, cols;
+
+                if (off == UINT64_MAX)
+                        continue;
+                operand_dims(o, 2, &rows, &cols);
+                CK(cudaMemcpy2DAsync((char *)o->buf[2]->host + o->off[2], o->kp.ldc * esz,
+                                     s->d_stage + off, o->kp.ldc * esz, rows * esz, cols,
+                                     cudaMemcpyDeviceToHost, cb->stream));
+        }
+        CK(cudaEventRecord(cb->ev_end[ring], cb->stream));
+        CK(cudaStreamAddCallback(cb->stream, on_stream_done, s, 0));
+        return 0;
+}
+
+static void collect(struct backend *be, struct group *g, uint64_t *device_ns, uint64_t *gap_ns)
+{
+        struct cuda_backend *cb = (struct cuda_backend *)be;
+        struct cuda_slot *s = g->bdata;
+        unsigned ring = (unsigned)(s->seq % EVENT_RING);
+        float ms;
+
+        *device_ns = *gap_ns = 0;
+        if (cudaEventElapsedTime(&ms, cb->ev_start[ring], cb->ev_end[ring]) == cudaSuccess)
+                *device_ns = (uint64_t)(ms * 1e6);
+        if (s->seq > 0 &&
+            cudaEventElapsedTime(&ms, cb->ev_end[(ring + EVENT_RING - 1) % EVENT_RING],
+                                 cb->ev_start[ring]) == cudaSuccess && ms > 0)
+                *gap_ns = (uint64_t)(ms * 1e6);
+        cudaGetLastError();
+}
+
+static int slot_init(struct backend *be, struct group *g)
+{
+        struct cuda_slot *s = calloc(1, sizeof(*s));
+
+        if (!s)
+                return -ENOMEM;
+        s->cb = (struct cuda_backend *)be;
+        g->bdata = s;
+        return 0;
+}
+
+static void slot_deinit(struct backend *be, struct group *g)
+{
+        struct cuda_slot *s = g->bdata;
+
+        if (!s)
+                return;
+        cudaSetDevice(s->cb->ordinal);
+        cudaFreeHost(s->h_blob);
+        cudaFree(s->d_blob);
+        cudaFree(s->d_stage);
+        cudaFree(s->d_ws);
+        cudaFree(s->d_arr);
+        free(s->stage_off);
+        free(s);
+        g->bdata = NULL;
+}
+
+static void destroy(struct backend *be)
+{
+        struct cuda_backend *cb = (struct cuda_backend *)be;
+
+        cudaSetDevice(cb->ordinal);
+        cudaStreamSynchronize(cb->stream);
+        for (int i = 0; i < EVENT_RING; i++) {
+                cudaEventDestroy(cb->ev_start[i]);
+                cudaEventDestroy(cb->ev_end[i]);
+        }
+        cudaStreamDestroy(cb->stream);
+        free(cb);
+}
+
+int backend_cuda_new(int ordinal, const struct gemmd_config *cfg, struct backend **out)
+{
+        struct cuda_backend *cb = calloc(1, sizeof(*cb));
+        struct cudaDeviceProp prop;
+
+        if (!cb)
+                return -ENOMEM;
+        cb->ordinal = ordinal;
+        if (cudaSetDevice(ordinal) != cudaSuccess ||
+            cudaGetDeviceProperties(&prop, ordinal) != cudaSuccess ||
+            cudaStreamCreateWithFlags(&cb->stream, cudaStreamNonBlocking) != cudaSuccess) {
+                log_err("cuda %d: cannot initialize: %s", ordinal,
+                        cudaGetErrorString(cudaGetLastError()));
+                free(cb);
+                return -EIO;
+        }
+        for (int i = 0; i < EVENT_RING; i++) {
+                if (cudaEventCreate(&cb->ev_start[i]) != cudaSuccess ||
+                    cudaEventCreate(&cb->ev_end[i]) != cudaSuccess) {
+                        log_err("cuda %d: cannot create events", ordinal);
+                        cudaStreamDestroy(cb->stream);
+                        free(cb);
+                        return -EIO;
+                }
+        }
+        cb->b.kind = "cuda";
+        snprintf(cb->b.name, sizeof(cb->b.name), "%.63s", prop.name);
+        cb->b.index = ordinal;
+        cb->b.units = (uint32_t)prop.multiProcessorCount;
+        cb->b.ctas = (uint32_t)prop.multiProcessorCount;
+        cb->b.memory_bytes = prop.totalGlobalMem;
+        cb->b.mixed_keys = 0;
+        cb->b.shape = shape;
+        cb->b.kernel_name = kernel_name;
+        cb->b.launch = launch;
+        cb->b.collect = collect;
+        cb->b.slot_init = slot_init;
+        cb->b.slot_deinit = slot_deinit;
+        cb->b.destroy = destroy;
+        *out = &cb->b;
+        return 0;
+}

@@ -1,0 +1,156 @@
+/*
+ * buffers.c - registered memory and the per-session buffer table.
+ */
+#include "daemon/buffers.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+
+#include "gemmd.h"
+
+static void release_shm(struct gbuf *b)
+{
+        munmap(b->host, b->bytes);
+}
+
+static void release_inline(struct gbuf *b)
+{
+        free(b->host);
+}
+
+int gbuf_new_shm(int fd, uint64_t bytes, struct gbuf **out)
+{
+        struct gbuf *b;
+        struct stat st;
+        void *p;
+
+        if (bytes == 0)
+                return GEMMD_EINVAL;
+        /* The file must really hold the bytes the client claims, or touching
+         * the mapping past its end would raise SIGBUS in the daemon. */
+        if (fstat(fd, &st) < 0)
+                return -errno;
+        if (!S_ISREG(st.st_mode) || (uint64_t)st.st_size < bytes)
+                return GEMMD_EBOUNDS;
+        p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+        if (p == MAP_FAILED)
+                return -errno;
+        b = calloc(1, sizeof(*b));
+        if (!b) {
+                munmap(p, bytes);
+                return -ENOMEM;
+        }
+        atomic_init(&b->refs, 1);
+        b->kind = GBUF_SHM;
+        b->bytes = bytes;
+        b->host = p;
+        b->release = release_shm;
+        *out = b;
+        return 0;
+}
+
+int gbuf_new_inline(uint64_t bytes, struct gbuf **out)
+{
+        struct gbuf *b = calloc(1, sizeof(*b));
+
+        if (!b)
+                return -ENOMEM;
+        b->host = calloc(1, bytes ? bytes : 1);
+        if (!b->host) {
+                free(b);
+                return -ENOMEM;
+        }
+        atomic_init(&b->refs, 1);
+        b->kind = GBUF_INLINE;
+        b->bytes = bytes;
+        b->release = release_inline;
+        *out = b;
+        return 0;
+}
+
+void gbuf_ref(struct gbuf *b)
+{
+        atomic_fetch_add_explicit(&b->refs, 1, memory_order_relaxed);
+}
+
+void gbuf_unref(struct gbuf *b)
+{
+        if (!b)
+                return;
+        if (atomic_fetch_sub_explicit(&b->refs, 1, memory_order_acq_rel) != 1)
+                return;
+        if (b->release)
+                b->release(b);
+        free(b);
+}
+
+void gbuf_table_init(struct gbuf_table *t)
+{
+        memset(t, 0, sizeof(*t));
+        t->next_id = 1;
+}
+
+void gbuf_table_deinit(struct gbuf_table *t)
+{
+        for (uint32_t i = 0; i < t->n; i++)
+                gbuf_unref(t->v[i]);
+        free(t->v);
+        memset(t, 0, sizeof(*t));
+}
+
+int gbuf_table_add(struct gbuf_table *t, struct gbuf *b)
+{
+        if (t->n == t->cap) {
+                uint32_t cap = t->cap ? t->cap * 2 : 16;
+                struct gbuf **v = realloc(t->v, cap * sizeof(*v));
+
+                if (!v)
+                        return -ENOMEM;
+                t->v = v;
+                t->cap = cap;
+        }
+        b->id = t->next_id++;
+        t->v[t->n++] = b;
+        t->bytes += b->bytes;
+        return 0;
+}
+
+static int64_t find_index(const struct gbuf_table *t, uint64_t id)
+{
+        uint32_t lo = 0, hi = t->n;
+
+        while (lo < hi) {
+                uint32_t mid = lo + (hi - lo) / 2;
+
+                if (t->v[mid]->id < id)
+                        lo = mid + 1;
+                else
+                        hi = mid;
+        }
+        return lo < t->n && t->v[lo]->id == id ? (int64_t)lo : -1;
+}
+
+struct gbuf *gbuf_table_find(const struct gbuf_table *t, uint64_t id)
+{
+        int64_t i = find_index(t, id);
+
+        return i < 0 ? NULL : t->v[i];
+}
+
+int gbuf_table_remove(struct gbuf_table *t, uint64_t id)
+{
+        int64_t i = find_index(t, id);
+        struct gbuf *b;
+
+        if (i < 0)
+                return GEMMD_ENOBUF;
+        b = t->v[i];
+        memmove(&t->v[i], &t->v[i + 1], (t->n - (uint32_t)i - 1) * sizeof(*t->v));
+        t->n--;
+        t->bytes -= b->bytes;
+        gbuf_unref(b);
+        return 0;
+}

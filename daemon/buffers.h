@@ -1,0 +1,66 @@
+/*
+ * buffers.h - memory a session registered, and the per-session table of it.
+ *
+ * A buffer is reference counted: the session's table holds one reference
+ * and every admitted op holds one per operand, so a buffer released (or a
+ * session closed) while ops still use it is unmapped only after they
+ * finish. The count is atomic because the last reference may be dropped by
+ * a worker thread; everything else here belongs to the loop thread.
+ */
+#ifndef GEMMD_BUFFERS_H
+#define GEMMD_BUFFERS_H
+
+#include <stdatomic.h>
+#include <stdint.h>
+
+enum gbuf_kind { GBUF_SHM = 0, GBUF_CUDA = 1, GBUF_INLINE = 2 };
+
+struct gbuf {
+        atomic_int refs;
+        uint64_t id;
+        enum gbuf_kind kind;
+        uint64_t bytes;
+        void *host;          /* SHM/inline: the daemon's mapping */
+        int device;          /* CUDA: index of the worker of its device */
+        uint64_t dev_addr;   /* CUDA: the daemon's address of byte 0 */
+        void *ipc_base;      /* CUDA: what cudaIpcOpenMemHandle returned */
+        /* Called with the last reference, from any thread. */
+        void (*release)(struct gbuf *b);
+};
+
+/* Maps `bytes` of the memfd `fd` (which the caller keeps ownership of).
+ * Returns 0 and a buffer with one reference, or a negative code. */
+int gbuf_new_shm(int fd, uint64_t bytes, struct gbuf **out);
+
+/* A malloc'd buffer for inline operands, `bytes` long, zeroed. */
+int gbuf_new_inline(uint64_t bytes, struct gbuf **out);
+
+/* The address of byte 0 where the buffer is: the device address of CUDA
+ * memory, the daemon's mapping of anything else. */
+static inline uint64_t gbuf_addr(const struct gbuf *b)
+{
+        return b->kind == GBUF_CUDA ? b->dev_addr : (uint64_t)(uintptr_t)b->host;
+}
+
+void gbuf_ref(struct gbuf *b);
+void gbuf_unref(struct gbuf *b); /* accepts NULL */
+
+/* A session's buffers, sorted by id (ids only grow), searched by bisection. */
+struct gbuf_table {
+        struct gbuf **v;
+        uint32_t n, cap;
+        uint64_t next_id;
+        uint64_t bytes; /* registered bytes in all */
+};
+
+void gbuf_table_init(struct gbuf_table *t);
+/* Drops the table's reference to every buffer. */
+void gbuf_table_deinit(struct gbuf_table *t);
+/* Adds b (taking over the caller's reference) and assigns its id. */
+int gbuf_table_add(struct gbuf_table *t, struct gbuf *b);
+/* Returns the buffer (no new reference) or NULL. */
+struct gbuf *gbuf_table_find(const struct gbuf_table *t, uint64_t id);
+/* Removes id and drops the table's reference; GEMMD_ENOBUF if unknown. */
+int gbuf_table_remove(struct gbuf_table *t, uint64_t id);
+
+#endif

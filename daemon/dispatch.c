@@ -1,0 +1,355 @@
+/*
+ * dispatch.c - what the daemon does with each decoded message, and how a
+ * finished request is answered.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "daemon/log.h"
+#include "daemon/server.h"
+#include "daemon/validate.h"
+#include "gemmd.h"
+
+static void reply(struct session *s, uint64_t request_id, Gemmd__V1__Envelope *env)
+{
+        env->request_id = request_id;
+        session_send(s, env);
+}
+
+static void on_hello(struct session *s, uint64_t rid, const Gemmd__V1__Hello *h)
+{
+        struct server *srv = s->srv;
+        const struct limits *lim = &srv->cfg->lim;
+        Gemmd__V1__Envelope env = GEMMD__V1__ENVELOPE__INIT;
+        Gemmd__V1__HelloReply r = GEMMD__V1__HELLO_REPLY__INIT;
+        Gemmd__V1__Limits l = GEMMD__V1__LIMITS__INIT;
+        Gemmd__V1__Device dev[16], *devp[16];
+        int ndev = srv->nworkers < 16 ? srv->nworkers : 16;
+
+        if (h->protocol_version != GEMMD_PROTOCOL_VERSION) {
+                session_send_error(s, rid, GEMMD_EVERSION, -1,
+                                   "protocol version %u is not supported (this daemon speaks %d)",
+                                   h->protocol_version, GEMMD_PROTOCOL_VERSION);
+                session_close_after_flush(s);
+                return;
+        }
+        l.max_frame_bytes = lim->max_frame_bytes;
+        l.max_ops_per_submit = lim->max_ops_per_submit;
+        l.max_inline_bytes = lim->max_inline_bytes;
+        l.max_inflight_ops = lim->max_inflight_ops;
+        l.max_buffers = lim->max_buffers;
+        l.max_buffer_bytes = lim->max_buffer_bytes;
+        l.max_queue_ops = lim->max_queue_ops;
+        for (int i = 0; i < ndev; i++) {
+                struct backend *b = srv->backends[i];
+
+                gemmd__v1__device__init(&dev[i]);
+                dev[i].index = (uint32_t)b->index;
+                dev[i].name = b->name;
+                dev[i].backend = (char *)b->kind;
+                dev[i].units = b->units;
+                dev[i].memory_bytes = b->memory_bytes;
+                devp[i] = &dev[i];
+        }
+        r.protocol_version = GEMMD_PROTOCOL_VERSION;
+        r.server_version = GEMMD_VERSION;
+        r.limits = &l;
+        r.n_devices = (size_t)ndev;
+        r.devices = devp;
+        r.session_id = s->id;
+        env.body_case = GEMMD__V1__ENVELOPE__BODY_HELLO_REPLY;
+        env.hello_reply = &r;
+        session_set_state(s, SESSION_READY);
+        reply(s, rid, &env);
+}
+
+static void on_register(struct session *s, uint64_t rid, const Gemmd__V1__BufferRegister *m)
+{
+        const struct limits *lim = &s->srv->cfg->lim;
+        Gemmd__V1__Envelope env = GEMMD__V1__ENVELOPE__INIT;
+        Gemmd__V1__BufferReply r = GEMMD__V1__BUFFER_REPLY__INIT;
+        struct gbuf *b;
+        int fd, rc;
+
+        if (m->kind != GEMMD__V1__BUFFER_REGISTER__KIND__SHM) {
+                /* CUDA IPC needs the CUDA backend's worker to open the handle. */
+                session_send_error(s, rid, GEMMD_EUNSUPPORTED, -1,
+                                   "device memory is not supported by this daemon's backend");
+                return;
+        }
+        fd = session_take_fd(s);
+        if (fd < 0) {
+                session_send_error(s, rid, GEMMD_EPROTO, -1,
+                                   "shared-memory registration without a file descriptor");
+                return;
+        }
+        if (s->bufs.n >= lim->max_buffers) {
+                close(fd);
+                session_send_error(s, rid, GEMMD_ELIMIT, -1, "at most %u buffers per session",
+                                   lim->max_buffers);
+                return;
+        }
+        if (m->bytes == 0 || m->bytes > lim->max_buffer_bytes) {
+                close(fd);
+                session_send_error(s, rid, m->bytes ? GEMMD_ELIMIT : GEMMD_EINVAL, -1,
+                                   "buffer size %llu is not in [1, %llu]",
+                                   (unsigned long long)m->bytes,
+                                   (unsigned long long)lim->max_buffer_bytes);
+                return;
+        }
+        rc = gbuf_new_shm(fd, m->bytes, &b);
+        close(fd);
+        if (rc) {
+                session_send_error(s, rid, rc, -1, "cannot map the buffer: %s", gemmd_strerror(rc));
+                return;
+        }
+        rc = gbuf_table_add(&s->bufs, b);
+        if (rc) {
+                gbuf_unref(b);
+                session_send_error(s, rid, rc, -1, "out of memory");
+                return;
+        }
+        r.buffer_id = b->id;
+        env.body_case = GEMMD__V1__ENVELOPE__BODY_BUFFER_REPLY;
+        env.buffer_reply = &r;
+        reply(s, rid, &env);
+}
+
+static void on_release(struct session *s, uint64_t rid, const Gemmd__V1__BufferRelease *m)
+{
+        Gemmd__V1__Envelope env = GEMMD__V1__ENVELOPE__INIT;
+        Gemmd__V1__Ack ack = GEMMD__V1__ACK__INIT;
+
+        if (gbuf_table_remove(&s->bufs, m->buffer_id)) {
+                session_send_error(s, rid, GEMMD_ENOBUF, -1, "no buffer %llu in this session",
+                                   (unsigned long long)m->buffer_id);
+                return;
+        }
+        env.body_case = GEMMD__V1__ENVELOPE__BODY_ACK;
+        env.ack = &ack;
+        reply(s, rid, &env);
+}
+
+static void free_request(struct request *r, uint32_t nvalid)
+{
+        for (uint32_t i = 0; i < nvalid; i++)
+                op_release(&r->ops[i]);
+        free(r);
+}
+
+static void on_submit(struct session *s, uint64_t rid, const Gemmd__V1__Submit *m)
+{
+        struct server *srv = s->srv;
+        const struct limits *lim = &srv->cfg->lim;
+        uint32_t n = (uint32_t)m->n_ops;
+        uint64_t inline_bytes = 0;
+        struct request *r;
+        struct op *ptrs[64], **pp = ptrs;
+        struct worker *w;
+        char msg[256];
+
+        s->submits++;
+        if (rid == 0) {
+                session_send_error(s, rid, GEMMD_EINVAL, -1, "a submit needs a nonzero request_id");
+                return;
+        }
+        if (srv->draining) {
+                session_send_error(s, rid, GEMMD_ESHUTDOWN, -1, "the daemon is shutting down");
+                return;
+        }
+        if (n == 0 || n > lim->max_ops_per_submit) {
+                session_send_error(s, rid, n ? GEMMD_ELIMIT : GEMMD_EINVAL, -1,
+                                   "a submit carries 1 to %u ops, not %u", lim->max_ops_per_submit, n);
+                return;
+        }
+        if (m->priority > GEMMD_PRIO_HIGH) {
+                session_send_error(s, rid, GEMMD_EINVAL, -1, "priority %u is not 0, 1 or 2",
+                                   m->priority);
+                return;
+        }
+        /* Admission: reject rather than queue without bound. */
+        if (s->inflight_ops + n > lim->max_inflight_ops) {
+                session_send_error(s, rid, GEMMD_EBUSY, -1,
+                                   "session has %u ops in flight (at most %u)", s->inflight_ops,
+                                   lim->max_inflight_ops);
+                return;
+        }
+        if (srv->queued_ops + n > lim->max_queue_ops) {
+                session_send_error(s, rid, GEMMD_EBUSY, -1, "daemon queue full (%u ops)",
+                                   srv->queued_ops);
+                return;
+        }
+        r = calloc(1, sizeof(*r) + n * sizeof(struct op));
+        if (!r) {
+                session_send_error(s, rid, -ENOMEM, -1, "out of memory");
+                return;
+        }
+        for (uint32_t i = 0; i < n; i++) {
+                int rc = validate_op(m->ops[i], &s->bufs, lim, &r->ops[i], &inline_bytes, msg,
+                                     sizeof(msg));
+
+                if (rc) {
+                        free_request(r, i);
+                        session_send_error(s, rid, rc, (int)i, "op %u: %s", i, msg);
+                        return;
+                }
+                r->ops[i].req = r;
+        }
+        if (n > sizeof(ptrs) / sizeof(ptrs[0])) {
+                pp = malloc(n * sizeof(*pp));
+                if (!pp) {
+                        free_request(r, n);
+                        session_send_error(s, rid, -ENOMEM, -1, "out of memory");
+                        return;
+                }
+        }
+        r->s = s;
+        r->id = rid;
+        r->nops = n;
+        r->priority = (int)m->priority;
+        r->t_admit_ns = now_ns();
+        atomic_init(&r->remaining, n);
+        for (uint32_t i = 0; i < n; i++)
+                pp[i] = &r->ops[i];
+        s->refs++;
+        s->inflight_ops += n;
+        srv->queued_ops += n;
+        srv->requests++;
+        w = server_pick_worker(srv, r);
+        worker_enqueue(w, &s->lanes[w->index * NPRIO], pp, n, r->priority);
+        if (pp != ptrs)
+                free(pp);
+}
+
+static void on_stats(struct session *s, uint64_t rid, const Gemmd__V1__StatsRequest *m)
+{
+        Gemmd__V1__Envelope env = GEMMD__V1__ENVELOPE__INIT;
+        Gemmd__V1__StatsReply r = GEMMD__V1__STATS_REPLY__INIT;
+        char *text = NULL;
+        int rc = stats_render(s->srv, m->json, &text);
+
+        if (rc) {
+                session_send_error(s, rid, rc, -1, "cannot render stats");
+                return;
+        }
+        r.text = text;
+        env.body_case = GEMMD__V1__ENVELOPE__BODY_STATS_REPLY;
+        env.stats_reply = &r;
+        reply(s, rid, &env);
+        free(text);
+}
+
+void dispatch_frame(struct session *s, const uint8_t *buf, uint32_t len)
+{
+        Gemmd__V1__Envelope *env = frame_unpack(&s->arena, buf, len);
+        uint64_t rid;
+
+        if (!env) {
+                if (s->arena.exhausted)
+                        session_send_error(s, 0, GEMMD_ELIMIT, -1,
+                                           "message too large to decode (more than %u ops?)",
+                                           s->srv->cfg->lim.max_ops_per_submit);
+                else
+                        session_send_error(s, 0, GEMMD_EPROTO, -1, "malformed message (%u bytes)", len);
+                if (s->state == SESSION_HELLO)
+                        session_close_after_flush(s);
+                return;
+        }
+        rid = env->request_id;
+        if (s->state == SESSION_HELLO && env->body_case != GEMMD__V1__ENVELOPE__BODY_HELLO) {
+                session_send_error(s, rid, GEMMD_EPROTO, -1, "the first message must be Hello");
+                session_close_after_flush(s);
+                return;
+        }
+        switch (env->body_case) {
+        case GEMMD__V1__ENVELOPE__BODY_HELLO:
+                if (s->state != SESSION_HELLO) {
+                        session_send_error(s, rid, GEMMD_EPROTO, -1, "Hello was already sent");
+                        break;
+                }
+                on_hello(s, rid, env->hello);
+                break;
+        case GEMMD__V1__ENVELOPE__BODY_BUFFER_REGISTER:
+                on_register(s, rid, env->buffer_register);
+                break;
+        case GEMMD__V1__ENVELOPE__BODY_BUFFER_RELEASE:
+                on_release(s, rid, env->buffer_release);
+                break;
+        case GEMMD__V1__ENVELOPE__BODY_SUBMIT:
+                on_submit(s, rid, env->submit);
+                break;
+        case GEMMD__V1__ENVELOPE__BODY_STATS_REQUEST:
+                on_stats(s, rid, env->stats_request);
+                break;
+        default:
+                session_send_error(s, rid, GEMMD_EPROTO, -1, "unexpected message (body %d)",
+                                   (int)env->body_case);
+                break;
+        }
+}
+
+void dispatch_completion(struct request *r)
+{
+        struct session *s = r->s;
+        struct server *srv = s->srv;
+        uint32_t n = r->nops;
+
+        s->inflight_ops -= n;
+        srv->queued_ops -= n;
+        if (s->state != SESSION_CLOSED) {
+                Gemmd__V1__Envelope env = GEMMD__V1__ENVELOPE__INIT;
+                Gemmd__V1__Completion c = GEMMD__V1__COMPLETION__INIT;
+                Gemmd__V1__OpResult *res = calloc(n, sizeof(*res));
+                Gemmd__V1__OpResult **resp = calloc(n, sizeof(*resp));
+
+                if (!res || !resp) {
+                        free(res);
+                        free(resp);
+                        session_close(s);
+                        goto out;
+                }
+                for (uint32_t i = 0; i < n; i++) {
+                        struct op *o = &r->ops[i];
+
+                        gemmd__v1__op_result__init(&res[i]);
+                        res[i].status = (Gemmd__V1__Code)frame_err_to_code(o->status);
+                        if (o->status) {
+                                res[i].message = (char *)gemmd_strerror(o->status);
+                                s->ops_failed++;
+                        } else {
+                                s->ops_ok++;
+                        }
+                        /* An inline C goes back to the client. */
+                        if (!o->status && o->buf[2] && o->buf[2]->kind == GBUF_INLINE) {
+                                res[i].c_data.data = o->buf[2]->host;
+                                res[i].c_data.len = o->span[2];
+                        }
+                        res[i].queue_us = o->t_launch_ns > r->t_admit_ns
+                                                  ? (o->t_launch_ns - r->t_admit_ns) / 1000
+                                                  : 0;
+                        res[i].run_us = (o->t_done_ns - o->t_launch_ns) / 1000;
+                        res[i].group_id = o->group_id;
+                        res[i].group_size = o->group_size;
+                        res[i].kernel = (char *)(o->kernel ? o->kernel : "");
+                        resp[i] = &res[i];
+                }
+                c.n_results = n;
+                c.results = resp;
+                env.body_case = GEMMD__V1__ENVELOPE__BODY_COMPLETION;
+                env.completion = &c;
+                reply(s, r->id, &env);
+                free(res);
+                free(resp);
+        } else {
+                for (uint32_t i = 0; i < n; i++)
+                        if (r->ops[i].status)
+                                s->ops_failed++;
+        }
+out:
+        free_request(r, n);
+        session_unref(s);
+        server_maybe_finish(srv);
+}

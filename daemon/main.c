@@ -1,0 +1,53 @@
+/*
+ * main.c - gemmd: parse the command line, start the server, run the loop,
+ * tear down in reverse order through one path.
+ */
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <uv.h>
+
+#include "daemon/config.h"
+#include "daemon/log.h"
+#include "daemon/server.h"
+#include "gemmd.h"
+
+int main(int argc, char **argv)
+{
+        struct gemmd_config cfg;
+        struct server srv;
+        uv_loop_t loop;
+        int rc;
+
+        config_defaults(&cfg);
+        rc = config_parse_args(&cfg, argc, argv);
+        if (rc)
+                return rc > 0 ? 0 : 2;
+        if (cfg.verbose)
+                log_verbosity = LOG_DEBUG;
+        /* A client that hangs up must cost an EPIPE, never the daemon. */
+        signal(SIGPIPE, SIG_IGN);
+
+        rc = uv_loop_init(&loop);
+        if (rc) {
+                log_err("uv_loop_init: %s", uv_strerror(rc));
+                return 1;
+        }
+        rc = server_init(&srv, &loop, &cfg);
+        if (rc) {
+                log_err("cannot start: %s", gemmd_strerror(rc));
+                goto out_loop;
+        }
+        log_info("gemmd %s ready (protocol %d, mode %s)", GEMMD_VERSION, GEMMD_PROTOCOL_VERSION,
+                 sched_mode_name(cfg.mode));
+        uv_run(&loop, UV_RUN_DEFAULT);
+        server_deinit(&srv);
+        log_info("stopped");
+out_loop:
+        if (uv_loop_close(&loop) != 0) {
+                log_err("uv_loop_close: handles left open");
+                rc = rc ? rc : -1;
+        }
+        return rc ? 1 : 0;
+}

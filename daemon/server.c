@@ -1,0 +1,336 @@
+/*
+ * server.c - the listener, the backends and their workers, signals, the
+ * completion hand-off, and the orderly drain on SIGTERM/SIGINT.
+ */
+#include "daemon/server.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include "daemon/log.h"
+#include "gemmd.h"
+
+/* Takes the listening socket from systemd (LISTEN_FDS/LISTEN_PID) when it
+ * passed one. Returns the descriptor or -1. */
+static int activated_fd(void)
+{
+        const char *pid = getenv("LISTEN_PID"), *n = getenv("LISTEN_FDS");
+
+        if (!pid || !n || strtol(pid, NULL, 10) != (long)getpid() || strtol(n, NULL, 10) < 1)
+                return -1;
+        unsetenv("LISTEN_PID");
+        unsetenv("LISTEN_FDS");
+        unsetenv("LISTEN_FDNAMES");
+        return 3; /* SD_LISTEN_FDS_START */
+}
+
+/* Creates, binds and listens on `path` (mode 0660). A socket file left by
+ * a dead daemon is replaced; a live daemon is not. */
+static int listen_unix(const char *path, int *out)
+{
+        struct sockaddr_un sa = {.sun_family = AF_UNIX};
+        int fd, rc;
+
+        if (strlen(path) >= sizeof(sa.sun_path)) {
+                log_err("socket path too long: %s", path);
+                return -ENAMETOOLONG;
+        }
+        strcpy(sa.sun_path, path);
+        fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+        if (fd < 0)
+                return -errno;
+        if (bind(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0) {
+                int probe;
+
+                if (errno != EADDRINUSE)
+                        goto err;
+                probe = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+                rc = probe >= 0 ? connect(probe, (struct sockaddr *)&sa, sizeof(sa)) : -1;
+                if (probe >= 0)
+                        close(probe);
+                if (rc == 0) {
+                        log_err("another gemmd is serving %s", path);
+                        close(fd);
+                        return -EADDRINUSE;
+                }
+                /* A stale socket file from a daemon that died. */
+                unlink(path);
+                if (bind(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0)
+                        goto err;
+        }
+        if (chmod(path, 0660) < 0 || listen(fd, 128) < 0)
+                goto err;
+        *out = fd;
+        return 0;
+err:
+        rc = -errno;
+        log_err("cannot listen on %s: %s", path, strerror(errno));
+        close(fd);
+        return rc;
+}
+
+static void on_listen(uv_poll_t *h, int status, int events)
+{
+        struct server *srv = h->data;
+
+        for (int i = 0; i < 64; i++) {
+                int fd = accept4(srv->listen_fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+
+                if (fd < 0) {
+                        if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)
+                                log_warn("accept: %s", strerror(errno));
+                        return;
+                }
+                if (srv->nsessions >= srv->cfg->lim.max_sessions) {
+                        /* Best effort: a client that connects past the limit
+                         * reads one Error frame, then end of stream. */
+                        Gemmd__V1__Envelope env = GEMMD__V1__ENVELOPE__INIT;
+                        Gemmd__V1__Error e = GEMMD__V1__ERROR__INIT;
+                        uint8_t *buf;
+                        size_t n;
+
+                        e.code = GEMMD__V1__CODE__LIMIT;
+                        e.message = "too many connections";
+                        e.op_index = -1;
+                        env.body_case = GEMMD__V1__ENVELOPE__BODY_ERROR;
+                        env.error = &e;
+                        if (frame_pack(&env, 0, UINT32_MAX, &buf, &n) == 0) {
+                                (void)!send(fd, buf, n, MSG_NOSIGNAL | MSG_DONTWAIT);
+                                free(buf);
+                        }
+                        srv->rejections[GEMMD__V1__CODE__LIMIT]++;
+                        close(fd);
+                        continue;
+                }
+                session_accept(srv, fd);
+        }
+}
+
+void server_post_completion(struct request *r, void *ctx)
+{
+        struct server *srv = ctx;
+
+        r->next = NULL;
+        pthread_mutex_lock(&srv->done_lock);
+        if (srv->done_tail)
+                srv->done_tail->next = r;
+        else
+                srv->done_head = r;
+        srv->done_tail = r;
+        pthread_mutex_unlock(&srv->done_lock);
+        uv_async_send(&srv->async);
+}
+
+static void on_async(uv_async_t *h)
+{
+        struct server *srv = h->data;
+        struct request *r, *next;
+
+        pthread_mutex_lock(&srv->done_lock);
+        r = srv->done_head;
+        srv->done_head = srv->done_tail = NULL;
+        pthread_mutex_unlock(&srv->done_lock);
+        for (; r; r = next) {
+                next = r->next;
+                dispatch_completion(r);
+        }
+}
+
+struct worker *server_pick_worker(struct server *srv, const struct request *r)
+{
+        struct worker *best = &srv->workers[0];
+        uint32_t best_pending = UINT32_MAX;
+
+        /* Device memory must run where it lives. */
+        for (uint32_t i = 0; i < r->nops; i++)
+                for (int j = 0; j < 3; j++)
+                        if (r->ops[i].buf[j] && r->ops[i].buf[j]->kind == GBUF_CUDA)
+                                return &srv->workers[r->ops[i].buf[j]->device];
+        for (int i = 0; i < srv->nworkers; i++) {
+                struct worker *w = &srv->workers[i];
+                uint32_t pending = w->pending_ops + w->inflight; /* a racy read is fine here */
+
+                if (pending < best_pending) {
+                        best = w;
+                        best_pending = pending;
+                }
+        }
+        return best;
+}
+
+static void on_signal(uv_signal_t *h, int signum)
+{
+        struct server *srv = h->data;
+
+        log_info("signal %d: finishing in-flight work", signum);
+        server_drain(srv);
+}
+
+static void close_listener(struct server *srv)
+{
+        if (!srv->listening)
+                return;
+        srv->listening = 0;
+        uv_close((uv_handle_t *)&srv->listen_poll, NULL);
+        close(srv->listen_fd);
+        if (srv->listen_owned)
+                unlink(srv->cfg->socket_path);
+}
+
+void server_drain(struct server *srv)
+{
+        if (srv->draining)
+                return;
+        srv->draining = 1;
+        close_listener(srv);
+        server_maybe_finish(srv);
+}
+
+void server_maybe_finish(struct server *srv)
+{
+        struct session *s, *next;
+
+        if (!srv->draining || srv->queued_ops)
+                return;
+        for (s = srv->sessions; s; s = s->next)
+                if (s->out_head)
+                        return; /* replies still being written */
+        for (s = srv->sessions; s; s = next) {
+                next = s->next;
+                session_close(s);
+        }
+        if (!uv_is_closing((uv_handle_t *)&srv->async)) {
+                /* Nothing is queued or running: the workers exit at once. */
+                for (int i = 0; i < srv->nworkers; i++)
+                        worker_stop(&srv->workers[i]);
+                uv_close((uv_handle_t *)&srv->sigterm, NULL);
+                uv_close((uv_handle_t *)&srv->sigint, NULL);
+                uv_close((uv_handle_t *)&srv->async, NULL);
+        }
+}
+
+static int start_backends(struct server *srv)
+{
+        const struct gemmd_config *cfg = srv->cfg;
+        enum backend_kind kind = cfg->backend;
+        int rc = 0, n = 0;
+
+#ifdef GEMMD_WITH_CUDA
+        int ncuda = backend_cuda_count();
+
+        if (kind == BACKEND_AUTO)
+                kind = ncuda > 0 ? BACKEND_CUDA : BACKEND_CPU;
+        if (kind == BACKEND_CUDA) {
+                if (ncuda <= 0) {
+                        log_err("--backend cuda: no usable CUDA device");
+                        return -ENODEV;
+                }
+                srv->backends = calloc((size_t)ncuda, sizeof(*srv->backends));
+                if (!srv->backends)
+                        return -ENOMEM;
+                for (int d = 0; d < ncuda; d++) {
+                        char want[16];
+
+                        snprintf(want, sizeof(want), "%d", d);
+                        if (cfg->devices && !strstr(cfg->devices, want))
+                                continue;
+                        rc = backend_cuda_new(d, cfg, &srv->backends[n]);
+                        if (rc)
+                                return rc;
+                        srv->nbackends = ++n;
+                }
+                if (n == 0) {
+                        log_err("--devices %s selects no device", cfg->devices);
+                        return -ENODEV;
+                }
+        }
+#else
+        if (kind == BACKEND_CUDA) {
+                log_err("--backend cuda: this gemmd was built without CUDA");
+                return -ENODEV;
+        }
+        kind = BACKEND_CPU;
+#endif
+        if (kind == BACKEND_CPU) {
+                srv->backends = calloc(1, sizeof(*srv->backends));
+                if (!srv->backends)
+                        return -ENOMEM;
+                rc = backend_cpu_new(cfg->threads, &srv->backends[0]);
+                if (rc)
+                        return rc;
+                srv->nbackends = n = 1;
+        }
+        srv->workers = calloc((size_t)n, sizeof(*srv->workers));
+        if (!srv->workers)
+                return -ENOMEM;
+        for (int i = 0; i < n; i++) {
+                rc = worker_start(&srv->workers[i], i, srv->backends[i], cfg,
+                                  server_post_completion, srv);
+                if (rc)
+                        return rc;
+                srv->nworkers++;
+                log_info("device %d: %s backend, %s", i, srv->backends[i]->kind,
+                         srv->backends[i]->name);
+        }
+        return 0;
+}
+
+int server_init(struct server *srv, uv_loop_t *loop, const struct gemmd_config *cfg)
+{
+        int rc;
+
+        memset(srv, 0, sizeof(*srv));
+        srv->loop = loop;
+        srv->cfg = cfg;
+        srv->t_start_ns = now_ns();
+        pthread_mutex_init(&srv->done_lock, NULL);
+        rc = start_backends(srv);
+        if (rc)
+                goto err;
+        srv->listen_fd = activated_fd();
+        if (srv->listen_fd < 0) {
+                rc = listen_unix(cfg->socket_path, &srv->listen_fd);
+                if (rc)
+                        goto err;
+                srv->listen_owned = 1;
+        } else {
+                log_info("using the listening socket passed by systemd");
+        }
+        uv_async_init(loop, &srv->async, on_async);
+        srv->async.data = srv;
+        uv_signal_init(loop, &srv->sigterm);
+        uv_signal_init(loop, &srv->sigint);
+        srv->sigterm.data = srv->sigint.data = srv;
+        uv_signal_start(&srv->sigterm, on_signal, SIGTERM);
+        uv_signal_start(&srv->sigint, on_signal, SIGINT);
+        uv_poll_init(loop, &srv->listen_poll, srv->listen_fd);
+        srv->listen_poll.data = srv;
+        uv_poll_start(&srv->listen_poll, UV_READABLE, on_listen);
+        srv->listening = 1;
+        log_info("listening on %s", srv->listen_owned ? cfg->socket_path : "(socket activation)");
+        return 0;
+err:
+        server_deinit(srv);
+        return rc;
+}
+
+void server_deinit(struct server *srv)
+{
+        for (int i = 0; i < srv->nworkers; i++)
+                worker_stop(&srv->workers[i]);
+        for (int i = 0; i < srv->nbackends; i++)
+                srv->backends[i]->destroy(srv->backends[i]);
+        free(srv->workers);
+        free(srv->backends);
+        srv->workers = NULL;
+        srv->backends = NULL;
+        srv->nworkers = 0;
+        srv->nbackends = 0;
+        pthread_mutex_destroy(&srv->done_lock);
+}

@@ -1,0 +1,139 @@
+/*
+ * server.h - the loop thread's world: the listener, the sessions, and the
+ * hand-off of completed requests from the workers.
+ *
+ * Everything here belongs to the loop thread except the completion queue
+ * (done_lock), which workers append to before waking the loop with
+ * uv_async_send (sends coalesce, so the callback drains the whole queue).
+ */
+#ifndef GEMMD_SERVER_H
+#define GEMMD_SERVER_H
+
+#include <pthread.h>
+#include <stdint.h>
+#include <sys/socket.h>
+#include <uv.h>
+
+#include "daemon/buffers.h"
+#include "daemon/config.h"
+#include "daemon/worker.h"
+#include "proto/frame.h"
+
+#define SESSION_MAX_FDS 8
+#define SESSION_RBUF 65536
+
+/* A connection's protocol state, changed only by session_set_state(). */
+enum session_state {
+        SESSION_HELLO,   /* nothing but Hello is accepted */
+        SESSION_READY,   /* handshake done */
+        SESSION_CLOSING, /* flushing a final error, then closing */
+        SESSION_CLOSED,  /* socket closed; waiting for in-flight requests */
+};
+
+struct outbuf {
+        struct outbuf *next;
+        size_t len;
+        uint8_t data[];
+};
+
+struct session {
+        struct server *srv;
+        struct session *next, *prev;
+        uint64_t id;
+        int fd;
+        uv_poll_t poll;
+        int poll_events;
+        int refs; /* the connection + one per live request */
+        enum session_state state;
+        struct ucred cred;
+
+        /* Input: a read buffer of whole small frames, or one large body. */
+        uint8_t *rbuf;
+        size_t rlen;
+        uint8_t *body;
+        uint32_t body_len, body_got;
+        int fds[SESSION_MAX_FDS]; /* received with SCM_RIGHTS, not yet used */
+        int nfds;
+        struct frame_arena arena;
+
+        /* Output: packed frames not yet written. */
+        struct outbuf *out_head, *out_tail;
+        size_t out_off;
+        uint64_t out_bytes;
+
+        struct gbuf_table bufs;
+        struct lane *lanes; /* nworkers * NPRIO */
+        uint32_t inflight_ops;
+
+        uint64_t submits, ops_ok, ops_failed, rejected;
+};
+
+struct server {
+        uv_loop_t *loop;
+        const struct gemmd_config *cfg;
+        int listen_fd;
+        int listen_owned; /* we created the socket file (not socket activation) */
+        uv_poll_t listen_poll;
+        int listening;
+        uv_signal_t sigterm, sigint;
+        uv_async_t async;
+
+        pthread_mutex_t done_lock;
+        struct request *done_head, *done_tail;
+
+        struct backend **backends;
+        int nbackends;
+        struct worker *workers;
+        int nworkers;
+
+        struct session *sessions;
+        uint32_t nsessions;
+        uint64_t next_session_id;
+        uint32_t queued_ops; /* admitted and not yet completed, all sessions */
+        int draining;
+
+        uint64_t t_start_ns;
+        uint64_t sessions_total, requests, rejections[32];
+};
+
+/* Starts listening, the workers and the signal handlers. Returns 0 or a
+ * negative code (with a log line). */
+int server_init(struct server *srv, uv_loop_t *loop, const struct gemmd_config *cfg);
+
+/* Releases what server_init acquired; the loop must have run empty. */
+void server_deinit(struct server *srv);
+
+/* Starts the drain: stop accepting, finish in-flight work, reply, close. */
+void server_drain(struct server *srv);
+
+/* Called by a worker when a request's last op is done (any thread). */
+void server_post_completion(struct request *r, void *ctx);
+
+/* Picks the worker for a request's ops (least pending on CUDA). */
+struct worker *server_pick_worker(struct server *srv, const struct request *r);
+
+/* Closes the drained daemon once nothing is left in flight. */
+void server_maybe_finish(struct server *srv);
+
+/* session.c */
+int session_accept(struct server *srv, int fd);
+void session_set_state(struct session *s, enum session_state st);
+/* Queues a frame for the client; closes the session on failure. */
+void session_send(struct session *s, const Gemmd__V1__Envelope *env);
+void session_send_error(struct session *s, uint64_t request_id, int err, int op_index,
+                        const char *fmt, ...) __attribute__((format(printf, 5, 6)));
+/* Sends nothing more after what is queued, then closes. */
+void session_close_after_flush(struct session *s);
+void session_close(struct session *s);
+void session_unref(struct session *s);
+/* Takes the oldest received file descriptor, or -1. */
+int session_take_fd(struct session *s);
+
+/* dispatch.c */
+void dispatch_frame(struct session *s, const uint8_t *buf, uint32_t len);
+void dispatch_completion(struct request *r);
+
+/* stats.c */
+int stats_render(struct server *srv, int json, char **out);
+
+#endif

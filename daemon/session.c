@@ -1,0 +1,418 @@
+/*
+ * session.c - one client connection: framed input with file descriptors,
+ * queued output, and the session's lifetime.
+ *
+ * libuv's pipe API cannot receive arbitrary descriptors, so a session polls
+ * its socket with a uv_poll_t and does its own recvmsg/send. A session is
+ * freed when its connection is closed and no request of it is in flight.
+ */
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "daemon/log.h"
+#include "daemon/server.h"
+#include "gemmd.h"
+
+static void on_io(uv_poll_t *h, int status, int events);
+
+void session_set_state(struct session *s, enum session_state st)
+{
+        s->state = st;
+}
+
+static void update_poll(struct session *s)
+{
+        int ev = 0;
+
+        if (s->state == SESSION_CLOSED)
+                return;
+        /* Stop reading while the client leaves its replies unread. */
+        if (s->state != SESSION_CLOSING && s->out_bytes <= s->srv->cfg->lim.max_output_bytes)
+                ev |= UV_READABLE;
+        if (s->out_head)
+                ev |= UV_WRITABLE;
+        if (ev == s->poll_events)
+                return;
+        s->poll_events = ev;
+        if (ev)
+                uv_poll_start(&s->poll, ev, on_io);
+        else
+                uv_poll_stop(&s->poll);
+}
+
+int session_accept(struct server *srv, int fd)
+{
+        struct session *s = calloc(1, sizeof(*s));
+        socklen_t len = sizeof(s->cred);
+        int rc = -ENOMEM;
+
+        if (!s)
+                goto err;
+        s->rbuf = malloc(SESSION_RBUF);
+        s->lanes = calloc((size_t)srv->nworkers * NPRIO, sizeof(*s->lanes));
+        if (!s->rbuf || !s->lanes)
+                goto err_mem;
+        if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &s->cred, &len) < 0) {
+                rc = -errno;
+                goto err_mem;
+        }
+        rc = uv_poll_init(srv->loop, &s->poll, fd);
+        if (rc)
+                goto err_mem;
+        s->poll.data = s;
+        s->srv = srv;
+        s->fd = fd;
+        s->refs = 1;
+        s->id = ++srv->next_session_id;
+        session_set_state(s, SESSION_HELLO);
+        /* A Submit's decoded form may be much larger than its frame (an
+         * empty Op is 2 bytes on the wire): the arena bounds it. */
+        frame_arena_init(&s->arena, 2 * srv->cfg->lim.max_frame_bytes +
+                                            (size_t)srv->cfg->lim.max_ops_per_submit * 512);
+        gbuf_table_init(&s->bufs);
+        s->next = srv->sessions;
+        if (srv->sessions)
+                srv->sessions->prev = s;
+        srv->sessions = s;
+        srv->nsessions++;
+        srv->sessions_total++;
+        update_poll(s);
+        if (srv->cfg->verbose)
+                log_info("session %llu: connected (pid %d, uid %d)", (unsigned long long)s->id,
+                         (int)s->cred.pid, (int)s->cred.uid);
+        return 0;
+
+err_mem:
+        free(s->lanes);
+        free(s->rbuf);
+        free(s);
+err:
+        close(fd);
+        return rc;
+}
+
+int session_take_fd(struct session *s)
+{
+        int fd;
+
+        if (s->nfds == 0)
+                return -1;
+        fd = s->fds[0];
+        memmove(&s->fds[0], &s->fds[1], (size_t)(s->nfds - 1) * sizeof(int));
+        s->nfds--;
+        return fd;
+}
+
+static void free_session(struct session *s)
+{
+        struct outbuf *o, *next;
+
+        for (o = s->out_head; o; o = next) {
+                next = o->next;
+                free(o);
+        }
+        frame_arena_deinit(&s->arena);
+        free(s->lanes);
+        free(s->rbuf);
+        free(s->body);
+        free(s);
+}
+
+void session_unref(struct session *s)
+{
+        if (--s->refs == 0)
+                free_session(s);
+}
+
+static void on_poll_closed(uv_handle_t *h)
+{
+        struct session *s = h->data;
+
+        close(s->fd);
+        s->fd = -1;
+        session_unref(s);
+}
+
+void session_close(struct session *s)
+{
+        struct server *srv = s->srv;
+
+        if (s->state == SESSION_CLOSED)
+                return;
+        session_set_state(s, SESSION_CLOSED);
+        if (srv->cfg->verbose)
+                log_info("session %llu: closed", (unsigned long long)s->id);
+        /* Queued ops are dropped; running ones finish and are discarded by
+         * dispatch_completion. */
+        for (int i = 0; i < srv->nworkers; i++)
+                worker_cancel(&srv->workers[i], &s->lanes[i * NPRIO]);
+        while (s->nfds)
+                close(session_take_fd(s));
+        gbuf_table_deinit(&s->bufs);
+        if (s->prev)
+                s->prev->next = s->next;
+        else
+                srv->sessions = s->next;
+        if (s->next)
+                s->next->prev = s->prev;
+        srv->nsessions--;
+        uv_close((uv_handle_t *)&s->poll, on_poll_closed);
+        server_maybe_finish(srv);
+}
+
+void session_close_after_flush(struct session *s)
+{
+        if (s->state == SESSION_CLOSED)
+                return;
+        session_set_state(s, SESSION_CLOSING);
+        if (!s->out_head)
+                session_close(s);
+        else
+                update_poll(s);
+}
+
+/* Writes queued frames until the socket would block. */
+static void flush(struct session *s)
+{
+        while (s->out_head) {
+                struct outbuf *o = s->out_head;
+                ssize_t n = send(s->fd, o->data + s->out_off, o->len - s->out_off,
+                                 MSG_NOSIGNAL | MSG_DONTWAIT);
+
+                if (n < 0) {
+                        if (errno == EAGAIN || errno == EWOULDBLOCK)
+                                break;
+                        if (errno == EINTR)
+                                continue;
+                        session_close(s);
+                        return;
+                }
+                s->out_off += (size_t)n;
+                s->out_bytes -= (uint64_t)n;
+                if (s->out_off == o->len) {
+                        s->out_head = o->next;
+                        if (!s->out_head)
+                                s->out_tail = NULL;
+                        s->out_off = 0;
+                        free(o);
+                }
+        }
+        if (!s->out_head && s->state == SESSION_CLOSING) {
+                session_close(s);
+                return;
+        }
+        update_poll(s);
+        if (!s->out_head)
+                server_maybe_finish(s->srv);
+}
+
+void session_send(struct session *s, const Gemmd__V1__Envelope *env)
+{
+        struct outbuf *o;
+        uint8_t *buf;
+        size_t n;
+        int rc;
+
+        if (s->state == SESSION_CLOSED)
+                return;
+        rc = frame_pack(env, offsetof(struct outbuf, data), UINT32_MAX, &buf, &n);
+        if (rc) {
+                log_err("session %llu: cannot pack a reply: %s", (unsigned long long)s->id,
+                        gemmd_strerror(rc));
+                session_close(s);
+                return;
+        }
+        o = (struct outbuf *)buf;
+        o->next = NULL;
+        o->len = n;
+        if (s->out_tail)
+                s->out_tail->next = o;
+        else
+                s->out_head = o;
+        s->out_tail = o;
+        s->out_bytes += n;
+        if (s->out_head == o)
+                flush(s);
+        else
+                update_poll(s);
+}
+
+void session_send_error(struct session *s, uint64_t request_id, int err, int op_index,
+                        const char *fmt, ...)
+{
+        Gemmd__V1__Envelope env = GEMMD__V1__ENVELOPE__INIT;
+        Gemmd__V1__Error e = GEMMD__V1__ERROR__INIT;
+        char text[256];
+        va_list ap;
+
+        va_start(ap, fmt);
+        vsnprintf(text, sizeof(text), fmt, ap);
+        va_end(ap);
+        e.code = (Gemmd__V1__Code)frame_err_to_code(err);
+        e.message = text;
+        e.op_index = op_index;
+        env.request_id = request_id;
+        env.body_case = GEMMD__V1__ENVELOPE__BODY_ERROR;
+        env.error = &e;
+        if ((unsigned)e.code < sizeof(s->srv->rejections) / sizeof(s->srv->rejections[0]))
+                s->srv->rejections[e.code]++;
+        s->rejected++;
+        session_send(s, &env);
+}
+
+/* Receives into buf, collecting passed descriptors. Returns bytes read,
+ * 0 at end of stream, or a negative code. */
+static ssize_t recv_some(struct session *s, void *buf, size_t len)
+{
+        union {
+                struct cmsghdr h;
+                char space[CMSG_SPACE(sizeof(int) * SESSION_MAX_FDS)];
+        } ctl;
+        struct iovec iov = {buf, len};
+        struct msghdr mh = {0};
+        struct cmsghdr *c;
+        ssize_t n;
+        int bad = 0;
+
+        mh.msg_iov = &iov;
+        mh.msg_iovlen = 1;
+        mh.msg_control = ctl.space;
+        mh.msg_controllen = sizeof(ctl.space);
+        do
+                n = recvmsg(s->fd, &mh, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
+        while (n < 0 && errno == EINTR);
+        if (n < 0)
+                return -errno;
+        for (c = CMSG_FIRSTHDR(&mh); c; c = CMSG_NXTHDR(&mh, c)) {
+                if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS)
+                        continue;
+                int nfd = (int)((c->cmsg_len - CMSG_LEN(0)) / sizeof(int));
+                int *fds = (int *)CMSG_DATA(c);
+
+                for (int i = 0; i < nfd; i++) {
+                        if (s->nfds < SESSION_MAX_FDS) {
+                                s->fds[s->nfds++] = fds[i];
+                        } else {
+                                close(fds[i]);
+                                bad = 1;
+                        }
+                }
+        }
+        if (mh.msg_flags & MSG_CTRUNC)
+                bad = 1;
+        if (bad) {
+                session_send_error(s, 0, GEMMD_EPROTO, -1,
+                                   "too many or truncated file descriptors (at most %d pending)",
+                                   SESSION_MAX_FDS);
+                session_close_after_flush(s);
+                return -EPROTO;
+        }
+        return n;
+}
+
+/* Handles every whole frame in the read buffer; keeps the partial rest. */
+static void parse_rbuf(struct session *s)
+{
+        uint32_t max = (uint32_t)s->srv->cfg->lim.max_frame_bytes;
+        size_t off = 0;
+
+        while (s->state == SESSION_HELLO || s->state == SESSION_READY) {
+                uint32_t len;
+                size_t avail = s->rlen - off;
+
+                if (avail < FRAME_HDR_BYTES)
+                        break;
+                if (frame_len_decode(s->rbuf + off, max, &len)) {
+                        session_send_error(s, 0, GEMMD_ETOOBIG, -1,
+                                           "frame of %u bytes exceeds the limit of %u bytes",
+                                           (unsigned)(s->rbuf[off] | s->rbuf[off + 1] << 8 |
+                                                      s->rbuf[off + 2] << 16 |
+                                                      (uint32_t)s->rbuf[off + 3] << 24),
+                                           max);
+                        session_close_after_flush(s);
+                        break;
+                }
+                if (avail - FRAME_HDR_BYTES >= len) {
+                        dispatch_frame(s, s->rbuf + off + FRAME_HDR_BYTES, len);
+                        off += FRAME_HDR_BYTES + len;
+                        continue;
+                }
+                if (FRAME_HDR_BYTES + (size_t)len > SESSION_RBUF) {
+                        /* Too big for the read buffer: read the body in place. */
+                        s->body = malloc(len);
+                        if (!s->body) {
+                                session_close(s);
+                                return;
+                        }
+                        s->body_len = len;
+                        s->body_got = (uint32_t)(avail - FRAME_HDR_BYTES);
+                        memcpy(s->body, s->rbuf + off + FRAME_HDR_BYTES, s->body_got);
+                        off = s->rlen;
+                }
+                break;
+        }
+        if (s->state == SESSION_CLOSED)
+                return;
+        memmove(s->rbuf, s->rbuf + off, s->rlen - off);
+        s->rlen -= off;
+}
+
+static void on_readable(struct session *s)
+{
+        /* A bounded number of reads per wakeup keeps the loop fair. */
+        for (int i = 0; i < 16 && (s->state == SESSION_HELLO || s->state == SESSION_READY); i++) {
+                ssize_t n;
+
+                if (s->body) {
+                        n = recv_some(s, s->body + s->body_got, s->body_len - s->body_got);
+                } else {
+                        n = recv_some(s, s->rbuf + s->rlen, SESSION_RBUF - s->rlen);
+                }
+                if (n == -EAGAIN || n == -EWOULDBLOCK)
+                        return;
+                if (n <= 0) {
+                        if (n < 0 && n != -EPROTO)
+                                log_warn("session %llu: read: %s", (unsigned long long)s->id,
+                                         strerror((int)-n));
+                        if (n == 0 || n != -EPROTO)
+                                session_close(s);
+                        return;
+                }
+                if (s->body) {
+                        s->body_got += (uint32_t)n;
+                        if (s->body_got == s->body_len) {
+                                uint8_t *body = s->body;
+
+                                s->body = NULL;
+                                dispatch_frame(s, body, s->body_len);
+                                free(body);
+                        }
+                } else {
+                        s->rlen += (size_t)n;
+                        parse_rbuf(s);
+                }
+        }
+}
+
+static void on_io(uv_poll_t *h, int status, int events)
+{
+        struct session *s = h->data;
+
+        s->refs++;
+        if (status < 0) {
+                session_close(s);
+        } else {
+                if (events & UV_WRITABLE)
+                        flush(s);
+                if ((events & UV_READABLE) && s->state != SESSION_CLOSED)
+                        on_readable(s);
+                if (events & UV_DISCONNECT && s->state != SESSION_CLOSED && !s->out_head)
+                        session_close(s);
+        }
+        session_unref(s);
+}

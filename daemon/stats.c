@@ -1,0 +1,157 @@
+/*
+ * stats.c - the daemon's counters as text for people or JSON for scripts,
+ * answered to `gemmctl stats`.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "daemon/server.h"
+#include "gemmd.h"
+
+static const char *code_names[] = {
+        "ok",      "protocol", "version",     "too_big", "invalid",  "bounds",
+        "overflow", "no_buffer", "busy",       "limit",   "unsupported", "device",
+        "shutdown", "canceled", "disconnected", "permission", "no_ticket",
+};
+#define NCODES (sizeof(code_names) / sizeof(code_names[0]))
+
+static void hist_text(FILE *f, const char *name, const char *unit, const uint64_t *h)
+{
+        int last = -1;
+
+        for (int i = 0; i < HIST_BUCKETS; i++)
+                if (h[i])
+                        last = i;
+        fprintf(f, "  %s:\n", name);
+        if (last < 0) {
+                fprintf(f, "    (none)\n");
+                return;
+        }
+        for (int i = 0; i <= last; i++)
+                fprintf(f, "    %8llu .. %-8llu %s  %llu\n", i ? 1ull << i : 0ull,
+                        (2ull << i) - 1, unit, (unsigned long long)h[i]);
+}
+
+static void hist_json(FILE *f, const char *name, const uint64_t *h)
+{
+        fprintf(f, "\"%s\":[", name);
+        for (int i = 0; i < HIST_BUCKETS; i++)
+                fprintf(f, "%s%llu", i ? "," : "", (unsigned long long)h[i]);
+        fprintf(f, "]");
+}
+
+static void render_text(struct server *srv, FILE *f, double up_s)
+{
+        fprintf(f, "gemmd %s, up %.1f s, %s\n", GEMMD_VERSION, up_s,
+                srv->draining ? "draining" : "serving");
+        fprintf(f, "sessions: %u now, %llu in all\n", srv->nsessions,
+                (unsigned long long)srv->sessions_total);
+        fprintf(f, "requests: %llu admitted, %u ops unfinished\n",
+                (unsigned long long)srv->requests, srv->queued_ops);
+        fprintf(f, "rejections:");
+        for (unsigned i = 1; i < NCODES; i++)
+                if (srv->rejections[i])
+                        fprintf(f, " %s=%llu", code_names[i], (unsigned long long)srv->rejections[i]);
+        fprintf(f, "\n");
+        for (int i = 0; i < srv->nworkers; i++) {
+                struct worker_stats st;
+                uint32_t pending, inflight;
+                struct backend *b = srv->backends[i];
+
+                worker_get_stats(&srv->workers[i], &st, &pending, &inflight);
+                double busy = up_s > 0 ? st.busy_ns / 1e9 / up_s : 0;
+                double tfs = st.busy_ns ? st.flops / (st.busy_ns / 1e9) / 1e12 : 0;
+
+                fprintf(f, "device %d (%s, %s):\n", i, b->kind, b->name);
+                fprintf(f, "  groups %llu, ops %llu (failed %llu), tiles %llu, mean group %.1f ops\n",
+                        (unsigned long long)st.groups, (unsigned long long)st.ops,
+                        (unsigned long long)st.ops_failed, (unsigned long long)st.tiles,
+                        st.groups ? (double)st.ops / st.groups : 0.0);
+                fprintf(f, "  queued %u, groups in flight %u, busy %.1f%%, %.3f TFLOP/s while busy\n",
+                        pending, inflight, 100 * busy, tfs);
+                fprintf(f, "  plan build %.1f us per group; idle gaps %llu, mean %.1f us\n",
+                        st.groups ? st.plan_ns / 1e3 / st.groups : 0.0,
+                        (unsigned long long)st.idle_gaps,
+                        st.idle_gaps ? st.idle_gap_ns / 1e3 / st.idle_gaps : 0.0);
+                hist_text(f, "group size", "ops", st.group_size_hist);
+                hist_text(f, "queue time", "us ", st.queue_us_hist);
+                hist_text(f, "run time", "us ", st.run_us_hist);
+        }
+        fprintf(f, "sessions:\n");
+        for (struct session *s = srv->sessions; s; s = s->next)
+                fprintf(f, "  %llu: pid %d uid %d, submits %llu, ops ok %llu failed %llu, "
+                           "rejected %llu, in flight %u, buffers %u (%llu bytes)\n",
+                        (unsigned long long)s->id, (int)s->cred.pid, (int)s->cred.uid,
+                        (unsigned long long)s->submits, (unsigned long long)s->ops_ok,
+                        (unsigned long long)s->ops_failed, (unsigned long long)s->rejected,
+                        s->inflight_ops, s->bufs.n, (unsigned long long)s->bufs.bytes);
+}
+
+static void render_json(struct server *srv, FILE *f, double up_s)
+{
+        fprintf(f, "{\"version\":\"%s\",\"uptime_s\":%.3f,\"draining\":%s,", GEMMD_VERSION, up_s,
+                srv->draining ? "true" : "false");
+        fprintf(f, "\"sessions_now\":%u,\"sessions_total\":%llu,\"requests\":%llu,\"queued_ops\":%u,",
+                srv->nsessions, (unsigned long long)srv->sessions_total,
+                (unsigned long long)srv->requests, srv->queued_ops);
+        fprintf(f, "\"rejections\":{");
+        for (unsigned i = 1, first = 1; i < NCODES; i++) {
+                if (!srv->rejections[i])
+                        continue;
+                fprintf(f, "%s\"%s\":%llu", first ? "" : ",", code_names[i],
+                        (unsigned long long)srv->rejections[i]);
+                first = 0;
+        }
+        fprintf(f, "},\"devices\":[");
+        for (int i = 0; i < srv->nworkers; i++) {
+                struct worker_stats st;
+                uint32_t pending, inflight;
+                struct backend *b = srv->backends[i];
+
+                worker_get_stats(&srv->workers[i], &st, &pending, &inflight);
+                fprintf(f, "%s{\"index\":%d,\"backend\":\"%s\",\"name\":\"%s\",\"groups\":%llu,"
+                           "\"ops\":%llu,\"ops_failed\":%llu,\"tiles\":%llu,\"flops\":%llu,"
+                           "\"busy_s\":%.6f,\"plan_s\":%.6f,\"idle_gaps\":%llu,\"idle_gap_s\":%.6f,"
+                           "\"queued\":%u,\"inflight_groups\":%u,",
+                        i ? "," : "", i, b->kind, b->name, (unsigned long long)st.groups,
+                        (unsigned long long)st.ops, (unsigned long long)st.ops_failed,
+                        (unsigned long long)st.tiles, (unsigned long long)st.flops,
+                        st.busy_ns / 1e9, st.plan_ns / 1e9, (unsigned long long)st.idle_gaps,
+                        st.idle_gap_ns / 1e9, pending, inflight);
+                hist_json(f, "group_size_log2", st.group_size_hist);
+                fprintf(f, ",");
+                hist_json(f, "queue_us_log2", st.queue_us_hist);
+                fprintf(f, ",");
+                hist_json(f, "run_us_log2", st.run_us_hist);
+                fprintf(f, "}");
+        }
+        fprintf(f, "],\"sessions\":[");
+        for (struct session *s = srv->sessions; s; s = s->next)
+                fprintf(f, "%s{\"id\":%llu,\"pid\":%d,\"uid\":%d,\"submits\":%llu,\"ops_ok\":%llu,"
+                           "\"ops_failed\":%llu,\"rejected\":%llu,\"inflight\":%u,\"buffers\":%u,"
+                           "\"buffer_bytes\":%llu}",
+                        s == srv->sessions ? "" : ",", (unsigned long long)s->id, (int)s->cred.pid,
+                        (int)s->cred.uid, (unsigned long long)s->submits,
+                        (unsigned long long)s->ops_ok, (unsigned long long)s->ops_failed,
+                        (unsigned long long)s->rejected, s->inflight_ops, s->bufs.n,
+                        (unsigned long long)s->bufs.bytes);
+        fprintf(f, "]}\n");
+}
+
+int stats_render(struct server *srv, int json, char **out)
+{
+        double up_s = (now_ns() - srv->t_start_ns) / 1e9;
+        size_t len;
+        FILE *f = open_memstream(out, &len);
+
+        if (!f)
+                return -errno;
+        if (json)
+                render_json(srv, f, up_s);
+        else
+                render_text(srv, f, up_s);
+        if (fclose(f) != 0)
+                return -ENOMEM;
+        return 0;
+}

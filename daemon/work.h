@@ -1,0 +1,64 @@
+/*
+ * work.h - the units of work that travel from the loop thread to a worker
+ * and back: a request (one Submit) holds its ops; a group is what a worker
+ * launches at once.
+ */
+#ifndef GEMMD_WORK_H
+#define GEMMD_WORK_H
+
+#include <stdatomic.h>
+#include <stdint.h>
+
+#include "daemon/buffers.h"
+#include "kernels/kproblem.h"
+#include "scheduler/plan.h"
+
+#define NPRIO 3 /* GEMMD_PRIO_LOW .. GEMMD_PRIO_HIGH */
+
+struct request;
+struct session;
+struct worker;
+
+/* One validated op. Created by the loop thread, queued on a worker, run in
+ * a group, and handed back inside its request. */
+struct op {
+        struct op *next; /* queue link, owned by the worker's lock */
+        struct request *req;
+        struct gemmd_kproblem kp; /* normalized; host addresses of operands */
+        struct sched_problem sp;
+        struct gbuf *buf[3];      /* A, B, C: one reference each */
+        uint64_t off[3];          /* byte offset of each operand in its buffer */
+        uint64_t span[3];         /* bytes each operand touches */
+        uint64_t bytes;           /* span[0] + span[1] + span[2] */
+        uint32_t key;             /* kernel config: ops of one key can share a launch */
+        /* Outcome, written by the worker before the request completes. */
+        int status;
+        uint64_t t_launch_ns, t_done_ns;
+        uint64_t group_id;
+        uint32_t group_size;
+        const char *kernel;
+};
+
+/* One Submit. The loop thread owns it, except that workers decrement
+ * `remaining` and the one that reaches zero hands it back. */
+struct request {
+        struct request *next; /* completion queue link */
+        struct session *s;
+        uint64_t id; /* the client's request_id: its ticket */
+        uint32_t nops;
+        atomic_uint remaining;
+        int priority;
+        uint64_t t_admit_ns;
+        struct op ops[];
+};
+
+/* The kernel-config key of an op: data type and whether TF32 is allowed.
+ * Ops of different keys never share a CUDA launch. */
+static inline uint32_t op_key(const struct op *o)
+{
+        return (uint32_t)o->kp.dtype | (uint32_t)o->kp.tf32 << 2;
+}
+
+uint64_t now_ns(void);
+
+#endif

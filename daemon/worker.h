@@ -1,0 +1,122 @@
+/*
+ * worker.h - one thread per device: queue, batcher, plan, launch, done.
+ *
+ * The loop thread enqueues ops; the worker forms groups from what is
+ * pending (priorities first, then one op per session in turn), builds each
+ * group's plan while the previous group runs, launches it on its backend,
+ * and hands every finished request back through the `complete` callback.
+ * At most max_groups_inflight groups are launched and unfinished at once;
+ * an idle device launches a lone request at once (or after the optional
+ * batch window).
+ */
+#ifndef GEMMD_WORKER_H
+#define GEMMD_WORKER_H
+
+#include <pthread.h>
+#include <stdint.h>
+
+#include "daemon/backend.h"
+#include "daemon/config.h"
+#include "daemon/work.h"
+
+/* One session's queue at one priority on one worker. Embedded in the
+ * session; only touched under the worker's lock. */
+struct lane {
+        struct op *head, *tail;
+        struct lane *next, *prev; /* ring of non-empty lanes of a priority */
+        uint32_t queued;
+        int linked;
+};
+
+/* A group slot. A worker owns max_groups_inflight + 1 of them, so the next
+ * group's plan can be built while the others run. */
+struct group {
+        struct worker *w;
+        uint64_t id;
+        uint32_t key;
+        uint32_t nops, cap;
+        struct op **ops;
+        struct gemmd_kproblem *kp;
+        struct sched_problem *sp;
+        struct sched_config cfg;
+        struct sched_plan plan;
+        uint64_t tiles, bytes;
+        uint64_t t_launch_ns, t_done_ns;
+        int status;
+        int busy;
+        int b2b; /* launched while another group was in flight */
+        struct group *next_done;
+        void *bdata; /* the backend's per-slot state */
+};
+
+#define HIST_BUCKETS 24
+
+/* Counters a worker keeps; read under its lock by the stats reply. */
+struct worker_stats {
+        uint64_t groups, ops, ops_failed, tiles, flops;
+        uint64_t busy_ns;   /* time with at least one group in flight */
+        uint64_t plan_ns;   /* time spent building plans */
+        uint64_t group_size_hist[HIST_BUCKETS]; /* log2 buckets of ops */
+        uint64_t queue_us_hist[HIST_BUCKETS];   /* log2 buckets of us */
+        uint64_t run_us_hist[HIST_BUCKETS];
+        uint64_t idle_gap_ns;    /* idle time between back-to-back groups */
+        uint64_t idle_gaps;      /* how many such gaps */
+        uint64_t device_ns;      /* device time of all groups (if the backend measures it) */
+        uint64_t b2b_groups;     /* groups launched while another was in flight */
+};
+
+typedef void (*worker_complete_fn)(struct request *r, void *ctx);
+
+struct worker {
+        int index;
+        struct backend *be;
+        const struct gemmd_config *cfg;
+        worker_complete_fn complete;
+        void *ctx;
+
+        pthread_t thread;
+        pthread_mutex_t lock;
+        pthread_cond_t cond;
+        int stopping;
+        int started;
+
+        struct lane *ring[NPRIO];
+        uint32_t pending_ops;  /* queued, not yet in a group */
+        uint64_t pending_tiles;
+        uint32_t inflight;     /* groups launched, not done */
+        uint64_t busy_since_ns;
+        uint64_t last_done_ns; /* when the device last became idle */
+        struct group *done;    /* finished groups, not yet processed */
+        struct group *slots;
+        uint32_t nslots;
+        uint64_t next_group_id;
+        struct worker_stats st;
+};
+
+/* Starts the worker thread for backend `be`. */
+int worker_start(struct worker *w, int index, struct backend *be, const struct gemmd_config *cfg,
+                 worker_complete_fn complete, void *ctx);
+
+/* Queues ops (all of one request) on `lanes` (the session's NPRIO lanes of
+ * this worker) at priority `prio`. Never blocks on the device. */
+void worker_enqueue(struct worker *w, struct lane *lanes, struct op **ops, uint32_t n, int prio);
+
+/* Removes every op still queued on `lanes`, marks it GEMMD_ECANCELED and
+ * completes its request if nothing else of it remains. Ops already in a
+ * group run to the end. */
+void worker_cancel(struct worker *w, struct lane *lanes);
+
+/* Called by the backend when a launched group has finished (any thread). */
+void worker_group_done(struct group *g, int status);
+
+/* Finishes what is queued and in flight, then joins the thread. */
+void worker_stop(struct worker *w);
+
+/* Copies the counters under the worker's lock. */
+void worker_get_stats(struct worker *w, struct worker_stats *st, uint32_t *pending,
+                      uint32_t *inflight);
+
+/* Index of the log2 histogram bucket for v. */
+int hist_bucket(uint64_t v);
+
+#endif
