@@ -66,6 +66,7 @@ include scheduler/module.mk
 include kernels/module.mk
 include client/module.mk
 include daemon/module.mk
+include bench/module.mk
 include tests/module.mk
 include systemd/module.mk
 
@@ -84,15 +85,17 @@ $(BUILD)/%.o: %.cu
 deps:
 	$(Q)scripts/deps.sh
 
+NPROC := $(shell nproc 2>/dev/null || echo 2)
+
 test: deps
-	$(Q)$(MAKE) --no-print-directory bins tests
+	$(Q)$(MAKE) --no-print-directory -j$(NPROC) bins tests
 	$(Q)scripts/run-tests.sh $(TESTS)
 
 test-gpu: bins $(GPU_TESTS)
 	$(Q)scripts/run-tests.sh --gpu $(GPU_TESTS)
 
 demo: deps
-	$(Q)$(MAKE) --no-print-directory bins
+	$(Q)$(MAKE) --no-print-directory -j$(NPROC) bins
 	$(Q)scripts/demo.sh
 
 tests: $(TESTS) $(GPU_TESTS)

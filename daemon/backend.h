@@ -41,6 +41,14 @@ struct backend {
          * the worker thread. */
         void (*collect)(struct backend *b, struct group *g, uint64_t *device_ns,
                         uint64_t *gap_ns);
+        /* Optional, worker thread: opens device memory another process
+         * exported (a 64-byte CUDA IPC handle of an allocation) and checks
+         * that [offset, offset + bytes) lies inside it. Sets *addr to the
+         * address of byte `offset` and *token for ipc_close. The same
+         * allocation opened twice shares one mapping. */
+        int (*ipc_open)(struct backend *b, const uint8_t handle[64], uint64_t offset,
+                        uint64_t bytes, uint64_t *addr, void **token);
+        void (*ipc_close)(struct backend *b, void *token);
         /* Waits for nothing: all groups are done when it is called. */
         void (*destroy)(struct backend *b);
 };

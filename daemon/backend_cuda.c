@@ -24,9 +24,19 @@
 
 #define EVENT_RING 16
 
+/* One opened CUDA IPC allocation, shared by every registration of it. */
+struct ipc_map {
+        struct ipc_map *next;
+        uint8_t handle[64];
+        void *base;
+        size_t size;
+        int refs;
+};
+
 struct cuda_backend {
         struct backend b;
         int ordinal;
+        struct ipc_map *maps; /* worker thread only */
         cudaStream_t stream;
         /* Start and end events per launch, in a ring indexed by launch
          * number: the gap before launch j needs the end of launch j - 1,
@@ -283,6 +293,94 @@ static void collect(struct backend *be, struct group *g, uint64_t *device_ns, ui
         cudaGetLastError();
 }
 
+typedef int (*addr_range_fn)(unsigned long long *base, size_t *size, unsigned long long dptr);
+
+/* The true extent of the allocation that holds p, from the driver. */
+static int alloc_range(void *p, void **base, size_t *size)
+{
+        static addr_range_fn range;
+        enum cudaDriverEntryPointQueryResult q;
+        unsigned long long b;
+
+        if (!range && (cudaGetDriverEntryPointByVersion("cuMemGetAddressRange", (void **)&range,
+                                                        12000, cudaEnableDefault, &q) != cudaSuccess ||
+                       q != cudaDriverEntryPointSuccess))
+                return -ENOSYS;
+        if (range(&b, size, (unsigned long long)(uintptr_t)p) != 0)
+                return -EIO;
+        *base = (void *)(uintptr_t)b;
+        return 0;
+}
+
+static int ipc_open(struct backend *be, const uint8_t handle[64], uint64_t offset, uint64_t bytes,
+                    uint64_t *addr, void **token)
+{
+        struct cuda_backend *cb = (struct cuda_backend *)be;
+        struct ipc_map *m;
+        cudaIpcMemHandle_t h;
+        void *base;
+
+        for (m = cb->maps; m; m = m->next)
+                if (!memcmp(m->handle, handle, 64))
+                        break;
+        if (!m) {
+                m = calloc(1, sizeof(*m));
+                if (!m)
+                        return -ENOMEM;
+                memcpy(m->handle, handle, 64);
+                memcpy(&h, handle, sizeof(h));
+                CK(cudaSetDevice(cb->ordinal));
+                if (cudaIpcOpenMemHandle(&m->base, h, cudaIpcMemLazyEnablePeerAccess) != cudaSuccess) {
+                        log_warn("cuda %d: cudaIpcOpenMemHandle: %s", cb->ordinal,
+                                 cudaGetErrorString(cudaGetLastError()));
+                        free(m);
+                        return GEMMD_EINVAL;
+                }
+                /* The client's claim is checked against what the driver says
+                 * the allocation really is. */
+                if (alloc_range(m->base, &base, &m->size) || base != m->base) {
+                        log_warn("cuda %d: cannot read the extent of an IPC allocation", cb->ordinal);
+                        cudaIpcCloseMemHandle(m->base);
+                        free(m);
+                        return GEMMD_EDEVICE;
+                }
+                m->next = cb->maps;
+                cb->maps = m;
+        }
+        if (offset > m->size || bytes > m->size - offset) {
+                if (m->refs == 0) {
+                        cb->maps = m->next;
+                        cudaIpcCloseMemHandle(m->base);
+                        free(m);
+                }
+                return GEMMD_EBOUNDS;
+        }
+        m->refs++;
+        *addr = (uint64_t)(uintptr_t)m->base + offset;
+        *token = m;
+        return 0;
+}
+
+static void ipc_close(struct backend *be, void *token)
+{
+        struct cuda_backend *cb = (struct cuda_backend *)be;
+        struct ipc_map *m = token, **pp;
+
+        if (--m->refs > 0)
+                return;
+        for (pp = &cb->maps; *pp; pp = &(*pp)->next)
+                if (*pp == m) {
+                        *pp = m->next;
+                        break;
+                }
+        cudaSetDevice(cb->ordinal);
+        /* Groups that used it are done: their ops held the buffer. */
+        if (cudaIpcCloseMemHandle(m->base) != cudaSuccess)
+                log_warn("cuda %d: cudaIpcCloseMemHandle: %s", cb->ordinal,
+                         cudaGetErrorString(cudaGetLastError()));
+        free(m);
+}
+
 static int slot_init(struct backend *be, struct group *g)
 {
         struct cuda_slot *s = calloc(1, sizeof(*s));
@@ -361,6 +459,8 @@ int backend_cuda_new(int ordinal, const struct gemmd_config *cfg, struct backend
         cb->b.kernel_name = kernel_name;
         cb->b.launch = launch;
         cb->b.collect = collect;
+        cb->b.ipc_open = ipc_open;
+        cb->b.ipc_close = ipc_close;
         cb->b.slot_init = slot_init;
         cb->b.slot_deinit = slot_deinit;
         cb->b.destroy = destroy;

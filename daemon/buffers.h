@@ -23,7 +23,8 @@ struct gbuf {
         void *host;          /* SHM/inline: the daemon's mapping */
         int device;          /* CUDA: index of the worker of its device */
         uint64_t dev_addr;   /* CUDA: the daemon's address of byte 0 */
-        void *ipc_base;      /* CUDA: what cudaIpcOpenMemHandle returned */
+        void *ipc_base;      /* CUDA: the backend's token for the open mapping */
+        void *owner;         /* CUDA: the worker that opened it */
         /* Called with the last reference, from any thread. */
         void (*release)(struct gbuf *b);
 };

@@ -10,6 +10,7 @@
 
 #include "daemon/config.h"
 #include "daemon/log.h"
+#include "daemon/notify.h"
 #include "daemon/server.h"
 #include "gemmd.h"
 
@@ -41,6 +42,7 @@ int main(int argc, char **argv)
         }
         log_info("gemmd %s ready (protocol %d, mode %s)", GEMMD_VERSION, GEMMD_PROTOCOL_VERSION,
                  sched_mode_name(cfg.mode));
+        notify_send("READY=1\nSTATUS=serving");
         uv_run(&loop, UV_RUN_DEFAULT);
         server_deinit(&srv);
         log_info("stopped");

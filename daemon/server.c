@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "daemon/log.h"
+#include "daemon/notify.h"
 #include "gemmd.h"
 
 /* Takes the listening socket from systemd (LISTEN_FDS/LISTEN_PID) when it
@@ -127,15 +128,37 @@ void server_post_completion(struct request *r, void *ctx)
         uv_async_send(&srv->async);
 }
 
+void server_post_control(struct wctl *c, void *ctx)
+{
+        struct server *srv = ctx;
+
+        c->next = NULL;
+        pthread_mutex_lock(&srv->done_lock);
+        if (srv->ctl_tail)
+                srv->ctl_tail->next = c;
+        else
+                srv->ctl_head = c;
+        srv->ctl_tail = c;
+        pthread_mutex_unlock(&srv->done_lock);
+        uv_async_send(&srv->async);
+}
+
 static void on_async(uv_async_t *h)
 {
         struct server *srv = h->data;
         struct request *r, *next;
+        struct wctl *c, *cnext;
 
         pthread_mutex_lock(&srv->done_lock);
         r = srv->done_head;
         srv->done_head = srv->done_tail = NULL;
+        c = srv->ctl_head;
+        srv->ctl_head = srv->ctl_tail = NULL;
         pthread_mutex_unlock(&srv->done_lock);
+        for (; c; c = cnext) {
+                cnext = c->next;
+                c->done(c);
+        }
         for (; r; r = next) {
                 next = r->next;
                 dispatch_completion(r);
@@ -188,6 +211,7 @@ void server_drain(struct server *srv)
         if (srv->draining)
                 return;
         srv->draining = 1;
+        notify_send("STOPPING=1\nSTATUS=finishing in-flight work");
         close_listener(srv);
         server_maybe_finish(srv);
 }
@@ -196,7 +220,7 @@ void server_maybe_finish(struct server *srv)
 {
         struct session *s, *next;
 
-        if (!srv->draining || srv->queued_ops)
+        if (!srv->draining || srv->queued_ops || srv->pending_controls)
                 return;
         for (s = srv->sessions; s; s = s->next)
                 if (s->out_head)
@@ -271,7 +295,7 @@ static int start_backends(struct server *srv)
                 return -ENOMEM;
         for (int i = 0; i < n; i++) {
                 rc = worker_start(&srv->workers[i], i, srv->backends[i], cfg,
-                                  server_post_completion, srv);
+                                  server_post_completion, server_post_control, srv);
                 if (rc)
                         return rc;
                 srv->nworkers++;

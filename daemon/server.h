@@ -80,6 +80,7 @@ struct server {
 
         pthread_mutex_t done_lock;
         struct request *done_head, *done_tail;
+        struct wctl *ctl_head, *ctl_tail;
 
         struct backend **backends;
         int nbackends;
@@ -90,6 +91,7 @@ struct server {
         uint32_t nsessions;
         uint64_t next_session_id;
         uint32_t queued_ops; /* admitted and not yet completed, all sessions */
+        uint32_t pending_controls; /* control tasks whose done() has not run */
         int draining;
 
         uint64_t t_start_ns;
@@ -108,6 +110,9 @@ void server_drain(struct server *srv);
 
 /* Called by a worker when a request's last op is done (any thread). */
 void server_post_completion(struct request *r, void *ctx);
+
+/* Called by a worker when a control task has run (worker thread). */
+void server_post_control(struct wctl *c, void *ctx);
 
 /* Picks the worker for a request's ops (least pending on CUDA). */
 struct worker *server_pick_worker(struct server *srv, const struct request *r);

@@ -319,6 +319,19 @@ static int launch_group(struct worker *w, struct group *g)
         return rc;
 }
 
+void worker_control(struct worker *w, struct wctl *c)
+{
+        c->next = NULL;
+        pthread_mutex_lock(&w->lock);
+        if (w->ctl_tail)
+                w->ctl_tail->next = c;
+        else
+                w->ctl_head = c;
+        w->ctl_tail = c;
+        pthread_cond_signal(&w->cond);
+        pthread_mutex_unlock(&w->lock);
+}
+
 void worker_group_done(struct group *g, int status)
 {
         struct worker *w = g->w;
@@ -362,6 +375,18 @@ static void *worker_main(void *arg)
 
         pthread_mutex_lock(&w->lock);
         for (;;) {
+                while (w->ctl_head) {
+                        struct wctl *c = w->ctl_head;
+
+                        w->ctl_head = c->next;
+                        if (!w->ctl_head)
+                                w->ctl_tail = NULL;
+                        pthread_mutex_unlock(&w->lock);
+                        c->run(c, w);
+                        if (c->done)
+                                w->control_done(c, w->ctx);
+                        pthread_mutex_lock(&w->lock);
+                }
                 while (w->done) {
                         struct group *g = w->done;
 
@@ -409,7 +434,7 @@ static void *worker_main(void *arg)
                                 continue;
                         }
                 }
-                if (w->stopping && !w->pending_ops && !w->inflight && !w->done)
+                if (w->stopping && !w->pending_ops && !w->inflight && !w->done && !w->ctl_head)
                         break;
                 pthread_cond_wait(&w->cond, &w->lock);
         }
@@ -418,7 +443,7 @@ static void *worker_main(void *arg)
 }
 
 int worker_start(struct worker *w, int index, struct backend *be, const struct gemmd_config *cfg,
-                 worker_complete_fn complete, void *ctx)
+                 worker_complete_fn complete, worker_control_fn control_done, void *ctx)
 {
         int rc;
 
@@ -427,6 +452,7 @@ int worker_start(struct worker *w, int index, struct backend *be, const struct g
         w->be = be;
         w->cfg = cfg;
         w->complete = complete;
+        w->control_done = control_done;
         w->ctx = ctx;
         w->nslots = cfg->max_groups_inflight + 1;
         w->slots = calloc(w->nslots, sizeof(*w->slots));

@@ -67,11 +67,24 @@ struct worker_stats {
 
 typedef void (*worker_complete_fn)(struct request *r, void *ctx);
 
+/* A task for the worker thread that is not a group: work that needs the
+ * device's context (opening a CUDA IPC handle, say). run() executes on the
+ * worker thread between launches; then, if done is set, done() runs on the
+ * loop thread. Whoever runs last frees the task. */
+struct wctl {
+        struct wctl *next;
+        void (*run)(struct wctl *c, struct worker *w);
+        void (*done)(struct wctl *c);
+};
+
+typedef void (*worker_control_fn)(struct wctl *c, void *ctx);
+
 struct worker {
         int index;
         struct backend *be;
         const struct gemmd_config *cfg;
         worker_complete_fn complete;
+        worker_control_fn control_done;
         void *ctx;
 
         pthread_t thread;
@@ -87,6 +100,7 @@ struct worker {
         uint64_t busy_since_ns;
         uint64_t last_done_ns; /* when the device last became idle */
         struct group *done;    /* finished groups, not yet processed */
+        struct wctl *ctl_head, *ctl_tail;
         struct group *slots;
         uint32_t nslots;
         uint64_t next_group_id;
@@ -95,7 +109,10 @@ struct worker {
 
 /* Starts the worker thread for backend `be`. */
 int worker_start(struct worker *w, int index, struct backend *be, const struct gemmd_config *cfg,
-                 worker_complete_fn complete, void *ctx);
+                 worker_complete_fn complete, worker_control_fn control_done, void *ctx);
+
+/* Queues a control task (see struct wctl). */
+void worker_control(struct worker *w, struct wctl *c);
 
 /* Queues ops (all of one request) on `lanes` (the session's NPRIO lanes of
  * this worker) at priority `prio`. Never blocks on the device. */
