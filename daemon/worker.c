@@ -232,27 +232,14 @@ static void form_group(struct worker *w, struct group *g)
         }
 }
 
-/* Completes every op of a finished group. Called with the lock held. */
-static void finish_group(struct worker *w, struct group *g)
+/* Hands every op of a finished group back to its request. Called with the
+ * lock held, by whichever thread learns first that the group is done (the
+ * backend's completion thread, to save the latency of a hop through the
+ * worker). Makes no device calls. */
+static void complete_ops(struct worker *w, struct group *g)
 {
         const char *kname = w->be->kernel_name(w->be, g->key);
-        uint64_t run_us = (g->t_done_ns - g->t_launch_ns) / 1000;
 
-        w->st.groups++;
-        w->st.group_size_hist[hist_bucket(g->nops)]++;
-        w->st.run_us_hist[hist_bucket(run_us)]++;
-        w->st.tiles += g->tiles;
-        if (w->be->collect) {
-                uint64_t dev_ns = 0, gap_ns = 0;
-
-                w->be->collect(w->be, g, &dev_ns, &gap_ns);
-                w->st.device_ns += dev_ns;
-                if (g->b2b) {
-                        w->st.b2b_groups++;
-                        w->st.idle_gap_ns += gap_ns;
-                        w->st.idle_gaps++;
-                }
-        }
         for (uint32_t i = 0; i < g->nops; i++) {
                 struct op *o = g->ops[i];
                 uint64_t queue_us = (g->t_launch_ns - o->req->t_admit_ns) / 1000;
@@ -271,6 +258,30 @@ static void finish_group(struct worker *w, struct group *g)
                 w->st.queue_us_hist[hist_bucket(queue_us)]++;
                 g->ops[i] = NULL;
                 op_finish(w, o);
+        }
+}
+
+/* The worker's bookkeeping of a finished group (its ops are already
+ * completed): device timings, histograms, and the slot freed. Called with
+ * the lock held on the worker thread. */
+static void finish_group(struct worker *w, struct group *g)
+{
+        uint64_t run_us = (g->t_done_ns - g->t_launch_ns) / 1000;
+
+        w->st.groups++;
+        w->st.group_size_hist[hist_bucket(g->nops)]++;
+        w->st.run_us_hist[hist_bucket(run_us)]++;
+        w->st.tiles += g->tiles;
+        if (w->be->collect) {
+                uint64_t dev_ns = 0, gap_ns = 0;
+
+                w->be->collect(w->be, g, &dev_ns, &gap_ns);
+                w->st.device_ns += dev_ns;
+                if (g->b2b) {
+                        w->st.b2b_groups++;
+                        w->st.idle_gap_ns += gap_ns;
+                        w->st.idle_gaps++;
+                }
         }
         g->nops = 0;
         g->busy = 0;
@@ -339,6 +350,7 @@ void worker_group_done(struct group *g, int status)
         pthread_mutex_lock(&w->lock);
         g->status = status;
         g->t_done_ns = now_ns();
+        complete_ops(w, g);
         g->next_done = w->done;
         w->done = g;
         if (--w->inflight == 0) {
@@ -428,6 +440,7 @@ static void *worker_main(void *arg)
                                         if (rc) {
                                                 g->status = GEMMD_EDEVICE;
                                                 g->t_done_ns = g->t_launch_ns = now_ns();
+                                                complete_ops(w, g);
                                                 finish_group(w, g);
                                         }
                                 }
