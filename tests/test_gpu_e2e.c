@@ -1,0 +1,181 @@
+/*
+ * test_gpu_e2e.c - gemmd's CUDA backend end to end: the real daemon on a
+ * GPU, clients with operands in shared memory (staged by the daemon), in
+ * their own device memory (CUDA IPC), and inline. Skips where no GPU is.
+ */
+#include <criterion/criterion.h>
+#include <cuda_runtime_api.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "gemmd.h"
+#include "tests/e2e_util.h"
+
+static int have_gpu(void)
+{
+        int n = 0;
+        pid_t pid = fork();
+        int st;
+
+        /* Ask in a child: the parent must not own a CUDA context before it
+         * forks the client processes. */
+        if (pid == 0)
+                _exit(cudaGetDeviceCount(&n) == cudaSuccess && n > 0 ? 0 : 1);
+        if (pid < 0 || waitpid(pid, &st, 0) < 0)
+                return 0;
+        return WIFEXITED(st) && WEXITSTATUS(st) == 0;
+}
+
+#define SKIP_WITHOUT_GPU()                                                       \
+        do {                                                                     \
+                if (!have_gpu())                                                 \
+                        cr_skip_test("no CUDA device: GPU test skipped");        \
+        } while (0)
+
+TestSuite(gpu_e2e, .init = e2e_setup, .fini = e2e_teardown, .timeout = 300);
+
+/* Random problems of every kind, dtype, op and layout, through shared memory
+ * and inline, several submits in flight so they share groups. */
+Test(gpu_e2e, shared_and_inline_operands)
+{
+        struct e2e_daemon d;
+        gemmd_client *c;
+        struct e2e_arena ar;
+        struct e2e_prob p[96];
+        uint64_t seed = 42;
+        char why[512];
+
+        SKIP_WITHOUT_GPU();
+        cr_assert_eq(e2e_daemon_start(&d, "--backend", "cuda", NULL), 0);
+        c = e2e_connect(&d);
+        cr_assert_not_null(c);
+        cr_assert_eq(e2e_arena_init(&ar, c, 256u << 20), 0);
+        for (int i = 0; i < 96; i++) {
+                struct e2e_spec s;
+
+                e2e_spec_random(&s, &seed, i < 64 ? 300 : 40);
+                if (i < 64)
+                        cr_assert_eq(e2e_prob_place(&p[i], &s, &ar, &seed), 0);
+                else
+                        cr_assert_eq(e2e_prob_inline(&p[i], &s, &seed), 0);
+        }
+        cr_assert_eq(e2e_run_checked(c, p, 96, 4, NULL, why, sizeof(why)), 0, "%s", why);
+        for (int i = 0; i < 96; i++)
+                e2e_prob_free(&p[i]);
+        gemmd_disconnect(c);
+        cr_assert_eq(e2e_daemon_stop(&d), 0);
+}
+
+/* One client process: its operands in its own device memory, registered
+ * through CUDA IPC, checked against the double-precision reference. */
+static int ipc_client(const struct e2e_daemon *d, uint64_t seed, int nprob)
+{
+        gemmd_client *c = e2e_connect(d);
+        int bad = 0;
+
+        if (!c)
+                return 2;
+        for (int i = 0; i < nprob && !bad; i++) {
+                struct e2e_spec s;
+                struct e2e_prob p;
+                void *dev[3] = {0};
+                gemmd_buffer id[3] = {0};
+                struct gemmd_result res;
+                gemmd_ticket t;
+                double err;
+                char why[256];
+                int rc;
+
+                e2e_spec_random(&s, &seed, 200);
+                if (e2e_prob_inline(&p, &s, &seed))
+                        return 3;
+                uint64_t bytes[3] = {p.abytes, p.bbytes, p.cbytes};
+                const void *src[3] = {p.a, p.b, p.c0};
+
+                for (int j = 0; j < 3; j++) {
+                        if (cudaMalloc(&dev[j], bytes[j]) != cudaSuccess ||
+                            cudaMemcpy(dev[j], src[j], bytes[j], cudaMemcpyHostToDevice) != cudaSuccess) {
+                                fprintf(stderr, "ipc client: cuda setup failed\n");
+                                return 4;
+                        }
+                        rc = gemmd_register_device(c, dev[j], bytes[j], &id[j]);
+                        if (rc) {
+                                fprintf(stderr, "ipc client: register: %s\n", gemmd_strerror(rc));
+                                return 5;
+                        }
+                }
+                p.op.a = (struct gemmd_operand){.buffer = id[0]};
+                p.op.b = (struct gemmd_operand){.buffer = id[1]};
+                p.op.c = (struct gemmd_operand){.buffer = id[2]};
+                rc = gemmd_submit(c, &p.op, 1, GEMMD_PRIO_NORMAL, &t);
+                if (!rc)
+                        rc = gemmd_wait(c, t, 60000, &res, 1);
+                if (rc) {
+                        fprintf(stderr, "ipc client: %s: %s\n", e2e_spec_str(&s, why, sizeof(why)),
+                                gemmd_strerror(rc));
+                        bad = 1;
+                } else if (cudaMemcpy(p.c, dev[2], p.cbytes, cudaMemcpyDeviceToHost) != cudaSuccess) {
+                        bad = 1;
+                } else if (e2e_prob_check(&p, &err, why, sizeof(why))) {
+                        char desc[128];
+
+                        fprintf(stderr, "ipc client: %s: %s\n", e2e_spec_str(&s, desc, sizeof(desc)), why);
+                        bad = 1;
+                }
+                for (int j = 0; j < 3; j++) {
+                        gemmd_unregister(c, id[j]);
+                        cudaFree(dev[j]);
+                }
+                e2e_prob_free(&p);
+        }
+        gemmd_disconnect(c);
+        return bad;
+}
+
+Test(gpu_e2e, two_processes_with_ipc_buffers)
+{
+        struct e2e_daemon d;
+        pid_t kids[2];
+
+        SKIP_WITHOUT_GPU();
+        cr_assert_eq(e2e_daemon_start(&d, "--backend", "cuda", NULL), 0);
+        for (int i = 0; i < 2; i++) {
+                kids[i] = fork();
+                cr_assert_geq(kids[i], 0);
+                if (kids[i] == 0)
+                        _exit(ipc_client(&d, 1000 + (uint64_t)i, 40));
+        }
+        for (int i = 0; i < 2; i++)
+                cr_expect_eq(e2e_wait_child(kids[i], 240000), 0, "IPC client %d failed", i);
+        cr_assert_eq(e2e_daemon_stop(&d), 0);
+}
+
+/* A device range that claims more than its allocation is refused. */
+Test(gpu_e2e, ipc_range_past_allocation_refused)
+{
+        struct e2e_daemon d;
+        pid_t kid;
+
+        SKIP_WITHOUT_GPU();
+        cr_assert_eq(e2e_daemon_start(&d, "--backend", "cuda", NULL), 0);
+        kid = fork();
+        cr_assert_geq(kid, 0);
+        if (kid == 0) {
+                gemmd_client *c = e2e_connect(&d);
+                void *p;
+                gemmd_buffer id;
+                int rc;
+
+                if (!c || cudaMalloc(&p, 1 << 20) != cudaSuccess)
+                        _exit(2);
+                rc = gemmd_register_device(c, p, (1 << 20) + (4 << 20), &id);
+                /* The library or the daemon must notice; either way no id. */
+                _exit(rc == GEMMD_EBOUNDS ? 0 : 3);
+        }
+        cr_expect_eq(e2e_wait_child(kid, 60000), 0);
+        cr_assert_eq(e2e_daemon_stop(&d), 0);
+}
