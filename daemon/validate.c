@@ -113,7 +113,8 @@ static int resolve(const struct operand_shape *sh, int is_c, float beta, size_t 
         if (have != 0 && have < span)
                 return fail(msg, len, GEMMD_EBOUNDS, "%s: %zu inline bytes, the op reads %llu",
                             sh->name, have, (unsigned long long)span);
-        *inline_bytes += span + (is_c ? span : 0);
+        /* An inline C counts once: its result replaces its input. */
+        *inline_bytes += span;
         rc = gbuf_new_inline(span, &b);
         if (rc)
                 return fail(msg, len, rc, "%s: out of memory", sh->name);

@@ -150,6 +150,15 @@ struct gemmd_info {
         uint32_t max_queue_ops;      /* whole daemon */
 };
 
+/* One device of the daemon, as its handshake described it. */
+struct gemmd_device {
+        uint32_t index;
+        char name[64];
+        char backend[16]; /* "cpu" or "cuda" */
+        uint32_t units;   /* SMs, or CPU threads */
+        uint64_t memory_bytes;
+};
+
 /* Connects to the daemon at `socket_path` (NULL: $GEMMD_SOCKET, else
  * GEMMD_DEFAULT_SOCKET) and performs the handshake. On success *out owns a
  * new handle that the caller frees with gemmd_disconnect(). Returns 0,
@@ -163,6 +172,10 @@ void gemmd_disconnect(gemmd_client *c);
 
 /* Copies the daemon's handshake answer (limits, backend) into *info. */
 int gemmd_get_info(const gemmd_client *c, struct gemmd_info *info);
+
+/* Copies device i (0 .. info.ndevices - 1) of the handshake answer into
+ * *dev. Returns 0, or -EINVAL for a bad index. */
+int gemmd_get_device(const gemmd_client *c, uint32_t i, struct gemmd_device *dev);
 
 /* Allocates `bytes` of host shared memory, maps it into this process and
  * registers it with the daemon. *id receives the buffer id, *ptr the
