@@ -23,7 +23,8 @@
 #include "scheduler/tiles.h"
 
 enum sched_mode {
-        SCHED_RR = 0,     /* round-robin over the linear tile index (CUTLASS) */
+        SCHED_ROUND_ROBIN = 0, /* (not SCHED_RR: <sched.h> owns that name)
+                                * round-robin over the linear tile index (CUTLASS) */
         SCHED_SORTED = 1, /* round-robin after sorting by descending K */
         SCHED_LPT = 2,    /* longest processing time first over the cost model */
         SCHED_SPLIT = 3,  /* lpt + deterministic K split of an under-half-full tail */

@@ -1,0 +1,176 @@
+/*
+ * cost.c - the scheduler's cost model (see cost.h).
+ */
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "gemmd.h"
+#include "scheduler/cost.h"
+
+/* The defaults, in units of one bf16 mainloop iteration of a 128x128x64
+ * tile (about 0.28 us on an H100 SXM). Exact f32 runs on the FMA units at
+ * about 1/15 of the bf16 tensor rate, TF32 at half of it. The fixed cost
+ * covers the pipeline fill (a first TMA round trip, about 1 us) and an
+ * epilogue that the next tile's mainloop only partly hides. A split part
+ * stores 64 KiB of f32 per chunk and the last CTA reads them all back. */
+static const struct sched_cost cost_defaults = {
+        .kiter = {[SCHED_COST_F32] = 16.0,
+                  [SCHED_COST_TF32] = 2.0,
+                  [SCHED_COST_F16] = 1.0,
+                  [SCHED_COST_BF16] = 1.0},
+        .syr2k_mainloops = 2.0,
+        .tile_fixed = 4.0,
+        .split_part = 2.0,
+        .split_store = 2.0,
+        .split_reduce = 1.0,
+        .split_min_gain = 0.02,
+};
+
+static struct sched_cost cost_current = cost_defaults;
+
+/* Names sched_cost_parse and sched_cost_format use, with each field. */
+static const struct {
+        const char *name;
+        size_t off;
+} cost_fields[] = {
+        {"kiter_f32", offsetof(struct sched_cost, kiter[SCHED_COST_F32])},
+        {"kiter_tf32", offsetof(struct sched_cost, kiter[SCHED_COST_TF32])},
+        {"kiter_f16", offsetof(struct sched_cost, kiter[SCHED_COST_F16])},
+        {"kiter_bf16", offsetof(struct sched_cost, kiter[SCHED_COST_BF16])},
+        {"syr2k_mainloops", offsetof(struct sched_cost, syr2k_mainloops)},
+        {"tile_fixed", offsetof(struct sched_cost, tile_fixed)},
+        {"split_part", offsetof(struct sched_cost, split_part)},
+        {"split_store", offsetof(struct sched_cost, split_store)},
+        {"split_reduce", offsetof(struct sched_cost, split_reduce)},
+        {"split_min_gain", offsetof(struct sched_cost, split_min_gain)},
+};
+
+#define NFIELDS (sizeof(cost_fields) / sizeof(cost_fields[0]))
+
+static double *field(struct sched_cost *c, size_t i)
+{
+        return (double *)((char *)c + cost_fields[i].off);
+}
+
+struct sched_cost sched_cost_default(void) { return cost_defaults; }
+
+int sched_cost_validate(const struct sched_cost *c)
+{
+        struct sched_cost tmp = *c;
+        size_t i;
+
+        for (i = 0; i < NFIELDS; i++)
+                if (!isfinite(*field(&tmp, i)) || *field(&tmp, i) < 0)
+                        return -EINVAL;
+        for (i = 0; i < SCHED_COST_NCLASSES; i++)
+                if (!(c->kiter[i] > 0))
+                        return -EINVAL;
+        if (!(c->tile_fixed > 0) || c->split_min_gain >= 1)
+                return -EINVAL;
+        return 0;
+}
+
+int sched_cost_parse(struct sched_cost *c, const char *spec)
+{
+        struct sched_cost tmp = *c;
+        const char *p = spec;
+
+        while (*p != '\0') {
+                const char *eq = strchr(p, '=');
+                size_t len, i;
+                char *end;
+                double v;
+
+                if (eq == NULL)
+                        return -EINVAL;
+                len = (size_t)(eq - p);
+                for (i = 0; i < NFIELDS; i++)
+                        if (strlen(cost_fields[i].name) == len &&
+                            memcmp(cost_fields[i].name, p, len) == 0)
+                                break;
+                if (i == NFIELDS)
+                        return -EINVAL;
+                errno = 0;
+                v = strtod(eq + 1, &end);
+                if (end == eq + 1 || errno != 0 || (*end != ',' && *end != '\0'))
+                        return -EINVAL;
+                *field(&tmp, i) = v;
+                p = *end == ',' ? end + 1 : end;
+        }
+        if (sched_cost_validate(&tmp) != 0)
+                return -EINVAL;
+        *c = tmp;
+        return 0;
+}
+
+int sched_cost_format(const struct sched_cost *c, char *buf, size_t size)
+{
+        struct sched_cost tmp = *c;
+        size_t i, used = 0;
+        int n, total = 0;
+
+        if (size > 0)
+                buf[0] = '\0';
+        for (i = 0; i < NFIELDS; i++) {
+                n = snprintf(buf + used, used < size ? size - used : 0, "%s%s=%g", i ? "," : "",
+                             cost_fields[i].name, *field(&tmp, i));
+                if (n < 0)
+                        return n;
+                total += n;
+                used += (size_t)n;
+                if (used > size)
+                        used = size;
+        }
+        return total;
+}
+
+const struct sched_cost *sched_cost_get(void) { return &cost_current; }
+
+int sched_cost_set(const struct sched_cost *c)
+{
+        if (c == NULL) {
+                cost_current = cost_defaults;
+                return 0;
+        }
+        if (sched_cost_validate(c) != 0)
+                return -EINVAL;
+        cost_current = *c;
+        return 0;
+}
+
+int sched_cost_class(const struct sched_problem *p)
+{
+        switch (p->dtype) {
+        case GEMMD_F32:
+                return p->tf32 ? SCHED_COST_TF32 : SCHED_COST_F32;
+        case GEMMD_F16:
+                return SCHED_COST_F16;
+        case GEMMD_BF16:
+                return SCHED_COST_BF16;
+        default:
+                return -1;
+        }
+}
+
+double sched_cost_entry(const struct sched_cost *c, const struct sched_problem *p,
+                        struct sched_shape s, uint32_t kc_begin, uint32_t kc_end, int split)
+{
+        int cls = sched_cost_class(p);
+        double it = c->kiter[cls < 0 ? SCHED_COST_F32 : cls];
+        double cost;
+
+        if (p->kind == SCHED_SYR2K)
+                it *= c->syr2k_mainloops;
+        cost = c->tile_fixed + it * sched_kiters(p->k, s.tk, kc_begin, kc_end);
+        if (split)
+                cost += c->split_part + c->split_store * (kc_end - kc_begin);
+        return cost;
+}
+
+double sched_cost_reduce(const struct sched_cost *c, const struct sched_problem *p)
+{
+        return c->split_reduce * sched_kchunks(p->k);
+}
