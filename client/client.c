@@ -111,6 +111,7 @@ struct gemmd_client {
 
         struct gemmd_info info;
         struct gemmd_device *devices;
+        char last_error[256]; /* the daemon's text of its last Error reply */
 };
 
 /* ---- tickets ---------------------------------------------------------- */
@@ -356,6 +357,7 @@ static void take_sync(struct gemmd_client *c, const Gemmd__V1__Envelope *env)
         s->done = 1;
         switch (env->body_case) {
         case GEMMD__V1__ENVELOPE__BODY_ERROR:
+                copy_str(c->last_error, sizeof(c->last_error), env->error->message);
                 s->err = frame_code_to_err(env->error->code);
                 if (!s->err)
                         s->err = GEMMD_EPROTO; /* an error that says OK */
@@ -403,6 +405,7 @@ static int handle_frame(struct gemmd_client *c, const uint8_t *body, uint32_t le
         } else if (env->body_case == GEMMD__V1__ENVELOPE__BODY_ERROR) {
                 int err = frame_code_to_err(env->error->code);
 
+                copy_str(c->last_error, sizeof(c->last_error), env->error->message);
                 ticket_fail(c, t, err ? err : GEMMD_EPROTO);
         } else {
                 ticket_fail(c, t, GEMMD_EPROTO);
@@ -1092,6 +1095,11 @@ static const char *const gemmd_errors[] = {
         [15] = "permission denied by the daemon",
         [16] = "unknown ticket",
 };
+
+const char *gemmd_last_error(const gemmd_client *c)
+{
+        return c ? c->last_error : "";
+}
 
 const char *gemmd_strerror(int code)
 {

@@ -468,7 +468,9 @@ static int run_job(struct job *j, struct gemmd_op *op, uint64_t rows, uint64_t c
         op->c.offset = j->m[2].off;
         err = gemmd_run(c, op, 1, &res);
         if (err) {
-                status = die(err, "%s", j->cmd);
+                const char *why = gemmd_last_error(c);
+
+                status = *why ? die(err, "%s: %s", j->cmd, why) : die(err, "%s", j->cmd);
                 goto free_buffer;
         }
         out.dtype = j->file_dt == GEMMD_F16 ? NPY_F16 : NPY_F32;

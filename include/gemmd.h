@@ -231,6 +231,12 @@ int gemmd_run(gemmd_client *c, const struct gemmd_op *ops, size_t nops, struct g
  * *text is a NUL-terminated string the caller frees with free(). */
 int gemmd_stats(gemmd_client *c, int json, char **text);
 
+/* The daemon's own words for the last error it reported on this
+ * connection (a rejected submit or call: "op 0: A: bytes [0, 4100) reach
+ * past the end of buffer 1 (4096 bytes)"), or "" if none. Valid until the
+ * next call on the handle. */
+const char *gemmd_last_error(const gemmd_client *c);
+
 /* Returns a static description of a code returned by this library (a
  * negative errno or GEMMD_E*). Never NULL. */
 const char *gemmd_strerror(int code);

@@ -1,0 +1,773 @@
+/*
+ * gemmbench.c - times gemmd's grouped kernels against cuBLAS in one process.
+ *
+ *   gemmbench kernels [--mode MODE|all] [--workload NAME|all|FILE] [--json] [--reps N]
+ *
+ * Workloads are those of BENCHMARKS.md (plus "big", one 8192^3 bf16 GEMM),
+ * or a file in the `gemmctl plan` format: one problem per line,
+ * `gemm M N K [dtype]` or `syr2k N K [dtype] [lower|upper]`, `#` comments,
+ * dtype f32|tf32|f16|bf16 (default bf16). Layout as in BENCHMARKS.md: A is
+ * stored m x k and B n x k, both contiguous along K (column-major A^T, B:
+ * trans_a = T, trans_b = N), C is m x n column-major; SYR2K uses op T (A and
+ * B stored n x k, contiguous along K). alpha = 1, beta = 0.
+ *
+ * For each workload: gemmd's output is checked against cuBLAS's (max error
+ * relative to the largest |C|), then each mode's kernel and the cuBLAS
+ * peers (a cublasGemmEx loop, cublasGemmGroupedBatchedEx with one group per
+ * problem, cublasGemmStridedBatchedEx when all problems are equal,
+ * cublasSsyr2k per SYR2K problem) are timed: warm-ups, then the median of
+ * --reps runs timed with CUDA events, rotating over several copies of the
+ * operands when one copy fits in L2. Plans are built on the host with
+ * sched_plan_build before timing.
+ */
+#include <cublas_v2.h>
+#include <cuda_runtime_api.h>
+#include <errno.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "bench/bench_fill.h"
+#include "include/gemmd.h"
+#include "kernels/cuda_gemm.h"
+#include "kernels/half.h"
+#include "scheduler/plan.h"
+
+#define CK(x)                                                                                    \
+        do {                                                                                     \
+                cudaError_t e_ = (x);                                                            \
+                if (e_ != cudaSuccess) {                                                         \
+                        fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #x,               \
+                                cudaGetErrorString(e_));                                         \
+                        exit(1);                                                                 \
+                }                                                                                \
+        } while (0)
+#define CB(x)                                                                                    \
+        do {                                                                                     \
+                cublasStatus_t s_ = (x);                                                         \
+                if (s_ != CUBLAS_STATUS_SUCCESS) {                                               \
+                        fprintf(stderr, "%s:%d: %s: cuBLAS status %d\n", __FILE__, __LINE__, #x, \
+                                (int)s_);                                                        \
+                        exit(1);                                                                 \
+                }                                                                                \
+        } while (0)
+
+struct bprob {
+        int kind, dtype, tf32, uplo;
+        uint32_t m, n, k;
+};
+
+struct workload {
+        char name[64];
+        struct bprob *p;
+        uint32_t n, cap;
+};
+
+static uint64_t rng = 0x2545f4914f6cdd1dull;
+
+static uint32_t rndu(uint32_t n)
+{
+        rng ^= rng << 13;
+        rng ^= rng >> 7;
+        rng ^= rng << 17;
+        return (uint32_t)(rng % n);
+}
+
+static void add(struct workload *w, int kind, int dtype, int tf32, int uplo, uint32_t m, uint32_t n,
+                uint32_t k)
+{
+        if (w->n == w->cap) {
+                w->cap = w->cap ? 2 * w->cap : 64;
+                w->p = realloc(w->p, w->cap * sizeof(*w->p));
+                if (!w->p) {
+                        fprintf(stderr, "out of memory\n");
+                        exit(1);
+                }
+        }
+        w->p[w->n++] = (struct bprob){kind, dtype, tf32, uplo, m, n, k};
+}
+
+static const char *builtin[] = {"seed002", "cutlassdoc", "varied",     "tiny", "moe",
+                                "varied-f32", "varied-tf32", "syr2k", "big"};
+#define NBUILTIN (sizeof(builtin) / sizeof(builtin[0]))
+
+static int make_builtin(const char *name, struct workload *w)
+{
+        memset(w, 0, sizeof(*w));
+        snprintf(w->name, sizeof(w->name), "%s", name);
+        rng = 0x2545f4914f6cdd1dull;
+        if (!strcmp(name, "seed002")) {
+                for (int i = 0; i < 256; i++)
+                        add(w, SCHED_GEMM, GEMMD_BF16, 0, 0, 128, 512, 7168);
+        } else if (!strcmp(name, "cutlassdoc")) {
+                add(w, SCHED_GEMM, GEMMD_BF16, 0, 0, 1152, 768, 128);
+                add(w, SCHED_GEMM, GEMMD_BF16, 0, 0, 1152, 768, 1024);
+                add(w, SCHED_GEMM, GEMMD_BF16, 0, 0, 768, 1152, 128);
+                add(w, SCHED_GEMM, GEMMD_BF16, 0, 0, 768, 1152, 1024);
+        } else if (!strcmp(name, "varied")) {
+                for (int i = 0; i < 512; i++)
+                        add(w, SCHED_GEMM, GEMMD_BF16, 0, 0, 64 * (1 + rndu(16)), 64 * (1 + rndu(16)),
+                            64 * (1 + rndu(16)));
+        } else if (!strcmp(name, "tiny")) {
+                for (int i = 0; i < 1024; i++)
+                        add(w, SCHED_GEMM, GEMMD_BF16, 0, 0, 64, 64, 64);
+        } else if (!strcmp(name, "moe")) {
+                for (int i = 0; i < 64; i++)
+                        add(w, SCHED_GEMM, GEMMD_BF16, 0, 0, 64 * (1 + rndu(8)), 2816, 2048);
+        } else if (!strcmp(name, "varied-f32") || !strcmp(name, "varied-tf32")) {
+                int tf = !strcmp(name, "varied-tf32");
+                for (int i = 0; i < 256; i++)
+                        add(w, SCHED_GEMM, GEMMD_F32, tf, 0, 64 * (1 + rndu(8)), 64 * (1 + rndu(8)),
+                            64 * (1 + rndu(8)));
+        } else if (!strcmp(name, "syr2k")) {
+                add(w, SCHED_SYR2K, GEMMD_F32, 0, 0, 4096, 4096, 512);
+        } else if (!strcmp(name, "big")) {
+                add(w, SCHED_GEMM, GEMMD_BF16, 0, 0, 8192, 8192, 8192);
+        } else {
+                return -1;
+        }
+        return 0;
+}
+
+static int parse_dtype(const char *s, int *dtype, int *tf32)
+{
+        *tf32 = 0;
+        if (!strcmp(s, "f32"))
+                *dtype = GEMMD_F32;
+        else if (!strcmp(s, "tf32"))
+                *dtype = GEMMD_F32, *tf32 = 1;
+        else if (!strcmp(s, "f16"))
+                *dtype = GEMMD_F16;
+        else if (!strcmp(s, "bf16"))
+                *dtype = GEMMD_BF16;
+        else
+                return -1;
+        return 0;
+}
+
+/* Reads a workload file in the `gemmctl plan` format. */
+static int load_file(const char *path, struct workload *w)
+{
+        FILE *f = fopen(path, "r");
+        char line[512];
+        int lineno = 0;
+        if (!f) {
+                fprintf(stderr, "gemmbench: %s: %s\n", path, strerror(errno));
+                return -1;
+        }
+        memset(w, 0, sizeof(*w));
+        const char *base = strrchr(path, '/');
+        snprintf(w->name, sizeof(w->name), "%s", base ? base + 1 : path);
+        while (fgets(line, sizeof(line), f)) {
+                lineno++;
+                char *hash = strchr(line, '#');
+                if (hash)
+                        *hash = 0;
+                char op[16], a1[16] = "", a2[16] = "";
+                unsigned long x, y, z = 0;
+                int dtype = GEMMD_BF16, tf32 = 0, uplo = 0, nf;
+                if ((nf = sscanf(line, "%15s", op)) != 1)
+                        continue;
+                if (!strcmp(op, "gemm")) {
+                        nf = sscanf(line, "%*s %lu %lu %lu %15s", &x, &y, &z, a1);
+                        if (nf < 3 || (nf == 4 && parse_dtype(a1, &dtype, &tf32)))
+                                goto bad;
+                        add(w, SCHED_GEMM, dtype, tf32, 0, x, y, z);
+                } else if (!strcmp(op, "syr2k")) {
+                        nf = sscanf(line, "%*s %lu %lu %15s %15s", &x, &y, a1, a2);
+                        if (nf < 2 || (nf >= 3 && parse_dtype(a1, &dtype, &tf32)))
+                                goto bad;
+                        if (nf == 4 && strcmp(a2, "lower") && strcmp(a2, "upper"))
+                                goto bad;
+                        uplo = nf == 4 && !strcmp(a2, "upper");
+                        add(w, SCHED_SYR2K, dtype, tf32, uplo, x, x, y);
+                } else {
+                        goto bad;
+                }
+                if (x == 0 || y == 0 || (w->p[w->n - 1].k == 0))
+                        goto bad;
+        }
+        fclose(f);
+        return w->n ? 0 : -1;
+bad:
+        fprintf(stderr, "gemmbench: %s:%d: bad line\n", path, lineno);
+        fclose(f);
+        return -1;
+}
+
+static size_t esize(int dtype) { return dtype == GEMMD_F32 ? 4 : 2; }
+
+static cudaDataType_t cuda_type(int dtype)
+{
+        return dtype == GEMMD_F32 ? CUDA_R_32F : dtype == GEMMD_F16 ? CUDA_R_16F : CUDA_R_16BF;
+}
+
+static double flops(const struct bprob *p)
+{
+        return 2.0 * p->m * p->n * (double)p->k;
+}
+
+/* The device-side state of one config's problems of a workload. */
+struct set {
+        int dtype, tf32;
+        uint32_t n, copies;
+        struct bprob *p;
+        size_t *aoff, *boff, *coff; /* element offsets inside each copy */
+        size_t elems;               /* elements of one copy */
+        char *dbuf;                 /* copies * elems elements */
+        struct gemmd_kproblem **dkp; /* per copy, device */
+        struct sched_problem *sp;
+        double flops;
+        int all_equal, any_syr2k;
+};
+
+static void set_lda(const struct bprob *p, int64_t *lda, int64_t *ldb, int64_t *ldc)
+{
+        *lda = p->k;
+        *ldb = p->k;
+        *ldc = p->m;
+}
+
+static void set_init(struct set *s, const struct workload *w, int dtype, int tf32, size_t l2)
+{
+        memset(s, 0, sizeof(*s));
+        s->dtype = dtype;
+        s->tf32 = tf32;
+        s->p = malloc(w->n * sizeof(*s->p));
+        for (uint32_t i = 0; i < w->n; i++)
+                if (w->p[i].dtype == dtype && w->p[i].tf32 == tf32)
+                        s->p[s->n++] = w->p[i];
+        if (!s->n)
+                return;
+        s->aoff = malloc(s->n * sizeof(size_t));
+        s->boff = malloc(s->n * sizeof(size_t));
+        s->coff = malloc(s->n * sizeof(size_t));
+        s->sp = malloc(s->n * sizeof(*s->sp));
+        size_t off = 0, align = 128;
+        s->all_equal = 1;
+        /* A's, then B's, then C's, so equal problems have uniform strides. */
+        for (int o = 0; o < 3; o++)
+                for (uint32_t i = 0; i < s->n; i++) {
+                        const struct bprob *p = &s->p[i];
+                        size_t e = o == 0 ? (size_t)p->m * p->k : o == 1 ? (size_t)p->n * p->k
+                                                                         : (size_t)p->m * p->n;
+                        off = (off + align - 1) / align * align;
+                        (o == 0 ? s->aoff : o == 1 ? s->boff : s->coff)[i] = off;
+                        off += e;
+                }
+        s->elems = (off + align - 1) / align * align;
+        for (uint32_t i = 0; i < s->n; i++) {
+                const struct bprob *p = &s->p[i];
+                s->flops += flops(p);
+                if (p->m != s->p[0].m || p->n != s->p[0].n || p->k != s->p[0].k || p->kind != s->p[0].kind)
+                        s->all_equal = 0;
+                if (p->kind == SCHED_SYR2K)
+                        s->any_syr2k = 1;
+                s->sp[i] = (struct sched_problem){.kind = (uint8_t)p->kind, .dtype = (uint8_t)dtype,
+                                                  .uplo = (uint8_t)p->uplo, .tf32 = (uint8_t)tf32,
+                                                  .m = p->m, .n = p->n, .k = p->k};
+        }
+        size_t bytes = s->elems * esize(dtype);
+        s->copies = bytes * 2 < l2 ? (uint32_t)((3 * l2) / bytes + 1) : 1;
+        if (s->copies > 16)
+                s->copies = 16;
+        CK(cudaMalloc((void **)&s->dbuf, s->copies * bytes));
+        if (bench_fill(s->dbuf, s->copies * s->elems, dtype, 12345)) {
+                fprintf(stderr, "gemmbench: fill failed\n");
+                exit(1);
+        }
+        s->dkp = malloc(s->copies * sizeof(*s->dkp));
+        struct gemmd_kproblem *kp = malloc(s->n * sizeof(*kp));
+        for (uint32_t c = 0; c < s->copies; c++) {
+                char *base = s->dbuf + c * bytes;
+                for (uint32_t i = 0; i < s->n; i++) {
+                        const struct bprob *p = &s->p[i];
+                        memset(&kp[i], 0, sizeof(kp[i]));
+                        kp[i].a = (uint64_t)(uintptr_t)(base + s->aoff[i] * esize(dtype));
+                        kp[i].b = (uint64_t)(uintptr_t)(base + s->boff[i] * esize(dtype));
+                        kp[i].c = (uint64_t)(uintptr_t)(base + s->coff[i] * esize(dtype));
+                        set_lda(p, &kp[i].lda, &kp[i].ldb, &kp[i].ldc);
+                        kp[i].m = p->m;
+                        kp[i].n = p->n;
+                        kp[i].k = p->k;
+                        kp[i].alpha = 1.f;
+                        kp[i].beta = 0.f;
+                        kp[i].kind = (uint8_t)p->kind;
+                        kp[i].dtype = (uint8_t)dtype;
+                        kp[i].trans_a = 1;
+                        kp[i].trans_b = 0;
+                        kp[i].uplo = (uint8_t)p->uplo;
+                        kp[i].tf32 = (uint8_t)tf32;
+                }
+                CK(cudaMalloc((void **)&s->dkp[c], s->n * sizeof(*kp)));
+                CK(cudaMemcpy(s->dkp[c], kp, s->n * sizeof(*kp), cudaMemcpyHostToDevice));
+        }
+        free(kp);
+        CK(cudaDeviceSynchronize());
+}
+
+static void set_free(struct set *s)
+{
+        if (s->n) {
+                for (uint32_t c = 0; c < s->copies; c++)
+                        cudaFree(s->dkp[c]);
+                cudaFree(s->dbuf);
+                free(s->dkp);
+                free(s->aoff);
+                free(s->boff);
+                free(s->coff);
+                free(s->sp);
+        }
+        free(s->p);
+}
+
+static char *copy_base(const struct set *s, uint32_t c) { return s->dbuf + c * s->elems * esize(s->dtype); }
+
+/* A gemmd launch ready to time. */
+struct gplan {
+        struct sched_plan plan;
+        struct sched_config cfg;
+        void *blob;
+        float *ws;
+        uint32_t *arr;
+};
+
+static int gplan_build(struct gplan *g, const struct set *s, enum sched_mode mode, uint32_t ctas)
+{
+        memset(g, 0, sizeof(*g));
+        sched_plan_init(&g->plan);
+        g->cfg = (struct sched_config){.mode = mode, .shape = cuda_gemm_shape(s->dtype, s->tf32), .ctas = ctas};
+        int rc = sched_plan_build(&g->plan, s->sp, s->n, &g->cfg);
+        if (rc)
+                return rc;
+        if (g->plan.blob_bytes) {
+                CK(cudaMalloc(&g->blob, g->plan.blob_bytes));
+                CK(cudaMemcpy(g->blob, g->plan.blob, g->plan.blob_bytes, cudaMemcpyHostToDevice));
+        }
+        size_t wsb = cuda_gemm_ws_bytes(&g->plan, g->cfg.shape), ab = cuda_gemm_arrivals_bytes(&g->plan);
+        if (wsb)
+                CK(cudaMalloc((void **)&g->ws, wsb));
+        if (ab) {
+                CK(cudaMalloc((void **)&g->arr, ab));
+                CK(cudaMemset(g->arr, 0, ab));
+        }
+        return 0;
+}
+
+static void gplan_free(struct gplan *g)
+{
+        cudaFree(g->blob);
+        cudaFree(g->ws);
+        cudaFree(g->arr);
+        sched_plan_deinit(&g->plan);
+}
+
+static void kern_run(const struct set *s, const struct gplan *g, uint32_t copy)
+{
+        struct cuda_group grp = {.problems = s->dkp[copy], .nproblems = s->n, .dtype = s->dtype,
+                                 .tf32 = s->tf32, .plan_blob = g->blob, .plan = &g->plan,
+                                 .cfg = g->cfg, .ws = g->ws, .arrivals = g->arr};
+        int rc = cuda_gemm_launch(&grp, NULL);
+        if (rc) {
+                fprintf(stderr, "gemmbench: cuda_gemm_launch = %d\n", rc);
+                exit(1);
+        }
+}
+
+enum peer { PEER_LOOP, PEER_GROUPED, PEER_STRIDED, PEER_SYR2K, NPEERS };
+static const char *peer_names[] = {"cublas-loop", "cublas-grouped", "cublas-strided", "cublas-syr2k"};
+
+/* Host arrays for the grouped call, and device pointer arrays per copy. */
+struct grouped {
+        cublasOperation_t *ta, *tb;
+        int *m, *n, *k, *lda, *ldb, *ldc, *gsize;
+        float *alpha, *beta;
+        void ***dA, ***dB, ***dC;
+};
+
+static cublasComputeType_t compute_type(const struct set *s)
+{
+        if (s->dtype == GEMMD_F32)
+                return s->tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
+        return CUBLAS_COMPUTE_32F;
+}
+
+static void grouped_init(struct grouped *g, const struct set *s)
+{
+        uint32_t n = s->n;
+        g->ta = malloc(n * sizeof(*g->ta));
+        g->tb = malloc(n * sizeof(*g->tb));
+        g->m = malloc(n * sizeof(int));
+        g->n = malloc(n * sizeof(int));
+        g->k = malloc(n * sizeof(int));
+        g->lda = malloc(n * sizeof(int));
+        g->ldb = malloc(n * sizeof(int));
+        g->ldc = malloc(n * sizeof(int));
+        g->gsize = malloc(n * sizeof(int));
+        g->alpha = malloc(n * sizeof(float));
+        g->beta = malloc(n * sizeof(float));
+        g->dA = malloc(s->copies * sizeof(void **));
+        g->dB = malloc(s->copies * sizeof(void **));
+        g->dC = malloc(s->copies * sizeof(void **));
+        void **h = malloc(n * sizeof(void *));
+        for (uint32_t i = 0; i < n; i++) {
+                g->ta[i] = CUBLAS_OP_T;
+                g->tb[i] = CUBLAS_OP_N;
+                g->m[i] = (int)s->p[i].m;
+                g->n[i] = (int)s->p[i].n;
+                g->k[i] = (int)s->p[i].k;
+                g->lda[i] = (int)s->p[i].k;
+                g->ldb[i] = (int)s->p[i].k;
+                g->ldc[i] = (int)s->p[i].m;
+                g->gsize[i] = 1;
+                g->alpha[i] = 1.f;
+                g->beta[i] = 0.f;
+        }
+        size_t es = esize(s->dtype);
+        for (uint32_t c = 0; c < s->copies; c++) {
+                void ***arr[3] = {&g->dA[c], &g->dB[c], &g->dC[c]};
+                const size_t *offs[3] = {s->aoff, s->boff, s->coff};
+                for (int o = 0; o < 3; o++) {
+                        for (uint32_t i = 0; i < n; i++)
+                                h[i] = copy_base(s, c) + offs[o][i] * es;
+                        CK(cudaMalloc((void **)arr[o], n * sizeof(void *)));
+                        CK(cudaMemcpy(*arr[o], h, n * sizeof(void *), cudaMemcpyHostToDevice));
+                }
+        }
+        free(h);
+}
+
+static void grouped_free(struct grouped *g, const struct set *s)
+{
+        for (uint32_t c = 0; c < s->copies; c++) {
+                cudaFree(g->dA[c]);
+                cudaFree(g->dB[c]);
+                cudaFree(g->dC[c]);
+        }
+        free(g->ta), free(g->tb), free(g->m), free(g->n), free(g->k), free(g->lda), free(g->ldb);
+        free(g->ldc), free(g->gsize), free(g->alpha), free(g->beta), free(g->dA), free(g->dB), free(g->dC);
+}
+
+/* Runs a cuBLAS peer once over copy c; returns 0 or -1 when it does not apply. */
+static int peer_run(cublasHandle_t h, const struct set *s, const struct grouped *g, enum peer peer, uint32_t c)
+{
+        const float one = 1.f, zero = 0.f;
+        size_t es = esize(s->dtype);
+        cudaDataType_t t = cuda_type(s->dtype);
+        char *base = copy_base(s, c);
+        switch (peer) {
+        case PEER_LOOP:
+                if (s->any_syr2k)
+                        return -1;
+                for (uint32_t i = 0; i < s->n; i++) {
+                        const struct bprob *p = &s->p[i];
+                        CB(cublasGemmEx(h, CUBLAS_OP_T, CUBLAS_OP_N, (int)p->m, (int)p->n, (int)p->k, &one,
+                                        base + s->aoff[i] * es, t, (int)p->k, base + s->boff[i] * es, t,
+                                        (int)p->k, &zero, base + s->coff[i] * es, t, (int)p->m,
+                                        compute_type(s), CUBLAS_GEMM_DEFAULT));
+                }
+                return 0;
+        case PEER_GROUPED:
+                if (s->any_syr2k)
+                        return -1;
+                CB(cublasGemmGroupedBatchedEx(h, g->ta, g->tb, g->m, g->n, g->k, g->alpha,
+                                              (const void *const *)g->dA[c], t, g->lda,
+                                              (const void *const *)g->dB[c], t, g->ldb, g->beta,
+                                              (void *const *)g->dC[c], t, g->ldc, (int)s->n, g->gsize,
+                                              compute_type(s)));
+                return 0;
+        case PEER_STRIDED: {
+                if (s->any_syr2k || !s->all_equal || s->n < 2)
+                        return -1;
+                const struct bprob *p = &s->p[0];
+                CB(cublasGemmStridedBatchedEx(h, CUBLAS_OP_T, CUBLAS_OP_N, (int)p->m, (int)p->n, (int)p->k,
+                                              &one, base + s->aoff[0] * es, t, (int)p->k,
+                                              (long long)(s->aoff[1] - s->aoff[0]), base + s->boff[0] * es,
+                                              t, (int)p->k, (long long)(s->boff[1] - s->boff[0]), &zero,
+                                              base + s->coff[0] * es, t, (int)p->m,
+                                              (long long)(s->coff[1] - s->coff[0]), (int)s->n,
+                                              compute_type(s), CUBLAS_GEMM_DEFAULT));
+                return 0;
+        }
+        case PEER_SYR2K:
+                if (s->dtype != GEMMD_F32)
+                        return -1;
+                for (uint32_t i = 0; i < s->n; i++) {
+                        const struct bprob *p = &s->p[i];
+                        if (p->kind != SCHED_SYR2K)
+                                return -1;
+                        CB(cublasSsyr2k(h, p->uplo ? CUBLAS_FILL_MODE_UPPER : CUBLAS_FILL_MODE_LOWER,
+                                        CUBLAS_OP_T, (int)p->n, (int)p->k, &one,
+                                        (const float *)(base + s->aoff[i] * es), (int)p->k,
+                                        (const float *)(base + s->boff[i] * es), (int)p->k, &zero,
+                                        (float *)(base + s->coff[i] * es), (int)p->n));
+                }
+                return 0;
+        default:
+                return -1;
+        }
+}
+
+static int cmpf(const void *a, const void *b)
+{
+        float x = *(const float *)a, y = *(const float *)b;
+        return (x > y) - (x < y);
+}
+
+/* Median milliseconds of `reps` timed runs of fn(arg, copy) after warm-ups. */
+typedef int (*runfn)(void *arg, uint32_t copy);
+
+static float time_median(runfn fn, void *arg, uint32_t copies, int reps)
+{
+        cudaEvent_t e0, e1;
+        CK(cudaEventCreate(&e0));
+        CK(cudaEventCreate(&e1));
+        float *ms = malloc(reps * sizeof(float));
+        uint32_t c = 0;
+        for (int i = 0; i < 3; i++) {
+                if (fn(arg, c))
+                        return -1;
+                c = (c + 1) % copies;
+        }
+        CK(cudaDeviceSynchronize());
+        for (int i = 0; i < reps; i++) {
+                CK(cudaEventRecord(e0, NULL));
+                fn(arg, c);
+                CK(cudaEventRecord(e1, NULL));
+                CK(cudaEventSynchronize(e1));
+                CK(cudaGetLastError());
+                CK(cudaEventElapsedTime(&ms[i], e0, e1));
+                c = (c + 1) % copies;
+        }
+        qsort(ms, reps, sizeof(float), cmpf);
+        float med = ms[reps / 2];
+        free(ms);
+        cudaEventDestroy(e0);
+        cudaEventDestroy(e1);
+        return med;
+}
+
+struct grun {
+        const struct set *s;
+        const struct gplan *g;
+};
+
+static int grun_fn(void *arg, uint32_t c)
+{
+        struct grun *r = arg;
+        kern_run(r->s, r->g, c);
+        return 0;
+}
+
+struct prun {
+        cublasHandle_t h;
+        const struct set *s;
+        const struct grouped *g;
+        enum peer peer;
+};
+
+static int prun_fn(void *arg, uint32_t c)
+{
+        struct prun *r = arg;
+        return peer_run(r->h, r->s, r->g, r->peer, c);
+}
+
+static double getv(const void *base, int dtype, size_t i)
+{
+        if (dtype == GEMMD_F32)
+                return ((const float *)base)[i];
+        uint16_t h = ((const uint16_t *)base)[i];
+        return dtype == GEMMD_F16 ? gemmd_f16_to_f32(h) : gemmd_bf16_to_f32(h);
+}
+
+/* Max |gemmd - cuBLAS| / max |cuBLAS| over every problem's stored C. */
+static double verify(cublasHandle_t h, const struct set *s, const struct grouped *gr, enum sched_mode mode,
+                     uint32_t ctas)
+{
+        size_t es = esize(s->dtype), cbytes = (s->elems - s->coff[0]) * es;
+        char *dC = copy_base(s, 0) + s->coff[0] * es;
+        char *g = malloc(cbytes), *c = malloc(cbytes);
+        struct gplan gp;
+        if (!g || !c || gplan_build(&gp, s, mode, ctas)) {
+                fprintf(stderr, "gemmbench: verify setup failed\n");
+                exit(1);
+        }
+        CK(cudaMemset(dC, 0, cbytes));
+        kern_run(s, &gp, 0);
+        CK(cudaDeviceSynchronize());
+        CK(cudaMemcpy(g, dC, cbytes, cudaMemcpyDeviceToHost));
+        CK(cudaMemset(dC, 0, cbytes));
+        enum peer peer = s->any_syr2k ? PEER_SYR2K : PEER_LOOP;
+        if (peer_run(h, s, gr, peer, 0)) {
+                fprintf(stderr, "gemmbench: no cuBLAS reference for this mix\n");
+                exit(1);
+        }
+        CK(cudaDeviceSynchronize());
+        CK(cudaMemcpy(c, dC, cbytes, cudaMemcpyDeviceToHost));
+        double maxd = 0, maxc = 0;
+        for (uint32_t i = 0; i < s->n; i++) {
+                const struct bprob *p = &s->p[i];
+                size_t o = s->coff[i] - s->coff[0];
+                for (uint32_t j = 0; j < p->n; j++)
+                        for (uint32_t r = 0; r < p->m; r++) {
+                                if (p->kind == SCHED_SYR2K && (p->uplo ? r > j : r < j))
+                                        continue;
+                                double a = getv(g, s->dtype, o + r + (size_t)j * p->m);
+                                double b = getv(c, s->dtype, o + r + (size_t)j * p->m);
+                                double d = fabs(a - b);
+                                if (!(d <= maxd))
+                                        maxd = isnan(d) ? INFINITY : d;
+                                if (fabs(b) > maxc)
+                                        maxc = fabs(b);
+                        }
+        }
+        gplan_free(&gp);
+        free(g);
+        free(c);
+        return maxc > 0 ? maxd / maxc : maxd;
+}
+
+static const char *cfg_name(int dtype, int tf32)
+{
+        return dtype == GEMMD_F32 ? (tf32 ? "tf32" : "f32") : dtype == GEMMD_F16 ? "f16" : "bf16";
+}
+
+static int usage(void)
+{
+        fprintf(stderr, "usage: gemmbench kernels [--mode MODE|all] [--workload NAME|all|FILE] [--json] "
+                        "[--reps N]\nworkloads:");
+        for (size_t i = 0; i < NBUILTIN; i++)
+                fprintf(stderr, " %s", builtin[i]);
+        fprintf(stderr, "\n");
+        return 2;
+}
+
+static void bench_workload(cublasHandle_t h, const struct workload *w, int modes_mask, int json, int reps,
+                           uint32_t nsm, size_t l2)
+{
+        static const int cfgs[4][2] = {{GEMMD_BF16, 0}, {GEMMD_F16, 0}, {GEMMD_F32, 1}, {GEMMD_F32, 0}};
+        for (int ci = 0; ci < 4; ci++) {
+                struct set s;
+                set_init(&s, w, cfgs[ci][0], cfgs[ci][1], l2);
+                if (!s.n) {
+                        set_free(&s);
+                        continue;
+                }
+                struct grouped gr;
+                grouped_init(&gr, &s);
+                double err = verify(h, &s, &gr, SCHED_LPT, nsm);
+                float peer_ms[NPEERS];
+                for (int p = 0; p < NPEERS; p++) {
+                        struct prun pr = {h, &s, &gr, (enum peer)p};
+                        peer_ms[p] = time_median(prun_fn, &pr, s.copies, reps);
+                }
+                float best_peer = -1;
+                for (int p = 0; p < NPEERS; p++)
+                        if (peer_ms[p] > 0 && (best_peer < 0 || peer_ms[p] < best_peer))
+                                best_peer = peer_ms[p];
+                float grouped_ms = peer_ms[PEER_GROUPED] > 0 ? peer_ms[PEER_GROUPED] : peer_ms[PEER_SYR2K];
+                double gf = s.flops * 1e-9;
+                for (int mode = 0; mode < SCHED_NMODES; mode++) {
+                        if (!(modes_mask & (1 << mode)))
+                                continue;
+                        struct gplan gp;
+                        if (gplan_build(&gp, &s, (enum sched_mode)mode, nsm)) {
+                                fprintf(stderr, "gemmbench: plan build failed\n");
+                                exit(1);
+                        }
+                        struct grun r = {&s, &gp};
+                        float ms = time_median(grun_fn, &r, s.copies, reps);
+                        double tf = gf / ms; /* GFLOP / ms = TFLOP/s */
+#define TF(x) ((x) > 0 ? gf / (x) : 0.0)
+                        if (json) {
+                                printf("{\"workload\":\"%s\",\"config\":\"%s\",\"mode\":\"%s\",\"problems\":%u,"
+                                       "\"gflop\":%.3f,\"gemmd_ms\":%.4f,\"gemmd_tfs\":%.2f,"
+                                       "\"plan_us\":%.1f,\"split_tiles\":%u,\"max_rel_err\":%.3g",
+                                       w->name, cfg_name(s.dtype, s.tf32), sched_mode_name((enum sched_mode)mode),
+                                       s.n, gf, ms, tf, gp.plan.build_us, gp.plan.nsplit, err);
+                                for (int p = 0; p < NPEERS; p++)
+                                        printf(",\"%s_ms\":%.4f,\"%s_tfs\":%.2f", peer_names[p],
+                                               peer_ms[p] > 0 ? peer_ms[p] : 0, peer_names[p], TF(peer_ms[p]));
+                                printf("}\n");
+                        } else {
+                                char st[16] = "-";
+                                if (peer_ms[PEER_STRIDED] > 0)
+                                        snprintf(st, sizeof(st), "%.1f", TF(peer_ms[PEER_STRIDED]));
+                                printf("%-12s %-5s %-6s %9.4f %8.1f %8.1f %8.1f %8s %7.2f %7.2f %9.2e\n", w->name,
+                                       cfg_name(s.dtype, s.tf32), sched_mode_name((enum sched_mode)mode), ms,
+                                       tf, TF(peer_ms[PEER_LOOP]), TF(grouped_ms), st,
+                                       grouped_ms > 0 ? grouped_ms / ms : 0, best_peer > 0 ? best_peer / ms : 0,
+                                       err);
+                        }
+                        fflush(stdout);
+                        gplan_free(&gp);
+                }
+                grouped_free(&gr, &s);
+                set_free(&s);
+        }
+}
+
+int main(int argc, char **argv)
+{
+        const char *mode = "all", *wl = "all";
+        int json = 0, reps = 20;
+        if (argc >= 2 && !strcmp(argv[1], "clients")) { extern int bench_clients_main(int, char **); return bench_clients_main(argc - 1, argv + 1); }
+        if (argc < 2 || strcmp(argv[1], "kernels"))
+                return usage();
+        for (int i = 2; i < argc; i++) {
+                if (!strcmp(argv[i], "--mode") && i + 1 < argc)
+                        mode = argv[++i];
+                else if (!strcmp(argv[i], "--workload") && i + 1 < argc)
+                        wl = argv[++i];
+                else if (!strcmp(argv[i], "--json"))
+                        json = 1;
+                else if (!strcmp(argv[i], "--reps") && i + 1 < argc)
+                        reps = atoi(argv[++i]);
+                else
+                        return usage();
+        }
+        if (reps < 1)
+                return usage();
+        int mask = 0;
+        if (!strcmp(mode, "all")) {
+                mask = (1 << SCHED_NMODES) - 1;
+        } else {
+                enum sched_mode m;
+                if (sched_mode_parse(mode, &m))
+                        return usage();
+                mask = 1 << m;
+        }
+        int ndev = 0;
+        if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev == 0) {
+                fprintf(stderr, "gemmbench: no CUDA device\n");
+                return 1;
+        }
+        struct cudaDeviceProp prop;
+        CK(cudaGetDeviceProperties(&prop, 0));
+        cublasHandle_t h;
+        CB(cublasCreate(&h));
+        size_t l2 = (size_t)prop.l2CacheSize;
+        if (!json) {
+                printf("# %s, %d SMs, L2 %zu MB; median of %d runs; TF/s = 2mnk (SYR2K 2n^2k) / time\n",
+                       prop.name, prop.multiProcessorCount, l2 >> 20, reps);
+                printf("%-12s %-5s %-6s %9s %8s %8s %8s %8s %7s %7s %9s\n", "workload", "cfg", "mode", "gemmd_ms",
+                       "TF/s", "loop", "grouped", "strided", "x_grp", "x_best", "max_err");
+        }
+        struct workload w;
+        if (!strcmp(wl, "all")) {
+                for (size_t i = 0; i < NBUILTIN; i++) {
+                        make_builtin(builtin[i], &w);
+                        bench_workload(h, &w, mask, json, reps, (uint32_t)prop.multiProcessorCount, l2);
+                        free(w.p);
+                }
+        } else {
+                if (make_builtin(wl, &w) && load_file(wl, &w))
+                        return usage();
+                bench_workload(h, &w, mask, json, reps, (uint32_t)prop.multiProcessorCount, l2);
+                free(w.p);
+        }
+        cublasDestroy(h);
+        return 0;
+}

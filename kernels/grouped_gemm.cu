@@ -1,0 +1,779 @@
+/*
+ * grouped_gemm.cu - persistent grouped GEMM/SYR2K kernels (sm_80 and later).
+ *
+ * One kernel per config: f16 and bf16 on mma.sync m16n8k16 tensor cores,
+ * f32 with TF32 allowed on mma.sync m16n8k8, exact f32 on FFMA. All share
+ * a 128 x 128 output tile, 8 warps, and a multistage cp.async pipeline
+ * that stages operand tiles in shared memory in the layout they have in
+ * global memory ("K-major" when consecutive k are adjacent, "MN-major"
+ * when consecutive rows/columns are); the tensor-core paths read either
+ * layout with ldmatrix or ldmatrix.trans. Operands whose pointer is 16-byte
+ * aligned and whose leading dimension is a multiple of a 16-byte vector go
+ * through cp.async; all others, and vectors that straddle the matrix edge,
+ * are loaded element by element with bounds checks (zeros outside).
+ *
+ * A problem is computed as one or two "terms" X * Y over K: GEMM has one
+ * (X = op(A), Y = op(B)); SYR2K has two (op(A) op(B)^T, then op(B) op(A)^T)
+ * summed into the same chunk sum, in that order per canonical K chunk.
+ *
+ * Kernels are at the top, the launcher at the bottom.
+ */
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+#include <errno.h>
+#include <stdint.h>
+
+#include <type_traits>
+
+#include "include/gemmd.h"
+#include "kernels/cuda_gemm.h"
+#include "kernels/kproblem.h"
+#include "scheduler/plan.h"
+#include "scheduler/tiles.h"
+
+namespace {
+
+enum { MODE_MMA16 = 0, MODE_TF32 = 1, MODE_FFMA = 2 };
+
+constexpr int cmax(int a, int b) { return a > b ? a : b; }
+
+template <int MODE_, typename T_> struct Cfg {
+        using T = T_;
+        static constexpr int MODE = MODE_;
+        static constexpr int BM = 128, BN = 128;
+        static constexpr int BK = MODE == MODE_FFMA ? 16 : MODE == MODE_TF32 ? 32 : 64;
+        static constexpr int STAGES = MODE == MODE_MMA16 ? 4 : 3;
+        static constexpr int THREADS = CUDA_GEMM_THREADS;
+        static constexpr int ESZ = (int)sizeof(T);
+        static constexpr int V = 16 / ESZ;             /* elements per 16-byte vector */
+        static constexpr int SK = BK + (ESZ == 2 ? 8 : 4); /* K-major row stride */
+        static constexpr int SM = BM + 8;              /* MN-major row stride */
+        static constexpr int OP_ELEMS = cmax(BM * SK, BK * SM);
+        static constexpr int SMEM = STAGES * 2 * OP_ELEMS * ESZ;
+        static constexpr int NACC = 64; /* accumulators per thread */
+        static constexpr int TILE = BM * BN;
+        static_assert(SCHED_KCHUNK % BK == 0, "a K chunk must hold whole k-tiles");
+        static_assert(NACC * THREADS == TILE, "one tile in registers");
+};
+
+using CfgF16 = Cfg<MODE_MMA16, __half>;
+using CfgBF16 = Cfg<MODE_MMA16, __nv_bfloat16>;
+using CfgTF32 = Cfg<MODE_TF32, float>;
+using CfgF32 = Cfg<MODE_FFMA, float>;
+
+struct KParams {
+        const struct gemmd_kproblem *probs;
+        uint32_t nprobs;
+        const uint32_t *cta_begin;         /* NULL: device mode */
+        const struct sched_entry *entries;
+        const uint32_t *split_parts;
+        const uint32_t *split_ws;
+        float *ws;
+        uint32_t *arrivals;
+};
+
+/* ---- PTX wrappers -------------------------------------------------------- */
+
+__device__ __forceinline__ uint32_t smem_u32(const void *p)
+{
+        return (uint32_t)__cvta_generic_to_shared(p);
+}
+
+__device__ __forceinline__ void cp_async16(void *sdst, const void *gsrc)
+{
+        asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(smem_u32(sdst)), "l"(gsrc));
+}
+
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+
+template <int N> __device__ __forceinline__ void cp_async_wait()
+{
+        asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+}
+
+__device__ __forceinline__ void ldsm_x4(uint32_t r[4], const void *p)
+{
+        asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                     : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                     : "r"(smem_u32(p)));
+}
+
+__device__ __forceinline__ void ldsm_x4_t(uint32_t r[4], const void *p)
+{
+        asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                     : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                     : "r"(smem_u32(p)));
+}
+
+template <typename T> __device__ __forceinline__ void mma16(float *d, const uint32_t *a, const uint32_t *b);
+
+template <> __device__ __forceinline__ void mma16<__half>(float *d, const uint32_t *a, const uint32_t *b)
+{
+        asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, "
+                     "{%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+                     : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+
+template <>
+__device__ __forceinline__ void mma16<__nv_bfloat16>(float *d, const uint32_t *a, const uint32_t *b)
+{
+        asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, "
+                     "{%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+                     : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+
+__device__ __forceinline__ void mma_tf32(float *d, const uint32_t *a, const uint32_t *b)
+{
+        asm volatile("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, "
+                     "{%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+                     : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+
+__device__ __forceinline__ uint32_t to_tf32(float f)
+{
+        uint32_t r;
+        asm("cvt.rna.tf32.f32 %0, %1;\n" : "=r"(r) : "f"(f));
+        return r;
+}
+
+/* ---- element conversions ------------------------------------------------- */
+
+template <typename T> __device__ __forceinline__ float to_f32(T v);
+template <> __device__ __forceinline__ float to_f32<float>(float v) { return v; }
+template <> __device__ __forceinline__ float to_f32<__half>(__half v) { return __half2float(v); }
+template <> __device__ __forceinline__ float to_f32<__nv_bfloat16>(__nv_bfloat16 v)
+{
+        return __bfloat162float(v);
+}
+
+template <typename T> __device__ __forceinline__ T from_f32(float v);
+template <> __device__ __forceinline__ float from_f32<float>(float v) { return v; }
+template <> __device__ __forceinline__ __half from_f32<__half>(float v) { return __float2half_rn(v); }
+template <> __device__ __forceinline__ __nv_bfloat16 from_f32<__nv_bfloat16>(float v)
+{
+        return __float2bfloat16_rn(v);
+}
+
+/* ---- one problem, as the mainloop sees it -------------------------------- */
+
+struct Term {
+        const char *x, *y; /* X (m x k) and Y (k x n) of the term */
+        int64_t ldx, ldy;
+        bool xal, yal; /* 16-byte vector loads allowed */
+};
+
+struct Prob {
+        Term term[2];
+        int nterms;
+        uint32_t m, n, k;
+        bool xk, yk; /* X K-major (op T), Y K-major (op N) */
+};
+
+__device__ __forceinline__ struct sched_problem to_sched(const struct gemmd_kproblem &p)
+{
+        struct sched_problem sp;
+        sp.kind = p.kind;
+        sp.dtype = p.dtype;
+        sp.uplo = p.uplo;
+        sp.tf32 = p.tf32;
+        sp.m = p.m;
+        sp.n = p.n;
+        sp.k = p.k;
+        return sp;
+}
+
+template <class C> __device__ __forceinline__ bool vec_ok(const void *p, int64_t ld)
+{
+        return ((uintptr_t)p & 15u) == 0 && (ld % C::V) == 0;
+}
+
+template <class C> __device__ __forceinline__ Prob make_prob(const struct gemmd_kproblem &p)
+{
+        Prob pr;
+        const char *a = (const char *)(uintptr_t)p.a, *b = (const char *)(uintptr_t)p.b;
+        pr.m = p.m;
+        pr.n = p.n;
+        pr.k = p.k;
+        if (p.kind == SCHED_SYR2K) {
+                /* op N: A B^T + B A^T (X op N, Y op T); op T: A^T B + B^T A. */
+                pr.nterms = 2;
+                pr.xk = p.trans_a != 0;
+                pr.yk = p.trans_a != 0;
+                pr.term[0] = Term{a, b, p.lda, p.ldb, vec_ok<C>(a, p.lda), vec_ok<C>(b, p.ldb)};
+                pr.term[1] = Term{b, a, p.ldb, p.lda, vec_ok<C>(b, p.ldb), vec_ok<C>(a, p.lda)};
+        } else {
+                pr.nterms = 1;
+                pr.xk = p.trans_a != 0;
+                pr.yk = p.trans_b == 0;
+                pr.term[0] = Term{a, b, p.lda, p.ldb, vec_ok<C>(a, p.lda), vec_ok<C>(b, p.ldb)};
+                pr.term[1] = pr.term[0];
+        }
+        return pr;
+}
+
+/* ---- global -> shared ---------------------------------------------------- */
+
+/*
+ * Stages the BM x BK tile of an operand whose rows start at r0 (rows < rext)
+ * and whose k start at k0 (k < kext) into `s`. KMAJ: element (r, kk) at
+ * g[kk + r * ld], stored s[r * SK + kk]; else at g[r + kk * ld], stored
+ * s[kk * SM + r].
+ */
+template <class C, bool KMAJ>
+__device__ __forceinline__ void load_tile(typename C::T *s, const char *g, int64_t ld, bool al,
+                                          uint32_t r0, uint32_t rext, uint32_t k0, uint32_t kext)
+{
+        using S = typename std::conditional<C::ESZ == 2, uint16_t, uint32_t>::type;
+        constexpr int V = C::V;
+        constexpr int PER = C::BM * C::BK / V / C::THREADS;
+        const S *gs = (const S *)g;
+        if (al && r0 + C::BM <= rext && k0 + C::BK <= kext) {
+                /* Interior tile: every vector is whole and in bounds. */
+#pragma unroll
+                for (int i = 0; i < PER; i++) {
+                        const int v = threadIdx.x + i * C::THREADS;
+                        if (KMAJ) {
+                                const int r = v / (C::BK / V), kk = (v % (C::BK / V)) * V;
+                                cp_async16((S *)s + r * C::SK + kk, gs + (k0 + kk) + (int64_t)(r0 + r) * ld);
+                        } else {
+                                const int kk = v / (C::BM / V), r = (v % (C::BM / V)) * V;
+                                cp_async16((S *)s + kk * C::SM + r, gs + (r0 + r) + (int64_t)(k0 + kk) * ld);
+                        }
+                }
+                return;
+        }
+#pragma unroll
+        for (int i = 0; i < PER; i++) {
+                int v = threadIdx.x + i * C::THREADS;
+                uint32_t r, kk, gr, gk;
+                S *dst;
+                bool none, full;
+                int64_t off;
+                if (KMAJ) {
+                        r = v / (C::BK / V);
+                        kk = (v % (C::BK / V)) * V;
+                        dst = (S *)s + r * C::SK + kk;
+                        gr = r0 + r;
+                        gk = k0 + kk;
+                        none = gr >= rext || gk >= kext;
+                        full = !none && gk + V <= kext;
+                        off = (int64_t)gk + (int64_t)gr * ld;
+                } else {
+                        kk = v / (C::BM / V);
+                        r = (v % (C::BM / V)) * V;
+                        dst = (S *)s + kk * C::SM + r;
+                        gr = r0 + r;
+                        gk = k0 + kk;
+                        none = gr >= rext || gk >= kext;
+                        full = !none && gr + V <= rext;
+                        off = (int64_t)gr + (int64_t)gk * ld;
+                }
+                if (full && al) {
+                        cp_async16(dst, gs + off);
+                } else if (none) {
+                        *(uint4 *)dst = make_uint4(0, 0, 0, 0);
+                } else {
+                        union {
+                                S e[V];
+                                uint4 u;
+                        } tmp;
+                        uint32_t lim = KMAJ ? kext - gk : rext - gr;
+#pragma unroll
+                        for (int e = 0; e < V; e++)
+                                tmp.e[e] = (uint32_t)e < lim ? gs[off + e] : (S)0;
+                        *(uint4 *)dst = tmp.u;
+                }
+        }
+}
+
+/* ---- shared -> registers -> math ---------------------------------------- */
+
+/* Tensor-core warp grid: 2 (m) x 4 (n) warps, 64 x 32 per warp, 4 x 4 MMA
+ * tiles; accumulator i = (mi * 4 + ni) * 4 + e. FFMA: 16 x 16 threads, 8 x 8
+ * elements each, rows ty + 16 r (X K-major) or ty * 4 + (r & 3) + 64 (r >> 2)
+ * (X MN-major), columns likewise with tx; accumulator i = r * 8 + c. */
+template <class C, bool XK, bool YK>
+__device__ __forceinline__ void compute_stage(const typename C::T *sx, const typename C::T *sy,
+                                              float *acc)
+{
+        const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+        if constexpr (C::MODE == MODE_MMA16) {
+                using T = typename C::T;
+                const int wm = warp & 1, wn = warp >> 1;
+#pragma unroll
+                for (int ks = 0; ks < C::BK / 16; ks++) {
+                        const int kb = ks * 16;
+                        uint32_t a[4][4], b[4][2];
+#pragma unroll
+                        for (int mi = 0; mi < 4; mi++) {
+                                const int rb = wm * 64 + mi * 16;
+                                if (XK)
+                                        ldsm_x4(a[mi], sx + (rb + (lane & 15)) * C::SK + kb + (lane >> 4) * 8);
+                                else
+                                        ldsm_x4_t(a[mi], sx + (kb + (lane & 7) + (lane >> 4) * 8) * C::SM +
+                                                                 rb + ((lane >> 3) & 1) * 8);
+                        }
+#pragma unroll
+                        for (int nj = 0; nj < 2; nj++) {
+                                const int nb = wn * 32 + nj * 16;
+                                uint32_t r[4];
+                                if (YK)
+                                        ldsm_x4(r, sy + (nb + (lane & 7) + (lane >> 4) * 8) * C::SK + kb +
+                                                           ((lane >> 3) & 1) * 8);
+                                else
+                                        ldsm_x4_t(r, sy + (kb + (lane & 7) + ((lane >> 3) & 1) * 8) * C::SM +
+                                                             nb + (lane >> 4) * 8);
+                                b[2 * nj][0] = r[0];
+                                b[2 * nj][1] = r[1];
+                                b[2 * nj + 1][0] = r[2];
+                                b[2 * nj + 1][1] = r[3];
+                        }
+#pragma unroll
+                        for (int mi = 0; mi < 4; mi++)
+#pragma unroll
+                                for (int ni = 0; ni < 4; ni++)
+                                        mma16<T>(acc + (mi * 4 + ni) * 4, a[mi], b[ni]);
+                }
+        } else if constexpr (C::MODE == MODE_TF32) {
+                const int wm = warp & 1, wn = warp >> 1, g = lane >> 2, t = lane & 3;
+#pragma unroll
+                for (int ks = 0; ks < C::BK / 8; ks++) {
+                        const int kb = ks * 8;
+                        uint32_t a[4][4], b[4][2];
+#pragma unroll
+                        for (int mi = 0; mi < 4; mi++) {
+                                const int r = wm * 64 + mi * 16 + g;
+#pragma unroll
+                                for (int e = 0; e < 4; e++) {
+                                        const int rr = r + (e & 1) * 8, kk = kb + t + (e >> 1) * 4;
+                                        a[mi][e] = to_tf32(XK ? sx[rr * C::SK + kk] : sx[kk * C::SM + rr]);
+                                }
+                        }
+#pragma unroll
+                        for (int ni = 0; ni < 4; ni++) {
+                                const int n = wn * 32 + ni * 8 + g;
+#pragma unroll
+                                for (int e = 0; e < 2; e++) {
+                                        const int kk = kb + t + e * 4;
+                                        b[ni][e] = to_tf32(YK ? sy[n * C::SK + kk] : sy[kk * C::SM + n]);
+                                }
+                        }
+#pragma unroll
+                        for (int mi = 0; mi < 4; mi++)
+#pragma unroll
+                                for (int ni = 0; ni < 4; ni++)
+                                        mma_tf32(acc + (mi * 4 + ni) * 4, a[mi], b[ni]);
+                }
+        } else {
+                const int ty = tid >> 4, tx = tid & 15;
+#pragma unroll
+                for (int kq = 0; kq < C::BK; kq += 4) {
+                        float xr[4][8], yr[4][8];
+#pragma unroll
+                        for (int r = 0; r < 8; r++) {
+                                if (XK) {
+                                        float4 v = *(const float4 *)(sx + (ty + 16 * r) * C::SK + kq);
+                                        xr[0][r] = v.x, xr[1][r] = v.y, xr[2][r] = v.z, xr[3][r] = v.w;
+                                }
+                                if (YK) {
+                                        float4 v = *(const float4 *)(sy + (tx + 16 * r) * C::SK + kq);
+                                        yr[0][r] = v.x, yr[1][r] = v.y, yr[2][r] = v.z, yr[3][r] = v.w;
+                                }
+                        }
+#pragma unroll
+                        for (int q = 0; q < 4; q++)
+#pragma unroll
+                                for (int h = 0; h < 2; h++) {
+                                        if (!XK) {
+                                                float4 v = *(const float4 *)(sx + (kq + q) * C::SM + h * 64 + ty * 4);
+                                                xr[q][h * 4 + 0] = v.x, xr[q][h * 4 + 1] = v.y;
+                                                xr[q][h * 4 + 2] = v.z, xr[q][h * 4 + 3] = v.w;
+                                        }
+                                        if (!YK) {
+                                                float4 v = *(const float4 *)(sy + (kq + q) * C::SM + h * 64 + tx * 4);
+                                                yr[q][h * 4 + 0] = v.x, yr[q][h * 4 + 1] = v.y;
+                                                yr[q][h * 4 + 2] = v.z, yr[q][h * 4 + 3] = v.w;
+                                        }
+                                }
+#pragma unroll
+                        for (int q = 0; q < 4; q++)
+#pragma unroll
+                                for (int r = 0; r < 8; r++)
+#pragma unroll
+                                        for (int c = 0; c < 8; c++)
+                                                acc[r * 8 + c] = fmaf(xr[q][r], yr[q][c], acc[r * 8 + c]);
+                }
+        }
+}
+
+/* Row and column inside the tile of accumulator i of this thread. */
+template <class C>
+__device__ __forceinline__ void acc_pos(int i, bool xk, bool yk, uint32_t &row, uint32_t &col)
+{
+        const int tid = threadIdx.x;
+        if constexpr (C::MODE == MODE_FFMA) {
+                const int ty = tid >> 4, tx = tid & 15, r = i >> 3, c = i & 7;
+                row = xk ? ty + 16 * r : ty * 4 + (r & 3) + 64 * (r >> 2);
+                col = yk ? tx + 16 * c : tx * 4 + (c & 3) + 64 * (c >> 2);
+        } else {
+                const int lane = tid & 31, warp = tid >> 5, wm = warp & 1, wn = warp >> 1;
+                const int mi = i >> 4, ni = (i >> 2) & 3, e = i & 3;
+                row = wm * 64 + mi * 16 + (lane >> 2) + (e >> 1) * 8;
+                col = wn * 32 + ni * 8 + (lane & 3) * 2 + (e & 1);
+        }
+}
+
+/* Position in the K loop of an entry: chunk, term, k-tile of the chunk. */
+struct KPos {
+        uint32_t c, term, kt;
+};
+
+template <class C> __device__ __forceinline__ uint32_t chunk_tiles(uint32_t k, uint32_t c)
+{
+        uint32_t end = min(k, (c + 1) * SCHED_KCHUNK);
+        return (end - c * SCHED_KCHUNK + C::BK - 1) / C::BK;
+}
+
+/* Moves to the next k-tile; returns true when that finished a chunk. */
+template <class C> __device__ __forceinline__ bool kpos_next(KPos &p, uint32_t k, int nterms)
+{
+        if (++p.kt < chunk_tiles<C>(k, p.c))
+                return false;
+        p.kt = 0;
+        if ((int)++p.term < nterms)
+                return false;
+        p.term = 0;
+        p.c++;
+        return true;
+}
+
+/*
+ * Computes the chunk sums of chunks [kc0, kc1) of the tile at (m0, n0).
+ * Unsplit (wsb == NULL): tot += each chunk sum, in order. Split: chunk c's
+ * sum goes to workspace slot wsb + c.
+ */
+template <class C, bool XK, bool YK>
+__device__ __forceinline__ void mainloop(const Prob &pr, uint32_t m0, uint32_t n0, uint32_t kc0,
+                                         uint32_t kc1, float *tot, float *wsb, unsigned char *smem)
+{
+        using T = typename C::T;
+        T *sbase = (T *)smem;
+        const uint32_t kbeg = kc0 * SCHED_KCHUNK, kend = min(pr.k, kc1 * SCHED_KCHUNK);
+        const int niter = (int)((kend - kbeg + C::BK - 1) / C::BK) * pr.nterms;
+        float acc[C::NACC];
+#pragma unroll
+        for (int i = 0; i < C::NACC; i++)
+                acc[i] = 0.f;
+
+        KPos lp = {kc0, 0, 0};
+        int lstage = 0;
+        auto issue = [&](int it) {
+                if (it < niter) {
+                        const Term &tm = lp.term ? pr.term[1] : pr.term[0];
+                        const uint32_t k0 = lp.c * SCHED_KCHUNK + lp.kt * C::BK;
+                        T *sx = sbase + lstage * 2 * C::OP_ELEMS, *sy = sx + C::OP_ELEMS;
+                        load_tile<C, XK>(sx, tm.x, tm.ldx, tm.xal, m0, pr.m, k0, pr.k);
+                        load_tile<C, YK>(sy, tm.y, tm.ldy, tm.yal, n0, pr.n, k0, pr.k);
+                        kpos_next<C>(lp, pr.k, pr.nterms);
+                        lstage = lstage + 1 == C::STAGES ? 0 : lstage + 1;
+                }
+                cp_async_commit();
+        };
+#pragma unroll
+        for (int s = 0; s < C::STAGES - 1; s++)
+                issue(s);
+
+        KPos cp = {kc0, 0, 0};
+        int cstage = 0;
+        for (int it = 0; it < niter; it++) {
+                cp_async_wait<C::STAGES - 2>();
+                __syncthreads();
+                issue(it + C::STAGES - 1);
+                const T *sx = sbase + cstage * 2 * C::OP_ELEMS;
+                compute_stage<C, XK, YK>(sx, sx + C::OP_ELEMS, acc);
+                cstage = cstage + 1 == C::STAGES ? 0 : cstage + 1;
+                const uint32_t c = cp.c;
+                if (kpos_next<C>(cp, pr.k, pr.nterms)) {
+                        if (wsb) {
+                                float *w = wsb + (size_t)c * C::TILE + threadIdx.x;
+#pragma unroll
+                                for (int i = 0; i < C::NACC; i++)
+                                        __stcg(w + i * C::THREADS, acc[i]);
+                        } else {
+#pragma unroll
+                                for (int i = 0; i < C::NACC; i++)
+                                        tot[i] += acc[i];
+                        }
+#pragma unroll
+                        for (int i = 0; i < C::NACC; i++)
+                                acc[i] = 0.f;
+                }
+        }
+        cp_async_wait<0>();
+        __syncthreads();
+}
+
+template <class C>
+__device__ __forceinline__ void epilogue(const struct gemmd_kproblem &p, bool xk, bool yk, uint32_t m0,
+                                         uint32_t n0, const float *tot)
+{
+        using T = typename C::T;
+        T *cptr = (T *)(uintptr_t)p.c;
+        const float alpha = p.alpha, beta = p.beta;
+        const bool syr2k = p.kind == SCHED_SYR2K, lower = p.uplo == 0;
+#pragma unroll
+        for (int i = 0; i < C::NACC; i++) {
+                uint32_t r, c;
+                acc_pos<C>(i, xk, yk, r, c);
+                const uint32_t gi = m0 + r, gj = n0 + c;
+                if (gi >= p.m || gj >= p.n)
+                        continue;
+                if (syr2k && (lower ? gi < gj : gi > gj))
+                        continue;
+                T *dst = cptr + gi + (int64_t)gj * p.ldc;
+                float v = __fmul_rn(alpha, tot[i]);
+                if (beta != 0.f)
+                        v = __fadd_rn(v, __fmul_rn(beta, to_f32<T>(*dst)));
+                *dst = from_f32<T>(v);
+        }
+}
+
+/* Computes one entry: chunks [kc0, kc1) of tile `tile` of problem `pi`. */
+template <class C>
+__device__ __forceinline__ void run_entry(const KParams &kp, uint32_t pi, uint32_t tile, uint32_t kc0,
+                                          uint32_t kc1, uint32_t split, unsigned char *smem,
+                                          uint32_t *s_flag)
+{
+        const struct gemmd_kproblem p = kp.probs[pi];
+        const struct sched_problem sp = to_sched(p);
+        const struct sched_shape shape = {C::BM, C::BN, C::BK};
+        uint32_t row = 0, col = 0;
+        const bool valid = sched_tile_coord(&sp, shape, tile, &row, &col) != 0;
+        const uint32_t m0 = row * C::BM, n0 = col * C::BN;
+        const Prob pr = make_prob<C>(p);
+        float tot[C::NACC];
+#pragma unroll
+        for (int i = 0; i < C::NACC; i++)
+                tot[i] = 0.f;
+        float *wsb = nullptr;
+        if (split != SCHED_NO_SPLIT)
+                wsb = kp.ws + (size_t)kp.split_ws[split] * C::TILE;
+
+        if (valid) {
+                const int lay = (pr.xk ? 2 : 0) | (pr.yk ? 1 : 0);
+                switch (lay) {
+                case 0:
+                        mainloop<C, false, false>(pr, m0, n0, kc0, kc1, tot, wsb, smem);
+                        break;
+                case 1:
+                        mainloop<C, false, true>(pr, m0, n0, kc0, kc1, tot, wsb, smem);
+                        break;
+                case 2:
+                        mainloop<C, true, false>(pr, m0, n0, kc0, kc1, tot, wsb, smem);
+                        break;
+                default:
+                        mainloop<C, true, true>(pr, m0, n0, kc0, kc1, tot, wsb, smem);
+                        break;
+                }
+        }
+        if (wsb) {
+                /* Publish this entry's chunk sums; the last arrival adds all
+                 * of the tile's chunk sums in chunk order. */
+                __threadfence();
+                __syncthreads();
+                if (threadIdx.x == 0)
+                        *s_flag = atomicAdd(&kp.arrivals[split], 1u) == kp.split_parts[split] - 1;
+                __syncthreads();
+                const bool last = *s_flag != 0;
+                __syncthreads();
+                if (!last)
+                        return;
+                __threadfence();
+                const uint32_t nch = sched_kchunks(p.k);
+                for (uint32_t c = 0; c < nch; c++) {
+                        const float *w = wsb + (size_t)c * C::TILE + threadIdx.x;
+#pragma unroll
+                        for (int i = 0; i < C::NACC; i++)
+                                tot[i] += __ldcg(w + i * C::THREADS);
+                }
+                if (threadIdx.x == 0)
+                        atomicExch(&kp.arrivals[split], 0u);
+        }
+        if (valid)
+                epilogue<C>(p, pr.xk, pr.yk, m0, n0, tot);
+}
+
+template <class C> __global__ void __launch_bounds__(C::THREADS, 1) grouped_kernel(const KParams kp)
+{
+        extern __shared__ __align__(128) unsigned char smem[];
+        __shared__ uint32_t s_map[2];
+        __shared__ uint32_t s_flag;
+
+        if (kp.cta_begin) {
+                const uint32_t e0 = kp.cta_begin[blockIdx.x], e1 = kp.cta_begin[blockIdx.x + 1];
+                for (uint32_t e = e0; e < e1; e++) {
+                        const struct sched_entry en = kp.entries[e];
+                        run_entry<C>(kp, en.problem, en.tile, en.kc_begin, en.kc_end, en.split, smem,
+                                     &s_flag);
+                }
+                return;
+        }
+
+        /* Device mode: tiles b, b + grid, ... of the concatenated problems.
+         * Warp 0 keeps (pbase, tbase): the first problem of the current
+         * window of 32 and the tiles before it; t only grows, so the window
+         * only moves forward. */
+        const struct sched_shape shape = {C::BM, C::BN, C::BK};
+        const int lane = threadIdx.x & 31;
+        uint32_t pbase = 0, tbase = 0;
+        for (uint32_t t = blockIdx.x;; t += gridDim.x) {
+                if (threadIdx.x < 32) {
+                        uint32_t prob = UINT32_MAX, local = 0;
+                        for (;;) {
+                                const uint32_t p = pbase + lane;
+                                uint32_t cnt = 0;
+                                if (p < kp.nprobs) {
+                                        const struct sched_problem sp = to_sched(kp.probs[p]);
+                                        cnt = sched_tile_count(&sp, shape);
+                                }
+                                uint32_t incl = cnt;
+#pragma unroll
+                                for (int o = 1; o < 32; o <<= 1) {
+                                        uint32_t v = __shfl_up_sync(0xffffffffu, incl, o);
+                                        if (lane >= o)
+                                                incl += v;
+                                }
+                                const uint32_t total = __shfl_sync(0xffffffffu, incl, 31);
+                                if (t < tbase + total) {
+                                        const uint32_t hit = __ballot_sync(0xffffffffu, tbase + incl > t);
+                                        const int L = __ffs(hit) - 1;
+                                        const uint32_t inclL = __shfl_sync(0xffffffffu, incl, L);
+                                        const uint32_t cntL = __shfl_sync(0xffffffffu, cnt, L);
+                                        prob = pbase + L;
+                                        local = t - (tbase + inclL - cntL);
+                                        break;
+                                }
+                                if (pbase + 32 >= kp.nprobs)
+                                        break;
+                                tbase += total;
+                                pbase += 32;
+                        }
+                        if (lane == 0) {
+                                s_map[0] = prob;
+                                s_map[1] = local;
+                        }
+                }
+                __syncthreads();
+                const uint32_t prob = s_map[0], local = s_map[1];
+                __syncthreads();
+                if (prob == UINT32_MAX)
+                        break;
+                run_entry<C>(kp, prob, local, 0, sched_kchunks(kp.probs[prob].k), SCHED_NO_SPLIT, smem,
+                             &s_flag);
+        }
+}
+
+template <class C> int launch(const struct cuda_group *g, const KParams &kp, uint32_t grid, cudaStream_t st)
+{
+        /* The dynamic shared-memory limit is a per-function, per-device
+         * attribute; setting it each launch costs little and avoids state. */
+        cudaError_t err = cudaFuncSetAttribute(grouped_kernel<C>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                               C::SMEM);
+        if (err != cudaSuccess) {
+                cudaGetLastError();
+                return -EIO;
+        }
+        grouped_kernel<C><<<grid, C::THREADS, C::SMEM, st>>>(kp);
+        err = cudaGetLastError();
+        return err == cudaSuccess ? 0 : -EIO;
+}
+
+} /* namespace */
+
+/* ---- launcher ------------------------------------------------------------ */
+
+extern "C" struct sched_shape cuda_gemm_shape(int dtype, int tf32)
+{
+        struct sched_shape s;
+        if (dtype == GEMMD_F32 && !tf32)
+                s = {CfgF32::BM, CfgF32::BN, CfgF32::BK};
+        else if (dtype == GEMMD_F32)
+                s = {CfgTF32::BM, CfgTF32::BN, CfgTF32::BK};
+        else
+                s = {CfgBF16::BM, CfgBF16::BN, CfgBF16::BK};
+        return s;
+}
+
+extern "C" const char *cuda_gemm_kernel_name(int dtype, int tf32)
+{
+        switch (dtype) {
+        case GEMMD_F32:
+                return tf32 ? "tf32-mma-128x128x32" : "f32-ffma-128x128x16";
+        case GEMMD_F16:
+                return "f16-mma-128x128x64";
+        case GEMMD_BF16:
+                return "bf16-mma-128x128x64";
+        default:
+                return "?";
+        }
+}
+
+extern "C" size_t cuda_gemm_ws_bytes(const struct sched_plan *plan, struct sched_shape s)
+{
+        if (!plan || plan->nsplit == 0)
+                return 0;
+        return (size_t)plan->ws_chunks * s.tm * s.tn * sizeof(float);
+}
+
+extern "C" size_t cuda_gemm_arrivals_bytes(const struct sched_plan *plan)
+{
+        return plan ? (size_t)plan->nsplit * sizeof(uint32_t) : 0;
+}
+
+extern "C" int cuda_gemm_launch(const struct cuda_group *g, void *stream)
+{
+        if (!g || g->dtype < GEMMD_F32 || g->dtype > GEMMD_BF16)
+                return -EINVAL;
+        if (g->nproblems == 0)
+                return 0;
+        const struct sched_shape want = cuda_gemm_shape(g->dtype, g->tf32);
+        const struct sched_shape have = g->cfg.shape;
+        if (have.tm != want.tm || have.tn != want.tn || have.tk != want.tk || !g->problems)
+                return -EINVAL;
+
+        KParams kp = {};
+        kp.probs = g->problems;
+        kp.nprobs = g->nproblems;
+        uint32_t grid;
+        const struct sched_plan *pl = g->plan;
+        if (pl && pl->nentries > 0) {
+                if (!g->plan_blob || pl->nctas == 0 || pl->nproblems != g->nproblems)
+                        return -EINVAL;
+                if (pl->nsplit > 0 && (!g->ws || !g->arrivals))
+                        return -EINVAL;
+                const char *b = (const char *)g->plan_blob;
+                kp.cta_begin = (const uint32_t *)(b + pl->off_cta_begin);
+                kp.entries = (const struct sched_entry *)(b + pl->off_entries);
+                kp.split_parts = (const uint32_t *)(b + pl->off_split_parts);
+                kp.split_ws = (const uint32_t *)(b + pl->off_split_ws);
+                kp.ws = g->ws;
+                kp.arrivals = g->arrivals;
+                grid = pl->nctas;
+        } else {
+                grid = g->cfg.ctas;
+                if (grid == 0)
+                        return -EINVAL;
+        }
+        cudaStream_t st = (cudaStream_t)stream;
+        if (g->dtype == GEMMD_F16)
+                return launch<CfgF16>(g, kp, grid, st);
+        if (g->dtype == GEMMD_BF16)
+                return launch<CfgBF16>(g, kp, grid, st);
+        if (g->tf32)
+                return launch<CfgTF32>(g, kp, grid, st);
+        return launch<CfgF32>(g, kp, grid, st);
+}

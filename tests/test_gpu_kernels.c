@@ -1,0 +1,407 @@
+/*
+ * test_gpu_kernels.c - the CUDA grouped kernels against a double-precision
+ * CPU reference, in every config and every plan mode.
+ *
+ * For each config (f32, tf32, f16, bf16) random groups of GEMM and SYR2K
+ * problems are drawn with edge sizes (1, odd, just over a tile), every op,
+ * uplo, unaligned pointers and leading dimensions, k from 1 to 4096. Each
+ * group runs under every scheduler mode at two CTA counts, twice per plan
+ * (the second run checks that split counters were reset). The first run is
+ * checked element by element against the reference, every other run must
+ * match it bit for bit (canonical K-chunk accumulation), and every element
+ * of C's storage that the op must not write (padding rows, the other
+ * triangle of a SYR2K) must keep its bits.
+ *
+ * A plain program: exits 0 and prints a SKIP line when no CUDA device is
+ * present, so `make test` passes on machines without a GPU.
+ */
+#include <cuda_runtime_api.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "include/gemmd.h"
+#include "kernels/cuda_gemm.h"
+#include "kernels/half.h"
+#include "scheduler/plan.h"
+
+#define CK(x)                                                                                    \
+        do {                                                                                     \
+                cudaError_t e_ = (x);                                                            \
+                if (e_ != cudaSuccess) {                                                         \
+                        fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #x,               \
+                                cudaGetErrorString(e_));                                         \
+                        exit(1);                                                                 \
+                }                                                                                \
+        } while (0)
+
+static uint64_t rng = 0x9e3779b97f4a7c15ull;
+
+static uint64_t rnd(void)
+{
+        rng ^= rng << 13;
+        rng ^= rng >> 7;
+        rng ^= rng << 17;
+        return rng;
+}
+
+static uint32_t rndu(uint32_t n) { return (uint32_t)(rnd() % n); }
+
+/* Uniform in [-1, 1], never zero. */
+static float rndf(void)
+{
+        float f = (float)((double)(rnd() >> 11) / 9007199254740992.0 * 2.0 - 1.0);
+        return f == 0.f ? 0.5f : f;
+}
+
+static size_t esize(int dtype) { return dtype == GEMMD_F32 ? 4 : 2; }
+
+static double getv(const void *base, int dtype, size_t i)
+{
+        if (dtype == GEMMD_F32)
+                return ((const float *)base)[i];
+        uint16_t h = ((const uint16_t *)base)[i];
+        return dtype == GEMMD_F16 ? gemmd_f16_to_f32(h) : gemmd_bf16_to_f32(h);
+}
+
+static void setv(void *base, int dtype, size_t i, float v)
+{
+        if (dtype == GEMMD_F32)
+                ((float *)base)[i] = v;
+        else if (dtype == GEMMD_F16)
+                ((uint16_t *)base)[i] = gemmd_f32_to_f16(v);
+        else
+                ((uint16_t *)base)[i] = gemmd_f32_to_bf16(v);
+}
+
+/* A test problem: its kernel view plus element offsets of A, B, C inside
+ * the group's one buffer and the element counts they span. */
+struct tprob {
+        struct gemmd_kproblem kp;
+        size_t off[3], span[3];
+};
+
+static size_t span_of(uint32_t rows, uint32_t cols, int64_t ld) { return (size_t)ld * (cols - 1) + rows; }
+
+static const uint32_t edge[] = {1, 2, 7, 8, 9, 15, 16, 17, 31, 33, 63, 64, 65, 100, 127, 128, 129, 200, 255, 257};
+static const uint32_t edgek[] = {1, 3, 8, 16, 31, 32, 33, 100, 511, 512, 513, 1000, 1024, 1500, 2048, 4096};
+
+/* Draws a problem; `big` picks larger sizes. */
+static void draw(struct tprob *t, int dtype, int tf32, int big)
+{
+        struct gemmd_kproblem *p = &t->kp;
+        memset(t, 0, sizeof(*t));
+        p->dtype = (uint8_t)dtype;
+        p->tf32 = (uint8_t)tf32;
+        p->kind = rndu(4) == 0 ? SCHED_SYR2K : SCHED_GEMM;
+        p->trans_a = (uint8_t)rndu(2);
+        p->trans_b = (uint8_t)rndu(2);
+        p->uplo = (uint8_t)rndu(2);
+        uint32_t nsz = sizeof(edge) / sizeof(edge[0]);
+        p->m = big ? 128 + rndu(200) : edge[rndu(nsz)];
+        p->n = big ? 128 + rndu(200) : edge[rndu(nsz)];
+        p->k = big ? 1024 + rndu(3100) : edgek[rndu(sizeof(edgek) / sizeof(edgek[0]) - (rndu(4) ? 3 : 0))];
+        if (p->kind == SCHED_SYR2K)
+                p->m = p->n;
+        static const float alphas[] = {1.f, -0.5f, 2.f, 0.25f};
+        static const float betas[] = {0.f, 1.f, 0.75f, -1.f};
+        p->alpha = alphas[rndu(4)];
+        p->beta = betas[rndu(4)];
+        /* Padding of leading dimensions: aligned (multiple of 8) or not. */
+        static const uint32_t pads[] = {0, 0, 1, 3, 8, 5};
+        uint32_t ar, ac, br, bc;
+        if (p->kind == SCHED_SYR2K) {
+                ar = p->trans_a ? p->k : p->n;
+                ac = p->trans_a ? p->n : p->k;
+                br = ar, bc = ac;
+        } else {
+                ar = p->trans_a ? p->k : p->m;
+                ac = p->trans_a ? p->m : p->k;
+                br = p->trans_b ? p->n : p->k;
+                bc = p->trans_b ? p->k : p->n;
+        }
+        int aligned = rndu(3) != 0;
+        uint32_t round = (uint32_t)(16 / esize(dtype));
+        p->lda = aligned ? (ar + round - 1) / round * round + round * rndu(2) : ar + pads[rndu(6)];
+        p->ldb = aligned ? (br + round - 1) / round * round : br + pads[rndu(6)];
+        p->ldc = p->m + pads[rndu(6)];
+        t->span[0] = span_of(ar, ac, p->lda);
+        t->span[1] = span_of(br, bc, p->ldb);
+        t->span[2] = span_of(p->m, p->n, p->ldc);
+}
+
+static double opx(const struct gemmd_kproblem *p, const void *a, int tr, int64_t ld, uint32_t i, uint32_t q)
+{
+        return getv(a, p->dtype, tr ? q + (size_t)i * ld : i + (size_t)q * ld);
+}
+
+/* Checks one problem's result against the double reference. Returns the
+ * worst error / bound ratio, or +inf on a bad element. */
+static double check(const struct tprob *t, const char *h, const char *c0, const char *out, double tol,
+                    char *why, size_t whylen)
+{
+        const struct gemmd_kproblem *p = &t->kp;
+        size_t es = esize(p->dtype);
+        const void *a = h + t->off[0] * es, *b = h + t->off[1] * es;
+        const char *ci = c0 + t->off[2] * es, *co = out + t->off[2] * es;
+        double worst = 0;
+        for (uint32_t j = 0; j < p->n; j++) {
+                for (uint64_t i = 0; i < (uint64_t)p->ldc && (size_t)i + (size_t)j * p->ldc < t->span[2];
+                     i++) {
+                        size_t idx = i + (size_t)j * p->ldc;
+                        int inside = i < p->m;
+                        if (p->kind == SCHED_SYR2K && inside)
+                                inside = p->uplo == 0 ? i >= j : i <= j;
+                        if (!inside) {
+                                if (memcmp(ci + idx * es, co + idx * es, es)) {
+                                        snprintf(why, whylen, "C(%lu,%u) outside the op changed",
+                                                 (unsigned long)i, j);
+                                        return INFINITY;
+                                }
+                                continue;
+                        }
+                        double s = 0, sa = 0;
+                        for (uint32_t q = 0; q < p->k; q++) {
+                                double x, y;
+                                if (p->kind == SCHED_SYR2K) {
+                                        int tr = p->trans_a;
+                                        x = opx(p, a, tr, p->lda, (uint32_t)i, q) * opx(p, b, tr, p->ldb, j, q);
+                                        y = opx(p, b, tr, p->ldb, (uint32_t)i, q) * opx(p, a, tr, p->lda, j, q);
+                                        s += x + y;
+                                        sa += fabs(x) + fabs(y);
+                                } else {
+                                        x = opx(p, a, p->trans_a, p->lda, (uint32_t)i, q) *
+                                            opx(p, b, !p->trans_b, p->ldb, j, q);
+                                        s += x;
+                                        sa += fabs(x);
+                                }
+                        }
+                        double ref = p->alpha * s, bound = fabs(p->alpha) * sa;
+                        if (p->beta != 0.f) {
+                                double cv = getv(ci, p->dtype, idx);
+                                ref += p->beta * cv;
+                                bound += fabs(p->beta * cv);
+                        }
+                        /* Output rounding in the subnormal range is absolute. */
+                        bound += (p->dtype == GEMMD_F16 ? 6e-8 : 1e-37) / tol;
+                        double got = getv(co, p->dtype, idx);
+                        double err = fabs(got - ref) / (tol * bound + 1e-30);
+                        if (!(err <= 1.0) || isnan(got)) {
+                                snprintf(why, whylen, "C(%lu,%u) = %.8g, want %.8g (bound %.3g)",
+                                         (unsigned long)i, j, got, ref, tol * bound);
+                                return INFINITY;
+                        }
+                        if (err > worst)
+                                worst = err;
+                }
+        }
+        return worst;
+}
+
+static const char *pdesc(const struct gemmd_kproblem *p, char *buf, size_t n)
+{
+        snprintf(buf, n, "%s %c%c m=%u n=%u k=%u lda=%ld ldb=%ld ldc=%ld uplo=%u a%%16=%lu b%%16=%lu",
+                 p->kind == SCHED_SYR2K ? "syr2k" : "gemm", p->trans_a ? 'T' : 'N', p->trans_b ? 'T' : 'N',
+                 p->m, p->n, p->k, (long)p->lda, (long)p->ldb, (long)p->ldc, p->uplo,
+                 (unsigned long)(p->a % 16), (unsigned long)(p->b % 16));
+        return buf;
+}
+
+static int failures;
+
+/* Runs one group under every mode and CTA count; returns nothing, counts
+ * failures. */
+static void run_group(const char *name, int dtype, int tf32, struct tprob *tp, uint32_t np, int nsm)
+{
+        size_t es = esize(dtype);
+        size_t total = 0;
+        for (uint32_t i = 0; i < np; i++)
+                for (int o = 0; o < 3; o++) {
+                        total = (total + 127) / 128 * 128 + rndu(2); /* sometimes unaligned */
+                        tp[i].off[o] = total;
+                        total += tp[i].span[o];
+                }
+        total += 64;
+        char *h = malloc(total * es), *c0 = malloc(total * es), *out = malloc(total * es),
+             *first = malloc(total * es);
+        if (!h || !c0 || !out || !first) {
+                fprintf(stderr, "out of memory\n");
+                exit(1);
+        }
+        for (size_t i = 0; i < total; i++)
+                setv(h, dtype, i, rndf());
+        /* C: random where beta != 0; NaN where beta == 0 (must not be read),
+         * and NaN in the storage the op must not touch. */
+        for (uint32_t i = 0; i < np; i++) {
+                if (tp[i].kp.beta == 0.f)
+                        for (size_t e = 0; e < tp[i].span[2]; e++)
+                                setv(h, dtype, tp[i].off[2] + e, NAN);
+        }
+        memcpy(c0, h, total * es);
+
+        char *d;
+        struct gemmd_kproblem *dp;
+        CK(cudaMalloc((void **)&d, total * es));
+        CK(cudaMalloc((void **)&dp, np * sizeof(*dp)));
+        struct gemmd_kproblem *kp = malloc(np * sizeof(*kp));
+        struct sched_problem *sp = malloc(np * sizeof(*sp));
+        for (uint32_t i = 0; i < np; i++) {
+                kp[i] = tp[i].kp;
+                kp[i].a = (uint64_t)(uintptr_t)(d + tp[i].off[0] * es);
+                kp[i].b = (uint64_t)(uintptr_t)(d + tp[i].off[1] * es);
+                kp[i].c = (uint64_t)(uintptr_t)(d + tp[i].off[2] * es);
+                tp[i].kp = kp[i];
+                sp[i] = (struct sched_problem){.kind = kp[i].kind, .dtype = kp[i].dtype,
+                                               .uplo = kp[i].uplo, .tf32 = kp[i].tf32,
+                                               .m = kp[i].m, .n = kp[i].n, .k = kp[i].k};
+        }
+        CK(cudaMemcpy(dp, kp, np * sizeof(*kp), cudaMemcpyHostToDevice));
+
+        double tol = dtype == GEMMD_F32 ? (tf32 ? 4e-3 : 2e-5) : dtype == GEMMD_F16 ? 2e-3 : 1e-2;
+        struct sched_plan plan;
+        sched_plan_init(&plan);
+        int have_first = 0;
+        const uint32_t ctas_list[2] = {(uint32_t)nsm, 5};
+        for (int mode = 0; mode < SCHED_NMODES; mode++) {
+                for (int ci = 0; ci < 2; ci++) {
+                        struct sched_config cfg = {.mode = (enum sched_mode)mode,
+                                                   .shape = cuda_gemm_shape(dtype, tf32),
+                                                   .ctas = ctas_list[ci]};
+                        int rc = sched_plan_build(&plan, sp, np, &cfg);
+                        if (rc) {
+                                printf("FAIL %s %s: sched_plan_build = %d\n", name, sched_mode_name(cfg.mode), rc);
+                                failures++;
+                                continue;
+                        }
+                        void *blob = NULL;
+                        float *ws = NULL;
+                        uint32_t *arr = NULL;
+                        if (plan.blob_bytes) {
+                                CK(cudaMalloc(&blob, plan.blob_bytes));
+                                CK(cudaMemcpy(blob, plan.blob, plan.blob_bytes, cudaMemcpyHostToDevice));
+                        }
+                        size_t wsb = cuda_gemm_ws_bytes(&plan, cfg.shape);
+                        size_t ab = cuda_gemm_arrivals_bytes(&plan);
+                        if (wsb) {
+                                CK(cudaMalloc((void **)&ws, wsb));
+                                CK(cudaMemset(ws, 0xff, wsb));
+                        }
+                        if (ab) {
+                                CK(cudaMalloc((void **)&arr, ab));
+                                CK(cudaMemset(arr, 0, ab));
+                        }
+                        struct cuda_group g = {.problems = dp, .nproblems = np, .dtype = dtype,
+                                               .tf32 = tf32, .plan_blob = blob, .plan = &plan,
+                                               .cfg = cfg, .ws = ws, .arrivals = arr};
+                        for (int rep = 0; rep < 2; rep++) {
+                                CK(cudaMemcpy(d, c0, total * es, cudaMemcpyHostToDevice));
+                                rc = cuda_gemm_launch(&g, NULL);
+                                if (rc) {
+                                        printf("FAIL %s %s: launch = %d\n", name, sched_mode_name(cfg.mode), rc);
+                                        failures++;
+                                        break;
+                                }
+                                CK(cudaDeviceSynchronize());
+                                CK(cudaMemcpy(out, d, total * es, cudaMemcpyDeviceToHost));
+                                if (!have_first) {
+                                        double worst = 0;
+                                        for (uint32_t i = 0; i < np; i++) {
+                                                char why[160], pd[200];
+                                                double e = check(&tp[i], h, c0, out, tol, why, sizeof(why));
+                                                if (isinf(e)) {
+                                                        printf("FAIL %s %s ctas=%u problem %u (%s): %s\n", name,
+                                                               sched_mode_name(cfg.mode), cfg.ctas, i,
+                                                               pdesc(&tp[i].kp, pd, sizeof(pd)), why);
+                                                        failures++;
+                                                        break;
+                                                }
+                                                if (e > worst)
+                                                        worst = e;
+                                        }
+                                        printf("  %-22s %u problems, worst error %.3f of the bound\n", name, np,
+                                               worst);
+                                        memcpy(first, out, total * es);
+                                        have_first = 1;
+                                } else if (memcmp(first, out, total * es)) {
+                                        size_t i = 0;
+                                        while (!memcmp(first + i * es, out + i * es, es))
+                                                i++;
+                                        printf("FAIL %s %s ctas=%u rep %d: bits differ from the first run "
+                                               "(element %zu, %g vs %g, nsplit=%u)\n",
+                                               name, sched_mode_name(cfg.mode), cfg.ctas, rep, i,
+                                               getv(out, dtype, i), getv(first, dtype, i), plan.nsplit);
+                                        failures++;
+                                        break;
+                                }
+                        }
+                        if (mode == SCHED_SPLIT)
+                                printf("  %-22s split ctas=%u: %u split tiles, %u entries\n", name, cfg.ctas,
+                                       plan.nsplit, plan.nentries);
+                        if (ab) {
+                                uint32_t *ha = malloc(ab);
+                                CK(cudaMemcpy(ha, arr, ab, cudaMemcpyDeviceToHost));
+                                for (uint32_t i = 0; i < plan.nsplit; i++)
+                                        if (ha[i]) {
+                                                printf("FAIL %s: arrival counter %u left at %u\n", name, i, ha[i]);
+                                                failures++;
+                                                break;
+                                        }
+                                free(ha);
+                        }
+                        cudaFree(blob);
+                        cudaFree(ws);
+                        cudaFree(arr);
+                }
+        }
+        sched_plan_deinit(&plan);
+        CK(cudaFree(d));
+        CK(cudaFree(dp));
+        free(kp);
+        free(sp);
+        free(h);
+        free(c0);
+        free(out);
+        free(first);
+}
+
+int main(int argc, char **argv)
+{
+        (void)argc;
+        (void)argv;
+        int ndev = 0;
+        if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev == 0) {
+                printf("test_gpu_kernels: SKIP: no CUDA device\n");
+                return 0;
+        }
+        int nsm = 0;
+        CK(cudaDeviceGetAttribute(&nsm, cudaDevAttrMultiProcessorCount, 0));
+        static const char *names[] = {"f32", "tf32", "f16", "bf16"};
+        static const int dts[] = {GEMMD_F32, GEMMD_F32, GEMMD_F16, GEMMD_BF16};
+        static const int tfs[] = {0, 1, 0, 0};
+        for (int c = 0; c < 4; c++) {
+                printf("%s (%s)\n", names[c], cuda_gemm_kernel_name(dts[c], tfs[c]));
+                for (int grp = 0; grp < 4; grp++) {
+                        struct tprob tp[80];
+                        uint32_t np;
+                        char name[64];
+                        if (grp < 3) {
+                                /* Edge sizes, many problems. */
+                                np = 40 + rndu(40);
+                                for (uint32_t i = 0; i < np; i++)
+                                        draw(&tp[i], dts[c], tfs[c], 0);
+                                snprintf(name, sizeof(name), "%s/edge%d", names[c], grp);
+                        } else {
+                                /* A few long-K problems: a tail that `split` cuts. */
+                                np = 3 + rndu(3);
+                                for (uint32_t i = 0; i < np; i++)
+                                        draw(&tp[i], dts[c], tfs[c], 1);
+                                snprintf(name, sizeof(name), "%s/longk", names[c]);
+                        }
+                        run_group(name, dts[c], tfs[c], tp, np, nsm);
+                }
+        }
+        printf("test_gpu_kernels: %s (%d failures)\n", failures ? "FAIL" : "PASS", failures);
+        return failures ? 1 : 0;
+}
