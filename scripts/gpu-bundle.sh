@@ -1,0 +1,28 @@
+#!/bin/sh
+# Builds everything here and gathers what a GPU machine needs to run it into
+# one folder (default .gpubin, git-ignored): the binaries, flat, and in lib/
+# the shared libraries they need that a bare CUDA image may lack (Criterion
+# and its dependencies). Carry the folder and run scripts/gpu.sh there with
+# GEMMD_BIN pointing at it.
+set -eu
+dest=${1:-.gpubin}
+make -j"$(nproc)" bins tests >/dev/null
+mkdir -p "$dest/lib"
+for b in build/gemmd build/gemmctl build/gemmbench build/demo_client build/libgemmd.so \
+         build/tests/test_gpu_kernels build/tests/test_gpu_e2e; do
+        [ -e "$b" ] && cp -f "$b" "$dest/"
+done
+# Debug info is most of their size and the carried tree is capped.
+strip --strip-debug "$dest"/* 2>/dev/null || true
+# Everything ldd resolves except the C library itself, which the GPU image
+# has in a newer version.
+for b in "$dest"/test_gpu_e2e; do
+        [ -e "$b" ] || continue
+        ldd "$b" | awk '/=> \// {print $3}' | while read -r lib; do
+                case "$(basename "$lib")" in
+                libc.so.*|libm.so.*|libpthread.so.*|libdl.so.*|librt.so.*|libresolv.so.*|ld-linux*) ;;
+                *) cp -fL "$lib" "$dest/lib/" ;;
+                esac
+        done
+done
+du -sh "$dest"
