@@ -65,6 +65,10 @@ struct ticket {
         int status;                   /* 0 or the first failing op's code */
         int listed;                   /* on the done list */
         struct ticket *prev, *next;   /* done list: completed, not yet polled */
+        uint32_t launched;            /* ops the daemon said are on the device */
+        int launched_all;             /* launched == nops, or done */
+        int has_event;                /* event: the last Launched event */
+        uint8_t event[GEMMD__IPC_HANDLE_BYTES];
         struct gemmd_result *results; /* nops of them, after the struct */
         struct inline_out *outs;      /* nops of them, after the results */
 };
@@ -76,6 +80,7 @@ struct buffer {
         gemmd_buffer id;
         void *ptr;
         uint64_t bytes;
+        void *dev; /* device memory the daemon allocated, opened here */
 };
 
 /* The synchronous request in flight; id 0 when there is none. */
@@ -84,6 +89,8 @@ struct sync_call {
         int done;
         int err;
         uint64_t buffer_id; /* BufferReply */
+        int has_handle;     /* BufferReply of a DeviceAlloc */
+        uint8_t handle[GEMMD__IPC_HANDLE_BYTES];
         char *text;         /* StatsReply, malloc'd, handed to the caller */
 };
 
@@ -219,6 +226,7 @@ static void ticket_finish(struct gemmd_client *c, struct ticket *t)
         for (i = 0; i < t->nops && !t->status; i++)
                 t->status = t->results[i].status;
         t->done = 1;
+        t->launched_all = 1;
         t->listed = 1;
         t->prev = c->done_tail;
         t->next = NULL;
@@ -330,6 +338,10 @@ static int take_hello(struct gemmd_client *c, const Gemmd__V1__HelloReply *h)
         in->max_buffers = l->max_buffers;
         in->max_buffer_bytes = l->max_buffer_bytes;
         in->max_queue_ops = l->max_queue_ops;
+        in->max_sessions = l->max_sessions;
+        in->max_user_inflight_ops = l->max_user_inflight_ops;
+        in->max_user_buffer_bytes = l->max_user_buffer_bytes;
+        in->max_user_share = l->max_user_share;
         copy_str(in->backend, sizeof(in->backend), "none");
         for (i = 0; i < h->n_devices; i++) {
                 const Gemmd__V1__Device *d = h->devices[i];
@@ -368,6 +380,10 @@ static void take_sync(struct gemmd_client *c, const Gemmd__V1__Envelope *env)
         case GEMMD__V1__ENVELOPE__BODY_BUFFER_REPLY:
                 s->buffer_id = env->buffer_reply->buffer_id;
                 s->err = s->buffer_id ? 0 : GEMMD_EPROTO;
+                if (env->buffer_reply->ipc_handle.len == GEMMD__IPC_HANDLE_BYTES) {
+                        memcpy(s->handle, env->buffer_reply->ipc_handle.data, GEMMD__IPC_HANDLE_BYTES);
+                        s->has_handle = 1;
+                }
                 break;
         case GEMMD__V1__ENVELOPE__BODY_ACK:
                 s->err = 0;
@@ -400,7 +416,18 @@ static int handle_frame(struct gemmd_client *c, const uint8_t *body, uint32_t le
         t = env->request_id ? tab_find(c, env->request_id) : NULL;
         if (!t || t->done)
                 return 0; /* a late or unsolicited reply: nothing waits for it */
-        if (env->body_case == GEMMD__V1__ENVELOPE__BODY_COMPLETION) {
+        if (env->body_case == GEMMD__V1__ENVELOPE__BODY_LAUNCHED) {
+                const Gemmd__V1__Launched *l = env->launched;
+
+                /* The stream is in order: the last event covers the earlier. */
+                if (l->event_handle.len == GEMMD__IPC_HANDLE_BYTES) {
+                        memcpy(t->event, l->event_handle.data, GEMMD__IPC_HANDLE_BYTES);
+                        t->has_event = 1;
+                }
+                t->launched += l->nops;
+                if (t->launched >= t->nops)
+                        t->launched_all = 1;
+        } else if (env->body_case == GEMMD__V1__ENVELOPE__BODY_COMPLETION) {
                 ticket_complete(c, t, env->completion);
         } else if (env->body_case == GEMMD__V1__ENVELOPE__BODY_ERROR) {
                 int err = frame_code_to_err(env->error->code);
@@ -762,6 +789,8 @@ static int release_buffer(struct gemmd_client *c, gemmd_buffer id)
         *pp = b->next;
         if (b->ptr)
                 munmap(b->ptr, b->bytes);
+        if (b->dev)
+                gemmd__cuda_ipc_close(b->dev);
         free(b);
         rel.buffer_id = id;
         env.body_case = GEMMD__V1__ENVELOPE__BODY_BUFFER_RELEASE;
@@ -838,6 +867,79 @@ int gemmd_register_device(gemmd_client *c, const void *dptr, uint64_t bytes, gem
         reg.device = ipc.device;
         reg.offset = ipc.offset;
         return register_buffer(c, &reg, -1, NULL, id);
+}
+
+int gemmd_device_alloc(gemmd_client *c, uint64_t bytes, uint32_t device, gemmd_buffer *id,
+                       void **dptr)
+{
+        Gemmd__V1__Envelope env = GEMMD__V1__ENVELOPE__INIT;
+        Gemmd__V1__DeviceAlloc da = GEMMD__V1__DEVICE_ALLOC__INIT;
+        struct buffer *b;
+        void *p = NULL;
+        int err;
+
+        if (!c || !bytes || !id || !dptr)
+                return -EINVAL;
+        if (c->dead)
+                return GEMMD_EDISCONNECT;
+        b = calloc(1, sizeof(*b));
+        if (!b)
+                return -ENOMEM;
+        da.bytes = bytes;
+        da.device = device;
+        env.body_case = GEMMD__V1__ENVELOPE__BODY_DEVICE_ALLOC;
+        env.device_alloc = &da;
+        err = call(c, &env, -1, -1);
+        if (!err && !c->sync.has_handle)
+                err = GEMMD_EPROTO;
+        b->id = c->sync.buffer_id;
+        if (!err)
+                err = gemmd__cuda_ipc_open(c->sync.handle, &p);
+        if (err) {
+                free(b);
+                if (c->sync.buffer_id) {
+                        /* The daemon allocated it, but we cannot use it. */
+                        Gemmd__V1__BufferRelease rel = GEMMD__V1__BUFFER_RELEASE__INIT;
+                        Gemmd__V1__Envelope renv = GEMMD__V1__ENVELOPE__INIT;
+
+                        rel.buffer_id = c->sync.buffer_id;
+                        renv.body_case = GEMMD__V1__ENVELOPE__BODY_BUFFER_RELEASE;
+                        renv.buffer_release = &rel;
+                        call(c, &renv, -1, -1);
+                }
+                return err;
+        }
+        b->dev = p;
+        b->bytes = bytes;
+        b->next = c->buffers;
+        c->buffers = b;
+        *id = b->id;
+        *dptr = p;
+        return 0;
+}
+
+int gemmd_stream_wait(gemmd_client *c, gemmd_ticket ticket, void *stream, int timeout_ms)
+{
+        struct ticket *t;
+        int err;
+
+        if (!c)
+                return -EINVAL;
+        t = ticket ? tab_find(c, ticket) : NULL;
+        if (!t)
+                return GEMMD_ENOTICKET;
+        if (!t->launched_all && !t->done) {
+                err = wait_for(c, &t->launched_all, timeout_ms);
+                if (err)
+                        return err;
+        }
+        if (t->done && t->status)
+                return t->status;
+        if (t->done && !t->has_event)
+                return 0; /* finished already: nothing to wait for */
+        if (!t->has_event)
+                return GEMMD_EUNSUPPORTED; /* submitted without GEMMD_SUBMIT_LAUNCH_EVENTS */
+        return gemmd__cuda_stream_wait(t->event, stream);
 }
 
 int gemmd_unregister(gemmd_client *c, gemmd_buffer id)
@@ -957,7 +1059,11 @@ int gemmd_submit(gemmd_client *c, const struct gemmd_op *ops, size_t nops, int p
                 return -EINVAL;
         if (c->dead)
                 return GEMMD_EDISCONNECT;
-        if (!nops || priority < GEMMD_PRIO_LOW || priority > GEMMD_PRIO_HIGH)
+        int flags = priority & ~0xff;
+
+        priority &= 0xff;
+        if (!nops || priority < GEMMD_PRIO_LOW || priority > GEMMD_PRIO_HIGH ||
+            (flags & ~GEMMD_SUBMIT_LAUNCH_EVENTS))
                 return GEMMD_EINVAL;
         if (nops > c->info.max_ops_per_submit)
                 return GEMMD_ELIMIT;
@@ -974,6 +1080,7 @@ int gemmd_submit(gemmd_client *c, const struct gemmd_op *ops, size_t nops, int p
         sub.n_ops = nops;
         sub.ops = ptrs;
         sub.priority = (uint32_t)priority;
+        sub.notify_launch = (flags & GEMMD_SUBMIT_LAUNCH_EVENTS) != 0;
         env.body_case = GEMMD__V1__ENVELOPE__BODY_SUBMIT;
         env.submit = &sub;
         env.request_id = c->next_id++;

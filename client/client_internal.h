@@ -24,4 +24,14 @@ struct gemmd__ipc {
  * of its allocation, or -EINVAL when dptr is not device memory. */
 int gemmd__cuda_ipc_get(const void *dptr, uint64_t bytes, struct gemmd__ipc *ipc);
 
+/* Opens a daemon's exported allocation (cudaIpcOpenMemHandle); undone by
+ * gemmd__cuda_ipc_close. Returns 0, GEMMD_EUNSUPPORTED or GEMMD_EDEVICE. */
+int gemmd__cuda_ipc_open(const uint8_t handle[GEMMD__IPC_HANDLE_BYTES], void **dptr);
+void gemmd__cuda_ipc_close(void *dptr);
+
+/* Makes `stream` (a cudaStream_t) wait for the daemon's IPC event `handle`,
+ * opening it once per process. Returns 0, GEMMD_EUNSUPPORTED or
+ * GEMMD_EDEVICE. Thread-safe. */
+int gemmd__cuda_stream_wait(const uint8_t handle[GEMMD__IPC_HANDLE_BYTES], void *stream);
+
 #endif /* GEMMD_CLIENT_INTERNAL_H */

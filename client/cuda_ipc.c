@@ -4,6 +4,7 @@
  * unchanged on hosts without one.
  */
 #include <dlfcn.h>
+#include <pthread.h>
 #include <errno.h>
 #include <stddef.h>
 #include <string.h>
@@ -80,4 +81,74 @@ int gemmd__cuda_ipc_get(const void *dptr, uint64_t bytes, struct gemmd__ipc *ipc
         else if (!get_device(&dev))
                 ipc->device = (uint32_t)dev;
         return 0;
+}
+
+/* CUDA's IPC handles are 64-byte structs passed by value. */
+struct h64 {
+        unsigned char bytes[GEMMD__IPC_HANDLE_BYTES];
+};
+typedef int (*open_mem_fn)(void **dptr, struct h64 handle, unsigned flags);
+typedef int (*close_mem_fn)(void *dptr);
+typedef int (*open_event_fn)(void **event, struct h64 handle);
+typedef int (*stream_wait_fn)(void *stream, void *event, unsigned flags);
+
+#define CUDA_IPC_MEM_LAZY_ENABLE_PEER_ACCESS 1u
+
+int gemmd__cuda_ipc_open(const uint8_t handle[GEMMD__IPC_HANDLE_BYTES], void **dptr)
+{
+        open_mem_fn open_mem = (open_mem_fn)find("cudaIpcOpenMemHandle", cudart_libs);
+        struct h64 h;
+
+        if (!open_mem)
+                return GEMMD_EUNSUPPORTED;
+        memcpy(h.bytes, handle, sizeof(h.bytes));
+        return open_mem(dptr, h, CUDA_IPC_MEM_LAZY_ENABLE_PEER_ACCESS) ? GEMMD_EDEVICE : 0;
+}
+
+void gemmd__cuda_ipc_close(void *dptr)
+{
+        close_mem_fn close_mem = (close_mem_fn)find("cudaIpcCloseMemHandle", cudart_libs);
+
+        if (close_mem)
+                close_mem(dptr);
+}
+
+/* Opened event handles, per process: the daemon records a small ring of
+ * events per device, so this stays short. */
+#define EVENT_CACHE 64
+static struct {
+        unsigned char handle[GEMMD__IPC_HANDLE_BYTES];
+        void *event;
+} events[EVENT_CACHE];
+static int nevents;
+static pthread_mutex_t events_lock = PTHREAD_MUTEX_INITIALIZER;
+
+int gemmd__cuda_stream_wait(const uint8_t handle[GEMMD__IPC_HANDLE_BYTES], void *stream)
+{
+        open_event_fn open_event = (open_event_fn)find("cudaIpcOpenEventHandle", cudart_libs);
+        stream_wait_fn wait = (stream_wait_fn)find("cudaStreamWaitEvent", cudart_libs);
+        void *ev = NULL;
+        int err = 0;
+
+        if (!open_event || !wait)
+                return GEMMD_EUNSUPPORTED;
+        pthread_mutex_lock(&events_lock);
+        for (int i = 0; i < nevents; i++)
+                if (!memcmp(events[i].handle, handle, GEMMD__IPC_HANDLE_BYTES))
+                        ev = events[i].event;
+        if (!ev) {
+                struct h64 h;
+
+                memcpy(h.bytes, handle, sizeof(h.bytes));
+                if (open_event(&ev, h)) {
+                        err = GEMMD_EDEVICE;
+                } else if (nevents < EVENT_CACHE) {
+                        memcpy(events[nevents].handle, handle, GEMMD__IPC_HANDLE_BYTES);
+                        events[nevents++].event = ev;
+                }
+        }
+        pthread_mutex_unlock(&events_lock);
+        if (!err && wait(stream, ev, 0))
+                err = GEMMD_EDEVICE;
+        return err;
 }

@@ -49,6 +49,11 @@ struct backend {
         int (*ipc_open)(struct backend *b, const uint8_t handle[64], uint64_t offset,
                         uint64_t bytes, uint64_t *addr, void **token);
         void (*ipc_close)(struct backend *b, void *token);
+        /* Optional, worker thread: allocates device memory for a client and
+         * exports it (a 64-byte CUDA IPC handle); *token is for dev_free. */
+        int (*dev_alloc)(struct backend *b, uint64_t bytes, uint64_t *addr, uint8_t handle[64],
+                         void **token);
+        void (*dev_free)(struct backend *b, void *token);
         /* Waits for nothing: all groups are done when it is called. */
         void (*destroy)(struct backend *b);
 };

@@ -42,6 +42,12 @@ struct cuda_backend {
          * number: the gap before launch j needs the end of launch j - 1,
          * which stays in the ring long after its slot is reused. */
         cudaEvent_t ev_start[EVENT_RING], ev_end[EVENT_RING];
+        /* Interprocess events recorded after each launch, with their IPC
+         * handles, for clients that wait on the device (Launched). A client
+         * that waits on a later recording of the same event only waits
+         * longer: the stream is in order. */
+        cudaEvent_t ev_ipc[EVENT_RING];
+        cudaIpcEventHandle_t ev_ipc_handle[EVENT_RING];
         uint64_t launches;
 };
 
@@ -272,6 +278,9 @@ static int launch(struct backend *be, struct group *g)
                                      cudaMemcpyDeviceToHost, cb->stream));
         }
         CK(cudaEventRecord(cb->ev_end[ring], cb->stream));
+        CK(cudaEventRecord(cb->ev_ipc[ring], cb->stream));
+        /* Before the callback is armed, so the group cannot complete first. */
+        worker_notify_launch(g, (const uint8_t *)&cb->ev_ipc_handle[ring], cb->ordinal);
         CK(cudaStreamAddCallback(cb->stream, on_stream_done, s, 0));
         return 0;
 }
@@ -381,6 +390,39 @@ static void ipc_close(struct backend *be, void *token)
         free(m);
 }
 
+static int dev_alloc(struct backend *be, uint64_t bytes, uint64_t *addr, uint8_t handle[64],
+                     void **token)
+{
+        struct cuda_backend *cb = (struct cuda_backend *)be;
+        cudaIpcMemHandle_t h;
+        void *p;
+
+        CK(cudaSetDevice(cb->ordinal));
+        if (cudaMalloc(&p, bytes) != cudaSuccess) {
+                cudaGetLastError();
+                return -ENOMEM;
+        }
+        if (cudaIpcGetMemHandle(&h, p) != cudaSuccess) {
+                cudaGetLastError();
+                cudaFree(p);
+                return GEMMD_EDEVICE;
+        }
+        memcpy(handle, &h, 64);
+        *addr = (uint64_t)(uintptr_t)p;
+        *token = p;
+        return 0;
+}
+
+static void dev_free(struct backend *be, void *token)
+{
+        struct cuda_backend *cb = (struct cuda_backend *)be;
+
+        cudaSetDevice(cb->ordinal);
+        /* Groups that used it are done: their ops held the buffer. */
+        if (cudaFree(token) != cudaSuccess)
+                log_warn("cuda %d: cudaFree: %s", cb->ordinal, cudaGetErrorString(cudaGetLastError()));
+}
+
 static int slot_init(struct backend *be, struct group *g)
 {
         struct cuda_slot *s = calloc(1, sizeof(*s));
@@ -418,6 +460,7 @@ static void destroy(struct backend *be)
         for (int i = 0; i < EVENT_RING; i++) {
                 cudaEventDestroy(cb->ev_start[i]);
                 cudaEventDestroy(cb->ev_end[i]);
+                cudaEventDestroy(cb->ev_ipc[i]);
         }
         cudaStreamDestroy(cb->stream);
         free(cb);
@@ -441,7 +484,10 @@ int backend_cuda_new(int ordinal, const struct gemmd_config *cfg, struct backend
         }
         for (int i = 0; i < EVENT_RING; i++) {
                 if (cudaEventCreate(&cb->ev_start[i]) != cudaSuccess ||
-                    cudaEventCreate(&cb->ev_end[i]) != cudaSuccess) {
+                    cudaEventCreate(&cb->ev_end[i]) != cudaSuccess ||
+                    cudaEventCreateWithFlags(&cb->ev_ipc[i], cudaEventInterprocess |
+                                                                     cudaEventDisableTiming) != cudaSuccess ||
+                    cudaIpcGetEventHandle(&cb->ev_ipc_handle[i], cb->ev_ipc[i]) != cudaSuccess) {
                         log_err("cuda %d: cannot create events", ordinal);
                         cudaStreamDestroy(cb->stream);
                         free(cb);
@@ -461,6 +507,8 @@ int backend_cuda_new(int ordinal, const struct gemmd_config *cfg, struct backend
         cb->b.collect = collect;
         cb->b.ipc_open = ipc_open;
         cb->b.ipc_close = ipc_close;
+        cb->b.dev_alloc = dev_alloc;
+        cb->b.dev_free = dev_free;
         cb->b.slot_init = slot_init;
         cb->b.slot_deinit = slot_deinit;
         cb->b.destroy = destroy;

@@ -9,7 +9,9 @@
 #include <unistd.h>
 
 #include "daemon/log.h"
+#include "daemon/metrics.h"
 #include "daemon/server.h"
+#include "daemon/users.h"
 #include "daemon/validate.h"
 #include "gemmd.h"
 
@@ -43,6 +45,11 @@ static void on_hello(struct session *s, uint64_t rid, const Gemmd__V1__Hello *h)
         l.max_buffers = lim->max_buffers;
         l.max_buffer_bytes = lim->max_buffer_bytes;
         l.max_queue_ops = lim->max_queue_ops;
+        l.max_sessions = lim->max_sessions;
+        l.max_output_bytes = lim->max_output_bytes;
+        l.max_user_inflight_ops = lim->max_user_inflight_ops;
+        l.max_user_buffer_bytes = lim->max_user_buffer_bytes;
+        l.max_user_share = lim->max_user_share;
         for (int i = 0; i < ndev; i++) {
                 struct backend *b = srv->backends[i];
 
@@ -147,11 +154,14 @@ static void ipc_open_done(struct wctl *c)
                 b->owner = t->w;
                 b->release = release_cuda;
                 if (s->state == SESSION_CLOSED || s->bufs.n >= srv->cfg->lim.max_buffers ||
+                    s->user->buffer_bytes + b->bytes > srv->cfg->lim.max_user_buffer_bytes ||
                     (rc = gbuf_table_add(&s->bufs, b)) != 0) {
                         gbuf_unref(b);
                         b = NULL;
                         if (!rc)
                                 rc = GEMMD_ELIMIT;
+                } else {
+                        s->user->buffer_bytes += b->bytes;
                 }
         }
         if (rc) {
@@ -215,6 +225,18 @@ static void on_register(struct session *s, uint64_t rid, const Gemmd__V1__Buffer
         struct gbuf *b;
         int fd, rc;
 
+        if (m->bytes <= lim->max_buffer_bytes &&
+            s->user->buffer_bytes + m->bytes > lim->max_user_buffer_bytes) {
+                /* The descriptor that came with it, if any, is not kept. */
+                if (m->kind == GEMMD__V1__BUFFER_REGISTER__KIND__SHM && (fd = session_take_fd(s)) >= 0)
+                        close(fd);
+                session_send_error(s, rid, GEMMD_ELIMIT, -1,
+                                   "uid %d has %llu bytes registered; %llu more exceed its %llu",
+                                   (int)s->cred.uid, (unsigned long long)s->user->buffer_bytes,
+                                   (unsigned long long)m->bytes,
+                                   (unsigned long long)lim->max_user_buffer_bytes);
+                return;
+        }
         if (m->kind == GEMMD__V1__BUFFER_REGISTER__KIND__CUDA_IPC) {
                 if (s->bufs.n >= lim->max_buffers)
                         session_send_error(s, rid, GEMMD_ELIMIT, -1, "at most %u buffers per session",
@@ -263,6 +285,7 @@ static void on_register(struct session *s, uint64_t rid, const Gemmd__V1__Buffer
                 session_send_error(s, rid, rc, -1, "out of memory");
                 return;
         }
+        s->user->buffer_bytes += b->bytes;
         r.buffer_id = b->id;
         env.body_case = GEMMD__V1__ENVELOPE__BODY_BUFFER_REPLY;
         env.buffer_reply = &r;
@@ -273,7 +296,10 @@ static void on_release(struct session *s, uint64_t rid, const Gemmd__V1__BufferR
 {
         Gemmd__V1__Envelope env = GEMMD__V1__ENVELOPE__INIT;
         Gemmd__V1__Ack ack = GEMMD__V1__ACK__INIT;
+        struct gbuf *b = gbuf_table_find(&s->bufs, m->buffer_id);
 
+        if (b)
+                s->user->buffer_bytes -= b->bytes;
         if (gbuf_table_remove(&s->bufs, m->buffer_id)) {
                 session_send_error(s, rid, GEMMD_ENOBUF, -1, "no buffer %llu in this session",
                                    (unsigned long long)m->buffer_id);
@@ -328,6 +354,12 @@ static void on_submit(struct session *s, uint64_t rid, const Gemmd__V1__Submit *
                                    lim->max_inflight_ops);
                 return;
         }
+        if (s->user->inflight_ops + n > lim->max_user_inflight_ops) {
+                session_send_error(s, rid, GEMMD_EBUSY, -1,
+                                   "uid %d has %u ops in flight (at most %u)", (int)s->cred.uid,
+                                   s->user->inflight_ops, lim->max_user_inflight_ops);
+                return;
+        }
         if (srv->queued_ops + n > lim->max_queue_ops) {
                 session_send_error(s, rid, GEMMD_EBUSY, -1, "daemon queue full (%u ops)",
                                    srv->queued_ops);
@@ -361,12 +393,14 @@ static void on_submit(struct session *s, uint64_t rid, const Gemmd__V1__Submit *
         r->id = rid;
         r->nops = n;
         r->priority = (int)m->priority;
+        r->notify_launch = m->notify_launch;
         r->t_admit_ns = now_ns();
         atomic_init(&r->remaining, n);
         for (uint32_t i = 0; i < n; i++)
                 pp[i] = &r->ops[i];
         s->refs++;
         s->inflight_ops += n;
+        s->user->inflight_ops += n;
         srv->queued_ops += n;
         srv->requests++;
         w = server_pick_worker(srv, r);
@@ -393,6 +427,8 @@ static void on_stats(struct session *s, uint64_t rid, const Gemmd__V1__StatsRequ
         free(text);
 }
 
+static void on_device_alloc(struct session *s, uint64_t rid, const Gemmd__V1__DeviceAlloc *m);
+
 void dispatch_frame(struct session *s, const uint8_t *buf, uint32_t len)
 {
         Gemmd__V1__Envelope *env = frame_unpack(&s->arena, buf, len);
@@ -410,6 +446,12 @@ void dispatch_frame(struct session *s, const uint8_t *buf, uint32_t len)
                 return;
         }
         rid = env->request_id;
+        if (s->state == SESSION_HELLO && s->denied) {
+                session_send_error(s, rid, GEMMD_EPERM, -1,
+                                   "uid %d is not allowed to use this daemon", (int)s->cred.uid);
+                session_close_after_flush(s);
+                return;
+        }
         if (s->state == SESSION_HELLO && env->body_case != GEMMD__V1__ENVELOPE__BODY_HELLO) {
                 session_send_error(s, rid, GEMMD_EPROTO, -1, "the first message must be Hello");
                 session_close_after_flush(s);
@@ -435,11 +477,166 @@ void dispatch_frame(struct session *s, const uint8_t *buf, uint32_t len)
         case GEMMD__V1__ENVELOPE__BODY_STATS_REQUEST:
                 on_stats(s, rid, env->stats_request);
                 break;
+        case GEMMD__V1__ENVELOPE__BODY_DEVICE_ALLOC:
+                on_device_alloc(s, rid, env->device_alloc);
+                break;
         default:
                 session_send_error(s, rid, GEMMD_EPROTO, -1, "unexpected message (body %d)",
                                    (int)env->body_case);
                 break;
         }
+}
+
+void launch_notice_send(struct wctl *c)
+{
+        struct launch_notice *n = (struct launch_notice *)c;
+        struct session *s = n->r->s;
+        Gemmd__V1__Envelope env = GEMMD__V1__ENVELOPE__INIT;
+        Gemmd__V1__Launched l = GEMMD__V1__LAUNCHED__INIT;
+
+        l.event_handle.data = n->handle;
+        l.event_handle.len = 64;
+        l.device = (uint32_t)n->device;
+        l.nops = n->nops;
+        env.body_case = GEMMD__V1__ENVELOPE__BODY_LAUNCHED;
+        env.launched = &l;
+        reply(s, n->r->id, &env);
+        free(n);
+}
+
+/* Device memory the daemon allocates for a client: made on the device's
+ * worker, freed there when the last reference goes. */
+struct dev_task {
+        struct wctl c;
+        struct session *s;
+        uint64_t rid;
+        uint64_t bytes;
+        struct worker *w;
+        int rc;
+        uint64_t addr;
+        uint8_t handle[64];
+        void *token;
+};
+
+static void dev_free_run(struct wctl *c, struct worker *w)
+{
+        struct ipc_close_task *t = (struct ipc_close_task *)c;
+
+        t->be->dev_free(t->be, t->token);
+        free(t);
+}
+
+static void release_dev(struct gbuf *b)
+{
+        struct worker *w = b->owner;
+        struct ipc_close_task *t = calloc(1, sizeof(*t));
+
+        if (!t) {
+                log_err("out of memory: leaking a device allocation");
+                return;
+        }
+        t->c.run = dev_free_run;
+        t->be = w->be;
+        t->token = b->ipc_base;
+        worker_control(w, &t->c);
+}
+
+static void dev_alloc_run(struct wctl *c, struct worker *w)
+{
+        struct dev_task *t = (struct dev_task *)c;
+
+        t->rc = w->be->dev_alloc(w->be, t->bytes, &t->addr, t->handle, &t->token);
+}
+
+static void dev_alloc_done(struct wctl *c)
+{
+        struct dev_task *t = (struct dev_task *)c;
+        struct session *s = t->s;
+        struct server *srv = s->srv;
+        Gemmd__V1__Envelope env = GEMMD__V1__ENVELOPE__INIT;
+        Gemmd__V1__BufferReply r = GEMMD__V1__BUFFER_REPLY__INIT;
+        struct gbuf *b = NULL;
+        int rc = t->rc;
+
+        srv->pending_controls--;
+        if (!rc && !(b = calloc(1, sizeof(*b)))) {
+                struct gbuf tmp = {.owner = t->w, .ipc_base = t->token};
+
+                release_dev(&tmp);
+                rc = -ENOMEM;
+        }
+        if (b) {
+                atomic_init(&b->refs, 1);
+                b->kind = GBUF_CUDA;
+                b->bytes = t->bytes;
+                b->device = t->w->index;
+                b->dev_addr = t->addr;
+                b->ipc_base = t->token;
+                b->owner = t->w;
+                b->release = release_dev;
+                if (s->state == SESSION_CLOSED || (rc = gbuf_table_add(&s->bufs, b)) != 0) {
+                        gbuf_unref(b);
+                        b = NULL;
+                }
+        }
+        if (rc) {
+                session_send_error(s, t->rid, rc, -1, "cannot allocate %llu bytes of device memory: %s",
+                                   (unsigned long long)t->bytes, gemmd_strerror(rc));
+        } else if (b) {
+                r.buffer_id = b->id;
+                r.ipc_handle.data = t->handle;
+                r.ipc_handle.len = 64;
+                r.device = (uint32_t)srv->backends[t->w->index]->index;
+                env.body_case = GEMMD__V1__ENVELOPE__BODY_BUFFER_REPLY;
+                env.buffer_reply = &r;
+                reply(s, t->rid, &env);
+        }
+        session_unref(s);
+        free(t);
+        server_maybe_finish(srv);
+}
+
+static void on_device_alloc(struct session *s, uint64_t rid, const Gemmd__V1__DeviceAlloc *m)
+{
+        struct server *srv = s->srv;
+        const struct limits *lim = &srv->cfg->lim;
+        struct worker *w = NULL;
+        struct dev_task *t;
+
+        for (int i = 0; i < srv->nworkers; i++)
+                if (srv->backends[i]->dev_alloc && srv->backends[i]->index == (int)m->device)
+                        w = &srv->workers[i];
+        if (!w) {
+                session_send_error(s, rid, GEMMD_EUNSUPPORTED, -1,
+                                   "no device %u with memory to allocate in this daemon", m->device);
+                return;
+        }
+        if (m->bytes == 0 || m->bytes > lim->max_buffer_bytes) {
+                session_send_error(s, rid, m->bytes ? GEMMD_ELIMIT : GEMMD_EINVAL, -1,
+                                   "buffer size %llu is not in [1, %llu]",
+                                   (unsigned long long)m->bytes,
+                                   (unsigned long long)lim->max_buffer_bytes);
+                return;
+        }
+        if (s->bufs.n >= lim->max_buffers) {
+                session_send_error(s, rid, GEMMD_ELIMIT, -1, "at most %u buffers per session",
+                                   lim->max_buffers);
+                return;
+        }
+        t = calloc(1, sizeof(*t));
+        if (!t) {
+                session_send_error(s, rid, -ENOMEM, -1, "out of memory");
+                return;
+        }
+        t->c.run = dev_alloc_run;
+        t->c.done = dev_alloc_done;
+        t->s = s;
+        t->rid = rid;
+        t->bytes = m->bytes;
+        t->w = w;
+        s->refs++;
+        srv->pending_controls++;
+        worker_control(w, &t->c);
 }
 
 void dispatch_completion(struct request *r)
@@ -449,7 +646,9 @@ void dispatch_completion(struct request *r)
         uint32_t n = r->nops;
 
         s->inflight_ops -= n;
+        s->user->inflight_ops -= n;
         srv->queued_ops -= n;
+        metrics_count_request(r);
         if (s->state != SESSION_CLOSED) {
                 Gemmd__V1__Envelope env = GEMMD__V1__ENVELOPE__INIT;
                 Gemmd__V1__Completion c = GEMMD__V1__COMPLETION__INIT;

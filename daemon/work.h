@@ -48,6 +48,8 @@ struct request {
         uint32_t nops;
         atomic_uint remaining;
         int priority;
+        int notify_launch; /* send Launched for each group of its ops */
+        uint64_t launch_gid; /* the worker's: last group that noticed it */
         uint64_t t_admit_ns;
         struct op ops[];
 };

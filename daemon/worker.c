@@ -4,6 +4,7 @@
 #include "daemon/worker.h"
 
 #include <errno.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -30,35 +31,70 @@ int hist_bucket(uint64_t v)
         return b;
 }
 
+/* Links a lane that just got work into its user's ring at priority p, and
+ * the user into the worker's ring of users at p if it was not there. A user
+ * that comes back after a pause starts at the worker's virtual clock: time
+ * it did not ask for is not owed to it. */
 static void lane_link(struct worker *w, int p, struct lane *l)
 {
-        struct lane *head = w->ring[p];
+        struct ulane *u = l->u, *head;
 
-        if (!head) {
+        /* Before the head: the newcomer waits for one full turn. */
+        if (!u->ring) {
                 l->next = l->prev = l;
-                w->ring[p] = l;
+                u->ring = l;
         } else {
-                /* Before the head: the newcomer waits for one full turn. */
-                l->next = head;
-                l->prev = head->prev;
-                head->prev->next = l;
-                head->prev = l;
+                l->next = u->ring;
+                l->prev = u->ring->prev;
+                u->ring->prev->next = l;
+                u->ring->prev = l;
         }
         l->linked = 1;
+        if (u->linked)
+                return;
+        head = w->ring[p];
+        if (!head) {
+                u->next = u->prev = u;
+                w->ring[p] = u;
+        } else {
+                u->next = head;
+                u->prev = head->prev;
+                head->prev->next = u;
+                head->prev = u;
+        }
+        u->linked = 1;
+        if (u->sh->active++ == 0 && u->sh->vtime < w->vclock)
+                u->sh->vtime = w->vclock;
 }
 
+/* Unlinks an emptied lane, and its user when that was its last lane at p. */
 static void lane_unlink(struct worker *w, int p, struct lane *l)
 {
+        struct ulane *u = l->u;
+
         if (l->next == l) {
-                w->ring[p] = NULL;
+                u->ring = NULL;
         } else {
                 l->prev->next = l->next;
                 l->next->prev = l->prev;
-                if (w->ring[p] == l)
-                        w->ring[p] = l->next;
+                if (u->ring == l)
+                        u->ring = l->next;
         }
         l->next = l->prev = NULL;
         l->linked = 0;
+        if (u->ring)
+                return;
+        if (u->next == u) {
+                w->ring[p] = NULL;
+        } else {
+                u->prev->next = u->next;
+                u->next->prev = u->prev;
+                if (w->ring[p] == u)
+                        w->ring[p] = u->next;
+        }
+        u->next = u->prev = NULL;
+        u->linked = 0;
+        u->sh->active--;
 }
 
 static struct op *lane_pop(struct lane *l)
@@ -78,6 +114,28 @@ static uint64_t op_tiles(struct worker *w, const struct op *o)
         struct sched_shape s = w->be->shape(w->be, o->key);
 
         return sched_tile_count(&o->sp, s);
+}
+
+/* An op's estimated device time in cost units, which is what users are
+ * given equal shares of: per tile, one unit per tile_k step of K (two for
+ * SYR2K, whose tiles run two products) plus one for the tile's fixed costs.
+ * The plan's cost model is finer; this only has to weigh users fairly. */
+static uint64_t op_cost(struct worker *w, const struct op *o)
+{
+        struct sched_shape s = w->be->shape(w->be, o->key);
+        uint64_t kiters = ((uint64_t)o->kp.k + s.tk - 1) / s.tk;
+
+        return op_tiles(w, o) * (kiters * (o->kp.kind == SCHED_SYR2K ? 2 : 1) + 1);
+}
+
+#define SHARE_HALFLIFE_NS 1e9
+
+static void decay(double *usage, uint64_t *since, uint64_t now)
+{
+        if (now > *since) {
+                *usage *= exp2(-(double)(now - *since) / SHARE_HALFLIFE_NS);
+                *since = now;
+        }
 }
 
 static uint64_t op_flops(const struct op *o)
@@ -173,32 +231,83 @@ static int group_reserve(struct group *g, uint32_t n)
         return 0;
 }
 
-/* Takes pending ops into g: higher priorities first; within a priority one
- * op per session in turn, so a flooding session cannot starve a light one.
- * Stops at the group caps. Called with the lock held. */
+/* The session lane to take from next at priority p: of the users whose
+ * queued ops include one of kernel-config key `key` at a lane head (any key
+ * unless `match`), the one with the least virtual time, preferring users
+ * under their share `cap` (0: no cap) of recent usage; ties go to ring
+ * order. Within that user, its next session lane in turn. NULL when no
+ * queued op fits. */
+static struct lane *pick(struct worker *w, int p, int match, uint32_t key, double cap)
+{
+        struct ulane *u = w->ring[p], *best = NULL;
+        struct lane *best_l = NULL;
+        int best_over = 0;
+
+        if (!u)
+                return NULL;
+        do {
+                struct lane *l = u->ring;
+                int over;
+
+                if (match) {
+                        while (l->head->key != key && l->next != u->ring)
+                                l = l->next;
+                        if (l->head->key != key) {
+                                u = u->next;
+                                continue;
+                        }
+                }
+                over = cap > 0 && u->sh->usage > cap * w->usage;
+                if (!best || over < best_over ||
+                    (over == best_over && u->sh->vtime < best->sh->vtime)) {
+                        best = u;
+                        best_l = l;
+                        best_over = over;
+                }
+                u = u->next;
+        } while (u != w->ring[p]);
+        return best_l;
+}
+
+/* Takes pending ops into g: higher priorities first; within a priority,
+ * fair queuing across users (start-time fair queuing on each op's estimated
+ * device time, op_cost), and one op per session of the chosen user in
+ * turn, so neither a flooding session nor a user with many sessions can
+ * starve a light one. With --max-user-share below 100, a user whose recent
+ * usage is over that share of the device is served only when no user under
+ * it has work (the device never idles for it). Stops at the group caps.
+ * Called with the lock held. */
 static void form_group(struct worker *w, struct group *g)
 {
         const struct gemmd_config *cfg = w->cfg;
+        double cap = cfg->lim.max_user_share < 100 ? cfg->lim.max_user_share / 100.0 : 0;
         int have_key = 0, full = 0;
 
         g->nops = 0;
         g->tiles = 0;
         g->bytes = 0;
+        if (cap > 0) {
+                uint64_t now = now_ns();
+
+                decay(&w->usage, &w->usage_ns, now);
+                for (int p = 0; p < NPRIO; p++) {
+                        struct ulane *u = w->ring[p];
+
+                        for (int first = 1; u && (first || u != w->ring[p]); first = 0, u = u->next)
+                                decay(&u->sh->usage, &u->sh->usage_ns, now);
+                }
+        }
         for (int p = NPRIO - 1; p >= 0 && !full; p--) {
-                uint32_t skipped = 0;
-
                 while (w->ring[p] && !full) {
-                        struct lane *l = w->ring[p];
-                        struct op *o = l->head;
-                        uint64_t tiles;
+                        struct lane *l = pick(w, p, have_key && !w->be->mixed_keys, g->key, cap);
+                        struct ulane *u;
+                        struct op *o;
+                        uint64_t tiles, cost;
 
-                        if (!w->be->mixed_keys && have_key && o->key != g->key) {
-                                /* Another kernel config: it waits for a later group. */
-                                w->ring[p] = l->next;
-                                if (++skipped > w->pending_ops)
-                                        break;
-                                continue;
-                        }
+                        if (!l)
+                                break; /* other kernel configs wait for a later group */
+                        u = l->u;
+                        o = l->head;
                         tiles = op_tiles(w, o);
                         if (g->nops > 0 && (g->nops >= cfg->max_group_ops ||
                                             g->tiles + tiles > cfg->max_group_tiles ||
@@ -211,11 +320,16 @@ static void form_group(struct worker *w, struct group *g)
                                 full = 1;
                                 break;
                         }
-                        skipped = 0;
                         lane_pop(l);
-                        w->ring[p] = l->next;
+                        u->ring = l->next;
+                        w->ring[p] = u->next;
                         if (!l->head)
                                 lane_unlink(w, p, l);
+                        cost = op_cost(w, o);
+                        w->vclock = u->sh->vtime;
+                        u->sh->vtime += cost;
+                        u->sh->usage += (double)cost;
+                        w->usage += (double)cost;
                         w->pending_ops--;
                         w->pending_tiles -= tiles;
                         if (!have_key) {
@@ -357,6 +471,7 @@ void worker_group_done(struct group *g, int status)
                 w->st.busy_ns += g->t_done_ns - w->busy_since_ns;
                 w->last_done_ns = g->t_done_ns;
         }
+        atomic_fetch_add_explicit(&w->progress, 1, memory_order_relaxed);
         pthread_cond_signal(&w->cond);
         pthread_mutex_unlock(&w->lock);
 }
@@ -367,15 +482,20 @@ static uint64_t oldest_pending(struct worker *w)
         uint64_t t = UINT64_MAX;
 
         for (int p = 0; p < NPRIO; p++) {
-                struct lane *l = w->ring[p];
+                struct ulane *u = w->ring[p];
 
-                if (!l)
+                if (!u)
                         continue;
                 do {
-                        if (l->head->req->t_admit_ns < t)
-                                t = l->head->req->t_admit_ns;
-                        l = l->next;
-                } while (l != w->ring[p]);
+                        struct lane *l = u->ring;
+
+                        do {
+                                if (l->head->req->t_admit_ns < t)
+                                        t = l->head->req->t_admit_ns;
+                                l = l->next;
+                        } while (l != u->ring);
+                        u = u->next;
+                } while (u != w->ring[p]);
         }
         return t;
 }
@@ -393,9 +513,13 @@ static void *worker_main(void *arg)
                         w->ctl_head = c->next;
                         if (!w->ctl_head)
                                 w->ctl_tail = NULL;
+                        /* A task without done() may free itself in run(). */
+                        int has_done = c->done != NULL;
+
                         pthread_mutex_unlock(&w->lock);
                         c->run(c, w);
-                        if (c->done)
+                        atomic_fetch_add_explicit(&w->progress, 1, memory_order_relaxed);
+                        if (has_done)
                                 w->control_done(c, w->ctx);
                         pthread_mutex_lock(&w->lock);
                 }
@@ -524,6 +648,14 @@ void worker_stop(struct worker *w)
         w->started = 0;
 }
 
+void worker_progress(struct worker *w, uint64_t *progress, int *busy)
+{
+        pthread_mutex_lock(&w->lock);
+        *busy = w->pending_ops || w->inflight || w->ctl_head;
+        pthread_mutex_unlock(&w->lock);
+        *progress = atomic_load_explicit(&w->progress, memory_order_relaxed);
+}
+
 void worker_get_stats(struct worker *w, struct worker_stats *st, uint32_t *pending,
                       uint32_t *inflight)
 {
@@ -534,4 +666,32 @@ void worker_get_stats(struct worker *w, struct worker_stats *st, uint32_t *pendi
         *pending = w->pending_ops;
         *inflight = w->inflight;
         pthread_mutex_unlock(&w->lock);
+}
+
+void worker_notify_launch(struct group *g, const uint8_t handle[64], int device)
+{
+        struct worker *w = g->w;
+
+        for (uint32_t i = 0; i < g->nops; i++) {
+                struct request *r = g->ops[i]->req;
+                struct launch_notice *n;
+                uint32_t nops = 0;
+
+                if (!r->notify_launch || r->launch_gid == g->id)
+                        continue;
+                r->launch_gid = g->id;
+                for (uint32_t j = i; j < g->nops; j++)
+                        nops += g->ops[j]->req == r;
+                n = calloc(1, sizeof(*n));
+                if (!n)
+                        continue; /* the client then learns at completion */
+                n->c.done = launch_notice_send;
+                n->r = r;
+                memcpy(n->handle, handle, 64);
+                n->device = device;
+                n->nops = nops;
+                /* Posted before the group can complete, so the request (and
+                 * its session) outlive the notice. */
+                w->control_done(&n->c, w->ctx);
+        }
 }

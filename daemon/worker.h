@@ -2,7 +2,8 @@
  * worker.h - one thread per device: queue, batcher, plan, launch, done.
  *
  * The loop thread enqueues ops; the worker forms groups from what is
- * pending (priorities first, then one op per session in turn), builds each
+ * pending (priorities first, then fairly across users, then one op per
+ * session of the chosen user in turn; see form_group), builds each
  * group's plan while the previous group runs, launches it on its backend,
  * and hands every finished request back through the `complete` callback.
  * At most max_groups_inflight groups are launched and unfinished at once;
@@ -13,18 +14,40 @@
 #define GEMMD_WORKER_H
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdint.h>
 
 #include "daemon/backend.h"
 #include "daemon/config.h"
 #include "daemon/work.h"
 
+struct ulane;
+
 /* One session's queue at one priority on one worker. Embedded in the
  * session; only touched under the worker's lock. */
 struct lane {
         struct op *head, *tail;
-        struct lane *next, *prev; /* ring of non-empty lanes of a priority */
+        struct lane *next, *prev; /* ring of its user's non-empty lanes of a priority */
+        struct ulane *u;          /* its user's lanes at this priority */
         uint32_t queued;
+        int linked;
+};
+
+/* One user's (uid's) standing on one worker, shared by its priorities:
+ * the fair-share clock and the recent usage. Embedded in the user (see
+ * users.h); only touched under the worker's lock. */
+struct ushare {
+        uint64_t vtime;    /* estimated device time taken so far, in cost units */
+        double usage;      /* the same, decaying with a half-life of 1 s */
+        uint64_t usage_ns; /* when usage was last decayed */
+        uint32_t active;   /* linked ulanes */
+};
+
+/* One user's non-empty session lanes at one priority on one worker. */
+struct ulane {
+        struct lane *ring;          /* the session lane served next */
+        struct ulane *next, *prev;  /* ring of users with work at this priority */
+        struct ushare *sh;
         int linked;
 };
 
@@ -93,7 +116,10 @@ struct worker {
         int stopping;
         int started;
 
-        struct lane *ring[NPRIO];
+        struct ulane *ring[NPRIO];
+        uint64_t vclock;       /* vtime of the op taken last (start-time fair queuing) */
+        double usage;          /* all users' usage, decayed like theirs */
+        uint64_t usage_ns;
         uint32_t pending_ops;  /* queued, not yet in a group */
         uint64_t pending_tiles;
         uint32_t inflight;     /* groups launched, not done */
@@ -105,6 +131,9 @@ struct worker {
         uint32_t nslots;
         uint64_t next_group_id;
         struct worker_stats st;
+        /* Bumped by every finished group and control task, read by the
+         * watchdog without the lock. */
+        atomic_uint_fast64_t progress;
 };
 
 /* Starts the worker thread for backend `be`. */
@@ -123,11 +152,31 @@ void worker_enqueue(struct worker *w, struct lane *lanes, struct op **ops, uint3
  * group run to the end. */
 void worker_cancel(struct worker *w, struct lane *lanes);
 
+/* Called by a backend from launch(), once g's work is queued on the device
+ * behind the IPC event `handle` and before g can complete: tells every
+ * request of g that asked for it (Submit.notify_launch). */
+void worker_notify_launch(struct group *g, const uint8_t handle[64], int device);
+
+/* A Launched message on its way to the loop thread, which sends it with
+ * launch_notice_send (dispatch.c) and frees it. */
+struct launch_notice {
+        struct wctl c;
+        struct request *r;
+        uint8_t handle[64];
+        int device;
+        uint32_t nops;
+};
+
+void launch_notice_send(struct wctl *c);
+
 /* Called by the backend when a launched group has finished (any thread). */
 void worker_group_done(struct group *g, int status);
 
 /* Finishes what is queued and in flight, then joins the thread. */
 void worker_stop(struct worker *w);
+
+/* The progress counter, and whether work is queued or running. */
+void worker_progress(struct worker *w, uint64_t *progress, int *busy);
 
 /* Copies the counters under the worker's lock. */
 void worker_get_stats(struct worker *w, struct worker_stats *st, uint32_t *pending,

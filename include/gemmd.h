@@ -94,6 +94,11 @@ enum gemmd_uplo { GEMMD_LOWER = 0, GEMMD_UPPER = 1 };
 /* Priorities: a higher level is always taken first by the batcher. */
 enum gemmd_priority { GEMMD_PRIO_LOW = 0, GEMMD_PRIO_NORMAL = 1, GEMMD_PRIO_HIGH = 2 };
 
+/* OR'ed into gemmd_submit's priority: have the daemon tell when the ops are
+ * queued on the GPU, so gemmd_stream_wait() can make a CUDA stream wait for
+ * them without waiting for the completion. */
+#define GEMMD_SUBMIT_LAUNCH_EVENTS 0x100
+
 typedef struct gemmd_client gemmd_client;
 typedef uint64_t gemmd_buffer; /* per-session buffer id; 0 is never valid */
 typedef uint64_t gemmd_ticket; /* per-client submit id; 0 is never valid */
@@ -148,6 +153,11 @@ struct gemmd_info {
         uint32_t max_buffers;        /* per session */
         uint64_t max_buffer_bytes;   /* per buffer */
         uint32_t max_queue_ops;      /* whole daemon */
+        /* Appended fields (0 from a daemon that does not send them). */
+        uint32_t max_sessions;          /* whole daemon: concurrent connections */
+        uint32_t max_user_inflight_ops; /* per user (uid), all its sessions */
+        uint64_t max_user_buffer_bytes; /* per user: registered bytes */
+        uint32_t max_user_share;        /* per user: percent of a device kept while others wait */
 };
 
 /* One device of the daemon, as its handshake described it. */
@@ -194,8 +204,29 @@ int gemmd_buffer_free(gemmd_client *c, gemmd_buffer id);
  * GEMMD_EUNSUPPORTED where the library or the daemon has no CUDA. */
 int gemmd_register_device(gemmd_client *c, const void *dptr, uint64_t bytes, gemmd_buffer *id);
 
-/* Unregisters a buffer from gemmd_register_device. */
+/* Unregisters a buffer from gemmd_register_device or gemmd_device_alloc
+ * (the latter's memory is unmapped here and freed by the daemon once no op
+ * uses it). */
 int gemmd_unregister(gemmd_client *c, gemmd_buffer id);
+
+/* Has the daemon allocate `bytes` of device memory on CUDA device `device`
+ * (counted against the session's quotas), and maps it into this process
+ * through CUDA IPC: *dptr is a device pointer valid in the calling
+ * process's context of that device until gemmd_unregister(c, *id) or
+ * gemmd_disconnect. Blocks for one round trip. Returns GEMMD_EUNSUPPORTED
+ * without a CUDA runtime here or a CUDA backend there. */
+int gemmd_device_alloc(gemmd_client *c, uint64_t bytes, uint32_t device, gemmd_buffer *id,
+                       void **dptr);
+
+/* Makes the CUDA stream `stream` (a cudaStream_t; NULL is the legacy
+ * default stream) wait on the device until the ops of `ticket` are done,
+ * without blocking the calling thread for longer than it takes the daemon
+ * to queue them (up to timeout_ms, -1: no limit). The submit must have
+ * carried GEMMD_SUBMIT_LAUNCH_EVENTS, else GEMMD_EUNSUPPORTED. The ticket
+ * stays valid: collect it with gemmd_wait as usual. Returns 0, the
+ * submit's failure code if it failed before reaching the device,
+ * -ETIMEDOUT, or GEMMD_EDEVICE. */
+int gemmd_stream_wait(gemmd_client *c, gemmd_ticket ticket, void *stream, int timeout_ms);
 
 /* Submits `nops` ops (1 .. max_ops_per_submit) as one request and returns
  * at once; *ticket identifies it for gemmd_wait/gemmd_poll. `ops` and the

@@ -179,3 +179,85 @@ Test(gpu_e2e, ipc_range_past_allocation_refused)
         cr_expect_eq(e2e_wait_child(kid, 60000), 0);
         cr_assert_eq(e2e_daemon_stop(&d), 0);
 }
+
+/* Device memory allocated by the daemon, and a client stream that waits for
+ * the ops through the daemon's IPC event instead of gemmd_wait: the copy of
+ * C queued behind the wait must see the result. */
+static int stream_client(const struct e2e_daemon *d, uint64_t seed, int nprob)
+{
+        gemmd_client *c = e2e_connect(d);
+        cudaStream_t stream;
+        int bad = 0;
+
+        if (!c || cudaStreamCreate(&stream) != cudaSuccess)
+                return 2;
+        for (int i = 0; i < nprob && !bad; i++) {
+                struct e2e_spec s;
+                struct e2e_prob p;
+                void *dev[3] = {0};
+                gemmd_buffer id[3] = {0};
+                gemmd_ticket t;
+                double err;
+                char why[256];
+                int rc;
+
+                e2e_spec_random(&s, &seed, 256);
+                if (e2e_prob_inline(&p, &s, &seed))
+                        return 3;
+                uint64_t bytes[3] = {p.abytes, p.bbytes, p.cbytes};
+                const void *src[3] = {p.a, p.b, p.c0};
+
+                for (int j = 0; j < 3; j++) {
+                        rc = gemmd_device_alloc(c, bytes[j], 0, &id[j], &dev[j]);
+                        if (rc) {
+                                fprintf(stderr, "stream client: device_alloc: %s\n", gemmd_strerror(rc));
+                                return 4;
+                        }
+                        if (cudaMemcpy(dev[j], src[j], bytes[j], cudaMemcpyHostToDevice) != cudaSuccess)
+                                return 5;
+                }
+                p.op.a = (struct gemmd_operand){.buffer = id[0]};
+                p.op.b = (struct gemmd_operand){.buffer = id[1]};
+                p.op.c = (struct gemmd_operand){.buffer = id[2]};
+                rc = gemmd_submit(c, &p.op, 1, GEMMD_PRIO_NORMAL | GEMMD_SUBMIT_LAUNCH_EVENTS, &t);
+                if (!rc)
+                        rc = gemmd_stream_wait(c, t, stream, 60000);
+                if (!rc && (cudaMemcpyAsync(p.c, dev[2], p.cbytes, cudaMemcpyDeviceToHost, stream) !=
+                                    cudaSuccess ||
+                            cudaStreamSynchronize(stream) != cudaSuccess))
+                        rc = GEMMD_EDEVICE;
+                if (rc) {
+                        fprintf(stderr, "stream client: %s: %s\n", e2e_spec_str(&s, why, sizeof(why)),
+                                gemmd_strerror(rc));
+                        bad = 1;
+                } else if (e2e_prob_check(&p, &err, why, sizeof(why))) {
+                        char desc[128];
+
+                        fprintf(stderr, "stream client: %s: %s\n", e2e_spec_str(&s, desc, sizeof(desc)), why);
+                        bad = 1;
+                }
+                if (gemmd_wait(c, t, 60000, NULL, 0) != rc && !bad)
+                        bad = 1;
+                for (int j = 0; j < 3; j++)
+                        gemmd_unregister(c, id[j]);
+                e2e_prob_free(&p);
+        }
+        cudaStreamDestroy(stream);
+        gemmd_disconnect(c);
+        return bad;
+}
+
+Test(gpu_e2e, daemon_allocated_memory_and_stream_wait)
+{
+        struct e2e_daemon d;
+        pid_t kid;
+
+        SKIP_WITHOUT_GPU();
+        cr_assert_eq(e2e_daemon_start(&d, "--backend", "cuda", NULL), 0);
+        kid = fork();
+        cr_assert_geq(kid, 0);
+        if (kid == 0)
+                _exit(stream_client(&d, 77, 40));
+        cr_expect_eq(e2e_wait_child(kid, 240000), 0, "stream client failed");
+        cr_assert_eq(e2e_daemon_stop(&d), 0);
+}
