@@ -12,6 +12,8 @@
  */
 #include <cuda_runtime_api.h>
 #include <errno.h>
+#include <pthread.h>
+#include <time.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -49,11 +51,23 @@ struct cuda_backend {
         cudaEvent_t ev_ipc[EVENT_RING];
         cudaIpcEventHandle_t ev_ipc_handle[EVENT_RING];
         uint64_t launches;
+
+        /* The completion thread: watches launched groups in launch order.
+         * It polls a group's end event for a short while (a small group's
+         * completion is then noticed within a microsecond or two) and then
+         * blocks in cudaEventSynchronize (the device is set to blocking
+         * sync), so an idle or long-running device burns no core. */
+        pthread_t done_thread;
+        pthread_mutex_t done_lock;
+        pthread_cond_t done_cond;
+        struct cuda_slot *done_head, *done_tail;
+        int done_stop;
 };
 
 struct cuda_slot {
         struct cuda_backend *cb;
         struct group *g;
+        struct cuda_slot *done_next; /* completion thread's queue */
         uint64_t seq;
         void *h_blob, *d_blob;   /* [kproblems | sproblems | plan blob] */
         size_t blob_cap;
@@ -144,12 +158,68 @@ static int grow_blob(struct cuda_backend *cb, struct cuda_slot *s, size_t need)
         return 0;
 }
 
-static void CUDART_CB on_stream_done(cudaStream_t stream, cudaError_t status, void *arg)
-{
-        struct cuda_slot *s = arg;
+/* How long the completion thread polls before it blocks. */
+#define DONE_SPIN_NS 200000ull
 
-        /* No CUDA calls are allowed here. */
-        worker_group_done(s->g, status == cudaSuccess ? 0 : GEMMD_EDEVICE);
+static uint64_t mono_ns(void)
+{
+        struct timespec ts;
+
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+static void *done_main(void *arg)
+{
+        struct cuda_backend *cb = arg;
+
+        cudaSetDevice(cb->ordinal);
+        pthread_mutex_lock(&cb->done_lock);
+        for (;;) {
+                struct cuda_slot *s = cb->done_head;
+                cudaEvent_t ev;
+                cudaError_t st;
+                uint64_t t0;
+
+                if (!s) {
+                        if (cb->done_stop)
+                                break;
+                        pthread_cond_wait(&cb->done_cond, &cb->done_lock);
+                        continue;
+                }
+                cb->done_head = s->done_next;
+                if (!cb->done_head)
+                        cb->done_tail = NULL;
+                pthread_mutex_unlock(&cb->done_lock);
+                ev = cb->ev_end[s->seq % EVENT_RING];
+                t0 = mono_ns();
+                while ((st = cudaEventQuery(ev)) == cudaErrorNotReady && mono_ns() - t0 < DONE_SPIN_NS)
+                        ;
+                if (st == cudaErrorNotReady)
+                        st = cudaEventSynchronize(ev);
+                if (st != cudaSuccess) {
+                        log_err("cuda %d: group %llu failed: %s", cb->ordinal,
+                                (unsigned long long)s->g->id, cudaGetErrorString(st));
+                        cudaGetLastError();
+                }
+                worker_group_done(s->g, st == cudaSuccess ? 0 : GEMMD_EDEVICE);
+                pthread_mutex_lock(&cb->done_lock);
+        }
+        pthread_mutex_unlock(&cb->done_lock);
+        return NULL;
+}
+
+static void watch(struct cuda_backend *cb, struct cuda_slot *s)
+{
+        s->done_next = NULL;
+        pthread_mutex_lock(&cb->done_lock);
+        if (cb->done_tail)
+                cb->done_tail->done_next = s;
+        else
+                cb->done_head = s;
+        cb->done_tail = s;
+        pthread_cond_signal(&cb->done_cond);
+        pthread_mutex_unlock(&cb->done_lock);
 }
 
 /* Rows and columns of a column-major operand of op o, as validated. */
@@ -279,9 +349,9 @@ static int launch(struct backend *be, struct group *g)
         }
         CK(cudaEventRecord(cb->ev_end[ring], cb->stream));
         CK(cudaEventRecord(cb->ev_ipc[ring], cb->stream));
-        /* Before the callback is armed, so the group cannot complete first. */
+        /* Before the group is watched, so it cannot complete first. */
         worker_notify_launch(g, (const uint8_t *)&cb->ev_ipc_handle[ring], cb->ordinal);
-        CK(cudaStreamAddCallback(cb->stream, on_stream_done, s, 0));
+        watch(cb, s);
         return 0;
 }
 
@@ -457,6 +527,13 @@ static void destroy(struct backend *be)
 
         cudaSetDevice(cb->ordinal);
         cudaStreamSynchronize(cb->stream);
+        pthread_mutex_lock(&cb->done_lock);
+        cb->done_stop = 1;
+        pthread_cond_signal(&cb->done_cond);
+        pthread_mutex_unlock(&cb->done_lock);
+        pthread_join(cb->done_thread, NULL);
+        pthread_cond_destroy(&cb->done_cond);
+        pthread_mutex_destroy(&cb->done_lock);
         for (int i = 0; i < EVENT_RING; i++) {
                 cudaEventDestroy(cb->ev_start[i]);
                 cudaEventDestroy(cb->ev_end[i]);
@@ -474,7 +551,10 @@ int backend_cuda_new(int ordinal, const struct gemmd_config *cfg, struct backend
         if (!cb)
                 return -ENOMEM;
         cb->ordinal = ordinal;
+        /* Blocking waits sleep instead of spinning: the completion thread
+         * spins only as long as it chooses to. */
         if (cudaSetDevice(ordinal) != cudaSuccess ||
+            cudaSetDeviceFlags(cudaDeviceScheduleBlockingSync) != cudaSuccess ||
             cudaGetDeviceProperties(&prop, ordinal) != cudaSuccess ||
             cudaStreamCreateWithFlags(&cb->stream, cudaStreamNonBlocking) != cudaSuccess) {
                 log_err("cuda %d: cannot initialize: %s", ordinal,
@@ -493,6 +573,14 @@ int backend_cuda_new(int ordinal, const struct gemmd_config *cfg, struct backend
                         free(cb);
                         return -EIO;
                 }
+        }
+        pthread_mutex_init(&cb->done_lock, NULL);
+        pthread_cond_init(&cb->done_cond, NULL);
+        if (pthread_create(&cb->done_thread, NULL, done_main, cb) != 0) {
+                log_err("cuda %d: cannot start the completion thread", ordinal);
+                cudaStreamDestroy(cb->stream);
+                free(cb);
+                return -EAGAIN;
         }
         cb->b.kind = "cuda";
         snprintf(cb->b.name, sizeof(cb->b.name), "%.63s", prop.name);
