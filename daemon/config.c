@@ -5,6 +5,8 @@
 
 #include <errno.h>
 #include <getopt.h>
+#include <grp.h>
+#include <pwd.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -37,6 +39,9 @@ void config_defaults(struct gemmd_config *cfg)
         cfg->lim.max_queue_ops = 65536;
         cfg->lim.max_sessions = 1024;
         cfg->lim.max_output_bytes = 256u << 20;
+        cfg->lim.max_user_inflight_ops = 16384;
+        cfg->lim.max_user_buffer_bytes = 256ull << 30;
+        cfg->lim.max_user_share = 100;
 }
 
 enum {
@@ -55,6 +60,15 @@ enum {
         OPT_MAX_QUEUE,
         OPT_MAX_SESSIONS,
         OPT_VERSION,
+        OPT_METRICS,
+        OPT_MAX_BUFFER_BYTES,
+        OPT_MAX_OUTPUT,
+        OPT_USER_INFLIGHT,
+        OPT_USER_BYTES,
+        OPT_USER_SHARE,
+        OPT_ALLOW_UID,
+        OPT_ALLOW_GID,
+        OPT_CONFIG,
 };
 
 static const struct option options[] = {
@@ -78,6 +92,15 @@ static const struct option options[] = {
         {"max-buffers", required_argument, NULL, OPT_MAX_BUFFERS},
         {"max-queue-ops", required_argument, NULL, OPT_MAX_QUEUE},
         {"max-sessions", required_argument, NULL, OPT_MAX_SESSIONS},
+        {"metrics-listen", required_argument, NULL, OPT_METRICS},
+        {"max-buffer-bytes", required_argument, NULL, OPT_MAX_BUFFER_BYTES},
+        {"max-output-bytes", required_argument, NULL, OPT_MAX_OUTPUT},
+        {"max-user-inflight-ops", required_argument, NULL, OPT_USER_INFLIGHT},
+        {"max-user-buffer-bytes", required_argument, NULL, OPT_USER_BYTES},
+        {"max-user-share", required_argument, NULL, OPT_USER_SHARE},
+        {"allow-uid", required_argument, NULL, OPT_ALLOW_UID},
+        {"allow-gid", required_argument, NULL, OPT_ALLOW_GID},
+        {"config", required_argument, NULL, OPT_CONFIG},
         {NULL, 0, NULL, 0},
 };
 
@@ -105,6 +128,15 @@ static void usage(FILE *f, const struct gemmd_config *d)
                 "      --max-buffers N          registered buffers per session (default: %u)\n"
                 "      --max-queue-ops N        unfinished ops in the whole daemon (default: %u)\n"
                 "      --max-sessions N         concurrent connections (default: %u)\n"
+                "      --metrics-listen ADDR    serve Prometheus metrics over HTTP on unix:PATH or tcp:HOST:PORT (default: off)\n"
+                "      --max-buffer-bytes N     bytes of one registered buffer (default: %llu)\n"
+                "      --max-output-bytes N     unread reply bytes per session before it is read no more (default: %llu)\n"
+                "      --max-user-inflight-ops N  unfinished ops of one user, all sessions (default: %u)\n"
+                "      --max-user-buffer-bytes N  registered bytes of one user, all sessions (default: %llu)\n"
+                "      --max-user-share PCT     share of a device one user keeps while others wait (default: %u)\n"
+                "      --allow-uid LIST         only these users may connect (uids or names, comma-separated)\n"
+                "      --allow-gid LIST         ... or members of these groups (gids or names)\n"
+                "      --config FILE            read `option = value` lines first (the command line wins)\n"
                 "  -v, --verbose                log every connection and group\n"
                 "  -h, --help                   this text\n"
                 "      --version                print the version\n"
@@ -115,7 +147,10 @@ static void usage(FILE *f, const struct gemmd_config *d)
                 (unsigned long long)d->max_group_tiles, d->max_group_ops,
                 (unsigned long long)d->lim.max_frame_bytes, d->lim.max_ops_per_submit,
                 (unsigned long long)d->lim.max_inline_bytes, d->lim.max_inflight_ops,
-                d->lim.max_buffers, d->lim.max_queue_ops, d->lim.max_sessions);
+                d->lim.max_buffers, d->lim.max_queue_ops, d->lim.max_sessions,
+                (unsigned long long)d->lim.max_buffer_bytes,
+                (unsigned long long)d->lim.max_output_bytes, d->lim.max_user_inflight_ops,
+                (unsigned long long)d->lim.max_user_buffer_bytes, d->lim.max_user_share);
 }
 
 /* Parses a decimal count in [lo, hi]; returns 0 or -EINVAL. */
@@ -135,14 +170,151 @@ static int parse_u64(const char *s, unsigned long long lo, unsigned long long hi
         return 0;
 }
 
+/* Parses a comma-separated list of uids (groups: gids), numbers or names,
+ * into a new array that replaces *out. Returns 0 or 1 (bad entry). */
+static int parse_ids(const char *s, int groups, uint32_t **out, uint32_t *n)
+{
+        char *copy = strdup(s), *tok, *save = NULL;
+        uint32_t *v = NULL, cnt = 0;
+        int bad = !copy;
+
+        for (tok = copy ? strtok_r(copy, ",", &save) : NULL; tok && !bad;
+             tok = strtok_r(NULL, ",", &save)) {
+                unsigned long long id;
+                uint32_t *grown;
+
+                if (parse_u64(tok, 0, UINT32_MAX - 1, &id) != 0) {
+                        struct passwd *pw = groups ? NULL : getpwnam(tok);
+                        struct group *gr = groups ? getgrnam(tok) : NULL;
+
+                        if (!pw && !gr) {
+                                fprintf(stderr, "gemmd: no such %s: %s\n", groups ? "group" : "user",
+                                        tok);
+                                bad = 1;
+                                break;
+                        }
+                        id = pw ? pw->pw_uid : gr->gr_gid;
+                }
+                grown = realloc(v, (cnt + 1) * sizeof(*v));
+                if (!grown) {
+                        bad = 1;
+                        break;
+                }
+                v = grown;
+                v[cnt++] = (uint32_t)id;
+        }
+        free(copy);
+        if (bad || cnt == 0) {
+                free(v);
+                return 1;
+        }
+        free(*out);
+        *out = v;
+        *n = cnt;
+        return 0;
+}
+
+static char *trim(char *s)
+{
+        char *e;
+
+        while (*s == ' ' || *s == '\t')
+                s++;
+        e = s + strlen(s);
+        while (e > s && (e[-1] == ' ' || e[-1] == '\t' || e[-1] == '\n' || e[-1] == '\r'))
+                *--e = '\0';
+        return s;
+}
+
+int config_load_file(struct gemmd_config *cfg, const char *path)
+{
+        FILE *f = fopen(path, "re");
+        char *line = NULL;
+        size_t cap = 0;
+        int lineno = 0, rc = 0;
+
+        if (!f) {
+                fprintf(stderr, "gemmd: cannot read %s: %s\n", path, strerror(errno));
+                return -EINVAL;
+        }
+        while (rc == 0 && getline(&line, &cap, f) >= 0) {
+                char *key = trim(line), *val = strchr(key, '='), opt[80], *argv[4];
+                const struct option *o;
+
+                lineno++;
+                if (*key == '\0' || *key == '#')
+                        continue;
+                if (val)
+                        *val++ = '\0';
+                key = trim(key);
+                val = val ? trim(val) : NULL;
+                for (o = options; o->name && strcmp(o->name, key); o++)
+                        ;
+                if (!o->name || o->val == OPT_CONFIG || o->val == 'h' || o->val == OPT_VERSION) {
+                        fprintf(stderr, "gemmd: %s:%d: unknown key \"%s\"\n", path, lineno, key);
+                        rc = -EINVAL;
+                        break;
+                }
+                snprintf(opt, sizeof(opt), "--%s", key);
+                argv[0] = "gemmd";
+                argv[1] = opt;
+                argv[2] = NULL;
+                if (o->has_arg == no_argument) {
+                        if (val && (!strcmp(val, "no") || !strcmp(val, "false") || !strcmp(val, "0")))
+                                continue;
+                        if (val && *val && strcmp(val, "yes") && strcmp(val, "true") && strcmp(val, "1")) {
+                                fprintf(stderr, "gemmd: %s:%d: %s takes yes or no\n", path, lineno, key);
+                                rc = -EINVAL;
+                                break;
+                        }
+                } else {
+                        if (!val || !*val) {
+                                fprintf(stderr, "gemmd: %s:%d: %s needs a value\n", path, lineno, key);
+                                rc = -EINVAL;
+                                break;
+                        }
+                        /* Values stay referenced by the config (paths, lists). */
+                        argv[2] = strdup(val);
+                        if (!argv[2]) {
+                                rc = -ENOMEM;
+                                break;
+                        }
+                        argv[3] = NULL;
+                }
+                if (config_parse_args(cfg, argv[2] ? 3 : 2, argv) != 0) {
+                        fprintf(stderr, "gemmd: in %s, line %d\n", path, lineno);
+                        rc = -EINVAL;
+                }
+        }
+        free(line);
+        fclose(f);
+        return rc;
+}
+
 int config_parse_args(struct gemmd_config *cfg, int argc, char **argv)
 {
         struct gemmd_config defaults = *cfg;
         unsigned long long v;
         int c;
 
+        /* The file first, so the command line overrides it. */
+        for (int i = 1; i < argc && strcmp(argv[i], "--"); i++) {
+                const char *path = NULL;
+
+                if (!strcmp(argv[i], "--config") && i + 1 < argc)
+                        path = argv[++i];
+                else if (!strncmp(argv[i], "--config=", 9))
+                        path = argv[i] + 9;
+                if (path && config_load_file(cfg, path) != 0)
+                        return -EINVAL;
+                if (path)
+                        cfg->config_file = path;
+        }
         optind = 1;
-        while ((c = getopt_long(argc, argv, "s:b:fvh", options, NULL)) != -1) {
+        int li = -1;
+
+        /* li names the long option just parsed (-1 for a short one). */
+        while ((c = getopt_long(argc, argv, "s:b:fvh", options, &li)) != -1) {
                 int bad = 0;
 
                 switch (c) {
@@ -225,14 +397,51 @@ int config_parse_args(struct gemmd_config *cfg, int argc, char **argv)
                         bad = parse_u64(optarg, 1, 1u << 20, &v);
                         cfg->lim.max_sessions = (uint32_t)v;
                         break;
+                case OPT_MAX_BUFFER_BYTES:
+                        bad = parse_u64(optarg, 1, 1ull << 48, &v);
+                        cfg->lim.max_buffer_bytes = v;
+                        break;
+                case OPT_MAX_OUTPUT:
+                        bad = parse_u64(optarg, 1u << 16, 1ull << 40, &v);
+                        cfg->lim.max_output_bytes = v;
+                        break;
+                case OPT_USER_INFLIGHT:
+                        bad = parse_u64(optarg, 1, UINT32_MAX, &v);
+                        cfg->lim.max_user_inflight_ops = (uint32_t)v;
+                        break;
+                case OPT_USER_BYTES:
+                        bad = parse_u64(optarg, 1, 1ull << 52, &v);
+                        cfg->lim.max_user_buffer_bytes = v;
+                        break;
+                case OPT_USER_SHARE:
+                        bad = parse_u64(optarg, 1, 100, &v);
+                        cfg->lim.max_user_share = (uint32_t)v;
+                        break;
+                case OPT_ALLOW_UID:
+                        bad = parse_ids(optarg, 0, &cfg->allow_uids, &cfg->n_allow_uids);
+                        break;
+                case OPT_ALLOW_GID:
+                        bad = parse_ids(optarg, 1, &cfg->allow_gids, &cfg->n_allow_gids);
+                        break;
+                case OPT_CONFIG:
+                        break; /* read before the other options */
+                case OPT_METRICS:
+                        bad = strncmp(optarg, "unix:", 5) && strncmp(optarg, "tcp:", 4);
+                        cfg->metrics_listen = optarg;
+                        break;
                 default:
                         usage(stderr, &defaults);
                         return -EINVAL;
                 }
                 if (bad) {
-                        fprintf(stderr, "gemmd: invalid value for %s: %s\n", argv[optind - 1], optarg);
+                        if (li >= 0)
+                                fprintf(stderr, "gemmd: invalid value for --%s: %s\n",
+                                        options[li].name, optarg);
+                        else
+                                fprintf(stderr, "gemmd: invalid value for -%c: %s\n", c, optarg);
                         return -EINVAL;
                 }
+                li = -1;
         }
         if (optind < argc) {
                 fprintf(stderr, "gemmd: unexpected argument: %s\n", argv[optind]);

@@ -20,6 +20,10 @@ struct limits {
         uint32_t max_queue_ops;      /* whole daemon: admitted, not yet completed */
         uint32_t max_sessions;
         uint64_t max_output_bytes;   /* per session: replies not yet read by the client */
+        /* Per user (uid), over all of its sessions. */
+        uint32_t max_user_inflight_ops;
+        uint64_t max_user_buffer_bytes; /* registered bytes */
+        uint32_t max_user_share;        /* percent of a device a user keeps while others wait */
 };
 
 struct gemmd_config {
@@ -28,6 +32,7 @@ struct gemmd_config {
         int foreground;
         int threads;          /* CPU backend worker threads */
         const char *devices;  /* CUDA devices, "0,1"; NULL: all */
+        const char *metrics_listen; /* "unix:PATH" or "tcp:HOST:PORT"; NULL: no metrics */
         enum sched_mode mode; /* plan mode of every group */
         uint32_t max_groups_inflight; /* D: groups launched and not done, per device */
         uint32_t batch_window_us;     /* wait this long on an idle device for company */
@@ -36,13 +41,28 @@ struct gemmd_config {
         uint32_t max_group_ops;
         struct limits lim;
         int verbose;
+        /* Who may connect: when either list is non-empty, a peer whose uid
+         * is in allow_uids or one of whose groups is in allow_gids. */
+        uint32_t *allow_uids;
+        uint32_t *allow_gids;
+        uint32_t n_allow_uids, n_allow_gids;
+        const char *config_file; /* --config, already applied */
 };
 
 /* Fills *cfg with the defaults. */
 void config_defaults(struct gemmd_config *cfg);
 
-/* Parses the command line into *cfg. Returns 0 to run, 1 when --help or
- * --version was printed, or -EINVAL after printing a usage error. */
+/* Parses the command line into *cfg. A --config FILE is read first,
+ * wherever it appears, so the command line overrides the file. Returns 0 to
+ * run, 1 when --help or --version was printed, or -EINVAL after printing a
+ * usage error. Strings of *cfg point into argv or into memory kept for the
+ * life of the process. */
 int config_parse_args(struct gemmd_config *cfg, int argc, char **argv);
+
+/* Reads a config file: `key = value` lines with the long option names as
+ * keys ("max-sessions = 64"), `key` alone or `key = yes|no` for options
+ * without a value, blank lines and lines starting with '#' ignored.
+ * Returns 0, or -EINVAL after printing FILE:LINE and what is wrong. */
+int config_load_file(struct gemmd_config *cfg, const char *path);
 
 #endif

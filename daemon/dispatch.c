@@ -447,8 +447,14 @@ void dispatch_frame(struct session *s, const uint8_t *buf, uint32_t len)
         }
         rid = env->request_id;
         if (s->state == SESSION_HELLO && s->denied) {
-                session_send_error(s, rid, GEMMD_EPERM, -1,
-                                   "uid %d is not allowed to use this daemon", (int)s->cred.uid);
+                if (s->denied == GEMMD_EPERM)
+                        session_send_error(s, rid, GEMMD_EPERM, -1,
+                                           "uid %d is not allowed to use this daemon",
+                                           (int)s->cred.uid);
+                else
+                        session_send_error(s, rid, GEMMD_ELIMIT, -1,
+                                           "too many connections (at most %u)",
+                                           s->srv->cfg->lim.max_sessions);
                 session_close_after_flush(s);
                 return;
         }

@@ -5,6 +5,7 @@
 #include "daemon/server.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -14,7 +15,9 @@
 #include <unistd.h>
 
 #include "daemon/log.h"
+#include "daemon/metrics.h"
 #include "daemon/notify.h"
+#include "daemon/watchdog.h"
 #include "gemmd.h"
 
 /* Takes the listening socket from systemd (LISTEN_FDS/LISTEN_PID) when it
@@ -28,7 +31,23 @@ static int activated_fd(void)
         unsetenv("LISTEN_PID");
         unsetenv("LISTEN_FDS");
         unsetenv("LISTEN_FDNAMES");
-        return 3; /* SD_LISTEN_FDS_START */
+        /* SD_LISTEN_FDS_START. systemd passes it blocking and inheritable;
+         * on_listen accepts until EAGAIN, and children must not keep it. */
+        int fd = 3, type = 0, listening = 0;
+        socklen_t len = sizeof(type);
+
+        if (getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &len) < 0 || type != SOCK_STREAM ||
+            (len = sizeof(listening), getsockopt(fd, SOL_SOCKET, SO_ACCEPTCONN, &listening, &len)) < 0 ||
+            !listening) {
+                log_err("LISTEN_FDS: descriptor 3 is not a listening stream socket");
+                return -1;
+        }
+        if (fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK) < 0 ||
+            fcntl(fd, F_SETFD, FD_CLOEXEC) < 0) {
+                log_err("LISTEN_FDS: %s", strerror(errno));
+                return -1;
+        }
+        return fd;
 }
 
 /* Creates, binds and listens on `path` (mode 0660). A socket file left by
@@ -88,9 +107,11 @@ static void on_listen(uv_poll_t *h, int status, int events)
                                 log_warn("accept: %s", strerror(errno));
                         return;
                 }
-                if (srv->nsessions >= srv->cfg->lim.max_sessions) {
-                        /* Best effort: a client that connects past the limit
-                         * reads one Error frame, then end of stream. */
+                if (srv->nsessions - srv->ndenied >= srv->cfg->lim.max_sessions &&
+                    srv->ndenied >= SESSION_MAX_DENIED) {
+                        /* Past the limit a session answers its Hello with
+                         * LIMIT (session_accept). Past that many of them too:
+                         * best effort, one Error frame, then end of stream. */
                         Gemmd__V1__Envelope env = GEMMD__V1__ENVELOPE__INIT;
                         Gemmd__V1__Error e = GEMMD__V1__ERROR__INIT;
                         uint8_t *buf;
@@ -236,6 +257,8 @@ void server_maybe_finish(struct server *srv)
                 uv_close((uv_handle_t *)&srv->sigterm, NULL);
                 uv_close((uv_handle_t *)&srv->sigint, NULL);
                 uv_close((uv_handle_t *)&srv->async, NULL);
+                metrics_stop();
+                watchdog_stop();
         }
 }
 
@@ -326,6 +349,9 @@ int server_init(struct server *srv, uv_loop_t *loop, const struct gemmd_config *
         } else {
                 log_info("using the listening socket passed by systemd");
         }
+        rc = metrics_start(srv);
+        if (rc)
+                goto err;
         uv_async_init(loop, &srv->async, on_async);
         srv->async.data = srv;
         uv_signal_init(loop, &srv->sigterm);

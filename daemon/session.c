@@ -15,7 +15,9 @@
 #include <unistd.h>
 
 #include "daemon/log.h"
+#include "daemon/metrics.h"
 #include "daemon/server.h"
+#include "daemon/users.h"
 #include "gemmd.h"
 
 static void on_io(uv_poll_t *h, int status, int events);
@@ -61,9 +63,14 @@ int session_accept(struct server *srv, int fd)
                 rc = -errno;
                 goto err_mem;
         }
+        s->user = users_get(srv, s->cred.uid);
+        if (!s->user)
+                goto err_mem;
+        for (int i = 0; i < srv->nworkers * NPRIO; i++)
+                s->lanes[i].u = &s->user->ulanes[i];
         rc = uv_poll_init(srv->loop, &s->poll, fd);
         if (rc)
-                goto err_mem;
+                goto err_user;
         s->poll.data = s;
         s->srv = srv;
         s->fd = fd;
@@ -85,8 +92,26 @@ int session_accept(struct server *srv, int fd)
         if (srv->cfg->verbose)
                 log_info("session %llu: connected (pid %d, uid %d)", (unsigned long long)s->id,
                          (int)s->cred.pid, (int)s->cred.uid);
+        if (srv->nsessions - srv->ndenied > srv->cfg->lim.max_sessions) {
+                s->denied = GEMMD_ELIMIT;
+                srv->ndenied++;
+        } else if (!users_allowed(srv->cfg, fd, &s->cred)) {
+                static uint64_t last_log_ns;
+
+                /* One line a second at most: refusals may come in floods. */
+                if (now_ns() - last_log_ns > 1000000000ull) {
+                        last_log_ns = now_ns();
+                        log_warn("refused a connection from uid %d gid %d pid %d: not allowed",
+                                 (int)s->cred.uid, (int)s->cred.gid, (int)s->cred.pid);
+                }
+                /* Its Hello is answered with PERMISSION (dispatch.c). */
+                s->denied = GEMMD_EPERM;
+                srv->ndenied++;
+        }
         return 0;
 
+err_user:
+        users_put(srv, s->user);
 err_mem:
         free(s->lanes);
         free(s->rbuf);
@@ -117,6 +142,7 @@ static void free_session(struct session *s)
                 free(o);
         }
         frame_arena_deinit(&s->arena);
+        users_put(s->srv, s->user);
         free(s->lanes);
         free(s->rbuf);
         free(s->body);
@@ -153,6 +179,7 @@ void session_close(struct session *s)
                 worker_cancel(&srv->workers[i], &s->lanes[i * NPRIO]);
         while (s->nfds)
                 close(session_take_fd(s));
+        s->user->buffer_bytes -= s->bufs.bytes;
         gbuf_table_deinit(&s->bufs);
         if (s->prev)
                 s->prev->next = s->next;
@@ -161,6 +188,8 @@ void session_close(struct session *s)
         if (s->next)
                 s->next->prev = s->prev;
         srv->nsessions--;
+        if (s->denied)
+                srv->ndenied--;
         uv_close((uv_handle_t *)&s->poll, on_poll_closed);
         server_maybe_finish(srv);
 }
@@ -262,6 +291,7 @@ void session_send_error(struct session *s, uint64_t request_id, int err, int op_
         if ((unsigned)e.code < sizeof(s->srv->rejections) / sizeof(s->srv->rejections[0]))
                 s->srv->rejections[e.code]++;
         s->rejected++;
+        metrics_count_error(s->cred.uid, e.code);
         session_send(s, &env);
 }
 
@@ -315,6 +345,22 @@ static ssize_t recv_some(struct session *s, void *buf, size_t len)
         return n;
 }
 
+/* Descriptors arrive with the first bytes of the frame they were sent with,
+ * so once no partial frame is left, any descriptor that no registration
+ * took came with something else: it is closed and the client told. */
+static void check_stray_fds(struct session *s)
+{
+        int n = s->nfds;
+
+        if (!n || s->rlen || s->body || (s->state != SESSION_HELLO && s->state != SESSION_READY))
+                return;
+        while (s->nfds)
+                close(session_take_fd(s));
+        session_send_error(s, 0, GEMMD_EPROTO, -1,
+                           "%d file descriptor(s) came without a shared-memory registration: closed",
+                           n);
+}
+
 /* Handles every whole frame in the read buffer; keeps the partial rest. */
 static void parse_rbuf(struct session *s)
 {
@@ -360,6 +406,7 @@ static void parse_rbuf(struct session *s)
                 return;
         memmove(s->rbuf, s->rbuf + off, s->rlen - off);
         s->rlen -= off;
+        check_stray_fds(s);
 }
 
 static void on_readable(struct session *s)
@@ -391,6 +438,8 @@ static void on_readable(struct session *s)
                                 s->body = NULL;
                                 dispatch_frame(s, body, s->body_len);
                                 free(body);
+                                if (s->state != SESSION_CLOSED)
+                                        check_stray_fds(s);
                         }
                 } else {
                         s->rlen += (size_t)n;

@@ -6,10 +6,12 @@
 # GEMMD_BIN pointing at it.
 set -eu
 dest=${1:-.gpubin}
-make -j"$(nproc)" bins tests >/dev/null
+want="build/gemmd build/gemmctl build/gemmbench build/demo_client build/libgemmd.so
+      build/tests/test_gpu_kernels build/tests/test_gpu_e2e"
+# shellcheck disable=SC2086
+make -j"$(nproc)" $want >/dev/null
 mkdir -p "$dest/lib"
-for b in build/gemmd build/gemmctl build/gemmbench build/demo_client build/libgemmd.so \
-         build/tests/test_gpu_kernels build/tests/test_gpu_e2e; do
+for b in $want; do
         [ -e "$b" ] && cp -f "$b" "$dest/"
 done
 # Debug info is most of their size and the carried tree is capped.

@@ -1,0 +1,830 @@
+/*
+ * metrics.c - Prometheus metrics: the counters only this module keeps, the
+ * rendering of every metric, and a minimal HTTP/1.x endpoint on libuv.
+ */
+#include "daemon/metrics.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+#include <uv.h>
+
+#include "daemon/log.h"
+#include "daemon/server.h"
+#include "gemmd.h"
+
+/* Wire codes (gemmd.v1.Code) as label values; the same words as stats.c. */
+static const char *const code_names[] = {
+        "ok",       "protocol", "version",      "too_big",    "invalid",   "bounds",
+        "overflow", "no_buffer", "busy",        "limit",      "unsupported", "device",
+        "shutdown", "canceled", "disconnected", "permission", "no_ticket",
+};
+#define NNAMED (sizeof(code_names) / sizeof(code_names[0]))
+#define NCODES 32 /* as server.rejections; codes past NNAMED print as numbers */
+#define NKINDS 2  /* gemm, syr2k */
+#define NDTYPES 3 /* f32, f16, bf16 */
+
+static const char *const kind_names[NKINDS] = {"gemm", "syr2k"};
+static const char *const dtype_names[NDTYPES] = {"f32", "f16", "bf16"};
+
+/* What one uid did. The slot with other == 1 collects every uid past
+ * METRICS_MAX_UIDS, so the number of series stays bounded. */
+struct uid_counts {
+        uid_t uid;
+        int other;
+        uint64_t ops[NKINDS][NDTYPES][NCODES];
+        uint64_t requests[NCODES];
+        uint64_t errors[NCODES];
+};
+
+/* One HTTP connection. It owns two handles (the stream and its deadline)
+ * and frees itself after the second close callback. */
+struct mconn {
+        union {
+                uv_handle_t h;
+                uv_stream_t s;
+                uv_tcp_t tcp;
+                uv_pipe_t pipe;
+        } u;
+        uv_timer_t timer;
+        struct mconn *next, *prev;
+        int closing;
+        int pending_closes;
+        size_t len;
+        char req[METRICS_MAX_REQUEST];
+        uv_write_t wr;
+        uv_shutdown_t sd;
+        char *head, *body; /* the response, freed with the connection */
+};
+
+static struct {
+        struct server *srv;
+        union {
+                uv_handle_t h;
+                uv_stream_t s;
+                uv_tcp_t tcp;
+                uv_pipe_t pipe;
+        } lis;
+        int listening;
+        int is_unix;
+        char *unix_path; /* the socket file we created, unlinked on stop */
+        struct mconn *conns;
+        uint32_t nconns;
+        uint64_t scrapes, refused;
+
+        struct uid_counts **uids;
+        uint32_t nuids;
+        struct uid_counts *other;
+        uint64_t ran_ops;       /* ops that ran in a group, as seen here */
+        double queue_sum_s;     /* their queue times */
+        double run_sum_s;       /* their groups' run times, each group once */
+} M;
+
+/* ---- counters --------------------------------------------------------- */
+
+/* The counts of `uid`, created on first use; NULL only when out of memory. */
+static struct uid_counts *uid_slot(uid_t uid)
+{
+        static uint32_t last; /* the slot found last time: most lookups repeat */
+        struct uid_counts *u;
+
+        if (last < M.nuids && M.uids[last]->uid == uid)
+                return M.uids[last];
+        for (uint32_t i = 0; i < M.nuids; i++)
+                if (M.uids[i]->uid == uid) {
+                        last = i;
+                        return M.uids[i];
+                }
+        if (M.nuids >= METRICS_MAX_UIDS) {
+                if (!M.other) {
+                        M.other = calloc(1, sizeof(*M.other));
+                        if (M.other)
+                                M.other->other = 1;
+                }
+                return M.other;
+        }
+        u = calloc(1, sizeof(*u));
+        if (!u)
+                return NULL;
+        if (M.nuids % 16 == 0) {
+                struct uid_counts **v = realloc(M.uids, (M.nuids + 16) * sizeof(*v));
+
+                if (!v) {
+                        free(u);
+                        return NULL;
+                }
+                M.uids = v;
+        }
+        u->uid = uid;
+        M.uids[M.nuids] = u;
+        last = M.nuids++;
+        return u;
+}
+
+static unsigned code_index(int err)
+{
+        int code = frame_err_to_code(err);
+
+        return code >= 0 && code < NCODES ? (unsigned)code : GEMMD__V1__CODE__DEVICE;
+}
+
+void metrics_count_request(const struct request *r)
+{
+        struct uid_counts *u = uid_slot(r->s->cred.uid);
+        int status = 0;
+
+        for (uint32_t i = 0; i < r->nops; i++) {
+                const struct op *o = &r->ops[i];
+                unsigned kind = o->kp.kind == SCHED_SYR2K, dt = o->kp.dtype;
+
+                if (o->status && !status)
+                        status = o->status;
+                if (u && dt < NDTYPES)
+                        u->ops[kind][dt][code_index(o->status)]++;
+                if (!o->t_launch_ns)
+                        continue; /* dropped before it ran */
+                M.ran_ops++;
+                if (o->t_launch_ns > r->t_admit_ns)
+                        M.queue_sum_s += (o->t_launch_ns - r->t_admit_ns) / 1e9;
+                if (o->t_done_ns > o->t_launch_ns && o->group_size)
+                        M.run_sum_s += (o->t_done_ns - o->t_launch_ns) / 1e9 / o->group_size;
+        }
+        if (u)
+                u->requests[code_index(status)]++;
+}
+
+void metrics_count_error(uid_t uid, int code)
+{
+        struct uid_counts *u = uid_slot(uid);
+
+        if (u && code >= 0 && code < NCODES)
+                u->errors[code]++;
+}
+
+/* ---- rendering -------------------------------------------------------- */
+
+static void code_label(char *buf, size_t len, unsigned code)
+{
+        if (code < NNAMED)
+                snprintf(buf, len, "%s", code_names[code]);
+        else
+                snprintf(buf, len, "%u", code);
+}
+
+static void uid_label(char *buf, size_t len, const struct uid_counts *u)
+{
+        if (u->other)
+                snprintf(buf, len, "other");
+        else
+                snprintf(buf, len, "%u", (unsigned)u->uid);
+}
+
+/* Writes s as a label value: backslash, double quote and newline escaped. */
+static void put_label_value(FILE *f, const char *s)
+{
+        for (; *s; s++) {
+                if (*s == '\\' || *s == '"')
+                        fprintf(f, "\\%c", *s);
+                else if (*s == '\n')
+                        fputs("\\n", f);
+                else
+                        fputc(*s, f);
+        }
+}
+
+static void header(FILE *f, const char *name, const char *type, const char *help)
+{
+        fprintf(f, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
+}
+
+static void metric_u64(FILE *f, const char *name, const char *type, const char *help, uint64_t v)
+{
+        header(f, name, type, help);
+        fprintf(f, "%s %llu\n", name, (unsigned long long)v);
+}
+
+static void metric_f(FILE *f, const char *name, const char *type, const char *help, double v)
+{
+        header(f, name, type, help);
+        fprintf(f, "%s %.9g\n", name, v);
+}
+
+/* Every uid slot, the overflow one last. */
+static struct uid_counts *uid_at(uint32_t i)
+{
+        return i < M.nuids ? M.uids[i] : M.other;
+}
+
+static uint32_t uid_slots(void)
+{
+        return M.nuids + (M.other != NULL);
+}
+
+static void render_counts(FILE *f)
+{
+        char code[16], uid[16];
+
+        header(f, "gemmd_requests_total", "counter",
+               "Admitted requests (submits) answered, by uid and status (the first failing op's code)");
+        for (uint32_t i = 0; i < uid_slots(); i++) {
+                const struct uid_counts *u = uid_at(i);
+
+                uid_label(uid, sizeof(uid), u);
+                for (unsigned c = 0; c < NCODES; c++) {
+                        if (!u->requests[c])
+                                continue;
+                        code_label(code, sizeof(code), c);
+                        fprintf(f, "gemmd_requests_total{uid=\"%s\",status=\"%s\"} %llu\n", uid,
+                                code, (unsigned long long)u->requests[c]);
+                }
+        }
+        header(f, "gemmd_ops_total", "counter",
+               "Ops of admitted requests answered, by op, dtype, status and uid");
+        for (uint32_t i = 0; i < uid_slots(); i++) {
+                const struct uid_counts *u = uid_at(i);
+
+                uid_label(uid, sizeof(uid), u);
+                for (unsigned k = 0; k < NKINDS; k++)
+                        for (unsigned d = 0; d < NDTYPES; d++)
+                                for (unsigned c = 0; c < NCODES; c++) {
+                                        if (!u->ops[k][d][c])
+                                                continue;
+                                        code_label(code, sizeof(code), c);
+                                        fprintf(f, "gemmd_ops_total{op=\"%s\",dtype=\"%s\","
+                                                   "status=\"%s\",uid=\"%s\"} %llu\n",
+                                                kind_names[k], dtype_names[d], code, uid,
+                                                (unsigned long long)u->ops[k][d][c]);
+                                }
+        }
+        header(f, "gemmd_error_replies_total", "counter",
+               "Error replies sent to sessions (rejected submits, failed registrations, protocol errors), by uid and code");
+        for (uint32_t i = 0; i < uid_slots(); i++) {
+                const struct uid_counts *u = uid_at(i);
+
+                uid_label(uid, sizeof(uid), u);
+                for (unsigned c = 0; c < NCODES; c++) {
+                        if (!u->errors[c])
+                                continue;
+                        code_label(code, sizeof(code), c);
+                        fprintf(f, "gemmd_error_replies_total{uid=\"%s\",code=\"%s\"} %llu\n", uid,
+                                code, (unsigned long long)u->errors[c]);
+                }
+        }
+}
+
+static void render_server(FILE *f, struct server *srv, double up_s)
+{
+        const struct limits *lim = &srv->cfg->lim;
+        uint64_t nbuf[2] = {0, 0}, bytes[2] = {0, 0};
+        char code[16];
+
+        header(f, "gemmd_build_info", "gauge", "Version of this daemon (always 1)");
+        fprintf(f, "gemmd_build_info{version=\"%s\",protocol=\"%d\"} 1\n", GEMMD_VERSION,
+                GEMMD_PROTOCOL_VERSION);
+        metric_f(f, "gemmd_uptime_seconds", "gauge", "Seconds since the daemon started", up_s);
+        metric_u64(f, "gemmd_draining", "gauge", "1 while the daemon finishes its work before exiting",
+                   (uint64_t)srv->draining);
+        metric_u64(f, "gemmd_sessions", "gauge", "Open client sessions", srv->nsessions);
+        metric_u64(f, "gemmd_sessions_opened_total", "counter", "Client sessions accepted",
+                   srv->sessions_total);
+        metric_u64(f, "gemmd_sessions_limit", "gauge", "Most concurrent sessions (--max-sessions)",
+                   lim->max_sessions);
+        metric_u64(f, "gemmd_requests_admitted_total", "counter",
+                   "Requests (submits) that passed validation and admission", srv->requests);
+        metric_u64(f, "gemmd_queue_ops", "gauge",
+                   "Ops admitted and not yet answered, all sessions (the queue depth)",
+                   srv->queued_ops);
+        metric_u64(f, "gemmd_queue_ops_limit", "gauge",
+                   "Most ops admitted and not yet answered (--max-queue-ops)", lim->max_queue_ops);
+
+        for (struct session *s = srv->sessions; s; s = s->next)
+                for (uint32_t i = 0; i < s->bufs.n; i++) {
+                        const struct gbuf *b = s->bufs.v[i];
+                        int k = b->kind == GBUF_CUDA;
+
+                        nbuf[k]++;
+                        bytes[k] += b->bytes;
+                }
+        header(f, "gemmd_registered_buffers", "gauge", "Buffers registered by open sessions, by kind");
+        fprintf(f, "gemmd_registered_buffers{kind=\"shm\"} %llu\n", (unsigned long long)nbuf[0]);
+        fprintf(f, "gemmd_registered_buffers{kind=\"cuda\"} %llu\n", (unsigned long long)nbuf[1]);
+        header(f, "gemmd_registered_bytes", "gauge", "Bytes of the buffers registered by open sessions, by kind");
+        fprintf(f, "gemmd_registered_bytes{kind=\"shm\"} %llu\n", (unsigned long long)bytes[0]);
+        fprintf(f, "gemmd_registered_bytes{kind=\"cuda\"} %llu\n", (unsigned long long)bytes[1]);
+
+        header(f, "gemmd_rejections_total", "counter",
+               "Errors answered by code, including connections refused past --max-sessions");
+        for (unsigned c = 1; c < NCODES; c++) {
+                if (!srv->rejections[c])
+                        continue;
+                code_label(code, sizeof(code), c);
+                fprintf(f, "gemmd_rejections_total{code=\"%s\"} %llu\n", code,
+                        (unsigned long long)srv->rejections[c]);
+        }
+        render_counts(f);
+}
+
+/* Writes a log2 histogram (bucket i holds the values v with i ==
+ * hist_bucket(v): [2^i, 2^(i+1)) and 0 in bucket 0) as a Prometheus
+ * histogram. Bucket i's bound is 2^(i+1) * scale, less `minus` (1 for
+ * integer counts, whose bucket ends at 2^(i+1) - 1); the last bucket, which
+ * also holds every larger value, only counts towards +Inf. */
+static void histogram(FILE *f, const char *name, const char *help, const uint64_t *h,
+                      double scale, double minus, double sum)
+{
+        uint64_t cum = 0;
+
+        header(f, name, "histogram", help);
+        for (int i = 0; i < HIST_BUCKETS - 1; i++) {
+                cum += h[i];
+                fprintf(f, "%s_bucket{le=\"%.9g\"} %llu\n", name,
+                        (double)(2ull << i) * scale - minus, (unsigned long long)cum);
+        }
+        cum += h[HIST_BUCKETS - 1];
+        fprintf(f, "%s_bucket{le=\"+Inf\"} %llu\n", name, (unsigned long long)cum);
+        fprintf(f, "%s_sum %.9g\n", name, sum);
+        fprintf(f, "%s_count %llu\n", name, (unsigned long long)cum);
+}
+
+/* Per-device metrics, and the histograms summed over devices. */
+static void render_devices(FILE *f, struct server *srv, double up_s)
+{
+        int n = srv->nworkers;
+        struct worker_stats *st = calloc(n ? (size_t)n : 1, sizeof(*st));
+        uint32_t *pending = calloc(n ? (size_t)n : 1, sizeof(*pending));
+        uint32_t *inflight = calloc(n ? (size_t)n : 1, sizeof(*inflight));
+        uint64_t gs[HIST_BUCKETS] = {0}, qu[HIST_BUCKETS] = {0}, ru[HIST_BUCKETS] = {0};
+        uint64_t ops = 0;
+
+        if (!st || !pending || !inflight)
+                goto out;
+        for (int i = 0; i < n; i++)
+                worker_get_stats(&srv->workers[i], &st[i], &pending[i], &inflight[i]);
+
+        header(f, "gemmd_device_info", "gauge", "The daemon's devices (always 1)");
+        for (int i = 0; i < n; i++) {
+                fprintf(f, "gemmd_device_info{device=\"%d\",backend=\"%s\",name=\"", i,
+                        srv->backends[i]->kind);
+                put_label_value(f, srv->backends[i]->name);
+                fprintf(f, "\"} 1\n");
+        }
+#define PER_DEVICE(name, type, help, fmt, expr)                                     \
+        do {                                                                        \
+                header(f, name, type, help);                                        \
+                for (int i = 0; i < n; i++)                                         \
+                        fprintf(f, name "{device=\"%d\"} " fmt "\n", i, (expr));    \
+        } while (0)
+        PER_DEVICE("gemmd_device_queued_ops", "gauge", "Ops queued on the device, not yet in a group",
+                   "%u", pending[i]);
+        PER_DEVICE("gemmd_device_groups_inflight", "gauge", "Groups launched and not finished",
+                   "%u", inflight[i]);
+        PER_DEVICE("gemmd_device_groups_total", "counter", "Groups run", "%llu",
+                   (unsigned long long)st[i].groups);
+        PER_DEVICE("gemmd_device_ops_total", "counter", "Ops run in groups", "%llu",
+                   (unsigned long long)st[i].ops);
+        PER_DEVICE("gemmd_device_ops_failed_total", "counter", "Ops whose group failed", "%llu",
+                   (unsigned long long)st[i].ops_failed);
+        PER_DEVICE("gemmd_device_tiles_total", "counter", "Tiles computed", "%llu",
+                   (unsigned long long)st[i].tiles);
+        PER_DEVICE("gemmd_device_flops_total", "counter",
+                   "Floating-point operations of the ops that succeeded (2mnk each)", "%llu",
+                   (unsigned long long)st[i].flops);
+        PER_DEVICE("gemmd_device_busy_seconds_total", "counter",
+                   "Seconds with at least one group in flight", "%.9g", st[i].busy_ns / 1e9);
+        PER_DEVICE("gemmd_device_busy_ratio", "gauge",
+                   "Fraction of the uptime with at least one group in flight", "%.9g",
+                   up_s > 0 ? st[i].busy_ns / 1e9 / up_s : 0.0);
+        PER_DEVICE("gemmd_device_flops_per_second", "gauge",
+                   "Achieved FLOP/s while busy, since the start", "%.9g",
+                   st[i].busy_ns ? st[i].flops / (st[i].busy_ns / 1e9) : 0.0);
+        PER_DEVICE("gemmd_device_plan_seconds_total", "counter", "Seconds spent building plans",
+                   "%.9g", st[i].plan_ns / 1e9);
+        PER_DEVICE("gemmd_device_idle_gaps_total", "counter",
+                   "Idle gaps between groups while work was waiting", "%llu",
+                   (unsigned long long)st[i].idle_gaps);
+        PER_DEVICE("gemmd_device_idle_gap_seconds_total", "counter",
+                   "Seconds of those idle gaps", "%.9g", st[i].idle_gap_ns / 1e9);
+#undef PER_DEVICE
+
+        for (int i = 0; i < n; i++) {
+                for (int b = 0; b < HIST_BUCKETS; b++) {
+                        gs[b] += st[i].group_size_hist[b];
+                        qu[b] += st[i].queue_us_hist[b];
+                        ru[b] += st[i].run_us_hist[b];
+                }
+                ops += st[i].ops;
+        }
+        /* The buckets come from the workers; the sums of the times are added
+         * up here as requests are answered, so a scrape may see a sum a few
+         * groups behind its buckets. */
+        histogram(f, "gemmd_group_size_ops", "Ops per group, all devices", gs, 1, 1, (double)ops);
+        histogram(f, "gemmd_queue_time_seconds",
+                  "Per op: admitted to its group's launch, all devices", qu, 1e-6, 0, M.queue_sum_s);
+        histogram(f, "gemmd_run_time_seconds", "Per group: launch to done, all devices", ru, 1e-6, 0,
+                  M.run_sum_s);
+out:
+        free(st);
+        free(pending);
+        free(inflight);
+}
+
+int metrics_render(struct server *srv, char **out, size_t *len)
+{
+        double up_s = (now_ns() - srv->t_start_ns) / 1e9;
+        FILE *f = open_memstream(out, len);
+
+        if (!f)
+                return -ENOMEM;
+        render_server(f, srv, up_s);
+        render_devices(f, srv, up_s);
+        metric_u64(f, "gemmd_metrics_scrapes_total", "counter", "Answers of this endpoint",
+                   M.scrapes);
+        metric_u64(f, "gemmd_metrics_refused_total", "counter",
+                   "Metrics connections refused past the connection cap", M.refused);
+        if (fclose(f) != 0) {
+                free(*out);
+                *out = NULL;
+                return -ENOMEM;
+        }
+        return 0;
+}
+
+/* ---- HTTP ------------------------------------------------------------- */
+
+static void on_conn_closed(uv_handle_t *h)
+{
+        struct mconn *c = h->data;
+
+        if (--c->pending_closes == 0) {
+                free(c->head);
+                free(c->body);
+                free(c);
+        }
+}
+
+static void conn_close(struct mconn *c)
+{
+        if (c->closing)
+                return;
+        c->closing = 1;
+        if (c->prev)
+                c->prev->next = c->next;
+        else
+                M.conns = c->next;
+        if (c->next)
+                c->next->prev = c->prev;
+        M.nconns--;
+        uv_close(&c->u.h, on_conn_closed);
+        uv_close((uv_handle_t *)&c->timer, on_conn_closed);
+}
+
+static void on_timeout(uv_timer_t *t)
+{
+        conn_close(t->data);
+}
+
+static void on_shutdown(uv_shutdown_t *req, int status)
+{
+        conn_close(req->data);
+}
+
+static void on_written(uv_write_t *req, int status)
+{
+        struct mconn *c = req->data;
+
+        if (status || c->closing || uv_shutdown(&c->sd, &c->u.s, on_shutdown))
+                conn_close(c);
+}
+
+/* Queues the response and closes the connection once it is written. */
+static void respond(struct mconn *c, const char *status, const char *extra, char *body,
+                    size_t body_len, int send_body)
+{
+        uv_buf_t bufs[2];
+        int n;
+
+        uv_read_stop(&c->u.s);
+        c->body = body;
+        n = asprintf(&c->head,
+                     "HTTP/1.1 %s\r\n"
+                     "Content-Type: %s\r\n"
+                     "Content-Length: %zu\r\n"
+                     "%s"
+                     "Connection: close\r\n"
+                     "\r\n",
+                     status, body && !strncmp(status, "200", 3)
+                                     ? "text/plain; version=0.0.4; charset=utf-8"
+                                     : "text/plain; charset=utf-8",
+                     body_len, extra ? extra : "");
+        if (n < 0) {
+                c->head = NULL;
+                conn_close(c);
+                return;
+        }
+        bufs[0] = uv_buf_init(c->head, (unsigned)n);
+        bufs[1] = uv_buf_init(body, send_body ? (unsigned)body_len : 0);
+        c->wr.data = c;
+        c->sd.data = c;
+        if (uv_write(&c->wr, &c->u.s, bufs, 2, on_written))
+                conn_close(c);
+}
+
+static void respond_text(struct mconn *c, const char *status, const char *extra,
+                         const char *text, int send_body)
+{
+        char *body = strdup(text);
+
+        if (!body) {
+                conn_close(c);
+                return;
+        }
+        respond(c, status, extra, body, strlen(body), send_body);
+}
+
+/* Answers the request line in c->req (whose headers are complete). */
+static void handle_request(struct mconn *c)
+{
+        char method[8], path[256], version[16];
+        size_t plen;
+        char *body;
+        size_t len;
+        int head;
+
+        if (sscanf(c->req, "%7s %255s %15s", method, path, version) != 3 ||
+            strncmp(version, "HTTP/1.", 7)) {
+                respond_text(c, "400 Bad Request", NULL, "bad request\n", 1);
+                return;
+        }
+        head = !strcmp(method, "HEAD");
+        if (strcmp(method, "GET") && !head) {
+                respond_text(c, "405 Method Not Allowed", "Allow: GET, HEAD\r\n",
+                             "only GET and HEAD\n", 1);
+                return;
+        }
+        plen = strcspn(path, "?#");
+        if (plen != strlen("/metrics") || strncmp(path, "/metrics", plen)) {
+                respond_text(c, "404 Not Found", NULL, "not found: try /metrics\n", !head);
+                return;
+        }
+        M.scrapes++; /* this answer included */
+        if (metrics_render(M.srv, &body, &len)) {
+                respond_text(c, "500 Internal Server Error", NULL, "out of memory\n", !head);
+                return;
+        }
+        respond(c, "200 OK", NULL, body, len, !head);
+}
+
+static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
+{
+        struct mconn *c = h->data;
+
+        /* One byte stays free for the NUL that ends the request text. */
+        *buf = uv_buf_init(c->req + c->len, (unsigned)(sizeof(c->req) - 1 - c->len));
+}
+
+static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
+{
+        struct mconn *c = s->data;
+
+        if (nread < 0) {
+                conn_close(c); /* end of stream or error before a whole request */
+                return;
+        }
+        c->len += (size_t)nread;
+        c->req[c->len] = '\0';
+        if (strstr(c->req, "\r\n\r\n") || strstr(c->req, "\n\n"))
+                handle_request(c);
+        else if (c->len == sizeof(c->req) - 1)
+                respond_text(c, "431 Request Header Fields Too Large", NULL,
+                             "request too large\n", 1);
+}
+
+static void on_connection(uv_stream_t *lis, int status)
+{
+        struct mconn *c;
+        int rc;
+
+        if (status < 0) {
+                log_warn("metrics: accept: %s", uv_strerror(status));
+                return;
+        }
+        c = calloc(1, sizeof(*c));
+        if (!c) {
+                log_warn("metrics: out of memory for a connection");
+                return; /* left in the backlog; the next callback retries */
+        }
+        rc = M.is_unix ? uv_pipe_init(lis->loop, &c->u.pipe, 0) : uv_tcp_init(lis->loop, &c->u.tcp);
+        if (rc) {
+                free(c);
+                return;
+        }
+        uv_timer_init(lis->loop, &c->timer);
+        c->u.h.data = c;
+        c->timer.data = c;
+        c->pending_closes = 2;
+        c->next = M.conns;
+        if (M.conns)
+                M.conns->prev = c;
+        M.conns = c;
+        M.nconns++;
+        if (uv_accept(lis, &c->u.s)) {
+                conn_close(c);
+                return;
+        }
+        if (M.nconns > METRICS_MAX_CONNS) {
+                M.refused++;
+                conn_close(c);
+                return;
+        }
+        uv_timer_start(&c->timer, on_timeout, METRICS_CONN_TIMEOUT_MS, 0);
+        if (uv_read_start(&c->u.s, on_alloc, on_read))
+                conn_close(c);
+}
+
+/* ---- the listener ----------------------------------------------------- */
+
+/* Binds and listens on a Unix socket at path (mode 0660), replacing a
+ * socket file that no process serves. Returns the descriptor or -errno. */
+static int bind_unix(const char *path)
+{
+        struct sockaddr_un sa = {.sun_family = AF_UNIX};
+        int fd, rc;
+
+        if (!*path || strlen(path) >= sizeof(sa.sun_path))
+                return -ENAMETOOLONG;
+        strcpy(sa.sun_path, path);
+        fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+        if (fd < 0)
+                return -errno;
+        if (bind(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0) {
+                int probe;
+
+                if (errno != EADDRINUSE)
+                        goto err;
+                probe = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+                rc = probe >= 0 ? connect(probe, (struct sockaddr *)&sa, sizeof(sa)) : -1;
+                if (probe >= 0)
+                        close(probe);
+                if (rc == 0) {
+                        close(fd);
+                        return -EADDRINUSE;
+                }
+                unlink(path);
+                if (bind(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0)
+                        goto err;
+        }
+        if (chmod(path, 0660) < 0 || listen(fd, 64) < 0) {
+                rc = -errno;
+                unlink(path);
+                close(fd);
+                return rc;
+        }
+        return fd;
+err:
+        rc = -errno;
+        close(fd);
+        return rc;
+}
+
+/* Parses "HOST:PORT" (HOST IPv4, or IPv6 in brackets) into *ss. */
+static int parse_tcp(const char *spec, struct sockaddr_storage *ss, socklen_t *sslen)
+{
+        char host[64];
+        const char *colon, *h = spec;
+        size_t hlen;
+        char *end;
+        long port;
+
+        if (*spec == '[') {
+                const char *close_br = strchr(spec, ']');
+
+                if (!close_br || close_br[1] != ':')
+                        return -EINVAL;
+                h = spec + 1;
+                hlen = (size_t)(close_br - h);
+                colon = close_br + 1;
+        } else {
+                colon = strrchr(spec, ':');
+                if (!colon)
+                        return -EINVAL;
+                hlen = (size_t)(colon - spec);
+        }
+        if (hlen == 0 || hlen >= sizeof(host))
+                return -EINVAL;
+        memcpy(host, h, hlen);
+        host[hlen] = '\0';
+        errno = 0;
+        port = strtol(colon + 1, &end, 10);
+        if (errno || *end || colon[1] == '\0' || port < 0 || port > 65535)
+                return -EINVAL;
+        memset(ss, 0, sizeof(*ss));
+        if (*spec == '[') {
+                struct sockaddr_in6 *a6 = (struct sockaddr_in6 *)ss;
+
+                if (uv_ip6_addr(host, (int)port, a6))
+                        return -EINVAL;
+                *sslen = sizeof(*a6);
+        } else {
+                struct sockaddr_in *a4 = (struct sockaddr_in *)ss;
+
+                if (uv_ip4_addr(host, (int)port, a4))
+                        return -EINVAL;
+                *sslen = sizeof(*a4);
+        }
+        return 0;
+}
+
+static int bind_tcp(const char *spec)
+{
+        struct sockaddr_storage ss;
+        socklen_t sslen;
+        int fd, one = 1, rc = parse_tcp(spec, &ss, &sslen);
+
+        if (rc)
+                return rc;
+        fd = socket(ss.ss_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+        if (fd < 0)
+                return -errno;
+        setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+        if (bind(fd, (struct sockaddr *)&ss, sslen) < 0 || listen(fd, 64) < 0) {
+                rc = -errno;
+                close(fd);
+                return rc;
+        }
+        return fd;
+}
+
+int metrics_start(struct server *srv)
+{
+        const char *spec = srv->cfg->metrics_listen;
+        int fd, rc;
+
+        M.srv = srv;
+        if (!spec)
+                return 0;
+        /* The socket is made with plain calls, so that a failure leaves no
+         * libuv handle that the loop would have to close. */
+        if (!strncmp(spec, "unix:", 5)) {
+                M.is_unix = 1;
+                fd = bind_unix(spec + 5);
+                if (fd >= 0) {
+                        M.unix_path = strdup(spec + 5);
+                        if (!M.unix_path) {
+                                unlink(spec + 5);
+                                close(fd);
+                                fd = -ENOMEM;
+                        }
+                }
+        } else if (!strncmp(spec, "tcp:", 4)) {
+                M.is_unix = 0;
+                fd = bind_tcp(spec + 4);
+        } else {
+                fd = -EINVAL;
+        }
+        if (fd < 0) {
+                log_err("--metrics-listen %s: %s", spec,
+                        fd == -EINVAL ? "expected unix:PATH or tcp:HOST:PORT" : strerror(-fd));
+                return fd;
+        }
+        if (M.is_unix) {
+                uv_pipe_init(srv->loop, &M.lis.pipe, 0);
+                rc = uv_pipe_open(&M.lis.pipe, fd);
+        } else {
+                uv_tcp_init(srv->loop, &M.lis.tcp);
+                rc = uv_tcp_open(&M.lis.tcp, fd);
+        }
+        if (rc)
+                close(fd); /* not the handle's yet */
+        M.listening = 1;
+        if (!rc)
+                rc = uv_listen(&M.lis.s, 64, on_connection);
+        if (rc) {
+                log_err("--metrics-listen %s: %s", spec, uv_strerror(rc));
+                metrics_stop();
+                return rc;
+        }
+        log_info("metrics on %s", spec);
+        return 0;
+}
+
+void metrics_stop(void)
+{
+        if (M.listening) {
+                M.listening = 0;
+                uv_close(&M.lis.h, NULL);
+                if (M.unix_path)
+                        unlink(M.unix_path);
+                free(M.unix_path);
+                M.unix_path = NULL;
+        }
+        while (M.conns)
+                conn_close(M.conns);
+}

@@ -1,0 +1,273 @@
+"""The Prometheus endpoint (--metrics-listen), scraped with real HTTP
+clients: urllib over TCP, and a Unix-socket client (plus curl where it is
+installed), after running a few ops."""
+
+import os
+import re
+import shutil
+import socket
+import subprocess
+import tempfile
+import time
+import unittest
+import urllib.error
+import urllib.request
+
+import numpy as np
+
+from daemon_util import GEMMD, Daemon, DaemonTestCase, free_tcp_port, rand
+
+import gemmd
+
+SAMPLE = re.compile(r'^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})? (\S+)$')
+LABEL = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\\n]|\\.)*)"(,|$)')
+
+
+def parse(text):
+    """Checks the text exposition format line by line and returns
+    ({(name, frozenset(labels)): value}, {family: type})."""
+    samples, types = {}, {}
+    for line in text.splitlines():
+        if line.startswith("# HELP "):
+            continue
+        if line.startswith("# TYPE "):
+            _, _, fam, typ = line.split(" ")
+            assert typ in ("counter", "gauge", "histogram", "summary", "untyped"), line
+            assert fam not in types, "two TYPE lines for " + fam
+            types[fam] = typ
+            continue
+        m = SAMPLE.match(line)
+        assert m, "not a sample line: %r" % line
+        name, labels, value = m.groups()
+        pairs = []
+        if labels:
+            pos = 0
+            while pos < len(labels):
+                lm = LABEL.match(labels, pos)
+                assert lm, "bad labels in %r" % line
+                pairs.append((lm.group(1), lm.group(2)))
+                pos = lm.end()
+        fam = re.sub(r"_(bucket|sum|count)$", "", name) if name not in types else name
+        assert fam in types, "sample before its TYPE: %r" % line
+        key = (name, frozenset(pairs))
+        assert key not in samples, "duplicate sample: %r" % line
+        samples[key] = float(value)
+    return samples, types
+
+
+def get(samples, metric, **labels):
+    return samples.get((metric, frozenset(labels.items())), 0.0)
+
+
+def http_unix(path, request):
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    s.settimeout(10)
+    s.connect(path)
+    s.sendall(request)
+    data = b""
+    while True:
+        chunk = s.recv(65536)
+        if not chunk:
+            break
+        data += chunk
+    s.close()
+    head, _, body = data.partition(b"\r\n\r\n")
+    return head.decode(), body.decode()
+
+
+class TestMetricsTcp(DaemonTestCase):
+    port = free_tcp_port()
+    daemon_args = ("--metrics-listen", "tcp:127.0.0.1:%d" % port, "--max-buffers", "4")
+
+    def url(self, path="/metrics"):
+        return "http://127.0.0.1:%d%s" % (self.port, path)
+
+    def scrape(self):
+        with urllib.request.urlopen(self.url(), timeout=10) as r:
+            self.assertEqual(r.status, 200)
+            self.assertTrue(r.headers["Content-Type"].startswith("text/plain; version=0.0.4"))
+            return parse(r.read().decode())
+
+    def test_counters_move(self):
+        uid = str(os.getuid())
+        before, types = self.scrape()
+        self.assertEqual(types["gemmd_ops_total"], "counter")
+        self.assertEqual(types["gemmd_queue_time_seconds"], "histogram")
+        rng = np.random.default_rng(11)
+        flops = 0
+        with gemmd.Client(self.daemon.sock) as c:
+            for m, n, k in ((16, 8, 4), (30, 20, 10), (64, 64, 64)):
+                c.gemm(rand(rng, (m, k)), rand(rng, (k, n)))
+                flops += 2 * m * n * k
+            for n, k in ((12, 5), (40, 8)):
+                a = rand(rng, (n, k), np.float16)
+                c.syr2k(a, a)
+                flops += 2 * n * n * k
+            keep = [c.empty((256, 256)) for _ in range(4)]
+            with self.assertRaises(gemmd.GemmdError):
+                c.empty((8,))  # past --max-buffers: an error reply
+            during, _ = self.scrape()
+            self.assertGreaterEqual(get(during, "gemmd_sessions"), 1)
+            self.assertGreaterEqual(get(during, "gemmd_registered_bytes", kind="shm"), 4 * 256 * 256 * 4)
+            self.assertEqual(get(during, "gemmd_registered_buffers", kind="shm"), 4)
+            del keep
+        # Groups are counted by the worker just after their ops are answered.
+        deadline = time.monotonic() + 5
+        while True:
+            after, _ = self.scrape()
+            d = lambda name, **kw: get(after, name, **kw) - get(before, name, **kw)  # noqa: E731
+            if d("gemmd_group_size_ops_sum") == 5 and d("gemmd_group_size_ops_count") >= 1 \
+                    or time.monotonic() > deadline:
+                break
+            time.sleep(0.05)
+        self.assertEqual(d("gemmd_ops_total", op="gemm", dtype="f32", status="ok", uid=uid), 3)
+        self.assertEqual(d("gemmd_ops_total", op="syr2k", dtype="f16", status="ok", uid=uid), 2)
+        self.assertEqual(d("gemmd_requests_total", uid=uid, status="ok"), 5)
+        self.assertEqual(d("gemmd_requests_admitted_total"), 5)
+        self.assertEqual(d("gemmd_error_replies_total", uid=uid, code="limit"), 1)
+        self.assertEqual(d("gemmd_rejections_total", code="limit"), 1)
+        self.assertEqual(d("gemmd_device_ops_total", device="0"), 5)
+        self.assertEqual(d("gemmd_device_flops_total", device="0"), flops)
+        self.assertEqual(get(after, "gemmd_queue_ops"), 0)
+        self.assertEqual(get(after, "gemmd_registered_buffers", kind="shm"), 0)
+        self.assertEqual(d("gemmd_sessions_opened_total"), 1)
+        self.assertGreater(d("gemmd_device_busy_seconds_total", device="0"), 0)
+        busy = get(after, "gemmd_device_busy_ratio", device="0")
+        self.assertTrue(0 < busy <= 1, busy)
+        self.assertGreater(get(after, "gemmd_device_flops_per_second", device="0"), 0)
+        info = [dict(k[1]) for k, v in after.items() if k[0] == "gemmd_device_info" and v == 1]
+        self.assertEqual([(i["device"], i["backend"]) for i in info], [("0", "cpu")])
+        # Histograms: cumulative buckets, +Inf equal to the count.
+        self.assertEqual(d("gemmd_queue_time_seconds_count"), 5)
+        self.assertEqual(d("gemmd_group_size_ops_sum"), 5)
+        self.assertGreaterEqual(d("gemmd_run_time_seconds_count"), 1)
+        self.assertGreater(d("gemmd_run_time_seconds_sum"), 0)
+        for h in ("gemmd_group_size_ops", "gemmd_queue_time_seconds", "gemmd_run_time_seconds"):
+            buckets = sorted((float(dict(k[1])["le"]), v) for k, v in after.items()
+                             if k[0] == h + "_bucket")
+            self.assertEqual(buckets[-1][0], float("inf"))
+            self.assertEqual(buckets[-1][1], get(after, h + "_count"))
+            counts = [v for _, v in buckets]
+            self.assertEqual(counts, sorted(counts), h + " buckets are not cumulative")
+
+    def test_http(self):
+        with self.assertRaises(urllib.error.HTTPError) as cm:
+            urllib.request.urlopen(self.url("/"), timeout=10)
+        self.assertEqual(cm.exception.code, 404)
+        with self.assertRaises(urllib.error.HTTPError) as cm:
+            urllib.request.urlopen(urllib.request.Request(self.url(), data=b"x"), timeout=10)
+        self.assertEqual(cm.exception.code, 405)
+        req = urllib.request.Request(self.url("/metrics?x=1"), method="HEAD")
+        with urllib.request.urlopen(req, timeout=10) as r:
+            self.assertEqual(r.status, 200)
+            self.assertEqual(r.read(), b"")
+            self.assertGreater(int(r.headers["Content-Length"]), 0)
+
+    def raw(self, data):
+        s = socket.create_connection(("127.0.0.1", self.port), timeout=10)
+        try:
+            s.sendall(data)
+            out = b""
+            while True:
+                chunk = s.recv(65536)
+                if not chunk:
+                    return out.decode("latin-1")
+                out += chunk
+        finally:
+            s.close()
+
+    def test_bounded(self):
+        self.assertTrue(self.raw(b"nonsense\r\n\r\n").startswith("HTTP/1.1 400"))
+        big = b"GET /metrics HTTP/1.1\r\nX: " + b"a" * 20000 + b"\r\n\r\n"
+        self.assertTrue(self.raw(big).startswith("HTTP/1.1 431"))
+        # Idle and half-sent connections do not hold the endpoint up.
+        idle = [socket.create_connection(("127.0.0.1", self.port), timeout=10) for _ in range(5)]
+        idle[0].sendall(b"GET /met")
+        self.assertTrue(self.raw(b"GET /metrics HTTP/1.0\n\n").startswith("HTTP/1.1 200"))
+        self.scrape()
+        for s in idle:
+            s.close()
+
+
+class TestMetricsUnix(DaemonTestCase):
+    daemon_args = ("--metrics-listen", "unix:{dir}/metrics.sock")
+
+    def path(self):
+        return os.path.join(self.daemon.dir, "metrics.sock")
+
+    def test_scrape(self):
+        with gemmd.Client(self.daemon.sock) as c:
+            c.gemm(np.ones((4, 4), np.float32), np.ones((4, 4), np.float32))
+        head, body = http_unix(self.path(), b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+        self.assertTrue(head.startswith("HTTP/1.1 200 OK"), head)
+        samples, _ = parse(body)
+        uid = str(os.getuid())
+        self.assertEqual(get(samples, "gemmd_ops_total", op="gemm", dtype="f32", status="ok",
+                             uid=uid), 1)
+        self.assertEqual(os.stat(self.path()).st_mode & 0o777, 0o660)
+
+    @unittest.skipUnless(shutil.which("curl"), "curl is not installed")
+    def test_curl(self):
+        r = subprocess.run(["curl", "-sS", "--max-time", "10", "--unix-socket", self.path(),
+                            "http://localhost/metrics"], capture_output=True, text=True)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        samples, types = parse(r.stdout)
+        self.assertEqual(types["gemmd_requests_total"], "counter")
+        self.assertGreaterEqual(get(samples, "gemmd_metrics_scrapes_total"), 1)
+        r = subprocess.run(["curl", "-s", "-o", "/dev/null", "-w", "%{http_code}", "--max-time",
+                            "10", "--unix-socket", self.path(), "http://localhost/other"],
+                           capture_output=True, text=True)
+        self.assertEqual(r.stdout, "404")
+
+
+class TestMetricsLifetime(unittest.TestCase):
+    def test_drain_closes_connections(self):
+        d = Daemon(["--metrics-listen", "unix:{dir}/m.sock"])
+        try:
+            path = os.path.join(d.dir, "m.sock")
+            idle = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            idle.connect(path)
+            idle.sendall(b"GET /metr")
+            t0 = time.monotonic()
+            rc = d.stop()
+            self.assertEqual(rc, 0, d.text())
+            self.assertLess(time.monotonic() - t0, 5, "an idle connection held the drain up")
+            self.assertNotIn("handles left open", d.text())
+            self.assertFalse(os.path.exists(path), "the metrics socket file was left behind")
+            try:  # closed: end of stream, or a reset if the bytes were not read yet
+                self.assertEqual(idle.recv(100), b"")
+            except ConnectionResetError:
+                pass
+            idle.close()
+        finally:
+            d.cleanup()
+
+    def run_gemmd(self, addr):
+        with tempfile.TemporaryDirectory(prefix="gemmd-py-") as d:
+            return subprocess.run([GEMMD, "--socket", os.path.join(d, "s"), "--backend", "cpu",
+                                   "--metrics-listen", addr], capture_output=True, text=True,
+                                  timeout=30)
+
+    def test_bad_address(self):
+        r = self.run_gemmd("http:1234")
+        self.assertEqual(r.returncode, 2)
+        self.assertIn("http:1234", r.stderr)
+        for addr in ("tcp:127.0.0.1", "tcp:localhost:80", "tcp:127.0.0.1:99999", "unix:"):
+            r = self.run_gemmd(addr)
+            self.assertEqual(r.returncode, 1, addr)
+            self.assertIn("--metrics-listen " + addr, r.stderr)
+
+    def test_port_in_use(self):
+        s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        s.bind(("127.0.0.1", 0))
+        s.listen(1)
+        try:
+            r = self.run_gemmd("tcp:127.0.0.1:%d" % s.getsockname()[1])
+            self.assertEqual(r.returncode, 1)
+            self.assertIn("Address already in use", r.stderr)
+        finally:
+            s.close()
+
+
+if __name__ == "__main__":
+    unittest.main()
