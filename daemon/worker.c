@@ -363,7 +363,8 @@ static void complete_ops(struct worker *w, struct group *g)
                 o->t_done_ns = g->t_done_ns;
                 o->group_id = g->id;
                 o->group_size = g->nops;
-                o->kernel = kname;
+                /* The CPU backend mixes keys in a group: name each op's own. */
+                o->kernel = w->be->mixed_keys ? w->be->kernel_name(w->be, o->key) : kname;
                 w->st.ops++;
                 if (g->status)
                         w->st.ops_failed++;

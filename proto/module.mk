@@ -1,6 +1,7 @@
 # proto/: the wire protocol, compiled by protoc-c at build time, and framing.
 
-$(BUILD)/proto/gemmd.pb-c.c $(BUILD)/proto/gemmd.pb-c.h: proto/gemmd.proto
+# One protoc-c run makes both files (a grouped target).
+$(BUILD)/proto/gemmd.pb-c.c $(BUILD)/proto/gemmd.pb-c.h &: proto/gemmd.proto
 	$(call say,PROTOC,$<)
 	@mkdir -p $(BUILD)
 	$(Q)$(PROTOC_C) --c_out=$(BUILD) $<

@@ -1,0 +1,660 @@
+/*
+ * test_e2e_batcher.c - the batcher seen through the real daemon: a lone
+ * request is not delayed, the batch window, bursts served in groups,
+ * result bits independent of the group and of the plan mode, admission
+ * rejections, priorities, and fairness between a flooding session and a
+ * light one.
+ *
+ * These tests measure time, so this suite runs its tests one at a time
+ * (see main at the bottom) rather than in parallel as Criterion would.
+ */
+#include <criterion/criterion.h>
+#include <criterion/options.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "gemmd.h"
+#include "tests/e2e_util.h"
+
+TestSuite(e2e, .init = e2e_setup, .fini = e2e_teardown, .timeout = 180);
+
+#define START(d, ...) cr_assert_eq(e2e_daemon_start((d), __VA_ARGS__), 0, "gemmd did not start")
+#define STOP(d) cr_assert_eq(e2e_daemon_stop(d), 0, "gemmd did not exit 0 on SIGTERM")
+
+static const struct e2e_spec big_f32 = {.kind = GEMMD_GEMM, .dtype = GEMMD_F32, .m = 256,
+                                        .n = 256, .k = 256, .alpha = 1.0f, .beta = 0.0f};
+
+/* About 1.8 GFLOP, a tenth of a second or more of a CPU thread: it holds
+ * the device while a test queues work behind it. Too costly to check
+ * against the double reference, so only its status is checked. */
+static const struct e2e_spec long_f32 = {.kind = GEMMD_GEMM, .dtype = GEMMD_F32, .m = 768,
+                                         .n = 768, .k = 1536, .alpha = 1.0f, .beta = 0.0f};
+
+static int cmp_u64(const void *a, const void *b)
+{
+        uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+
+        return x < y ? -1 : x > y;
+}
+
+/* Submits one op, returns the ticket (asserting success). */
+static gemmd_ticket submit1(gemmd_client *c, const struct gemmd_op *op, int prio)
+{
+        gemmd_ticket t;
+        int rc = gemmd_submit(c, op, 1, prio, &t);
+
+        cr_assert_eq(rc, 0, "gemmd_submit: %s", gemmd_strerror(rc));
+        return t;
+}
+
+static void wait1(gemmd_client *c, gemmd_ticket t, struct gemmd_result *r)
+{
+        int rc = gemmd_wait(c, t, 60000, r, 1);
+
+        cr_assert_eq(rc, 0, "gemmd_wait: %s", gemmd_strerror(rc));
+}
+
+/* ---- (a) a lone request ----------------------------------------------- */
+
+Test(e2e, lone_request_on_idle_daemon_is_not_delayed)
+{
+        struct e2e_spec s = {.kind = GEMMD_GEMM, .dtype = GEMMD_F16, .m = 64, .n = 64, .k = 64,
+                             .alpha = 1.0f, .beta = 0.5f};
+        struct e2e_daemon d;
+        struct e2e_arena ar;
+        struct e2e_prob p;
+        struct gemmd_result r;
+        uint64_t q[7], seed = 21;
+        gemmd_client *c;
+        char why[256];
+
+        START(&d, "--threads", "2", NULL);
+        c = e2e_connect(&d);
+        cr_assert_not_null(c);
+        cr_assert_eq(e2e_arena_init(&ar, c, 1u << 20), 0);
+        cr_assert_eq(e2e_prob_place(&p, &s, &ar, &seed), 0);
+        for (int i = 0; i < 7; i++) {
+                usleep(20000); /* let the device go idle */
+                e2e_prob_reset(&p);
+                cr_assert_eq(e2e_run_checked(c, &p, 1, 1, &r, why, sizeof(why)), 0, "%s", why);
+                cr_assert_eq(r.group_size, 1, "a lone request shared a group of %u", r.group_size);
+                q[i] = r.queue_us;
+        }
+        qsort(q, 7, sizeof(q[0]), cmp_u64);
+        cr_assert_lt(q[3], 2000, "median queue time %llu us (min %llu, max %llu)",
+                     (unsigned long long)q[3], (unsigned long long)q[0], (unsigned long long)q[6]);
+        e2e_prob_free(&p);
+        gemmd_disconnect(c);
+        STOP(&d);
+}
+
+Test(e2e, batch_window_holds_a_lone_request_for_company)
+{
+        struct e2e_spec s = {.kind = GEMMD_GEMM, .dtype = GEMMD_F32, .m = 32, .n = 32, .k = 32,
+                             .alpha = 1.0f, .beta = 0.0f};
+        struct e2e_daemon d;
+        struct e2e_arena ar1, ar2;
+        struct e2e_prob p1, p2;
+        struct gemmd_result r1, r2;
+        gemmd_client *c1, *c2;
+        gemmd_ticket t1, t2;
+        uint64_t seed = 22;
+        char why[256];
+        double err;
+
+        START(&d, "--threads", "2", "--batch-window-us", "50000", NULL);
+        c1 = e2e_connect(&d);
+        c2 = e2e_connect(&d);
+        cr_assert(c1 && c2);
+        cr_assert_eq(e2e_arena_init(&ar1, c1, 1u << 20), 0);
+        cr_assert_eq(e2e_arena_init(&ar2, c2, 1u << 20), 0);
+        cr_assert_eq(e2e_prob_place(&p1, &s, &ar1, &seed), 0);
+        cr_assert_eq(e2e_prob_place(&p2, &s, &ar2, &seed), 0);
+        t1 = submit1(c1, &p1.op, GEMMD_PRIO_NORMAL);
+        usleep(5000);
+        t2 = submit1(c2, &p2.op, GEMMD_PRIO_NORMAL);
+        wait1(c1, t1, &r1);
+        wait1(c2, t2, &r2);
+        cr_assert_eq(e2e_prob_check(&p1, &err, why, sizeof(why)), 0, "%s", why);
+        cr_assert_eq(e2e_prob_check(&p2, &err, why, sizeof(why)), 0, "%s", why);
+        cr_assert_eq(r1.group_id, r2.group_id, "two requests inside the window ran apart");
+        cr_assert_eq(r1.group_size, 2);
+        cr_assert_geq(r1.queue_us, 40000, "the window was not waited for: %llu us",
+                      (unsigned long long)r1.queue_us);
+        cr_assert_lt(r1.queue_us, 1000000);
+        e2e_prob_free(&p1);
+        e2e_prob_free(&p2);
+        gemmd_disconnect(c2);
+        gemmd_disconnect(c1);
+        STOP(&d);
+}
+
+/* ---- (b) a burst is served in groups ----------------------------------- */
+
+#define BURST_CLIENTS 8
+#define BURST_OPS 16
+
+/* What a client process gets: the daemon and its number. */
+struct child {
+        const struct e2e_daemon *d;
+        int id;
+};
+
+/* One burst client: waits for the start signal on fd, submits BURST_OPS
+ * ops at once, checks them, and writes the largest group size it saw to
+ * fd. */
+static int burst_client(void *ctx, int fd)
+{
+        const struct e2e_daemon *d = ((struct child *)ctx)->d;
+        int id = ((struct child *)ctx)->id;
+        struct e2e_prob p[BURST_OPS];
+        struct gemmd_result r[BURST_OPS];
+        struct e2e_arena ar;
+        uint64_t seed = 300 + (uint64_t)id;
+        uint32_t biggest = 0;
+        gemmd_client *c = e2e_connect(d);
+        char why[256], go;
+
+        if (!c || e2e_arena_init(&ar, c, 4u << 20))
+                return 2;
+        for (int i = 0; i < BURST_OPS; i++) {
+                struct e2e_spec s;
+
+                e2e_spec_random(&s, &seed, 96);
+                if (e2e_prob_place(&p[i], &s, &ar, &seed))
+                        return 3;
+        }
+        if (read(fd, &go, 1) != 1)
+                return 4;
+        if (e2e_run_checked(c, p, BURST_OPS, 1, r, why, sizeof(why))) {
+                fprintf(stderr, "burst client %d: %s\n", id, why);
+                return 1;
+        }
+        for (int i = 0; i < BURST_OPS; i++)
+                if (r[i].group_size > biggest)
+                        biggest = r[i].group_size;
+        if (write(fd, &biggest, sizeof(biggest)) != sizeof(biggest))
+                return 5;
+        gemmd_disconnect(c);
+        return 0;
+}
+
+/* The counts of the text stats' group-size histogram in buckets of 2 ops
+ * or more. */
+static long long grouped_in_text(const char *text)
+{
+        const char *p = strstr(text, "group size:");
+        long long n = 0;
+
+        cr_assert_not_null(p, "no group-size histogram in:\n%s", text);
+        for (p = strchr(p, '\n'); p && p[1] == ' ' && p[2] == ' ' && p[3] == ' '; p = strchr(p + 1, '\n')) {
+                unsigned long long lo, hi, count;
+
+                if (sscanf(p + 1, " %llu .. %llu ops %llu", &lo, &hi, &count) == 3 && lo >= 2)
+                        n += (long long)count;
+        }
+        return n;
+}
+
+Test(e2e, burst_from_eight_processes_is_served_in_groups)
+{
+        struct e2e_daemon d;
+        struct child ch[BURST_CLIENTS];
+        int fds[BURST_CLIENTS];
+        pid_t pids[BURST_CLIENTS];
+        uint32_t biggest = 0;
+        gemmd_client *c;
+        char *json = NULL, *text = NULL, *hist;
+        int grouped = 0;
+
+        START(&d, "--threads", "2", NULL);
+        for (int i = 0; i < BURST_CLIENTS; i++) {
+                ch[i] = (struct child){&d, i};
+                pids[i] = e2e_fork(burst_client, &ch[i], &fds[i]);
+                cr_assert_gt(pids[i], 0);
+        }
+        usleep(200000); /* every client connected and ready */
+        for (int i = 0; i < BURST_CLIENTS; i++)
+                cr_assert_eq(write(fds[i], "g", 1), 1);
+        for (int i = 0; i < BURST_CLIENTS; i++) {
+                uint32_t b;
+
+                cr_assert_eq(e2e_wait_child(pids[i], 60000), 0, "burst client %d failed", i);
+                cr_assert_eq(read(fds[i], &b, sizeof(b)), sizeof(b));
+                close(fds[i]);
+                if (b > biggest)
+                        biggest = b;
+        }
+        cr_assert_gt(biggest, 1, "every op of the burst ran alone");
+
+        c = e2e_connect(&d);
+        cr_assert_not_null(c);
+        cr_assert_eq(gemmd_stats(c, 1, &json), 0);
+        hist = strstr(json, "\"group_size_log2\":[");
+        cr_assert_not_null(hist, "%s", json);
+        hist += strlen("\"group_size_log2\":[");
+        for (int b = 0; b < 24 && hist; b++) {
+                long long v = strtoll(hist, NULL, 10);
+
+                if (b >= 1)
+                        grouped += v > 0;
+                hist = strchr(hist, ',');
+                hist = hist ? hist + 1 : NULL;
+        }
+        cr_assert_gt(grouped, 0, "no group of 2 or more ops in the stats: %s", json);
+        cr_assert_eq(gemmd_stats(c, 0, &text), 0);
+        cr_assert_gt(grouped_in_text(text), 0, "text stats show no group of 2+ ops:\n%s", text);
+        free(json);
+        free(text);
+        gemmd_disconnect(c);
+
+        /* gemmctl stats shows the same histogram. */
+        {
+                char *ctl = e2e_build_path("gemmctl"), out_path[256];
+                char *argv[] = {ctl, "--socket", d.sock, "stats", NULL};
+                char *shown;
+
+                snprintf(out_path, sizeof(out_path), "%s/stats.txt", e2e_dir);
+                cr_assert_eq(e2e_run(argv, out_path, NULL, 30000), 0, "gemmctl stats failed");
+                shown = e2e_read_file(out_path, NULL);
+                cr_assert_not_null(shown);
+                cr_assert_gt(grouped_in_text(shown), 0, "gemmctl stats:\n%s", shown);
+                free(shown);
+                free(ctl);
+        }
+        STOP(&d);
+}
+
+/* ---- (c) result bits independent of the group and of the mode ---------- */
+
+/* Problems whose bits must not depend on company: K spanning several
+ * canonical chunks (split mode cuts those when the tile count is low). */
+static const struct e2e_spec bit_specs[] = {
+        {.kind = GEMMD_GEMM, .dtype = GEMMD_F32, .ta = GEMMD_OP_T, .m = 64, .n = 61, .k = 1500,
+         .pad = 1, .alpha = 1.25f, .beta = 0.5f},
+        {.kind = GEMMD_GEMM, .dtype = GEMMD_F16, .tb = GEMMD_OP_T, .row_major = 1, .m = 100,
+         .n = 37, .k = 1100, .alpha = -0.5f, .beta = 1.0f},
+        {.kind = GEMMD_SYR2K, .dtype = GEMMD_BF16, .uplo = GEMMD_UPPER, .n = 70, .k = 1030,
+         .pad = 2, .alpha = 0.75f, .beta = -1.0f},
+        {.kind = GEMMD_SYR2K, .dtype = GEMMD_F32, .ta = GEMMD_OP_T, .row_major = 1, .n = 33,
+         .k = 2049, .alpha = 1.0f, .beta = 0.0f},
+};
+#define NBITS (sizeof(bit_specs) / sizeof(bit_specs[0]))
+#define FILLERS 24
+
+Test(e2e, result_bits_do_not_depend_on_group_or_plan_mode)
+{
+        static const char *modes[] = {"lpt", "rr", "sorted", "split", "device"};
+        uint8_t *first[NBITS] = {0};
+
+        for (size_t m = 0; m < sizeof(modes) / sizeof(modes[0]); m++) {
+                struct e2e_daemon d;
+                struct e2e_arena ar, far;
+                struct e2e_prob p[NBITS], f[FILLERS];
+                struct gemmd_result r;
+                gemmd_ticket ft[FILLERS], t[NBITS];
+                gemmd_client *c, *busy;
+                uint64_t seed = 23, fseed = 99;
+                int shared[NBITS] = {0}, nshared = 0;
+                char why[256];
+
+                START(&d, "--threads", "2", "--mode", modes[m], NULL);
+                c = e2e_connect(&d);
+                busy = e2e_connect(&d);
+                cr_assert(c && busy);
+                cr_assert_eq(e2e_arena_init(&ar, c, 4u << 20), 0);
+                cr_assert_eq(e2e_arena_init(&far, busy, 32u << 20), 0);
+
+                /* Each problem alone on an idle daemon, with the same inputs
+                 * in every daemon: the bits must agree across modes. */
+                for (size_t i = 0; i < NBITS; i++) {
+                        cr_assert_eq(e2e_prob_place(&p[i], &bit_specs[i], &ar, &seed), 0);
+                        usleep(10000);
+                        cr_assert_eq(e2e_run_checked(c, &p[i], 1, 1, &r, why, sizeof(why)), 0,
+                                     "%s: %s", modes[m], why);
+                        cr_assert_eq(r.group_size, 1, "%s: not alone", modes[m]);
+                        if (!first[i]) {
+                                first[i] = malloc(p[i].cbytes);
+                                cr_assert_not_null(first[i]);
+                                memcpy(first[i], p[i].c, p[i].cbytes);
+                        }
+                        cr_assert_eq(memcmp(first[i], p[i].c, p[i].cbytes), 0,
+                                     "problem %zu: bits under %s and %s differ", i, modes[0],
+                                     modes[m]);
+                }
+
+                /* Again, in the middle of other work from another session:
+                 * everything submitted at once behind a long op that holds
+                 * the device while the rest queues up. */
+                for (int j = 0; j < FILLERS; j++) {
+                        struct e2e_spec fs = long_f32;
+
+                        if (j > 0)
+                                e2e_spec_random(&fs, &fseed, 128);
+                        cr_assert_eq(e2e_prob_place(&f[j], &fs, &far, &fseed), 0);
+                }
+                for (int tries = 0; tries < 10 && nshared < (int)NBITS; tries++) {
+                        size_t next = 0;
+
+                        for (int j = 0; j < FILLERS; j++)
+                                e2e_prob_reset(&f[j]);
+                        for (size_t i = 0; i < NBITS; i++)
+                                e2e_prob_reset(&p[i]);
+                        for (int j = 0; j < FILLERS; j++) {
+                                ft[j] = submit1(busy, &f[j].op, GEMMD_PRIO_NORMAL);
+                                if (j % 4 == 2 && next < NBITS) {
+                                        t[next] = submit1(c, &p[next].op, GEMMD_PRIO_NORMAL);
+                                        next++;
+                                }
+                        }
+                        for (size_t i = 0; i < NBITS; i++) {
+                                wait1(c, t[i], &r);
+                                cr_assert_eq(memcmp(first[i], p[i].c, p[i].cbytes), 0,
+                                             "%s: problem %zu: bits alone and in a group of %u "
+                                             "differ",
+                                             modes[m], i, r.group_size);
+                                if (r.group_size > 1 && !shared[i]) {
+                                        shared[i] = 1;
+                                        nshared++;
+                                }
+                        }
+                        for (int j = 0; j < FILLERS; j++) {
+                                double err;
+
+                                wait1(busy, ft[j], &r);
+                                if (j > 0)
+                                        cr_assert_eq(e2e_prob_check(&f[j], &err, why, sizeof(why)),
+                                                     0, "%s: filler: %s", modes[m], why);
+                        }
+                }
+                cr_assert_eq(nshared, NBITS, "%s: only %d of %zu problems ever shared a group",
+                             modes[m], nshared, NBITS);
+                for (int j = 0; j < FILLERS; j++)
+                        e2e_prob_free(&f[j]);
+                for (size_t i = 0; i < NBITS; i++)
+                        e2e_prob_free(&p[i]);
+                gemmd_disconnect(busy);
+                gemmd_disconnect(c);
+                STOP(&d);
+        }
+        for (size_t i = 0; i < NBITS; i++)
+                free(first[i]);
+}
+
+/* ---- (d) admission ------------------------------------------------------ */
+
+Test(e2e, inflight_cap_rejects_the_excess_with_busy)
+{
+        struct e2e_daemon d;
+        struct e2e_arena ar;
+        struct e2e_prob p[5];
+        struct gemmd_op ops[5];
+        gemmd_ticket t[5];
+        gemmd_client *c;
+        uint64_t seed = 24;
+        char why[256], *json = NULL;
+        double err;
+        int rc;
+
+        START(&d, "--threads", "1", "--max-inflight-ops", "4", NULL);
+        c = e2e_connect(&d);
+        cr_assert_not_null(c);
+        cr_assert_eq(e2e_arena_init(&ar, c, 32u << 20), 0);
+        for (int i = 0; i < 5; i++) {
+                cr_assert_eq(e2e_prob_place(&p[i], i ? &big_f32 : &long_f32, &ar, &seed), 0);
+                ops[i] = p[i].op;
+        }
+        /* Five outstanding submits behind a long op: the fifth is over the
+         * cap. */
+        for (int i = 0; i < 5; i++)
+                t[i] = submit1(c, &ops[i], GEMMD_PRIO_NORMAL);
+        for (int i = 0; i < 5; i++) {
+                rc = gemmd_wait(c, t[i], 60000, NULL, 0);
+                if (i < 4) {
+                        cr_assert_eq(rc, 0, "op %d: %s", i, gemmd_strerror(rc));
+                        if (i > 0)
+                                cr_assert_eq(e2e_prob_check(&p[i], &err, why, sizeof(why)), 0,
+                                             "%s", why);
+                } else {
+                        cr_assert_eq(rc, GEMMD_EBUSY, "op 4: %s", gemmd_strerror(rc));
+                        cr_assert_eq(memcmp(p[4].c, p[4].c0, p[4].cbytes), 0,
+                                     "a rejected op wrote C");
+                }
+        }
+        /* Five ops in one submit are over the cap even on an idle session;
+         * four are not. */
+        rc = gemmd_submit(c, &ops[0], 5, GEMMD_PRIO_NORMAL, &t[0]);
+        cr_assert_eq(rc, 0);
+        rc = gemmd_wait(c, t[0], 60000, NULL, 0);
+        cr_assert_eq(rc, GEMMD_EBUSY, "5 ops at once: %s", gemmd_strerror(rc));
+        for (int i = 1; i < 5; i++)
+                e2e_prob_reset(&p[i]);
+        cr_assert_eq(e2e_run_checked(c, &p[1], 4, 4, NULL, why, sizeof(why)), 0, "%s", why);
+        cr_assert_eq(gemmd_stats(c, 1, &json), 0);
+        cr_assert(strstr(json, "\"busy\":2"), "rejections not counted: %s", json);
+        free(json);
+        for (int i = 0; i < 5; i++)
+                e2e_prob_free(&p[i]);
+        gemmd_disconnect(c);
+        STOP(&d);
+}
+
+Test(e2e, queue_cap_rejects_the_excess_across_sessions)
+{
+        struct e2e_daemon d;
+        struct e2e_arena ar[2];
+        struct e2e_prob p[2][4];
+        gemmd_ticket t[2][4];
+        gemmd_client *c[2];
+        uint64_t seed = 25;
+        char why[256];
+        double err;
+
+        START(&d, "--threads", "1", "--max-queue-ops", "6", NULL);
+        for (int s = 0; s < 2; s++) {
+                c[s] = e2e_connect(&d);
+                cr_assert_not_null(c[s]);
+                cr_assert_eq(e2e_arena_init(&ar[s], c[s], 32u << 20), 0);
+                for (int i = 0; i < 4; i++)
+                        cr_assert_eq(e2e_prob_place(&p[s][i], s || i ? &big_f32 : &long_f32,
+                                                    &ar[s], &seed),
+                                     0);
+        }
+        /* Session 0 takes 4 places (a long op first), session 1 the last 2. */
+        for (int i = 0; i < 4; i++)
+                t[0][i] = submit1(c[0], &p[0][i].op, GEMMD_PRIO_NORMAL);
+        for (int i = 0; i < 4; i++)
+                t[1][i] = submit1(c[1], &p[1][i].op, GEMMD_PRIO_NORMAL);
+        for (int s = 0; s < 2; s++)
+                for (int i = 0; i < 4; i++) {
+                        int rc = gemmd_wait(c[s], t[s][i], 60000, NULL, 0);
+
+                        if (s == 0 || i < 2) {
+                                cr_assert_eq(rc, 0, "session %d op %d: %s", s, i,
+                                             gemmd_strerror(rc));
+                                if (s || i)
+                                        cr_assert_eq(e2e_prob_check(&p[s][i], &err, why,
+                                                                    sizeof(why)),
+                                                     0, "%s", why);
+                        } else {
+                                cr_assert_eq(rc, GEMMD_EBUSY, "session 1 op %d: %s", i,
+                                             gemmd_strerror(rc));
+                                cr_assert_eq(memcmp(p[s][i].c, p[s][i].c0, p[s][i].cbytes), 0);
+                        }
+                }
+        /* Once drained, there is room again. */
+        cr_assert_eq(e2e_run_checked(c[1], &p[1][2], 2, 1, NULL, why, sizeof(why)), 0, "%s", why);
+        for (int s = 0; s < 2; s++) {
+                for (int i = 0; i < 4; i++)
+                        e2e_prob_free(&p[s][i]);
+                gemmd_disconnect(c[s]);
+        }
+        STOP(&d);
+}
+
+/* ---- (e) priorities ------------------------------------------------------ */
+
+#define NLOW 40
+#define NNORMAL 10
+
+Test(e2e, high_priority_overtakes_queued_low_priority_work)
+{
+        struct e2e_daemon d;
+        struct e2e_arena ar;
+        struct e2e_prob p;
+        struct gemmd_result low[NLOW], normal[NNORMAL], high;
+        gemmd_ticket tl[NLOW], tn[NNORMAL], th;
+        gemmd_client *c;
+        uint64_t seed = 26;
+        char why[256];
+        double err;
+        int after_high = 0, after_normal = 0;
+
+        /* One op per group and one group at a time, so the queue order is
+         * the launch order, which group ids record. */
+        START(&d, "--threads", "1", "--max-group-ops", "1", "--max-groups-inflight", "1", NULL);
+        c = e2e_connect(&d);
+        cr_assert_not_null(c);
+        cr_assert_eq(e2e_arena_init(&ar, c, 2u << 20), 0);
+        cr_assert_eq(e2e_prob_place(&p, &big_f32, &ar, &seed), 0);
+        for (int i = 0; i < NLOW; i++)
+                tl[i] = submit1(c, &p.op, GEMMD_PRIO_LOW);
+        for (int i = 0; i < NNORMAL; i++)
+                tn[i] = submit1(c, &p.op, GEMMD_PRIO_NORMAL);
+        th = submit1(c, &p.op, GEMMD_PRIO_HIGH);
+        wait1(c, th, &high);
+        for (int i = 0; i < NNORMAL; i++)
+                wait1(c, tn[i], &normal[i]);
+        for (int i = 0; i < NLOW; i++)
+                wait1(c, tl[i], &low[i]);
+        cr_assert_eq(e2e_prob_check(&p, &err, why, sizeof(why)), 0, "%s", why);
+        /* Ops launched before the high one had started before it came;
+         * everything still queued then must have waited for it. */
+        for (int i = 0; i < NNORMAL; i++)
+                after_high += normal[i].group_id > high.group_id;
+        for (int i = 0; i < NLOW; i++) {
+                after_high += low[i].group_id > high.group_id;
+                after_normal += low[i].group_id > normal[NNORMAL - 1].group_id;
+        }
+        cr_assert_geq(after_high, (NLOW + NNORMAL) * 3 / 4,
+                      "only %d of %d earlier ops ran after the high one (group %llu)", after_high,
+                      NLOW + NNORMAL, (unsigned long long)high.group_id);
+        cr_assert_geq(after_normal, NLOW * 3 / 4,
+                      "only %d of %d low ops ran after the normal ones", after_normal, NLOW);
+        cr_assert_lt(high.queue_us, low[NLOW - 1].queue_us);
+        e2e_prob_free(&p);
+        gemmd_disconnect(c);
+        STOP(&d);
+}
+
+/* ---- (f) fairness -------------------------------------------------------- */
+
+#define FLOOD_OPS 500
+#define FLOOD_CS 16 /* distinct C matrices, more than can run at once */
+#define LIGHT_OPS 10
+
+/* The flooding session: queues FLOOD_OPS big ops at once, says so on
+ * ready_fd, waits for all and writes the microseconds from its first
+ * submit to its last completion to ready_fd. */
+static int flood_client(void *ctx, int ready_fd)
+{
+        const struct e2e_daemon *d = ctx;
+        gemmd_client *c = e2e_connect(d);
+        struct e2e_arena ar;
+        struct e2e_prob p[FLOOD_CS];
+        gemmd_ticket *t = calloc(FLOOD_OPS, sizeof(*t));
+        uint64_t seed = 27, t0, drain;
+
+        if (!c || !t || e2e_arena_init(&ar, c, 16u << 20))
+                return 2;
+        for (int i = 0; i < FLOOD_CS; i++)
+                if (e2e_prob_place(&p[i], &big_f32, &ar, &seed))
+                        return 3;
+        t0 = e2e_now_us();
+        for (int i = 0; i < FLOOD_OPS; i++)
+                if (gemmd_submit(c, &p[i % FLOOD_CS].op, 1, GEMMD_PRIO_NORMAL, &t[i]))
+                        return 4;
+        if (write(ready_fd, "r", 1) != 1)
+                return 5;
+        for (int i = 0; i < FLOOD_OPS; i++) {
+                int rc = gemmd_wait(c, t[i], 120000, NULL, 0);
+
+                if (rc) {
+                        fprintf(stderr, "flood: op %d: %s\n", i, gemmd_strerror(rc));
+                        return 1;
+                }
+        }
+        drain = e2e_now_us() - t0;
+        if (write(ready_fd, &drain, sizeof(drain)) != sizeof(drain))
+                return 6;
+        gemmd_disconnect(c);
+        free(t);
+        return 0;
+}
+
+Test(e2e, light_session_is_not_starved_by_a_flooding_one)
+{
+        struct e2e_spec s = {.kind = GEMMD_SYR2K, .dtype = GEMMD_BF16, .n = 64, .k = 64,
+                             .alpha = 1.0f, .beta = 1.0f};
+        struct e2e_daemon d;
+        struct e2e_arena ar;
+        struct e2e_prob p;
+        struct gemmd_result r;
+        uint64_t seed = 28, drain = 0, worst_wall = 0, worst_queue = 0, light_t0, light_total;
+        gemmd_client *c;
+        int fd;
+        char why[256], b;
+        pid_t pid;
+
+        START(&d, "--threads", "1", "--max-group-ops", "4", NULL);
+        pid = e2e_fork(flood_client, &d, &fd);
+        cr_assert_gt(pid, 0);
+        c = e2e_connect(&d);
+        cr_assert_not_null(c);
+        cr_assert_eq(e2e_arena_init(&ar, c, 1u << 20), 0);
+        cr_assert_eq(e2e_prob_place(&p, &s, &ar, &seed), 0);
+        cr_assert_eq(read(fd, &b, 1), 1, "the flood did not start");
+        light_t0 = e2e_now_us();
+        for (int i = 0; i < LIGHT_OPS; i++) {
+                uint64_t t0 = e2e_now_us(), wall;
+
+                e2e_prob_reset(&p);
+                cr_assert_eq(e2e_run_checked(c, &p, 1, 1, &r, why, sizeof(why)), 0, "%s", why);
+                wall = e2e_now_us() - t0;
+                if (wall > worst_wall)
+                        worst_wall = wall;
+                if (r.queue_us > worst_queue)
+                        worst_queue = r.queue_us;
+                usleep(5000);
+        }
+        light_total = e2e_now_us() - light_t0;
+        cr_assert_eq(read(fd, &drain, sizeof(drain)), sizeof(drain), "no drain time");
+        close(fd);
+        cr_assert_eq(e2e_wait_child(pid, 60000), 0, "the flooding client failed");
+        cr_assert_lt(light_total, drain, "the light session finished after the flood (%llu us vs %llu us)",
+                     (unsigned long long)light_total, (unsigned long long)drain);
+        cr_assert_lt(worst_queue * 4, drain, "light queue time %llu us vs flood drain %llu us",
+                     (unsigned long long)worst_queue, (unsigned long long)drain);
+        cr_assert_lt(worst_wall * 4, drain, "light latency %llu us vs flood drain %llu us",
+                     (unsigned long long)worst_wall, (unsigned long long)drain);
+        e2e_prob_free(&p);
+        gemmd_disconnect(c);
+        STOP(&d);
+}
+
+/* Timing tests: one at a time, whatever the machine's CPU count. */
+int main(int argc, char *argv[])
+{
+        struct criterion_test_set *tests = criterion_initialize();
+        int ok = 1;
+
+        if (criterion_handle_args(argc, argv, true)) {
+                criterion_options.jobs = 1;
+                ok = criterion_run_all_tests(tests);
+        }
+        criterion_finalize(tests);
+        return ok ? 0 : 1;
+}
