@@ -958,7 +958,7 @@ static int check_op(const struct gemmd_op *op)
         if ((unsigned)op->kind > GEMMD_SYR2K || (unsigned)op->dtype > GEMMD_BF16 ||
             (unsigned)op->trans_a > GEMMD_OP_T || (unsigned)op->trans_b > GEMMD_OP_T ||
             (unsigned)op->uplo > GEMMD_UPPER ||
-            (op->flags & ~(GEMMD_OPF_ROW_MAJOR | GEMMD_OPF_ALLOW_TF32)))
+            (op->flags & ~(GEMMD_OPF_ROW_MAJOR | GEMMD_OPF_ALLOW_TF32 | GEMMD_OPF_DEBUG_FAULT)))
                 return GEMMD_EINVAL;
         return 0;
 }
@@ -1021,6 +1021,7 @@ static int build_submit(const struct gemmd_client *c, const struct gemmd_op *ops
                 w->uplo = (Gemmd__V1__Uplo)o->uplo;
                 w->row_major = !!(o->flags & GEMMD_OPF_ROW_MAJOR);
                 w->allow_tf32 = !!(o->flags & GEMMD_OPF_ALLOW_TF32);
+                w->debug_fault = !!(o->flags & GEMMD_OPF_DEBUG_FAULT);
                 w->m = o->m;
                 w->n = o->n;
                 w->k = o->k;

@@ -54,6 +54,10 @@ struct backend {
         int (*dev_alloc)(struct backend *b, uint64_t bytes, uint64_t *addr, uint8_t handle[64],
                          void **token);
         void (*dev_free)(struct backend *b, void *token);
+        /* Optional, worker thread, nothing in flight: called after a group
+         * failed on the device; repairs the device if it can (a CUDA
+         * context with a sticky error is rebuilt). Returns 0 when usable. */
+        int (*recover)(struct backend *b);
         /* Waits for nothing: all groups are done when it is called. */
         void (*destroy)(struct backend *b);
 };

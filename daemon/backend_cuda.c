@@ -26,19 +26,38 @@
 
 #define EVENT_RING 16
 
+#ifdef GEMMD_FAULT_INJECTION
+int cuda_debug_fault(void *stream); /* daemon/fault_cuda.cu */
+#endif
+
+/* Device memory a buffer lives in, as the backend's token for it. The
+ * base is looked up at every launch: a rebuilt context maps it anew. */
+struct cuda_mem {
+        void *base; /* NULL when lost with a context */
+        int daemon_owned;
+};
+
 /* One opened CUDA IPC allocation, shared by every registration of it. */
 struct ipc_map {
+        struct cuda_mem mem; /* first: the token is a struct cuda_mem * */
         struct ipc_map *next;
         uint8_t handle[64];
-        void *base;
         size_t size;
         int refs;
+};
+
+/* Device memory the daemon allocated for a client. */
+struct dev_mem {
+        struct cuda_mem mem;
+        struct dev_mem *next;
 };
 
 struct cuda_backend {
         struct backend b;
         int ordinal;
         struct ipc_map *maps; /* worker thread only */
+        struct dev_mem *allocs; /* worker thread only */
+        struct cuda_slot *slots; /* every group slot, for a context rebuild */
         cudaStream_t stream;
         /* Start and end events per launch, in a ring indexed by launch
          * number: the gap before launch j needs the end of launch j - 1,
@@ -66,6 +85,7 @@ struct cuda_backend {
 
 struct cuda_slot {
         struct cuda_backend *cb;
+        struct cuda_slot *next_slot;
         struct group *g;
         struct cuda_slot *done_next; /* completion thread's queue */
         uint64_t seq;
@@ -303,8 +323,18 @@ static int launch(struct backend *be, struct group *g)
                         uint64_t off = s->stage_off[i * 3 + j], rows, cols, ld;
                         char *dst;
 
-                        if (off == UINT64_MAX)
+                        if (off == UINT64_MAX) {
+                                const struct cuda_mem *mem = o->buf[j]->ipc_base;
+
+                                if (!mem->base) {
+                                        log_warn("cuda %d: an operand's memory was lost with a "
+                                                 "failed context", cb->ordinal);
+                                        return GEMMD_EDEVICE;
+                                }
+                                *addr[j] = (uint64_t)(uintptr_t)mem->base + o->buf[j]->alloc_off +
+                                           o->off[j];
                                 continue;
+                        }
                         dst = s->d_stage + off;
                         *addr[j] = (uint64_t)(uintptr_t)dst;
                         /* A GEMM C with beta == 0 is not read. */
@@ -336,6 +366,14 @@ static int launch(struct backend *be, struct group *g)
                 log_err("cuda %d: kernel launch failed (%d)", cb->ordinal, rc);
                 return rc;
         }
+#ifdef GEMMD_FAULT_INJECTION
+        for (uint32_t i = 0; i < g->nops; i++)
+                if (g->ops[i]->debug_fault) {
+                        log_warn("cuda %d: injecting a device fault (debug op)", cb->ordinal);
+                        cuda_debug_fault(cb->stream);
+                        break;
+                }
+#endif
         for (uint32_t i = 0; i < g->nops; i++) {
                 const struct op *o = g->ops[i];
                 uint64_t off = s->stage_off[i * 3 + 2], rows, cols;
@@ -409,7 +447,7 @@ static int ipc_open(struct backend *be, const uint8_t handle[64], uint64_t offse
                 memcpy(m->handle, handle, 64);
                 memcpy(&h, handle, sizeof(h));
                 CK(cudaSetDevice(cb->ordinal));
-                if (cudaIpcOpenMemHandle(&m->base, h, cudaIpcMemLazyEnablePeerAccess) != cudaSuccess) {
+                if (cudaIpcOpenMemHandle(&m->mem.base, h, cudaIpcMemLazyEnablePeerAccess) != cudaSuccess) {
                         log_warn("cuda %d: cudaIpcOpenMemHandle: %s", cb->ordinal,
                                  cudaGetErrorString(cudaGetLastError()));
                         free(m);
@@ -417,9 +455,9 @@ static int ipc_open(struct backend *be, const uint8_t handle[64], uint64_t offse
                 }
                 /* The client's claim is checked against what the driver says
                  * the allocation really is. */
-                if (alloc_range(m->base, &base, &m->size) || base != m->base) {
+                if (alloc_range(m->mem.base, &base, &m->size) || base != m->mem.base) {
                         log_warn("cuda %d: cannot read the extent of an IPC allocation", cb->ordinal);
-                        cudaIpcCloseMemHandle(m->base);
+                        cudaIpcCloseMemHandle(m->mem.base);
                         free(m);
                         return GEMMD_EDEVICE;
                 }
@@ -429,13 +467,13 @@ static int ipc_open(struct backend *be, const uint8_t handle[64], uint64_t offse
         if (offset > m->size || bytes > m->size - offset) {
                 if (m->refs == 0) {
                         cb->maps = m->next;
-                        cudaIpcCloseMemHandle(m->base);
+                        cudaIpcCloseMemHandle(m->mem.base);
                         free(m);
                 }
                 return GEMMD_EBOUNDS;
         }
         m->refs++;
-        *addr = (uint64_t)(uintptr_t)m->base + offset;
+        *addr = (uint64_t)(uintptr_t)m->mem.base + offset;
         *token = m;
         return 0;
 }
@@ -454,7 +492,7 @@ static void ipc_close(struct backend *be, void *token)
                 }
         cudaSetDevice(cb->ordinal);
         /* Groups that used it are done: their ops held the buffer. */
-        if (cudaIpcCloseMemHandle(m->base) != cudaSuccess)
+        if (cudaIpcCloseMemHandle(m->mem.base) != cudaSuccess)
                 log_warn("cuda %d: cudaIpcCloseMemHandle: %s", cb->ordinal,
                          cudaGetErrorString(cudaGetLastError()));
         free(m);
@@ -477,20 +515,105 @@ static int dev_alloc(struct backend *be, uint64_t bytes, uint64_t *addr, uint8_t
                 cudaFree(p);
                 return GEMMD_EDEVICE;
         }
+        struct dev_mem *d = calloc(1, sizeof(*d));
+
+        if (!d) {
+                cudaFree(p);
+                return -ENOMEM;
+        }
+        d->mem.base = p;
+        d->mem.daemon_owned = 1;
+        d->next = cb->allocs;
+        cb->allocs = d;
         memcpy(handle, &h, 64);
         *addr = (uint64_t)(uintptr_t)p;
-        *token = p;
+        *token = d;
         return 0;
 }
 
 static void dev_free(struct backend *be, void *token)
 {
         struct cuda_backend *cb = (struct cuda_backend *)be;
+        struct dev_mem *d = token, **pp;
 
+        for (pp = &cb->allocs; *pp; pp = &(*pp)->next)
+                if (*pp == d) {
+                        *pp = d->next;
+                        break;
+                }
         cudaSetDevice(cb->ordinal);
         /* Groups that used it are done: their ops held the buffer. */
-        if (cudaFree(token) != cudaSuccess)
+        if (d->mem.base && cudaFree(d->mem.base) != cudaSuccess)
                 log_warn("cuda %d: cudaFree: %s", cb->ordinal, cudaGetErrorString(cudaGetLastError()));
+        free(d);
+}
+
+/* Creates the stream and the events of a (new) context. */
+static int make_stream_events(struct cuda_backend *cb)
+{
+        CK(cudaSetDeviceFlags(cudaDeviceScheduleBlockingSync));
+        CK(cudaStreamCreateWithFlags(&cb->stream, cudaStreamNonBlocking));
+        for (int i = 0; i < EVENT_RING; i++) {
+                CK(cudaEventCreate(&cb->ev_start[i]));
+                CK(cudaEventCreate(&cb->ev_end[i]));
+                CK(cudaEventCreateWithFlags(&cb->ev_ipc[i],
+                                            cudaEventInterprocess | cudaEventDisableTiming));
+                CK(cudaIpcGetEventHandle(&cb->ev_ipc_handle[i], cb->ev_ipc[i]));
+        }
+        return 0;
+}
+
+/*
+ * After a failed group, with nothing in flight: a sticky error (an illegal
+ * address, say) leaves the context unusable, so it is destroyed and built
+ * again. Everything of the old context goes with it: the slots' buffers
+ * (they regrow at the next launch), the events (clients open the new ones
+ * from the next Launched), and the mappings of clients' memory, which are
+ * opened again. Memory the daemon had allocated for clients is lost: ops
+ * on it fail until the client frees it. Returns 0 when the device works.
+ */
+static int recover(struct backend *be)
+{
+        struct cuda_backend *cb = (struct cuda_backend *)be;
+        cudaError_t e;
+
+        cudaSetDevice(cb->ordinal);
+        e = cudaDeviceSynchronize();
+        if (e == cudaSuccess) {
+                cudaGetLastError();
+                return 0; /* not sticky: the context is fine */
+        }
+        log_warn("cuda %d: %s: rebuilding the context", cb->ordinal, cudaGetErrorString(e));
+        cudaDeviceReset();
+        for (struct cuda_slot *s = cb->slots; s; s = s->next_slot) {
+                s->h_blob = s->d_blob = NULL;
+                s->blob_cap = 0;
+                s->d_stage = NULL;
+                s->stage_cap = 0;
+                s->d_ws = NULL;
+                s->ws_cap = 0;
+                s->d_arr = NULL;
+                s->arr_cap = 0;
+        }
+        for (struct dev_mem *d = cb->allocs; d; d = d->next)
+                d->mem.base = NULL;
+        cudaGetLastError();
+        CK(cudaSetDevice(cb->ordinal));
+        if (make_stream_events(cb))
+                return -EIO;
+        for (struct ipc_map *m = cb->maps; m; m = m->next) {
+                cudaIpcMemHandle_t h;
+
+                memcpy(&h, m->handle, sizeof(h));
+                if (cudaIpcOpenMemHandle(&m->mem.base, h, cudaIpcMemLazyEnablePeerAccess) !=
+                    cudaSuccess) {
+                        log_warn("cuda %d: cannot map a client's memory again: %s", cb->ordinal,
+                                 cudaGetErrorString(cudaGetLastError()));
+                        m->mem.base = NULL;
+                }
+        }
+        log_info("cuda %d: context rebuilt, %s", cb->ordinal, "serving again");
+        return 0;
 }
 
 static int slot_init(struct backend *be, struct group *g)
@@ -500,6 +623,8 @@ static int slot_init(struct backend *be, struct group *g)
         if (!s)
                 return -ENOMEM;
         s->cb = (struct cuda_backend *)be;
+        s->next_slot = s->cb->slots;
+        s->cb->slots = s;
         g->bdata = s;
         return 0;
 }
@@ -551,28 +676,14 @@ int backend_cuda_new(int ordinal, const struct gemmd_config *cfg, struct backend
         if (!cb)
                 return -ENOMEM;
         cb->ordinal = ordinal;
-        /* Blocking waits sleep instead of spinning: the completion thread
-         * spins only as long as it chooses to. */
+        /* Blocking waits sleep instead of spinning (make_stream_events sets
+         * the flag): the completion thread spins only as long as it chooses. */
         if (cudaSetDevice(ordinal) != cudaSuccess ||
-            cudaSetDeviceFlags(cudaDeviceScheduleBlockingSync) != cudaSuccess ||
-            cudaGetDeviceProperties(&prop, ordinal) != cudaSuccess ||
-            cudaStreamCreateWithFlags(&cb->stream, cudaStreamNonBlocking) != cudaSuccess) {
+            cudaGetDeviceProperties(&prop, ordinal) != cudaSuccess || make_stream_events(cb)) {
                 log_err("cuda %d: cannot initialize: %s", ordinal,
                         cudaGetErrorString(cudaGetLastError()));
                 free(cb);
                 return -EIO;
-        }
-        for (int i = 0; i < EVENT_RING; i++) {
-                if (cudaEventCreate(&cb->ev_start[i]) != cudaSuccess ||
-                    cudaEventCreate(&cb->ev_end[i]) != cudaSuccess ||
-                    cudaEventCreateWithFlags(&cb->ev_ipc[i], cudaEventInterprocess |
-                                                                     cudaEventDisableTiming) != cudaSuccess ||
-                    cudaIpcGetEventHandle(&cb->ev_ipc_handle[i], cb->ev_ipc[i]) != cudaSuccess) {
-                        log_err("cuda %d: cannot create events", ordinal);
-                        cudaStreamDestroy(cb->stream);
-                        free(cb);
-                        return -EIO;
-                }
         }
         pthread_mutex_init(&cb->done_lock, NULL);
         pthread_cond_init(&cb->done_cond, NULL);
@@ -596,6 +707,7 @@ int backend_cuda_new(int ordinal, const struct gemmd_config *cfg, struct backend
         cb->b.ipc_open = ipc_open;
         cb->b.ipc_close = ipc_close;
         cb->b.dev_alloc = dev_alloc;
+        cb->b.recover = recover;
         cb->b.dev_free = dev_free;
         cb->b.slot_init = slot_init;
         cb->b.slot_deinit = slot_deinit;

@@ -25,6 +25,7 @@ struct gbuf {
         uint64_t dev_addr;   /* CUDA: the daemon's address of byte 0 */
         void *ipc_base;      /* CUDA: the backend's token for the open mapping */
         void *owner;         /* CUDA: the worker that opened it */
+        uint64_t alloc_off;  /* CUDA: offset of byte 0 in its allocation */
         /* Called with the last reference, from any thread. */
         void (*release)(struct gbuf *b);
 };

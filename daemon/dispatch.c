@@ -151,6 +151,7 @@ static void ipc_open_done(struct wctl *c)
                 b->device = t->w->index;
                 b->dev_addr = t->addr;
                 b->ipc_base = t->token;
+                b->alloc_off = t->offset;
                 b->owner = t->w;
                 b->release = release_cuda;
                 if (s->state == SESSION_CLOSED || s->bufs.n >= srv->cfg->lim.max_buffers ||

@@ -239,6 +239,14 @@ int validate_op(const Gemmd__V1__Op *in, const struct gbuf_table *t, const struc
         out->sp.n = out->kp.n;
         out->sp.k = out->kp.k;
         out->bytes = out->span[0] + out->span[1] + out->span[2];
+        if (in->debug_fault) {
+#ifdef GEMMD_FAULT_INJECTION
+                out->debug_fault = 1;
+#else
+                rc = fail(msg, len, GEMMD_EUNSUPPORTED, "fault injection is not built into this daemon");
+                goto err;
+#endif
+        }
         out->key = op_key(out);
         return 0;
 err:

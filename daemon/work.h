@@ -31,6 +31,7 @@ struct op {
         uint64_t span[3];         /* bytes each operand touches */
         uint64_t bytes;           /* span[0] + span[1] + span[2] */
         uint32_t key;             /* kernel config: ops of one key can share a launch */
+        int debug_fault;          /* inject a device fault (fault-injection builds only) */
         /* Outcome, written by the worker before the request completes. */
         int status;
         uint64_t t_launch_ns, t_done_ns;

@@ -387,6 +387,8 @@ static void finish_group(struct worker *w, struct group *g)
         w->st.group_size_hist[hist_bucket(g->nops)]++;
         w->st.run_us_hist[hist_bucket(run_us)]++;
         w->st.tiles += g->tiles;
+        if (g->status == GEMMD_EDEVICE && w->be->recover)
+                w->recover_pending = 1;
         if (w->be->collect) {
                 uint64_t dev_ns = 0, gap_ns = 0;
 
@@ -530,7 +532,18 @@ static void *worker_main(void *arg)
                         w->done = g->next_done;
                         finish_group(w, g);
                 }
-                if (w->pending_ops && w->inflight < cfg->max_groups_inflight) {
+                if (w->recover_pending && !w->inflight) {
+                        /* A failed group may have broken the device: repair
+                         * it before anything else is launched. */
+                        pthread_mutex_unlock(&w->lock);
+                        int rc = w->be->recover(w->be);
+                        pthread_mutex_lock(&w->lock);
+                        if (rc)
+                                log_err("worker %d: the device could not be repaired (%d)", w->index, rc);
+                        w->recover_pending = 0;
+                        continue;
+                }
+                if (w->pending_ops && w->inflight < cfg->max_groups_inflight && !w->recover_pending) {
                         struct group *g = free_slot(w);
 
                         /* On an idle device, the batch window (if any) lets

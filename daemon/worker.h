@@ -123,6 +123,7 @@ struct worker {
         uint32_t pending_ops;  /* queued, not yet in a group */
         uint64_t pending_tiles;
         uint32_t inflight;     /* groups launched, not done */
+        int recover_pending;   /* a group failed: repair before launching */
         uint64_t busy_since_ns;
         uint64_t last_done_ns; /* when the device last became idle */
         struct group *done;    /* finished groups, not yet processed */

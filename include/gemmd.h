@@ -90,6 +90,10 @@ enum gemmd_uplo { GEMMD_LOWER = 0, GEMMD_UPPER = 1 };
 
 #define GEMMD_OPF_ROW_MAJOR  0x1u
 #define GEMMD_OPF_ALLOW_TF32 0x2u
+/* For tests of the daemon's fault handling: the op's group makes the GPU
+ * fail. Only a daemon built for fault injection accepts it; any other
+ * rejects the submit with GEMMD_EUNSUPPORTED. */
+#define GEMMD_OPF_DEBUG_FAULT 0x80000000u
 
 /* Priorities: a higher level is always taken first by the batcher. */
 enum gemmd_priority { GEMMD_PRIO_LOW = 0, GEMMD_PRIO_NORMAL = 1, GEMMD_PRIO_HIGH = 2 };

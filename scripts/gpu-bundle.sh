@@ -6,10 +6,13 @@
 # GEMMD_BIN pointing at it.
 set -eu
 dest=${1:-.gpubin}
-want="build/gemmd build/gemmctl build/gemmbench build/demo_client build/libgemmd.so
-      build/tests/test_gpu_kernels build/tests/test_gpu_e2e"
+# A build of its own for the H100 alone (sm_90a, no sm_80 or PTX): the
+# carried tree is capped at 64 MiB and the kernels are most of each binary.
+b=build-sm90a
+want="$b/gemmd $b/gemmd-fi $b/gemmctl $b/gemmbench $b/demo_client $b/libgemmd.so
+      $b/tests/test_gpu_kernels $b/tests/test_gpu_e2e"
 # shellcheck disable=SC2086
-make -j"$(nproc)" $want >/dev/null
+make -j"$(nproc)" BUILD=$b NVCC_GENCODE="-gencode=arch=compute_90a,code=sm_90a" $want >/dev/null
 mkdir -p "$dest/lib"
 for b in $want; do
         [ -e "$b" ] && cp -f "$b" "$dest/"

@@ -160,7 +160,9 @@ static void exec_daemon(const char *log, char **argv)
 int e2e_daemon_start(struct e2e_daemon *d, ...)
 {
         char *argv[MAX_FLAGS + 8];
-        char *bin = e2e_build_path("gemmd");
+        /* E2E_GEMMD names another daemon binary beside it (gemmd-fi). */
+        const char *name = getenv("E2E_GEMMD");
+        char *bin = e2e_build_path(name && *name ? name : "gemmd");
         int argc = 0, slot = -1, n = ndaemons_started++;
         uint64_t deadline;
         const char *flag;

@@ -261,3 +261,89 @@ Test(gpu_e2e, daemon_allocated_memory_and_stream_wait)
         cr_expect_eq(e2e_wait_child(kid, 240000), 0, "stream client failed");
         cr_assert_eq(e2e_daemon_stop(&d), 0);
 }
+
+/* A device fault (a kernel writing to an illegal address, injected through
+ * a fault-injection build of the daemon) fails the ops of its group with a
+ * clear status; the daemon rebuilds its CUDA context, maps the client's
+ * memory again, and the same buffers work afterwards. */
+static int fault_client(const struct e2e_daemon *d)
+{
+        gemmd_client *c = e2e_connect(d);
+        uint64_t seed = 5;
+        struct e2e_spec s;
+        struct e2e_prob p;
+        void *dev[3];
+        gemmd_buffer id[3];
+        struct gemmd_op bad;
+        double err;
+        char why[256];
+        int rc;
+
+        if (!c)
+                return 2;
+        e2e_spec_random(&s, &seed, 128);
+        s.dtype = GEMMD_BF16;
+        if (e2e_prob_inline(&p, &s, &seed))
+                return 3;
+        uint64_t bytes[3] = {p.abytes, p.bbytes, p.cbytes};
+        const void *src[3] = {p.a, p.b, p.c0};
+
+        for (int j = 0; j < 3; j++)
+                if (cudaMalloc(&dev[j], bytes[j]) != cudaSuccess ||
+                    cudaMemcpy(dev[j], src[j], bytes[j], cudaMemcpyHostToDevice) != cudaSuccess ||
+                    gemmd_register_device(c, dev[j], bytes[j], &id[j]))
+                        return 4;
+        p.op.a = (struct gemmd_operand){.buffer = id[0]};
+        p.op.b = (struct gemmd_operand){.buffer = id[1]};
+        p.op.c = (struct gemmd_operand){.buffer = id[2]};
+        for (int round = 0; round < 2; round++) {
+                if (cudaMemcpy(dev[2], p.c0, p.cbytes, cudaMemcpyHostToDevice) != cudaSuccess)
+                        return 5;
+                rc = gemmd_run(c, &p.op, 1, NULL);
+                if (rc || cudaMemcpy(p.c, dev[2], p.cbytes, cudaMemcpyDeviceToHost) != cudaSuccess ||
+                    e2e_prob_check(&p, &err, why, sizeof(why))) {
+                        fprintf(stderr, "fault client: round %d: %s %s\n", round,
+                                rc ? gemmd_strerror(rc) : "", rc ? "" : why);
+                        return 6;
+                }
+                if (round == 1)
+                        break;
+                bad = p.op;
+                bad.flags |= GEMMD_OPF_DEBUG_FAULT;
+                rc = gemmd_run(c, &bad, 1, NULL);
+                if (rc != GEMMD_EDEVICE) {
+                        fprintf(stderr, "fault client: the faulting op returned %s\n", gemmd_strerror(rc));
+                        return 7;
+                }
+        }
+        gemmd_disconnect(c);
+        return 0;
+}
+
+Test(gpu_e2e, device_fault_rebuilds_context)
+{
+        struct e2e_daemon d;
+        char *fi = e2e_build_path("gemmd-fi");
+        pid_t kid;
+        int rc;
+
+        SKIP_WITHOUT_GPU();
+        if (!fi || access(fi, X_OK) != 0)
+                cr_skip_test("no gemmd-fi (fault-injection build) beside the tests");
+        free(fi);
+        setenv("E2E_GEMMD", "gemmd-fi", 1);
+        rc = e2e_daemon_start(&d, "--backend", "cuda", NULL);
+        unsetenv("E2E_GEMMD");
+        cr_assert_eq(rc, 0);
+        kid = fork();
+        cr_assert_geq(kid, 0);
+        if (kid == 0)
+                _exit(fault_client(&d));
+        cr_expect_eq(e2e_wait_child(kid, 240000), 0, "fault client failed");
+        /* A second client, after the fault, is served normally. */
+        kid = fork();
+        if (kid == 0)
+                _exit(ipc_client(&d, 99, 10));
+        cr_expect_eq(e2e_wait_child(kid, 240000), 0, "client after the fault failed");
+        cr_assert_eq(e2e_daemon_stop(&d), 0);
+}
