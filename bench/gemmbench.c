@@ -218,6 +218,8 @@ struct set {
         size_t elems;               /* elements of one copy */
         char *dbuf;                 /* copies * elems elements */
         struct gemmd_kproblem **dkp; /* per copy, device */
+        void **dtm;                  /* per copy: tensor maps (cuda_gemm_tmaps_build), device */
+        int nfast;                   /* problems on the sm_90 fast path */
         struct sched_problem *sp;
         double flops;
         int all_equal, any_syr2k;
@@ -279,6 +281,7 @@ static void set_init(struct set *s, const struct workload *w, int dtype, int tf3
                 exit(1);
         }
         s->dkp = malloc(s->copies * sizeof(*s->dkp));
+        s->dtm = malloc(s->copies * sizeof(*s->dtm));
         struct gemmd_kproblem *kp = malloc(s->n * sizeof(*kp));
         for (uint32_t c = 0; c < s->copies; c++) {
                 char *base = s->dbuf + c * bytes;
@@ -303,6 +306,19 @@ static void set_init(struct set *s, const struct workload *w, int dtype, int tf3
                 }
                 CK(cudaMalloc((void **)&s->dkp[c], s->n * sizeof(*kp)));
                 CK(cudaMemcpy(s->dkp[c], kp, s->n * sizeof(*kp), cudaMemcpyHostToDevice));
+                s->dtm[c] = NULL;
+                if (dtype != GEMMD_F32) {
+                        size_t tb = cuda_gemm_tmaps_bytes(s->n);
+                        void *htm = NULL;
+                        if (posix_memalign(&htm, 64, tb)) {
+                                fprintf(stderr, "out of memory\n");
+                                exit(1);
+                        }
+                        s->nfast = cuda_gemm_tmaps_build(kp, s->n, htm);
+                        CK(cudaMalloc(&s->dtm[c], tb));
+                        CK(cudaMemcpy(s->dtm[c], htm, tb, cudaMemcpyHostToDevice));
+                        free(htm);
+                }
         }
         free(kp);
         CK(cudaDeviceSynchronize());
@@ -311,10 +327,13 @@ static void set_init(struct set *s, const struct workload *w, int dtype, int tf3
 static void set_free(struct set *s)
 {
         if (s->n) {
-                for (uint32_t c = 0; c < s->copies; c++)
+                for (uint32_t c = 0; c < s->copies; c++) {
                         cudaFree(s->dkp[c]);
+                        cudaFree(s->dtm[c]);
+                }
                 cudaFree(s->dbuf);
                 free(s->dkp);
+                free(s->dtm);
                 free(s->aoff);
                 free(s->boff);
                 free(s->coff);
@@ -332,6 +351,7 @@ struct gplan {
         void *blob;
         float *ws;
         uint32_t *arr;
+        int sm80; /* leave the sm_90 fast path off (comparison rows) */
 };
 
 static int gplan_build(struct gplan *g, const struct set *s, enum sched_mode mode, uint32_t ctas)
@@ -368,7 +388,9 @@ static void kern_run(const struct set *s, const struct gplan *g, uint32_t copy)
 {
         struct cuda_group grp = {.problems = s->dkp[copy], .nproblems = s->n, .dtype = s->dtype,
                                  .tf32 = s->tf32, .plan_blob = g->blob, .plan = &g->plan,
-                                 .cfg = g->cfg, .ws = g->ws, .arrivals = g->arr};
+                                 .cfg = g->cfg, .ws = g->ws, .arrivals = g->arr,
+                                 .tmaps = g->sm80 ? NULL : s->dtm[copy],
+                                 .nfast = g->sm80 ? 0 : (uint32_t)s->nfast};
         int rc = cuda_gemm_launch(&grp, NULL);
         if (rc) {
                 fprintf(stderr, "gemmbench: cuda_gemm_launch = %d\n", rc);
@@ -669,7 +691,11 @@ static void bench_workload(cublasHandle_t h, const struct workload *w, int modes
                                 best_peer = peer_ms[p];
                 float grouped_ms = peer_ms[PEER_GROUPED] > 0 ? peer_ms[PEER_GROUPED] : peer_ms[PEER_SYR2K];
                 double gf = s.flops * 1e-9;
-                for (int mode = 0; mode < SCHED_NMODES; mode++) {
+                /* 16-bit sets on the fast path get one more row: lpt on the
+                 * sm_80 kernel ("lpt-80"), for comparison. */
+                const int extra = s.nfast > 0 && (modes_mask & (1 << SCHED_LPT));
+                for (int mi = 0; mi < SCHED_NMODES + extra; mi++) {
+                        const int mode = mi < SCHED_NMODES ? mi : SCHED_LPT;
                         if (!(modes_mask & (1 << mode)))
                                 continue;
                         struct gplan gp;
@@ -677,6 +703,8 @@ static void bench_workload(cublasHandle_t h, const struct workload *w, int modes
                                 fprintf(stderr, "gemmbench: plan build failed\n");
                                 exit(1);
                         }
+                        gp.sm80 = mi >= SCHED_NMODES;
+                        const char *mname = gp.sm80 ? "lpt-80" : sched_mode_name((enum sched_mode)mode);
                         struct grun r = {&s, &gp};
                         float ms = time_median(grun_fn, &r, s.copies, reps);
                         double tf = gf / ms; /* GFLOP / ms = TFLOP/s */
@@ -685,7 +713,7 @@ static void bench_workload(cublasHandle_t h, const struct workload *w, int modes
                                 printf("{\"workload\":\"%s\",\"config\":\"%s\",\"mode\":\"%s\",\"problems\":%u,"
                                        "\"gflop\":%.3f,\"gemmd_ms\":%.4f,\"gemmd_tfs\":%.2f,"
                                        "\"plan_us\":%.1f,\"split_tiles\":%u,\"max_rel_err\":%.3g",
-                                       w->name, cfg_name(s.dtype, s.tf32), sched_mode_name((enum sched_mode)mode),
+                                       w->name, cfg_name(s.dtype, s.tf32), mname,
                                        s.n, gf, ms, tf, gp.plan.build_us, gp.plan.nsplit, err);
                                 for (int p = 0; p < NPEERS; p++)
                                         printf(",\"%s_ms\":%.4f,\"%s_tfs\":%.2f", peer_names[p],
@@ -696,7 +724,7 @@ static void bench_workload(cublasHandle_t h, const struct workload *w, int modes
                                 if (peer_ms[PEER_STRIDED] > 0)
                                         snprintf(st, sizeof(st), "%.1f", TF(peer_ms[PEER_STRIDED]));
                                 printf("%-12s %-5s %-6s %9.4f %8.1f %8.1f %8.1f %8s %7.2f %7.2f %9.2e\n", w->name,
-                                       cfg_name(s.dtype, s.tf32), sched_mode_name((enum sched_mode)mode), ms,
+                                       cfg_name(s.dtype, s.tf32), mname, ms,
                                        tf, TF(peer_ms[PEER_LOOP]), TF(grouped_ms), st,
                                        grouped_ms > 0 ? grouped_ms / ms : 0, best_peer > 0 ? best_peer / ms : 0,
                                        err);
@@ -752,6 +780,8 @@ int main(int argc, char **argv)
         if (!json) {
                 printf("# %s, %d SMs, L2 %zu MB; median of %d runs; TF/s = 2mnk (SYR2K 2n^2k) / time\n",
                        prop.name, prop.multiProcessorCount, l2 >> 20, reps);
+                printf("# sm_90 fast path (TMA + wgmma) for K-major 16-bit problems: %s; lpt-80 = lpt on the "
+                       "sm_80 kernel\n", cuda_gemm_fast_available() ? "on" : "off");
                 printf("%-12s %-5s %-6s %9s %8s %8s %8s %8s %7s %7s %9s\n", "workload", "cfg", "mode", "gemmd_ms",
                        "TF/s", "loop", "grouped", "strided", "x_grp", "x_best", "max_err");
         }

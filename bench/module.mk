@@ -1,0 +1,21 @@
+# bench/: gemmbench, gemmd's kernels against cuBLAS (needs CUDA and cuBLAS).
+ifeq ($(WITH_CUDA),1)
+ifneq ($(wildcard $(CUDA_HOME)/lib64/libcublas.so),)
+BENCH_OBJS := $(BUILD)/bench/gemmbench.o $(BUILD)/bench/bench_fill.o $(BUILD)/kernels/grouped_gemm.o
+
+$(BUILD)/gemmbench: $(BENCH_OBJS) $(SCHED_OBJS)
+	$(call say,LD,$@)
+	$(Q)$(CC) -o $@ $^ -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcublas $(CUDA_LDLIBS) $(LDLIBS)
+
+BIN += $(BUILD)/gemmbench
+endif
+endif
+
+# `gemmbench clients` (bench/clients.c, bench/clients_loop.c): many client
+# processes through libgemmd, cuBLAS, or cuBLAS under MPS.
+ifeq ($(WITH_CUDA),1)
+ifneq ($(wildcard $(CUDA_HOME)/lib64/libcublas.so),)
+CLIENTS_OBJS := $(BUILD)/bench/clients.o $(BUILD)/bench/clients_loop.o
+$(BUILD)/gemmbench: $(CLIENTS_OBJS) $(BUILD)/libgemmd.a $(PBC_A)
+endif
+endif

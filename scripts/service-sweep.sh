@@ -1,0 +1,203 @@
+#!/bin/bash
+# Runs on a GPU machine and builds nothing: gemmd as a service against the
+# peers, in one go. For every point (number of client processes, requests in
+# flight per client, largest m/n/k) it runs `gemmbench clients` in each mode:
+#
+#   gemmd      libgemmd clients, operands in their own device memory (CUDA
+#              IPC), served by one gemmd this script starts for the sweep
+#   cublas     each process calls cuBLAS itself (the GPU time-slices them)
+#   mps        the same processes under a private MPS control daemon
+#
+# then, time permitting, gemmd with shared-memory operands (gemmd-shm) at a
+# few points. MPS has served at most 48 clients per GPU since Volta: the
+# first MPS point with more clients is run, and if it fails, it and the
+# other such points are recorded as unsupported (the others not run). A point
+# that fails is recorded and the sweep goes on; once the time budget is spent
+# the remaining points are recorded as skipped.
+#
+# Output under $OUT (default ./service-out): service.jsonl (one JSON object
+# per point: gemmbench's, plus label, status, exit and wall_s), service.txt
+# (tables), service.png (TF/s and p99 latency against clients, one line per
+# mode, one panel per window and max-dim), service.log (stderr of the runs).
+# Binaries come from $GEMMD_BIN (flat: gemmbench, gemmd), else build/.
+#
+# Knobs (environment): SWEEP_CLIENTS, SWEEP_WINDOWS, SWEEP_DIMS, SWEEP_MODES,
+# SWEEP_SECONDS (per point, default 2), SWEEP_WARMUP (default 0.25),
+# SWEEP_BUDGET_S (default 330: points not started by then are skipped),
+# GEMMD_BACKEND (default cuda), GEMMD_ARGS (extra gemmd flags).
+set -u
+set -o pipefail
+
+OUT=${OUT:-service-out}
+mkdir -p "$OUT"
+bin=${GEMMD_BIN:-build}
+gb=$bin/gemmbench
+gd=$bin/gemmd
+here=$(cd "$(dirname "$0")" && pwd)
+plot=$here/../bench/plot_service.py
+CLIENTS=${SWEEP_CLIENTS:-1 2 4 8 16 32 64}
+WINDOWS=${SWEEP_WINDOWS:-1 8}
+DIMS=${SWEEP_DIMS:-256 1024}
+MODES=${SWEEP_MODES:-gemmd cublas mps}
+SECS=${SWEEP_SECONDS:-2}
+WARM=${SWEEP_WARMUP:-0.25}
+BUDGET=${SWEEP_BUDGET_S:-330}
+MPS_MAX=48
+jsonl=$OUT/service.jsonl
+log=$OUT/service.log
+: >"$jsonl"
+: >"$log"
+
+for x in "$gb" "$gd"; do
+        [ -x "$x" ] || { echo "service-sweep: $x not found" >&2; exit 1; }
+done
+# The driver's tools (nvidia-smi, nvidia-cuda-mps-control) may live here.
+[ -d /usr/local/nvidia/bin ] && PATH=$PATH:/usr/local/nvidia/bin
+export PATH
+
+tmp=$(mktemp -d /tmp/service-sweep-XXXXXX) || exit 1
+export TMPDIR=$tmp
+dpid=""
+stop_daemon() {
+        [ -n "$dpid" ] || return 0
+        kill -TERM "$dpid" 2>/dev/null
+        for _ in $(seq 100); do kill -0 "$dpid" 2>/dev/null || break; sleep 0.1; done
+        kill -KILL "$dpid" 2>/dev/null
+        wait "$dpid" 2>/dev/null
+        dpid=""
+}
+cleanup() {
+        stop_daemon
+        # An MPS control daemon left by a gemmbench that was killed: ask it
+        # to quit through its own private pipe directory.
+        for p in "$tmp"/gemmbench-*/mps-pipe; do
+                [ -d "$p" ] && echo quit | CUDA_MPS_PIPE_DIRECTORY=$p timeout 20 nvidia-cuda-mps-control
+        done
+        rm -rf "$tmp"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+accepts() { # the Unix socket $1 accepts a connection
+        python3 -c 'import socket, sys; socket.socket(socket.AF_UNIX).connect(sys.argv[1])' "$1" 2>/dev/null
+}
+start_daemon() {
+        # shellcheck disable=SC2086
+        "$gd" --socket "$tmp/gemmd.sock" --backend "${GEMMD_BACKEND:-cuda}" ${GEMMD_ARGS:-} \
+                >>"$OUT/gemmd.log" 2>&1 &
+        dpid=$!
+        for _ in $(seq 600); do
+                accepts "$tmp/gemmd.sock" && return 0
+                kill -0 "$dpid" 2>/dev/null || { dpid=""; return 1; }
+                sleep 0.05
+        done
+        return 1
+}
+
+now() { date +%s.%N; }
+t0=$(now)
+elapsed() { awk -v a="$t0" -v b="$(now)" 'BEGIN { printf "%.1f", b - a }'; }
+over_budget() { awk -v e="$(elapsed)" -v b="$BUDGET" 'BEGIN { exit !(e > b) }'; }
+
+# A line for a point that was not run (or gave no JSON).
+synth() { # label mode memory clients window dim status reason
+        printf '{"label":"%s","mode":"%s","memory":"%s","clients":%s,"window":%s,"max_dim":%s,"status":"%s","requests":0,"errors":null,"tflops":null,"lat_p50_us":null,"lat_p99_us":null,"first_error":"%s"}\n' \
+                "$1" "$2" "$3" "$4" "$5" "$6" "$7" "$8" >>"$jsonl"
+}
+
+# point LABEL CLIENTS WINDOW DIM: runs one point and appends its line.
+point() {
+        local label=$1 n=$2 w=$3 d=$4 mode memory args rc start wall out
+        case $label in
+        gemmd) mode=gemmd memory=ipc ;;
+        gemmd-shm) mode=gemmd memory=shm ;;
+        *) mode=$label memory=device ;;
+        esac
+        last_rc=1
+        if over_budget; then
+                synth "$label" "$mode" "$memory" "$n" "$w" "$d" skipped "time budget of ${BUDGET} s spent"
+                return
+        fi
+        args=(clients --clients "$n" --window "$w" --max-dim "$d" --seconds "$SECS" --warmup "$WARM"
+              --mode "$mode" --setup-timeout 30 --json)
+        if [ "$mode" = gemmd ]; then
+                if [ -z "$dpid" ] || ! kill -0 "$dpid" 2>/dev/null; then
+                        echo "service-sweep: (re)starting gemmd" | tee -a "$log"
+                        dpid=""
+                        start_daemon || echo "service-sweep: gemmd did not start" | tee -a "$log"
+                fi
+                args+=(--socket "$tmp/gemmd.sock" --memory "$memory")
+        fi
+        start=$(now)
+        echo "== $label clients=$n window=$w max-dim=$d" >>"$log"
+        out=$(timeout -k 10 $((${SECS%.*} + 90)) "$gb" "${args[@]}" 2>>"$log")
+        rc=$?
+        last_rc=$rc
+        wall=$(awk -v a="$start" -v b="$(now)" 'BEGIN { printf "%.2f", b - a }')
+        out=$(printf '%s\n' "$out" | grep '^{' | tail -n 1)
+        if [ -z "$out" ]; then
+                synth "$label" "$mode" "$memory" "$n" "$w" "$d" failed "no report (exit $rc)"
+        else
+                local st=ok
+                [ $rc -ne 0 ] && st=failed
+                [ $rc -ne 0 ] && [ "$mode" = mps ] && [ "$n" -gt $MPS_MAX ] && st=unsupported
+                printf '%s\n' "$out" | sed "s/^{/{\"label\":\"$label\",\"status\":\"$st\",\"exit\":$rc,\"wall_s\":$wall,/" >>"$jsonl"
+        fi
+        printf '%-9s n=%-3s w=%s d=%-4s exit=%-3s %6s s  %s\n' "$label" "$n" "$w" "$d" "$rc" "$wall" \
+                "$(printf '%s' "$out" | grep -o '"\(tflops\|lat_p50_us\|lat_p99_us\|errors\|first_error\)":\("[^"]*"\|[^,}]*\)' |
+                   tr '\n' ' ')" | tee -a "$log"
+}
+
+{
+        echo "# service sweep, $(date -u +%Y-%m-%dT%H:%M:%SZ)"
+        nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.max.sm --format=csv 2>&1
+        echo "# clients: $CLIENTS; windows: $WINDOWS; max-dim: $DIMS; modes: $MODES; $SECS s per point after $WARM s warm-up"
+} | tee "$OUT/service.txt"
+
+start_daemon || echo "service-sweep: gemmd did not start (see gemmd.log)" | tee -a "$log"
+
+# The lone request: one client, one request in flight, 64^3.
+for m in $MODES; do
+        point "$m" 1 1 64
+done
+mps_many=""  # how the first MPS point over MPS_MAX clients went: ok, failed
+for n in $CLIENTS; do
+        for w in $WINDOWS; do
+                for d in $DIMS; do
+                        for m in $MODES; do
+                                if [ "$m" = mps ] && [ "$n" -gt $MPS_MAX ]; then
+                                        if [ "$mps_many" = failed ]; then
+                                                synth mps mps device "$n" "$w" "$d" unsupported \
+                                                        "MPS serves at most $MPS_MAX clients per GPU (not run)"
+                                                continue
+                                        fi
+                                        point "$m" "$n" "$w" "$d"
+                                        [ -z "$mps_many" ] && { [ $last_rc -eq 0 ] && mps_many=ok || mps_many=failed; }
+                                        continue
+                                fi
+                                point "$m" "$n" "$w" "$d"
+                        done
+                done
+        done
+done
+# Shared-memory operands at a few points, if time is left.
+case " $MODES " in
+*" gemmd-shm "*) ;;
+*)
+        for n in 1 8 64; do
+                for d in $DIMS; do
+                        point gemmd-shm "$n" 8 "$d"
+                done
+        done
+        ;;
+esac
+stop_daemon
+echo "# sweep took $(elapsed) s" | tee -a "$OUT/service.txt"
+
+# The tables go to service.txt and, last, to stdout; then the figure.
+python3 "$plot" "$jsonl" --table "$tmp/table.txt" --png "$OUT/service.png" 2>>"$log" ||
+        echo "service-sweep: plot_service.py failed (see service.log)" | tee -a "$OUT/service.txt"
+if [ -f "$tmp/table.txt" ]; then
+        cat "$tmp/table.txt" >>"$OUT/service.txt"
+        cat "$tmp/table.txt"
+fi
