@@ -18,7 +18,10 @@
  * cublasSsyr2k per SYR2K problem) are timed: warm-ups, then the median of
  * --reps runs timed with CUDA events, rotating over several copies of the
  * operands when one copy fits in L2. Plans are built on the host with
- * sched_plan_build before timing.
+ * sched_plan_build before timing. 16-bit sets carry tensor maps
+ * (cuda_gemm_tmaps_build), so on an sm_90 device their K-major problems take
+ * the TMA + wgmma kernel; one more row per such set, "lpt-80", times lpt
+ * with the maps left off (the sm_80 kernel) for comparison.
  */
 #include <cublas_v2.h>
 #include <cuda_runtime_api.h>

@@ -33,7 +33,8 @@
 extern "C" {
 #endif
 
-/* Threads per CTA of every config; one CTA per SM is resident. */
+/* Threads per CTA of the sm_80 kernels (the wgmma kernel uses 384); one
+ * CTA per SM is resident. */
 #define CUDA_GEMM_THREADS 256
 
 /* The tile shape the kernels of config (dtype, tf32) use. The daemon builds
@@ -62,6 +63,12 @@ struct cuda_group {
          * Two launches in flight at once need distinct workspaces. */
         float *ws;
         uint32_t *arrivals;
+        /* Hopper fast path (optional, zero/NULL to leave it off): the device
+         * copy of cuda_gemm_tmaps_build()'s output for these problems, in
+         * this order (64-byte aligned, cuda_gemm_tmaps_bytes(nproblems)
+         * bytes), and that call's return value. */
+        const void *tmaps;
+        uint32_t nfast;
 };
 
 /*
@@ -72,6 +79,32 @@ struct cuda_group {
  * kernel runs surface at the next synchronization, as usual. Thread-safe.
  */
 int cuda_gemm_launch(const struct cuda_group *g, void *stream);
+
+/*
+ * Hopper fast path. On a compute capability 9.0 device, f16 and bf16 GEMM
+ * problems with A stored m x k and B stored n x k, both contiguous along K
+ * (trans_a = 1, trans_b = 0), A and B 16-byte aligned and lda, ldb
+ * multiples of 8 run on a TMA + wgmma kernel (same tile shape, plans and
+ * workspace as the other kernels). Its copies read through tensor maps that
+ * the host encodes per problem:
+ *
+ *   n = nproblems; buf = host memory, 64-byte aligned, cuda_gemm_tmaps_bytes(n)
+ *   nfast = cuda_gemm_tmaps_build(host_problems, n, buf);  (device addresses)
+ *   copy buf to the device (64-byte aligned), set g.tmaps and g.nfast.
+ *
+ * cuda_gemm_tmaps_build returns how many problems qualify (0..n) or
+ * -EINVAL; it calls no kernel and may run while earlier groups execute.
+ * The maps hold the operands' addresses: rebuild them when those change.
+ * When some but not all problems qualify, cuda_gemm_launch enqueues two
+ * kernels on the stream, each computing its share of the same plan. A
+ * problem's bits depend only on which kernel computes it (whether it
+ * qualifies, whether the device is sm_90), never on the rest of the group.
+ */
+size_t cuda_gemm_tmaps_bytes(uint32_t nproblems);
+/* 1 when the current device runs the fast path (else groups with tensor
+ * maps take the sm_80 kernels whole). */
+int cuda_gemm_fast_available(void);
+int cuda_gemm_tmaps_build(const struct gemmd_kproblem *problems, uint32_t nproblems, void *out);
 
 /* Bytes of split workspace a plan built with shape `s` needs (0 if none). */
 size_t cuda_gemm_ws_bytes(const struct sched_plan *plan, struct sched_shape s);

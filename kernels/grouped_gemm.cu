@@ -20,10 +20,15 @@
  */
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
+#include <cuda.h>
+#include <cudaTypedefs.h>
 #include <cuda_runtime.h>
 #include <errno.h>
 #include <stdint.h>
+#include <string.h>
 
+#include <atomic>
+#include <mutex>
 #include <type_traits>
 
 #include "include/gemmd.h"
@@ -31,6 +36,12 @@
 #include "kernels/kproblem.h"
 #include "scheduler/plan.h"
 #include "scheduler/tiles.h"
+
+/* The Hopper fast path (wgmma_gemm.cuh); 0 leaves every group on the sm_80
+ * kernels. */
+#ifndef GEMMD_WGMMA
+#define GEMMD_WGMMA 1
+#endif
 
 namespace {
 
@@ -71,6 +82,11 @@ struct KParams {
         const uint32_t *split_ws;
         float *ws;
         uint32_t *arrivals;
+        /* With two kernels sharing a group (cuda_gemm.h, tmaps): per problem
+         * 1 if the wgmma kernel computes it; a kernel skips the problems
+         * whose flag differs from want_fast. NULL: compute every problem. */
+        const uint8_t *fast;
+        uint32_t want_fast;
 };
 
 /* ---- PTX wrappers -------------------------------------------------------- */
@@ -617,6 +633,8 @@ template <class C> __global__ void __launch_bounds__(C::THREADS, 1) grouped_kern
                 const uint32_t e0 = kp.cta_begin[blockIdx.x], e1 = kp.cta_begin[blockIdx.x + 1];
                 for (uint32_t e = e0; e < e1; e++) {
                         const struct sched_entry en = kp.entries[e];
+                        if (kp.fast && kp.fast[en.problem] != kp.want_fast)
+                                continue;
                         run_entry<C>(kp, en.problem, en.tile, en.kc_begin, en.kc_end, en.split, smem,
                                      &s_flag);
                 }
@@ -672,10 +690,14 @@ template <class C> __global__ void __launch_bounds__(C::THREADS, 1) grouped_kern
                 __syncthreads();
                 if (prob == UINT32_MAX)
                         break;
+                if (kp.fast && kp.fast[prob] != kp.want_fast)
+                        continue;
                 run_entry<C>(kp, prob, local, 0, sched_kchunks(kp.probs[prob].k), SCHED_NO_SPLIT, smem,
                              &s_flag);
         }
 }
+
+#include "kernels/wgmma_gemm.cuh"
 
 template <class C> int launch(const struct cuda_group *g, const KParams &kp, uint32_t grid, cudaStream_t st)
 {
@@ -734,6 +756,133 @@ extern "C" size_t cuda_gemm_arrivals_bytes(const struct sched_plan *plan)
         return plan ? (size_t)plan->nsplit * sizeof(uint32_t) : 0;
 }
 
+/* ---- Hopper fast path: tensor maps ---------------------------------------- */
+
+namespace {
+
+PFN_cuTensorMapEncodeTiled_v12000 encode_fn()
+{
+        static std::once_flag once;
+        static PFN_cuTensorMapEncodeTiled_v12000 fn = nullptr;
+        std::call_once(once, [] {
+                void *p = nullptr;
+                cudaDriverEntryPointQueryResult q;
+                if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &p, 12000, cudaEnableDefault, &q) ==
+                            cudaSuccess &&
+                    q == cudaDriverEntryPointSuccess)
+                        fn = (PFN_cuTensorMapEncodeTiled_v12000)p;
+                else
+                        cudaGetLastError();
+        });
+        return fn;
+}
+
+bool wgmma_qualifies(const struct gemmd_kproblem &p)
+{
+        return p.kind == SCHED_GEMM && (p.dtype == GEMMD_F16 || p.dtype == GEMMD_BF16) && p.trans_a == 1 &&
+               p.trans_b == 0 && p.m > 0 && p.n > 0 && p.k > 0 && (p.a & 15) == 0 && (p.b & 15) == 0 &&
+               p.lda % 8 == 0 && p.ldb % 8 == 0 && p.lda >= (int64_t)p.k && p.ldb >= (int64_t)p.k &&
+               p.lda < ((int64_t)1 << 38) && p.ldb < ((int64_t)1 << 38);
+}
+
+/* A rows x k matrix stored with consecutive k adjacent, rows ld apart. */
+bool encode_kmajor(PFN_cuTensorMapEncodeTiled_v12000 fn, CUtensorMap *m, int dtype, uint64_t addr, uint32_t rows,
+                   uint32_t k, int64_t ld)
+{
+        const cuuint64_t dims[2] = {k, rows};
+        const cuuint64_t strides[1] = {(cuuint64_t)ld * 2};
+        const cuuint32_t box[2] = {WCfg::BK, WCfg::BM};
+        const cuuint32_t estr[2] = {1, 1};
+        const CUtensorMapDataType dt =
+                dtype == GEMMD_BF16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16;
+        return fn(m, dt, 2, (void *)(uintptr_t)addr, dims, strides, box, estr, CU_TENSOR_MAP_INTERLEAVE_NONE,
+                  CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                  CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
+}
+
+/* Whether the current device runs the sm_90a kernel: compute capability
+ * 9.0, and the image the runtime picked for it is the sm_90a one (a build
+ * without that target would JIT the empty compute_80 body instead). */
+bool device_sm90_query(int dev)
+{
+        int maj = 0, min = 0;
+        if (
+            cudaDeviceGetAttribute(&maj, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess ||
+            cudaDeviceGetAttribute(&min, cudaDevAttrComputeCapabilityMinor, dev) != cudaSuccess) {
+                cudaGetLastError();
+                return false;
+        }
+        if (maj != 9 || min != 0)
+                return false;
+        cudaFuncAttributes fa;
+        if (cudaFuncGetAttributes(&fa, wgmma_kernel<__nv_bfloat16>) != cudaSuccess) {
+                cudaGetLastError();
+                return false;
+        }
+        return fa.ptxVersion >= 90;
+}
+
+bool device_sm90()
+{
+        static std::atomic<int> known[64]; /* 0 unknown, 1 no, 2 yes */
+        int dev = 0;
+        if (cudaGetDevice(&dev) != cudaSuccess) {
+                cudaGetLastError();
+                return false;
+        }
+        if (dev < 0 || dev >= 64)
+                return device_sm90_query(dev);
+        int v = known[dev].load(std::memory_order_relaxed);
+        if (v == 0) {
+                v = device_sm90_query(dev) ? 2 : 1;
+                known[dev].store(v, std::memory_order_relaxed);
+        }
+        return v == 2;
+}
+
+} /* namespace */
+
+extern "C" int cuda_gemm_fast_available(void)
+{
+#if GEMMD_WGMMA
+        return device_sm90() ? 1 : 0;
+#else
+        return 0;
+#endif
+}
+
+extern "C" size_t cuda_gemm_tmaps_bytes(uint32_t nproblems)
+{
+        return (size_t)nproblems * WCfg::TMAP_BYTES + ((size_t)nproblems + 63) / 64 * 64;
+}
+
+extern "C" int cuda_gemm_tmaps_build(const struct gemmd_kproblem *probs, uint32_t n, void *out)
+{
+        static_assert(sizeof(CUtensorMap) == 128, "a tensor map is 128 bytes");
+        if ((!probs || !out) && n > 0)
+                return -EINVAL;
+        if (((uintptr_t)out & 63) != 0)
+                return -EINVAL;
+        uint8_t *flags = (uint8_t *)out + (size_t)n * WCfg::TMAP_BYTES;
+        memset(flags, 0, n);
+        PFN_cuTensorMapEncodeTiled_v12000 fn = encode_fn();
+        if (!fn)
+                return 0;
+        int nfast = 0;
+        for (uint32_t i = 0; i < n; i++) {
+                const struct gemmd_kproblem &p = probs[i];
+                CUtensorMap *m = (CUtensorMap *)((char *)out + (size_t)i * WCfg::TMAP_BYTES);
+                if (!wgmma_qualifies(p))
+                        continue;
+                if (!encode_kmajor(fn, &m[0], p.dtype, p.a, p.m, p.k, p.lda) ||
+                    !encode_kmajor(fn, &m[1], p.dtype, p.b, p.n, p.k, p.ldb))
+                        continue;
+                flags[i] = 1;
+                nfast++;
+        }
+        return nfast;
+}
+
 extern "C" int cuda_gemm_launch(const struct cuda_group *g, void *stream)
 {
         if (!g || g->dtype < GEMMD_F32 || g->dtype > GEMMD_BF16)
@@ -769,10 +918,26 @@ extern "C" int cuda_gemm_launch(const struct cuda_group *g, void *stream)
                         return -EINVAL;
         }
         cudaStream_t st = (cudaStream_t)stream;
+        const bool b16 = g->dtype == GEMMD_F16 || g->dtype == GEMMD_BF16;
+#if GEMMD_WGMMA
+        if (b16 && g->tmaps && g->nfast > 0 && ((uintptr_t)g->tmaps & 63) == 0 && device_sm90()) {
+                const char *tm = (const char *)g->tmaps;
+                if (g->nfast < g->nproblems) {
+                        kp.fast = (const uint8_t *)(tm + (size_t)g->nproblems * WCfg::TMAP_BYTES);
+                        kp.want_fast = 1;
+                }
+                int rc = g->dtype == GEMMD_F16 ? launch_wgmma<__half>(kp, tm, grid, st)
+                                               : launch_wgmma<__nv_bfloat16>(kp, tm, grid, st);
+                if (rc || g->nfast == g->nproblems)
+                        return rc;
+                kp.want_fast = 0; /* the rest of the group on the sm_80 kernel */
+        }
+#endif
         if (g->dtype == GEMMD_F16)
                 return launch<CfgF16>(g, kp, grid, st);
         if (g->dtype == GEMMD_BF16)
                 return launch<CfgBF16>(g, kp, grid, st);
+        (void)b16;
         if (g->tf32)
                 return launch<CfgTF32>(g, kp, grid, st);
         return launch<CfgF32>(g, kp, grid, st);

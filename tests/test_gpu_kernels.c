@@ -87,9 +87,14 @@ static size_t span_of(uint32_t rows, uint32_t cols, int64_t ld) { return (size_t
 
 static const uint32_t edge[] = {1, 2, 7, 8, 9, 15, 16, 17, 31, 33, 63, 64, 65, 100, 127, 128, 129, 200, 255, 257};
 static const uint32_t edgek[] = {1, 3, 8, 16, 31, 32, 33, 100, 511, 512, 513, 1000, 1024, 1500, 2048, 4096};
+/* K for the groups of K-major problems (the wgmma path on sm_90): around
+ * the 64-wide k-tile and the 512-wide canonical chunk. */
+static const uint32_t kmajk[] = {1, 2, 8, 63, 64, 65, 127, 129, 200, 511, 512, 513, 1000, 1024, 1025, 1536, 2047};
 
-/* Draws a problem; `big` picks larger sizes. */
-static void draw(struct tprob *t, int dtype, int tf32, int big)
+/* Draws a problem; `big` picks larger sizes; `kmaj` a GEMM with A stored
+ * m x k and B stored n x k, both contiguous along K, leading dimensions
+ * multiples of 8 (the layout of the sm_90 fast path). */
+static void draw(struct tprob *t, int dtype, int tf32, int big, int kmaj)
 {
         struct gemmd_kproblem *p = &t->kp;
         memset(t, 0, sizeof(*t));
@@ -103,6 +108,13 @@ static void draw(struct tprob *t, int dtype, int tf32, int big)
         p->m = big ? 128 + rndu(200) : edge[rndu(nsz)];
         p->n = big ? 128 + rndu(200) : edge[rndu(nsz)];
         p->k = big ? 1024 + rndu(3100) : edgek[rndu(sizeof(edgek) / sizeof(edgek[0]) - (rndu(4) ? 3 : 0))];
+        if (kmaj) {
+                p->kind = SCHED_GEMM;
+                p->trans_a = 1;
+                p->trans_b = 0;
+                if (!big)
+                        p->k = kmajk[rndu(sizeof(kmajk) / sizeof(kmajk[0]))];
+        }
         if (p->kind == SCHED_SYR2K)
                 p->m = p->n;
         static const float alphas[] = {1.f, -0.5f, 2.f, 0.25f};
@@ -122,7 +134,7 @@ static void draw(struct tprob *t, int dtype, int tf32, int big)
                 br = p->trans_b ? p->n : p->k;
                 bc = p->trans_b ? p->k : p->n;
         }
-        int aligned = rndu(3) != 0;
+        int aligned = kmaj || rndu(3) != 0;
         uint32_t round = (uint32_t)(16 / esize(dtype));
         p->lda = aligned ? (ar + round - 1) / round * round + round * rndu(2) : ar + pads[rndu(6)];
         p->ldb = aligned ? (br + round - 1) / round * round : br + pads[rndu(6)];
@@ -213,13 +225,15 @@ static int failures;
 
 /* Runs one group under every mode and CTA count; returns nothing, counts
  * failures. */
-static void run_group(const char *name, int dtype, int tf32, struct tprob *tp, uint32_t np, int nsm)
+static void run_group(const char *name, int dtype, int tf32, struct tprob *tp, uint32_t np, int nsm, int kmaj)
 {
         size_t es = esize(dtype);
         size_t total = 0;
         for (uint32_t i = 0; i < np; i++)
                 for (int o = 0; o < 3; o++) {
-                        total = (total + 127) / 128 * 128 + rndu(2); /* sometimes unaligned */
+                        total = (total + 127) / 128 * 128;
+                        if (!kmaj || o == 2)
+                                total += rndu(2); /* sometimes unaligned */
                         tp[i].off[o] = total;
                         total += tp[i].span[o];
                 }
@@ -259,6 +273,26 @@ static void run_group(const char *name, int dtype, int tf32, struct tprob *tp, u
         }
         CK(cudaMemcpy(dp, kp, np * sizeof(*kp), cudaMemcpyHostToDevice));
 
+        /* Tensor maps for the sm_90 fast path (16-bit only). */
+        void *tm = NULL, *htm = NULL;
+        int nfast = 0;
+        if (dtype != GEMMD_F32) {
+                size_t tb = cuda_gemm_tmaps_bytes(np);
+                if (posix_memalign(&htm, 64, tb)) {
+                        fprintf(stderr, "out of memory\n");
+                        exit(1);
+                }
+                nfast = cuda_gemm_tmaps_build(kp, np, htm);
+                if (nfast < 0 || (kmaj && nfast != (int)np)) {
+                        printf("FAIL %s: cuda_gemm_tmaps_build = %d of %u K-major problems\n", name, nfast, np);
+                        failures++;
+                        nfast = nfast < 0 ? 0 : nfast;
+                }
+                CK(cudaMalloc(&tm, tb));
+                CK(cudaMemcpy(tm, htm, tb, cudaMemcpyHostToDevice));
+                printf("  %-22s %d of %u problems qualify for the fast path\n", name, nfast, np);
+        }
+
         double tol = dtype == GEMMD_F32 ? (tf32 ? 4e-3 : 2e-5) : dtype == GEMMD_F16 ? 2e-3 : 1e-2;
         struct sched_plan plan;
         sched_plan_init(&plan);
@@ -294,7 +328,8 @@ static void run_group(const char *name, int dtype, int tf32, struct tprob *tp, u
                         }
                         struct cuda_group g = {.problems = dp, .nproblems = np, .dtype = dtype,
                                                .tf32 = tf32, .plan_blob = blob, .plan = &plan,
-                                               .cfg = cfg, .ws = ws, .arrivals = arr};
+                                               .cfg = cfg, .ws = ws, .arrivals = arr,
+                                               .tmaps = tm, .nfast = (uint32_t)nfast};
                         for (int rep = 0; rep < 2; rep++) {
                                 CK(cudaMemcpy(d, c0, total * es, cudaMemcpyHostToDevice));
                                 rc = cuda_gemm_launch(&g, NULL);
@@ -356,6 +391,8 @@ static void run_group(const char *name, int dtype, int tf32, struct tprob *tp, u
                 }
         }
         sched_plan_deinit(&plan);
+        cudaFree(tm);
+        free(htm);
         CK(cudaFree(d));
         CK(cudaFree(dp));
         free(kp);
@@ -377,29 +414,46 @@ int main(int argc, char **argv)
         }
         int nsm = 0;
         CK(cudaDeviceGetAttribute(&nsm, cudaDevAttrMultiProcessorCount, 0));
+        int major = 0;
+        CK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0));
+        printf("sm_90 fast path (TMA + wgmma): %s\n", cuda_gemm_fast_available() ? "on" : "off");
+        if (major == 9 && !cuda_gemm_fast_available()) {
+                printf("FAIL: a compute capability 9 device but the fast path is off\n");
+                failures++;
+        }
         static const char *names[] = {"f32", "tf32", "f16", "bf16"};
         static const int dts[] = {GEMMD_F32, GEMMD_F32, GEMMD_F16, GEMMD_BF16};
         static const int tfs[] = {0, 1, 0, 0};
         for (int c = 0; c < 4; c++) {
                 printf("%s (%s)\n", names[c], cuda_gemm_kernel_name(dts[c], tfs[c]));
-                for (int grp = 0; grp < 4; grp++) {
+                /* 16-bit configs also get groups of K-major problems only
+                 * (the sm_90 fast path) and a mix of both kinds. */
+                const int ngrp = dts[c] == GEMMD_F32 ? 4 : 8;
+                for (int grp = 0; grp < ngrp; grp++) {
                         struct tprob tp[80];
                         uint32_t np;
                         char name[64];
-                        if (grp < 3) {
+                        const int kmaj = grp >= 4 && grp != 7;
+                        if (grp < 3 || grp == 4 || grp == 5) {
                                 /* Edge sizes, many problems. */
                                 np = 40 + rndu(40);
                                 for (uint32_t i = 0; i < np; i++)
-                                        draw(&tp[i], dts[c], tfs[c], 0);
-                                snprintf(name, sizeof(name), "%s/edge%d", names[c], grp);
+                                        draw(&tp[i], dts[c], tfs[c], 0, kmaj);
+                                snprintf(name, sizeof(name), "%s/%s%d", names[c], kmaj ? "kmaj-edge" : "edge", grp);
+                        } else if (grp == 7) {
+                                /* Half K-major, half anything: two kernels share a plan. */
+                                np = 40 + rndu(40);
+                                for (uint32_t i = 0; i < np; i++)
+                                        draw(&tp[i], dts[c], tfs[c], 0, i % 2);
+                                snprintf(name, sizeof(name), "%s/mixed", names[c]);
                         } else {
                                 /* A few long-K problems: a tail that `split` cuts. */
                                 np = 3 + rndu(3);
                                 for (uint32_t i = 0; i < np; i++)
-                                        draw(&tp[i], dts[c], tfs[c], 1);
-                                snprintf(name, sizeof(name), "%s/longk", names[c]);
+                                        draw(&tp[i], dts[c], tfs[c], 1, kmaj);
+                                snprintf(name, sizeof(name), "%s/%s", names[c], kmaj ? "kmaj-longk" : "longk");
                         }
-                        run_group(name, dts[c], tfs[c], tp, np, nsm);
+                        run_group(name, dts[c], tfs[c], tp, np, nsm, kmaj);
                 }
         }
         printf("test_gpu_kernels: %s (%d failures)\n", failures ? "FAIL" : "PASS", failures);

@@ -1,0 +1,629 @@
+/*
+ * wgmma_gemm.cuh - the Hopper (sm_90a) fast path for 16-bit GEMM: TMA loads,
+ * an mbarrier pipeline and wgmma, in a persistent warp-specialized kernel.
+ * Included by grouped_gemm.cu inside its anonymous namespace (it shares
+ * KParams, the plan walk and the element conversions with the sm_80
+ * kernels); the launcher is in grouped_gemm.cu.
+ *
+ * Problems: GEMM, f16 or bf16, A stored m x k and B stored n x k, both
+ * contiguous along K (trans_a = T, trans_b = N), A and B 16-byte aligned,
+ * lda and ldb multiples of 8. The host encodes two tensor maps per problem
+ * (cuda_gemm_tmaps_build): box 64 (K) x 128 rows, 128-byte swizzle; the
+ * copy engine fills rows and k past the matrix with zeros, so edge tiles
+ * take the same mainloop and only the epilogue masks.
+ *
+ * CTA: 384 threads. Warpgroup 0 is the producer (setmaxnreg lowers it to
+ * 56 registers; warp 0 walks the CTA's work, reading plan entries and
+ * their problems 32 at a time, one per lane, and lane 0 issues the TMA
+ * copies), warpgroups 1 and 2 are the consumers (224 registers): each
+ * computes 64 rows of the 128 x 128 tile with m64n128k16 wgmmas from the
+ * same B stage. STAGES stages of 64 k (A 16 KiB + B 16 KiB each) cycle
+ * through full/empty mbarriers; the ring keeps running from one tile to
+ * the next, so the producer loads the next tile while the consumers finish
+ * the current one. The first stage of each tile carries a small header
+ * (problem, tile origin, k-tiles, split slot, and the fields of the problem
+ * the epilogue needs), so the consumers never read the plan or the problem
+ * array; a final stage with no data tells them the work is over.
+ *
+ * Numerics as in cuda_gemm.h: each canonical K chunk (8 k-tiles) is summed
+ * by wgmma from zero (scale-d = 0 on its first instruction), then added to
+ * a running total in f32, chunk by chunk; split entries store chunk sums to
+ * the workspace and the last arrival adds them in order; the epilogue is
+ * alpha * total (+ beta * C) with separately rounded operations.
+ *
+ * Epilogue: values are rounded to the output type in registers, written
+ * transposed (stmatrix.trans) into a per-warpgroup staging buffer laid out
+ * like C (column-major, padded to avoid bank conflicts), and stored to C
+ * with 16-byte vectors along each column (element stores at the edges).
+ */
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ == 900 && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#define GEMMD_SM90A 1
+#endif
+
+struct WCfg {
+        static constexpr int BM = 128, BN = 128, BK = 64;
+        static constexpr int STAGES = 5;
+        static constexpr int THREADS = 384;
+        static constexpr int A_BYTES = BM * BK * 2, B_BYTES = BN * BK * 2;
+        static constexpr int STAGE_BYTES = A_BYTES + B_BYTES;
+        static constexpr int EPI_LD = 72; /* staged column stride, elements */
+        static constexpr int EPI_BYTES = BN * EPI_LD * 2; /* per consumer warpgroup */
+        static constexpr int BAR_OFF = STAGES * STAGE_BYTES + 2 * EPI_BYTES;
+        static constexpr int HDR_OFF = BAR_OFF + 2 * STAGES * 8; /* per stage: 16 words of tile header */
+        static constexpr int SMEM = 1024 + HDR_OFF + STAGES * 64;
+        static constexpr int TILE = BM * BN;
+        static constexpr int KT_PER_CHUNK = SCHED_KCHUNK / BK;
+        static constexpr int TMAP_BYTES = 256; /* A's map, then B's */
+        static_assert(SCHED_KCHUNK % BK == 0, "a K chunk must hold whole k-tiles");
+};
+
+/* ---- PTX wrappers (sm_90) ------------------------------------------------ */
+
+__device__ __forceinline__ void mbar_init(uint32_t bar, uint32_t count)
+{
+        asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count));
+}
+
+__device__ __forceinline__ void mbar_expect_tx(uint32_t bar, uint32_t bytes)
+{
+        asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes)
+                     : "memory");
+}
+
+__device__ __forceinline__ void mbar_arrive(uint32_t bar)
+{
+        asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
+}
+
+__device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity)
+{
+        asm volatile("{\n.reg .pred p;\n"
+                     "WAIT_%=:\n"
+                     "mbarrier.try_wait.parity.shared::cta.b64 p, [%0], %1;\n"
+                     "@!p bra WAIT_%=;\n}\n" ::"r"(bar),
+                     "r"(parity)
+                     : "memory");
+}
+
+__device__ __forceinline__ void tma_load_2d(uint32_t dst, const void *tmap, uint32_t bar, int32_t x, int32_t y)
+{
+        asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
+                     " [%0], [%1, {%3, %4}], [%2];\n" ::"r"(dst),
+                     "l"(tmap), "r"(bar), "r"(x), "r"(y)
+                     : "memory");
+}
+
+__device__ __forceinline__ void tmap_prefetch(const void *tmap)
+{
+        asm volatile("prefetch.tensormap [%0];\n" ::"l"(tmap) : "memory");
+}
+
+__device__ __forceinline__ void named_bar(uint32_t id, uint32_t n)
+{
+        asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(n) : "memory");
+}
+
+__device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
+__device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
+template <int N> __device__ __forceinline__ void wgmma_wait()
+{
+        asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
+}
+
+/* Keeps the compiler from moving accesses of r across this point (the
+ * accumulators are written asynchronously by wgmma). */
+__device__ __forceinline__ void reg_fence(float &r) { asm volatile("" : "+f"(r)::"memory"); }
+
+/* Shared-memory matrix descriptor: K-major, 128-byte swizzle, 8-row groups
+ * 1024 bytes apart (the layout TMA writes for a 64-element-wide box). */
+__device__ __forceinline__ uint64_t wg_desc(uint32_t saddr)
+{
+        return (uint64_t)((saddr & 0x3ffffu) >> 4) | ((uint64_t)1 << 16) | ((uint64_t)(1024 >> 4) << 32) |
+               ((uint64_t)1 << 62);
+}
+
+__device__ __forceinline__ void wgmma_128_bf16(float *d, uint64_t da, uint64_t db, uint32_t scale_d)
+{
+        asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
+                     "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 "
+                     "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, %64, %65, p, 1, 1, 0, 0;\n}\n"
+                     : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+                     : "l"(da), "l"(db), "r"(scale_d));
+}
+
+__device__ __forceinline__ void wgmma_128_f16(float *d, uint64_t da, uint64_t db, uint32_t scale_d)
+{
+        asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
+                     "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 "
+                     "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, %64, %65, p, 1, 1, 0, 0;\n}\n"
+                     : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+                     : "l"(da), "l"(db), "r"(scale_d));
+}
+
+template <typename T> __device__ __forceinline__ void wgmma_128(float *d, uint64_t da, uint64_t db, uint32_t scale_d);
+template <> __device__ __forceinline__ void wgmma_128<__nv_bfloat16>(float *d, uint64_t da, uint64_t db, uint32_t s)
+{
+        wgmma_128_bf16(d, da, db, s);
+}
+template <> __device__ __forceinline__ void wgmma_128<__half>(float *d, uint64_t da, uint64_t db, uint32_t s)
+{
+        wgmma_128_f16(d, da, db, s);
+}
+
+template <typename T> __device__ __forceinline__ uint32_t pack2(float lo, float hi);
+template <> __device__ __forceinline__ uint32_t pack2<__nv_bfloat16>(float lo, float hi)
+{
+        __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+        return *(uint32_t *)&v;
+}
+template <> __device__ __forceinline__ uint32_t pack2<__half>(float lo, float hi)
+{
+        __half2 v = __floats2half2_rn(lo, hi);
+        return *(uint32_t *)&v;
+}
+
+/* ---- the work of a CTA --------------------------------------------------- */
+
+struct Work {
+        uint32_t prob, tile, kc0, kc1, split;
+};
+
+/* Walks this CTA's work: its plan entries, or in device mode the tiles
+ * blockIdx.x, blockIdx.x + gridDim.x, ... of the concatenated problems.
+ * Called by whole warps (device mode scans with warp collectives); every
+ * warp that walks sees the same sequence. Entries of problems the other
+ * kernel computes (kp.fast) are skipped. */
+struct WorkIter {
+        uint32_t e, e1;           /* plan mode */
+        uint32_t t, pbase, tbase; /* device mode */
+};
+
+__device__ __forceinline__ WorkIter work_begin(const KParams &kp)
+{
+        WorkIter it = {0, 0, blockIdx.x, 0, 0};
+        if (kp.cta_begin) {
+                it.e = kp.cta_begin[blockIdx.x];
+                it.e1 = kp.cta_begin[blockIdx.x + 1];
+        }
+        return it;
+}
+
+__device__ __forceinline__ bool work_next(const KParams &kp, WorkIter &it, Work &w)
+{
+        const struct sched_shape shape = {WCfg::BM, WCfg::BN, WCfg::BK};
+        const int lane = threadIdx.x & 31;
+        for (;;) {
+                if (kp.cta_begin) {
+                        if (it.e >= it.e1)
+                                return false;
+                        const struct sched_entry en = kp.entries[it.e++];
+                        w.prob = en.problem;
+                        w.tile = en.tile;
+                        w.kc0 = en.kc_begin;
+                        w.kc1 = en.kc_end;
+                        w.split = en.split;
+                } else {
+                        const uint32_t t = it.t;
+                        uint32_t prob = UINT32_MAX, local = 0;
+                        it.t += gridDim.x;
+                        for (;;) {
+                                const uint32_t p = it.pbase + lane;
+                                uint32_t cnt = 0;
+                                if (p < kp.nprobs) {
+                                        const struct sched_problem sp = to_sched(kp.probs[p]);
+                                        cnt = sched_tile_count(&sp, shape);
+                                }
+                                uint32_t incl = cnt;
+#pragma unroll
+                                for (int o = 1; o < 32; o <<= 1) {
+                                        const uint32_t v = __shfl_up_sync(0xffffffffu, incl, o);
+                                        if (lane >= o)
+                                                incl += v;
+                                }
+                                const uint32_t total = __shfl_sync(0xffffffffu, incl, 31);
+                                if (t < it.tbase + total) {
+                                        const uint32_t hit = __ballot_sync(0xffffffffu, it.tbase + incl > t);
+                                        const int L = __ffs(hit) - 1;
+                                        const uint32_t inclL = __shfl_sync(0xffffffffu, incl, L);
+                                        const uint32_t cntL = __shfl_sync(0xffffffffu, cnt, L);
+                                        prob = it.pbase + L;
+                                        local = t - (it.tbase + inclL - cntL);
+                                        break;
+                                }
+                                if (it.pbase + 32 >= kp.nprobs)
+                                        break;
+                                it.tbase += total;
+                                it.pbase += 32;
+                        }
+                        if (prob == UINT32_MAX)
+                                return false;
+                        w.prob = prob;
+                        w.tile = local;
+                        w.kc0 = 0;
+                        w.kc1 = sched_kchunks(kp.probs[prob].k);
+                        w.split = SCHED_NO_SPLIT;
+                }
+                if (!kp.fast || kp.fast[w.prob] == kp.want_fast)
+                        return true;
+        }
+}
+
+/* Tile origin and k-tile count of a unit of work. */
+__device__ __forceinline__ void work_geom(const struct gemmd_kproblem &p, const Work &w, uint32_t &m0,
+                                          uint32_t &n0, uint32_t &kbeg, uint32_t &niter)
+{
+        const struct sched_problem sp = to_sched(p);
+        const struct sched_shape shape = {WCfg::BM, WCfg::BN, WCfg::BK};
+        uint32_t row = 0, col = 0, klen;
+        sched_tile_coord(&sp, shape, w.tile, &row, &col);
+        m0 = row * WCfg::BM;
+        n0 = col * WCfg::BN;
+        sched_chunk_span(p.k, w.kc0, w.kc1, &kbeg, &klen);
+        niter = (klen + WCfg::BK - 1) / WCfg::BK;
+}
+
+/* What the producer needs of a unit of work. */
+struct PWork {
+        uint32_t prob, m0, n0, kbeg, niter, kc0, split;
+        uint32_t m, n, k; /* what the consumers need of the problem */
+        uint64_t c;
+        int64_t ldc;
+        float alpha, beta;
+};
+
+__device__ __forceinline__ PWork pwork(const struct gemmd_kproblem &p, const Work &w)
+{
+        PWork x;
+        x.prob = w.prob;
+        x.kc0 = w.kc0;
+        x.split = w.split;
+        x.m = p.m;
+        x.n = p.n;
+        x.k = p.k;
+        x.c = p.c;
+        x.ldc = p.ldc;
+        x.alpha = p.alpha;
+        x.beta = p.beta;
+        work_geom(p, w, x.m0, x.n0, x.kbeg, x.niter);
+        return x;
+}
+
+/* A consumer warpgroup's position in the stage ring. */
+struct Pipe {
+        uint32_t stage, phase;
+        int pending; /* stage whose wgmmas may still run, -1 none */
+        uint32_t bars, a_off, b_off; /* this warpgroup's A rows, and B, in stage 0 */
+        int lane;
+};
+
+/* Issues one k-tile's wgmmas into d (scale-d 0 on the first when FRESH:
+ * a chunk starts from zero), waits for the k-tile before and frees its
+ * stage. */
+template <typename T, bool FRESH> __device__ __forceinline__ void ktile(Pipe &pp, float (&d)[64])
+{
+        mbar_wait(pp.bars + 8 * pp.stage, pp.phase);
+        const uint32_t sa = pp.a_off + pp.stage * WCfg::STAGE_BYTES;
+        const uint64_t da = wg_desc(sa), db = wg_desc(pp.b_off + pp.stage * WCfg::STAGE_BYTES);
+#pragma unroll
+        for (int r = 0; r < 64; r++)
+                reg_fence(d[r]);
+        wgmma_fence();
+#pragma unroll
+        for (int kk = 0; kk < WCfg::BK / 16; kk++)
+                wgmma_128<T>(d, da + 2 * kk, db + 2 * kk, (FRESH && kk == 0) ? 0u : 1u);
+        wgmma_commit();
+        wgmma_wait<1>();
+        if (pp.lane == 0 && pp.pending >= 0)
+                mbar_arrive(pp.bars + 8 * (WCfg::STAGES + pp.pending));
+        pp.pending = (int)pp.stage;
+        if (++pp.stage == WCfg::STAGES) {
+                pp.stage = 0;
+                pp.phase ^= 1;
+        }
+}
+
+/* A chunk's k-tiles into d: the first (fresh) one and nk - 1 more. */
+template <typename T> __device__ __forceinline__ void run_chunk(Pipe &pp, float (&d)[64], uint32_t nk)
+{
+        ktile<T, true>(pp, d);
+        for (uint32_t j = 1; j < nk; j++)
+                ktile<T, false>(pp, d);
+}
+
+/* A finished chunk sum: into the running total, or to its workspace slot. */
+__device__ __forceinline__ void fold(float (&d)[64], float (&tot)[64], float *wsp)
+{
+#pragma unroll
+        for (int r = 0; r < 64; r++)
+                reg_fence(d[r]);
+        if (wsp) {
+#pragma unroll
+                for (int r = 0; r < 64; r++)
+                        __stcg(wsp + r * 256, d[r]);
+        } else {
+#pragma unroll
+                for (int r = 0; r < 64; r++)
+                        tot[r] += d[r];
+        }
+}
+
+/* ---- the kernel ---------------------------------------------------------- */
+
+template <typename T>
+__global__ void __launch_bounds__(WCfg::THREADS, 1) wgmma_kernel(const KParams kp, const char *tmaps)
+{
+#ifdef GEMMD_SM90A
+        extern __shared__ unsigned char wsmem[];
+        __shared__ uint32_t s_flag;
+        const uint32_t raw = smem_u32(wsmem);
+        const uint32_t base = (raw + 1023u) & ~1023u;
+        unsigned char *gbase = wsmem + (base - raw);
+        const uint32_t bars = base + WCfg::BAR_OFF; /* full[STAGES], then empty[STAGES] */
+        /* Warp-uniform roles (the shuffle tells the compiler so). */
+        const int wg = __shfl_sync(0xffffffffu, (int)(threadIdx.x >> 7), 0);
+        const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+
+        if (threadIdx.x == 0) {
+                for (int s = 0; s < WCfg::STAGES; s++) {
+                        mbar_init(bars + 8 * s, 1);
+                        mbar_init(bars + 8 * (WCfg::STAGES + s), 8); /* one arrival per consumer warp */
+                }
+                asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+                asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+        }
+        __syncthreads();
+
+        if (wg == 0) {
+                /* Producer: warp 0; lane 0 issues the copies. */
+                asm volatile("setmaxnreg.dec.sync.aligned.u32 56;\n");
+                if (warp != 0)
+                        return;
+                uint32_t stage = 0, phase = 0, lastp = UINT32_MAX;
+                auto issue = [&](const PWork &x) {
+                        const char *ta = tmaps + (size_t)x.prob * WCfg::TMAP_BYTES, *tb = ta + 128;
+                        if (x.prob != lastp) {
+                                tmap_prefetch(ta);
+                                tmap_prefetch(tb);
+                                lastp = x.prob;
+                        }
+                        for (uint32_t i = 0; i < x.niter; i++) {
+                                const uint32_t full = bars + 8 * stage;
+                                const uint32_t sa = base + stage * WCfg::STAGE_BYTES;
+                                mbar_wait(bars + 8 * (WCfg::STAGES + stage), phase ^ 1);
+                                if (i == 0) {
+                                        /* The tile's first stage tells the consumers what it is. */
+                                        volatile uint32_t *h = (volatile uint32_t *)(gbase + WCfg::HDR_OFF) + 16 * stage;
+                                        h[0] = x.prob;
+                                        h[1] = x.m0;
+                                        h[2] = x.n0;
+                                        h[3] = x.niter;
+                                        h[4] = x.kc0;
+                                        h[5] = x.split;
+                                        h[6] = x.m;
+                                        h[7] = x.n;
+                                        h[8] = x.k;
+                                        h[9] = (uint32_t)x.c;
+                                        h[10] = (uint32_t)(x.c >> 32);
+                                        h[11] = (uint32_t)(uint64_t)x.ldc;
+                                        h[12] = (uint32_t)((uint64_t)x.ldc >> 32);
+                                        h[13] = __float_as_uint(x.alpha);
+                                        h[14] = __float_as_uint(x.beta);
+                                }
+                                mbar_expect_tx(full, WCfg::STAGE_BYTES);
+                                const int32_t k0 = (int32_t)(x.kbeg + i * WCfg::BK);
+                                tma_load_2d(sa, ta, full, k0, (int32_t)x.m0);
+                                tma_load_2d(sa + WCfg::A_BYTES, tb, full, k0, (int32_t)x.n0);
+                                if (++stage == WCfg::STAGES) {
+                                        stage = 0;
+                                        phase ^= 1;
+                                }
+                        }
+                };
+                if (kp.cta_begin) {
+                        /* Plan entries 32 at a time, one per lane, so their
+                         * loads overlap. */
+                        const uint32_t e1 = kp.cta_begin[blockIdx.x + 1];
+                        for (uint32_t e0 = kp.cta_begin[blockIdx.x]; e0 < e1; e0 += 32) {
+                                const uint32_t e = e0 + lane;
+                                PWork x = {};
+                                bool ok = false;
+                                if (e < e1) {
+                                        const struct sched_entry en = kp.entries[e];
+                                        ok = !kp.fast || kp.fast[en.problem] == kp.want_fast;
+                                        if (ok) {
+                                                const Work w = {en.problem, en.tile, en.kc_begin, en.kc_end, en.split};
+                                                x = pwork(kp.probs[en.problem], w);
+                                        }
+                                }
+                                uint32_t mask = __ballot_sync(0xffffffffu, ok);
+                                while (mask) {
+                                        const int L = __ffs(mask) - 1;
+                                        mask &= mask - 1;
+                                        PWork y;
+                                        y.prob = __shfl_sync(0xffffffffu, x.prob, L);
+                                        y.m0 = __shfl_sync(0xffffffffu, x.m0, L);
+                                        y.n0 = __shfl_sync(0xffffffffu, x.n0, L);
+                                        y.kbeg = __shfl_sync(0xffffffffu, x.kbeg, L);
+                                        y.niter = __shfl_sync(0xffffffffu, x.niter, L);
+                                        y.kc0 = __shfl_sync(0xffffffffu, x.kc0, L);
+                                        y.split = __shfl_sync(0xffffffffu, x.split, L);
+                                        y.m = __shfl_sync(0xffffffffu, x.m, L);
+                                        y.n = __shfl_sync(0xffffffffu, x.n, L);
+                                        y.k = __shfl_sync(0xffffffffu, x.k, L);
+                                        y.c = __shfl_sync(0xffffffffu, (unsigned long long)x.c, L);
+                                        y.ldc = __shfl_sync(0xffffffffu, (long long)x.ldc, L);
+                                        y.alpha = __shfl_sync(0xffffffffu, x.alpha, L);
+                                        y.beta = __shfl_sync(0xffffffffu, x.beta, L);
+                                        if (lane == 0)
+                                                issue(y);
+                                        __syncwarp();
+                                }
+                        }
+                } else {
+                        WorkIter it = work_begin(kp);
+                        Work w;
+                        while (work_next(kp, it, w)) {
+                                const PWork x = pwork(kp.probs[w.prob], w);
+                                if (lane == 0)
+                                        issue(x);
+                                __syncwarp();
+                        }
+                }
+                if (lane == 0) {
+                        /* End of work: a stage that carries no data. */
+                        mbar_wait(bars + 8 * (WCfg::STAGES + stage), phase ^ 1);
+                        volatile uint32_t *h = (volatile uint32_t *)(gbase + WCfg::HDR_OFF) + 16 * stage;
+                        h[0] = UINT32_MAX;
+                        mbar_arrive(bars + 8 * stage);
+                }
+                return;
+        }
+
+        /* Consumers: warpgroup cw computes rows [64 cw, 64 cw + 64) of the tile. */
+        asm volatile("setmaxnreg.inc.sync.aligned.u32 224;\n");
+        const int cw = wg - 1, ctid = threadIdx.x - 128, wt = threadIdx.x & 127, wi = wt >> 5;
+        const uint32_t epi = base + WCfg::STAGES * WCfg::STAGE_BYTES + cw * WCfg::EPI_BYTES;
+        Pipe pp = {0, 0, -1, bars, base + cw * 64 * 128, base + WCfg::A_BYTES, lane};
+        float acc[64], tot[64];
+#pragma unroll
+        for (int i = 0; i < 64; i++)
+                acc[i] = 0.f;
+        for (;;) {
+                mbar_wait(bars + 8 * pp.stage, pp.phase);
+                const volatile uint32_t *h = (const volatile uint32_t *)(gbase + WCfg::HDR_OFF) + 16 * pp.stage;
+                Work w;
+                w.prob = h[0];
+                if (w.prob == UINT32_MAX)
+                        break;
+                const uint32_t m0 = h[1], n0 = h[2], niter = h[3];
+                w.kc0 = h[4];
+                w.split = h[5];
+                /* The fields of the problem that the epilogue reads, from the header. */
+                struct gemmd_kproblem p;
+                p.m = h[6];
+                p.n = h[7];
+                p.k = h[8];
+                p.c = (uint64_t)h[9] | ((uint64_t)h[10] << 32);
+                p.ldc = (int64_t)((uint64_t)h[11] | ((uint64_t)h[12] << 32));
+                p.alpha = __uint_as_float(h[13]);
+                p.beta = __uint_as_float(h[14]);
+                float *wsb = nullptr;
+                if (w.split != SCHED_NO_SPLIT)
+                        wsb = kp.ws + (size_t)kp.split_ws[w.split] * WCfg::TILE;
+#pragma unroll
+                for (int i = 0; i < 64; i++)
+                        tot[i] = 0.f;
+
+                /* One canonical chunk at a time: its k-tiles with one wgmma
+                 * batch in flight, then drain and fold the chunk sum. */
+                const uint32_t nch = (niter + WCfg::KT_PER_CHUNK - 1) / WCfg::KT_PER_CHUNK;
+                for (uint32_t c = 0; c < nch; c++) {
+                        const uint32_t nk = min(niter - c * WCfg::KT_PER_CHUNK, (uint32_t)WCfg::KT_PER_CHUNK);
+                        run_chunk<T>(pp, acc, nk);
+                        wgmma_wait<0>();
+                        fold(acc, tot, wsb ? wsb + (size_t)(w.kc0 + c) * WCfg::TILE + ctid : nullptr);
+                }
+                if (lane == 0 && pp.pending >= 0)
+                        mbar_arrive(bars + 8 * (WCfg::STAGES + pp.pending));
+                pp.pending = -1;
+
+                if (wsb) {
+                        /* Publish this entry's chunk sums; the last arrival
+                         * adds all of the tile's chunk sums in chunk order. */
+                        __threadfence();
+                        named_bar(1, 256);
+                        if (ctid == 0)
+                                s_flag = atomicAdd(&kp.arrivals[w.split], 1u) == kp.split_parts[w.split] - 1;
+                        named_bar(1, 256);
+                        const bool last = s_flag != 0;
+                        named_bar(1, 256);
+                        if (!last)
+                                continue;
+                        __threadfence();
+                        const uint32_t nch = sched_kchunks(p.k);
+                        for (uint32_t c = 0; c < nch; c++) {
+                                const float *src = wsb + (size_t)c * WCfg::TILE + ctid;
+#pragma unroll
+                                for (int r = 0; r < 64; r++)
+                                        tot[r] += __ldcg(src + r * 256);
+                        }
+                        if (ctid == 0)
+                                atomicExch(&kp.arrivals[w.split], 0u);
+                }
+
+                /* Epilogue: round in registers, stage transposed, store columns. */
+                const float alpha = p.alpha, beta = p.beta;
+                T *cptr = (T *)(uintptr_t)p.c;
+                const uint32_t rbase = m0 + cw * 64 + wi * 16 + (lane >> 2);
+                const uint32_t cbase = n0 + (lane & 3) * 2;
+                uint32_t pk[32];
+#pragma unroll
+                for (int j = 0; j < 16; j++)
+#pragma unroll
+                        for (int h = 0; h < 2; h++) {
+                                const int e = j * 4 + h * 2;
+                                float v0 = __fmul_rn(alpha, tot[e]), v1 = __fmul_rn(alpha, tot[e + 1]);
+                                if (beta != 0.f) {
+                                        const uint32_t gi = rbase + 8 * h, gj = cbase + j * 8;
+                                        if (gi < p.m && gj < p.n)
+                                                v0 = __fadd_rn(v0, __fmul_rn(beta, to_f32<T>(cptr[gi + (int64_t)gj * p.ldc])));
+                                        if (gi < p.m && gj + 1 < p.n)
+                                                v1 = __fadd_rn(v1, __fmul_rn(beta, to_f32<T>(cptr[gi + (int64_t)(gj + 1) * p.ldc])));
+                                }
+                                pk[j * 2 + h] = pack2<T>(v0, v1);
+                        }
+                named_bar(2 + cw, 128); /* the previous tile's reads of the staging buffer are done */
+                {
+                        const int q = lane >> 3, r8 = lane & 7;
+#pragma unroll
+                        for (int j = 0; j < 16; j += 2) {
+                                const int jj = j + (q >> 1), h = q & 1;
+                                const uint32_t addr = epi + (jj * 8 + r8) * (WCfg::EPI_LD * 2) + (wi * 16 + h * 8) * 2;
+                                asm volatile("stmatrix.sync.aligned.m8n8.x4.trans.shared.b16 [%0], {%1, %2, %3, %4};\n" ::"r"(addr),
+                                             "r"(pk[j * 2]), "r"(pk[j * 2 + 1]), "r"(pk[j * 2 + 2]), "r"(pk[j * 2 + 3])
+                                             : "memory");
+                        }
+                }
+                named_bar(2 + cw, 128);
+                {
+                        const bool cvec = ((p.c & 15u) == 0) && (p.ldc % 8) == 0;
+                        const uint32_t r0 = m0 + cw * 64;
+                        const unsigned char *ep = gbase + (epi - base);
+#pragma unroll
+                        for (int s = 0; s < 8; s++) {
+                                const int v = wt + s * 128, col = v >> 3, rv = v & 7;
+                                const uint32_t gi = r0 + rv * 8, gj = n0 + col;
+                                if (gi >= p.m || gj >= p.n)
+                                        continue;
+                                const uint4 val = *(const uint4 *)(ep + col * (WCfg::EPI_LD * 2) + rv * 16);
+                                T *dst = cptr + gi + (int64_t)gj * p.ldc;
+                                if (cvec && gi + 8 <= p.m) {
+                                        *(uint4 *)dst = val;
+                                } else {
+                                        const uint32_t lim = p.m - gi;
+                                        const uint32_t wv[4] = {val.x, val.y, val.z, val.w};
+#pragma unroll
+                                        for (int x = 0; x < 8; x++)
+                                                if ((uint32_t)x < lim) {
+                                                        const uint16_t bits = (uint16_t)(wv[x >> 1] >> (16 * (x & 1)));
+                                                        *(uint16_t *)(dst + x) = bits;
+                                                }
+                                }
+                        }
+                }
+        }
+#endif
+}
+
+template <typename T> int launch_wgmma(const KParams &kp, const char *tmaps, uint32_t grid, cudaStream_t st)
+{
+        cudaError_t err = cudaFuncSetAttribute(wgmma_kernel<T>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                               WCfg::SMEM);
+        if (err != cudaSuccess) {
+                cudaGetLastError();
+                return -EIO;
+        }
+        wgmma_kernel<T><<<grid, WCfg::THREADS, WCfg::SMEM, st>>>(kp, tmaps);
+        err = cudaGetLastError();
+        return err == cudaSuccess ? 0 : -EIO;
+}
