@@ -270,7 +270,11 @@ static int launch(struct backend *be, struct group *g)
         size_t kp_bytes = g->nops * sizeof(struct gemmd_kproblem);
         size_t sp_off = align256(kp_bytes);
         size_t plan_off = sp_off + align256(g->nops * sizeof(struct sched_problem));
-        size_t blob = plan_off + plan->blob_bytes, stage = 0;
+        /* Tensor maps of the Hopper path, 64-byte aligned (256 here). */
+        size_t tm_off = plan_off + align256(plan->blob_bytes);
+        size_t tm_bytes = (g->key & 3) != GEMMD_F32 ? cuda_gemm_tmaps_bytes(g->nops) : 0;
+        size_t blob = tm_off + tm_bytes, stage = 0;
+        int nfast = 0;
         size_t esz = gemmd_dtype_size((enum gemmd_dtype)(g->key & 3));
         struct gemmd_kproblem *kp;
         struct cuda_group cg;
@@ -349,6 +353,12 @@ static int launch(struct backend *be, struct group *g)
         }
         memcpy((char *)s->h_blob + sp_off, g->sp, g->nops * sizeof(struct sched_problem));
         memcpy((char *)s->h_blob + plan_off, plan->blob, plan->blob_bytes);
+        /* Encoded on the host, from the device addresses just resolved. */
+        if (tm_bytes) {
+                nfast = cuda_gemm_tmaps_build(kp, g->nops, (char *)s->h_blob + tm_off);
+                if (nfast < 0)
+                        nfast = 0;
+        }
         CK(cudaMemcpyAsync(s->d_blob, s->h_blob, blob, cudaMemcpyHostToDevice, cb->stream));
 
         memset(&cg, 0, sizeof(cg));
@@ -361,6 +371,8 @@ static int launch(struct backend *be, struct group *g)
         cg.cfg = g->cfg;
         cg.ws = plan->nsplit ? s->d_ws : NULL;
         cg.arrivals = plan->nsplit ? s->d_arr : NULL;
+        cg.tmaps = nfast ? (char *)s->d_blob + tm_off : NULL;
+        cg.nfast = (uint32_t)nfast;
         rc = cuda_gemm_launch(&cg, cb->stream);
         if (rc) {
                 log_err("cuda %d: kernel launch failed (%d)", cb->ordinal, rc);
