@@ -1,8 +1,12 @@
 #!/bin/bash
-# Runs on a GPU machine and builds nothing: the GPU tests, then gemmbench,
-# from binaries built elsewhere. Logs and tables go under $OUT (default
-# ./gpu-out). Binaries are taken from $GEMMD_BIN (flat: test_gpu_kernels,
-# gemmbench), else from build/. Extra arguments go to gemmbench.
+# Runs on a GPU machine and builds nothing: the kernel tests, the daemon's
+# GPU end-to-end tests, a short service run of the real daemon (its stats,
+# with the idle gap between groups), then gemmbench kernels, from binaries
+# built elsewhere (scripts/gpu-bundle.sh). Logs and tables go under $OUT
+# (default ./gpu-out). Binaries are taken from $GEMMD_BIN (flat, with the
+# shared libraries the tests need in $GEMMD_BIN/lib), else from build/.
+# Extra arguments go to gemmbench. The many-clients sweep is
+# scripts/service-sweep.sh.
 # GEMMD_TIMEOUT=SECONDS bounds each program (a hung kernel then costs that
 # much, not the whole lease); output is line-buffered so a killed program's
 # progress still shows.
@@ -21,6 +25,7 @@ find_bin() {
         return 1
 }
 rc=0
+[ -d "$bin/lib" ] && export LD_LIBRARY_PATH="$PWD/$bin/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 lim=()
 [ -n "${GEMMD_TIMEOUT:-}" ] && lim=(timeout "$GEMMD_TIMEOUT")
 command -v stdbuf >/dev/null 2>&1 && lim+=(stdbuf -oL)
@@ -37,6 +42,33 @@ for t in test_gpu_kernels; do
                 rc=1
         fi
 done
+if p=$(find_bin test_gpu_e2e); then
+        "${lim[@]}" "$p" --verbose 2>&1 | tee "$OUT/test_gpu_e2e.log" || rc=1
+else
+        rc=1
+fi
+# The real daemon on the GPU: 8 client processes at once, then its stats.
+if d=$(find_bin gemmd) && c=$(find_bin demo_client) && g=$(find_bin gemmctl); then
+        sock=$(mktemp -u /tmp/gemmd-gpu.XXXXXX.sock)
+        "$d" --socket "$sock" --backend cuda 2>"$OUT/daemon.log" &
+        dpid=$!
+        for _ in $(seq 100); do [ -S "$sock" ] && break; sleep 0.1; done
+        {
+                pids=""
+                for i in 1 2 3 4 5 6 7 8; do
+                        "$c" "$sock" "$i" >"/tmp/demo-$i.txt" 2>&1 &
+                        pids="$pids $!"
+                done
+                fails=0
+                for p2 in $pids; do wait "$p2" || fails=$((fails + 1)); done
+                echo "demo clients failed: $fails of 8"
+                tail -n 3 /tmp/demo-1.txt
+                "$g" --socket "$sock" stats
+        } 2>&1 | tee "$OUT/daemon.txt"
+        grep -q "demo clients failed: 0 of" "$OUT/daemon.txt" || rc=1
+        kill -TERM "$dpid"
+        wait "$dpid" || { echo "gemmd exited with $?" | tee -a "$OUT/daemon.txt"; rc=1; }
+fi
 if p=$(find_bin gemmbench); then
         "${lim[@]}" "$p" kernels "$@" 2>&1 | tee "$OUT/gemmbench.txt" || rc=1
 else
