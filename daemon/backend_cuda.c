@@ -624,7 +624,24 @@ static int recover(struct backend *be)
                         m->mem.base = NULL;
                 }
         }
-        log_info("cuda %d: context rebuilt, %s", cb->ordinal, "serving again");
+        /* A context rebuilt in a process whose old context took a sticky
+         * error is not always usable (CUDA documents only a new process as
+         * a cure): prove it with a small round trip before trusting it. */
+        {
+                void *probe = NULL;
+                int ok = cudaMalloc(&probe, 4096) == cudaSuccess &&
+                         cudaMemsetAsync(probe, 0x5a, 4096, cb->stream) == cudaSuccess &&
+                         cudaStreamSynchronize(cb->stream) == cudaSuccess;
+
+                if (probe)
+                        cudaFree(probe);
+                if (!ok) {
+                        log_err("cuda %d: the rebuilt context does not work: %s", cb->ordinal,
+                                cudaGetErrorString(cudaGetLastError()));
+                        return -EIO;
+                }
+        }
+        log_info("cuda %d: context rebuilt, serving again", cb->ordinal);
         return 0;
 }
 

@@ -2,6 +2,7 @@
  * main.c - gemmd: parse the command line, start the server, run the loop,
  * tear down in reverse order through one path.
  */
+#include <malloc.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -12,6 +13,7 @@
 #include "daemon/log.h"
 #include "daemon/notify.h"
 #include "daemon/server.h"
+#include "daemon/watchdog.h"
 #include "gemmd.h"
 
 int main(int argc, char **argv)
@@ -19,7 +21,7 @@ int main(int argc, char **argv)
         struct gemmd_config cfg;
         struct server srv;
         uv_loop_t loop;
-        int rc;
+        int rc, exit_code = 0;
 
         config_defaults(&cfg);
         rc = config_parse_args(&cfg, argc, argv);
@@ -29,6 +31,11 @@ int main(int argc, char **argv)
                 log_verbosity = LOG_DEBUG;
         /* A client that hangs up must cost an EPIPE, never the daemon. */
         signal(SIGPIPE, SIG_IGN);
+        /* Large frame bodies and inline operands are mapped and go back to
+         * the system when freed. Without a fixed threshold glibc raises it
+         * after the first such free, and a flood of large frames would
+         * leave the heap grown for good. */
+        mallopt(M_MMAP_THRESHOLD, 256 << 10);
 
         rc = uv_loop_init(&loop);
         if (rc) {
@@ -43,7 +50,10 @@ int main(int argc, char **argv)
         log_info("gemmd %s ready (protocol %d, mode %s)", GEMMD_VERSION, GEMMD_PROTOCOL_VERSION,
                  sched_mode_name(cfg.mode));
         notify_send("READY=1\nSTATUS=serving");
+        if (watchdog_start(&srv))
+                log_warn("no STATUS or WATCHDOG notifications: out of memory");
         uv_run(&loop, UV_RUN_DEFAULT);
+        exit_code = srv.exit_code;
         server_deinit(&srv);
         log_info("stopped");
 out_loop:
@@ -51,5 +61,5 @@ out_loop:
                 log_err("uv_loop_close: handles left open");
                 rc = rc ? rc : -1;
         }
-        return rc ? 1 : 0;
+        return rc ? 1 : exit_code;
 }

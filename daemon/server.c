@@ -180,6 +180,11 @@ static void on_async(uv_async_t *h)
                 cnext = c->next;
                 c->done(c);
         }
+        if (atomic_load(&srv->device_lost) && !srv->draining) {
+                log_err("a device is lost: finishing in-flight work, then exiting for a restart");
+                srv->exit_code = 1;
+                server_drain(srv);
+        }
         for (; r; r = next) {
                 next = r->next;
                 dispatch_completion(r);
@@ -206,6 +211,17 @@ struct worker *server_pick_worker(struct server *srv, const struct request *r)
                 }
         }
         return best;
+}
+
+/* A worker's device is beyond repair (worker thread): the loop drains and
+ * the daemon exits 1, so that systemd (Restart=on-failure) starts a new
+ * process with a fresh device context. */
+static void device_lost(void *ctx)
+{
+        struct server *srv = ctx;
+
+        atomic_store(&srv->device_lost, 1);
+        uv_async_send(&srv->async);
 }
 
 static void on_signal(uv_signal_t *h, int signum)
@@ -319,6 +335,7 @@ static int start_backends(struct server *srv)
         for (int i = 0; i < n; i++) {
                 rc = worker_start(&srv->workers[i], i, srv->backends[i], cfg,
                                   server_post_completion, server_post_control, srv);
+                srv->workers[i].device_lost = device_lost;
                 if (rc)
                         return rc;
                 srv->nworkers++;

@@ -10,6 +10,7 @@
 #define GEMMD_SERVER_H
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <sys/socket.h>
 #include <uv.h>
@@ -21,6 +22,7 @@
 
 #define SESSION_MAX_FDS 8
 #define SESSION_RBUF 65536
+#define SESSION_MAX_DENIED 64 /* sessions at once waiting to be told PERMISSION or LIMIT */
 
 /* A connection's protocol state, changed only by session_set_state(). */
 enum session_state {
@@ -46,12 +48,15 @@ struct session {
         int refs; /* the connection + one per live request */
         enum session_state state;
         struct ucred cred;
+        int denied; /* GEMMD_EPERM (not on the allow-list) or GEMMD_ELIMIT (one
+                     * session too many): the first frame gets that, then close */
 
         /* Input: a read buffer of whole small frames, or one large body. */
         uint8_t *rbuf;
         size_t rlen;
         uint8_t *body;
         uint32_t body_len, body_got;
+        int parsing; /* in parse_rbuf: replies flushed meanwhile must not re-enter it */
         int fds[SESSION_MAX_FDS]; /* received with SCM_RIGHTS, not yet used */
         int nfds;
         struct frame_arena arena;
@@ -62,6 +67,7 @@ struct session {
         uint64_t out_bytes;
 
         struct gbuf_table bufs;
+        struct user *user;  /* the peer's uid: what it holds over all its sessions */
         struct lane *lanes; /* nworkers * NPRIO */
         uint32_t inflight_ops;
 
@@ -88,11 +94,15 @@ struct server {
         int nworkers;
 
         struct session *sessions;
+        struct user *users; /* users with sessions (users.h) */
         uint32_t nsessions;
+        uint32_t ndenied; /* sessions with `denied` set, counted in nsessions */
         uint64_t next_session_id;
         uint32_t queued_ops; /* admitted and not yet completed, all sessions */
         uint32_t pending_controls; /* control tasks whose done() has not run */
         int draining;
+        int exit_code;          /* the daemon's exit status after the drain */
+        atomic_int device_lost; /* set by a worker whose device broke */
 
         uint64_t t_start_ns;
         uint64_t sessions_total, requests, rejections[32];

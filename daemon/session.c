@@ -205,6 +205,16 @@ void session_close_after_flush(struct session *s)
                 update_poll(s);
 }
 
+static void parse_rbuf(struct session *s);
+
+/* Whether the client has left so many replies unread that its requests
+ * wait: a small request can have a large answer, so this is checked
+ * between frames, not only between reads. */
+static int output_full(const struct session *s)
+{
+        return s->out_bytes > s->srv->cfg->lim.max_output_bytes;
+}
+
 /* Writes queued frames until the socket would block. */
 static void flush(struct session *s)
 {
@@ -235,6 +245,12 @@ static void flush(struct session *s)
                 session_close(s);
                 return;
         }
+        /* Requests left waiting while the output was full go on now. */
+        if (!s->parsing && s->rlen && !s->body && !output_full(s) &&
+            (s->state == SESSION_HELLO || s->state == SESSION_READY))
+                parse_rbuf(s);
+        if (s->state == SESSION_CLOSED)
+                return;
         update_poll(s);
         if (!s->out_head)
                 server_maybe_finish(s->srv);
@@ -367,11 +383,12 @@ static void parse_rbuf(struct session *s)
         uint32_t max = (uint32_t)s->srv->cfg->lim.max_frame_bytes;
         size_t off = 0;
 
+        s->parsing = 1;
         while (s->state == SESSION_HELLO || s->state == SESSION_READY) {
                 uint32_t len;
                 size_t avail = s->rlen - off;
 
-                if (avail < FRAME_HDR_BYTES)
+                if (avail < FRAME_HDR_BYTES || output_full(s))
                         break;
                 if (frame_len_decode(s->rbuf + off, max, &len)) {
                         session_send_error(s, 0, GEMMD_ETOOBIG, -1,
@@ -392,6 +409,7 @@ static void parse_rbuf(struct session *s)
                         /* Too big for the read buffer: read the body in place. */
                         s->body = malloc(len);
                         if (!s->body) {
+                                s->parsing = 0;
                                 session_close(s);
                                 return;
                         }
@@ -402,6 +420,7 @@ static void parse_rbuf(struct session *s)
                 }
                 break;
         }
+        s->parsing = 0;
         if (s->state == SESSION_CLOSED)
                 return;
         memmove(s->rbuf, s->rbuf + off, s->rlen - off);
@@ -412,7 +431,8 @@ static void parse_rbuf(struct session *s)
 static void on_readable(struct session *s)
 {
         /* A bounded number of reads per wakeup keeps the loop fair. */
-        for (int i = 0; i < 16 && (s->state == SESSION_HELLO || s->state == SESSION_READY); i++) {
+        for (int i = 0; i < 16 && (s->state == SESSION_HELLO || s->state == SESSION_READY) &&
+                        !output_full(s); i++) {
                 ssize_t n;
 
                 if (s->body) {
@@ -423,7 +443,8 @@ static void on_readable(struct session *s)
                 if (n == -EAGAIN || n == -EWOULDBLOCK)
                         return;
                 if (n <= 0) {
-                        if (n < 0 && n != -EPROTO)
+                        /* A client that dies with bytes unread resets. */
+                        if (n < 0 && n != -EPROTO && n != -ECONNRESET)
                                 log_warn("session %llu: read: %s", (unsigned long long)s->id,
                                          strerror((int)-n));
                         if (n == 0 || n != -EPROTO)

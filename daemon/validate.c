@@ -64,7 +64,7 @@ void op_release(struct op *o)
 /* Resolves one operand to a buffer reference and an offset. */
 static int resolve(const struct operand_shape *sh, int is_c, float beta, size_t esz,
                    const struct gbuf_table *t, struct op *out, int idx, uint64_t *inline_bytes,
-                   char *msg, size_t len)
+                   uint64_t max_inline, char *msg, size_t len)
 {
         const Gemmd__V1__Operand *in = sh->in;
         uint64_t span, end;
@@ -113,7 +113,12 @@ static int resolve(const struct operand_shape *sh, int is_c, float beta, size_t 
         if (have != 0 && have < span)
                 return fail(msg, len, GEMMD_EBOUNDS, "%s: %zu inline bytes, the op reads %llu",
                             sh->name, have, (unsigned long long)span);
-        /* An inline C counts once: its result replaces its input. */
+        /* An inline C counts once: its result replaces its input. Checked
+         * before allocating: an output C sent without data costs nothing on
+         * the wire, whatever its size. */
+        if (*inline_bytes > max_inline || span > max_inline - *inline_bytes)
+                return fail(msg, len, GEMMD_ELIMIT, "inline operands exceed %llu bytes",
+                            (unsigned long long)max_inline);
         *inline_bytes += span;
         rc = gbuf_new_inline(span, &b);
         if (rc)
@@ -200,7 +205,8 @@ int validate_op(const Gemmd__V1__Op *in, const struct gbuf_table *t, const struc
                 sh[2].rows = sh[2].cols = n;
         }
         for (int i = 0; i < 3; i++) {
-                rc = resolve(&sh[i], i == 2, in->beta, esz, t, out, i, inline_bytes, msg, len);
+                rc = resolve(&sh[i], i == 2, in->beta, esz, t, out, i, inline_bytes,
+                             lim->max_inline_bytes, msg, len);
                 if (rc)
                         goto err;
         }

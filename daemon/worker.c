@@ -132,7 +132,7 @@ static uint64_t op_cost(struct worker *w, const struct op *o)
 
 static void decay(double *usage, uint64_t *since, uint64_t now)
 {
-        if (now > *since) {
+        if (now > *since && *usage > 0) {
                 *usage *= exp2(-(double)(now - *since) / SHARE_HALFLIFE_NS);
                 *since = now;
         }
@@ -231,118 +231,128 @@ static int group_reserve(struct group *g, uint32_t n)
         return 0;
 }
 
-/* The session lane to take from next at priority p: of the users whose
- * queued ops include one of kernel-config key `key` at a lane head (any key
- * unless `match`), the one with the least virtual time, preferring users
- * under their share `cap` (0: no cap) of recent usage; ties go to ring
- * order. Within that user, its next session lane in turn. NULL when no
+/* The session lane to take from next, and its priority in *prio: of the
+ * users with a queued op at a lane head (one of kernel-config key `key`
+ * unless `match` is 0), those whose recent usage is at most `cap` (no
+ * limit when cap is 0) come first, highest priority first, then
+ * the least virtual time (ties: ring order). When every such user is over
+ * its share, priorities no longer count: the least virtual time wins.
+ * Within the chosen user, its next session lane in turn. NULL when no
  * queued op fits. */
-static struct lane *pick(struct worker *w, int p, int match, uint32_t key, double cap)
+static struct lane *pick(struct worker *w, int match, uint32_t key, double cap, int *prio)
 {
-        struct ulane *u = w->ring[p], *best = NULL;
+        struct ulane *best = NULL;
         struct lane *best_l = NULL;
-        int best_over = 0;
 
-        if (!u)
-                return NULL;
-        do {
-                struct lane *l = u->ring;
-                int over;
+        for (int under = 1; under >= 0 && !best; under--) {
+                for (int p = NPRIO - 1; p >= 0 && !(under && best); p--) {
+                        struct ulane *u = w->ring[p];
 
-                if (match) {
-                        while (l->head->key != key && l->next != u->ring)
-                                l = l->next;
-                        if (l->head->key != key) {
-                                u = u->next;
+                        if (!u)
                                 continue;
-                        }
+                        do {
+                                struct lane *l = u->ring;
+
+                                if (match) {
+                                        while (l->head->key != key && l->next != u->ring)
+                                                l = l->next;
+                                        if (l->head->key != key) {
+                                                u = u->next;
+                                                continue;
+                                        }
+                                }
+                                if (under && cap > 0 && u->sh->usage > cap) {
+                                        u = u->next;
+                                        continue;
+                                }
+                                if (!best || u->sh->vtime < best->sh->vtime) {
+                                        best = u;
+                                        best_l = l;
+                                        *prio = p;
+                                }
+                                u = u->next;
+                        } while (u != w->ring[p]);
                 }
-                over = cap > 0 && u->sh->usage > cap * w->usage;
-                if (!best || over < best_over ||
-                    (over == best_over && u->sh->vtime < best->sh->vtime)) {
-                        best = u;
-                        best_l = l;
-                        best_over = over;
-                }
-                u = u->next;
-        } while (u != w->ring[p]);
+        }
         return best_l;
 }
 
-/* Takes pending ops into g: higher priorities first; within a priority,
- * fair queuing across users (start-time fair queuing on each op's estimated
- * device time, op_cost), and one op per session of the chosen user in
- * turn, so neither a flooding session nor a user with many sessions can
- * starve a light one. With --max-user-share below 100, a user whose recent
- * usage is over that share of the device is served only when no user under
- * it has work (the device never idles for it). Stops at the group caps.
- * Called with the lock held. */
+/* Takes pending ops into g. Within a priority, higher priorities first,
+ * users are served by start-time fair queuing on each op's estimated
+ * device time (op_cost), and a user's sessions one op each in turn, so
+ * neither a flooding session nor a user with many sessions starves a light
+ * one. With --max-user-share below 100, a user whose recent usage (1 s
+ * half-life) is over that share of the recent usage of all users with work
+ * loses its priority while a user under the share has work: priorities
+ * cannot buy more than the share (the device never idles for it: with
+ * nobody under the share, everyone is served in fair turn). Stops at the group caps. Called with the lock held. */
 static void form_group(struct worker *w, struct group *g)
 {
         const struct gemmd_config *cfg = w->cfg;
         double cap = cfg->lim.max_user_share < 100 ? cfg->lim.max_user_share / 100.0 : 0;
-        int have_key = 0, full = 0;
+        double active = 0;
+        int have_key = 0;
 
         g->nops = 0;
         g->tiles = 0;
         g->bytes = 0;
+        /* The share is of what the users with work used lately. */
         if (cap > 0) {
                 uint64_t now = now_ns();
 
-                decay(&w->usage, &w->usage_ns, now);
                 for (int p = 0; p < NPRIO; p++) {
                         struct ulane *u = w->ring[p];
 
-                        for (int first = 1; u && (first || u != w->ring[p]); first = 0, u = u->next)
+                        for (int first = 1; u && (first || u != w->ring[p]); first = 0, u = u->next) {
+                                if (u->sh->usage_ns == now)
+                                        continue; /* counted at a higher priority */
                                 decay(&u->sh->usage, &u->sh->usage_ns, now);
+                                u->sh->usage_ns = now;
+                                active += u->sh->usage;
+                        }
                 }
         }
-        for (int p = NPRIO - 1; p >= 0 && !full; p--) {
-                while (w->ring[p] && !full) {
-                        struct lane *l = pick(w, p, have_key && !w->be->mixed_keys, g->key, cap);
-                        struct ulane *u;
-                        struct op *o;
-                        uint64_t tiles, cost;
+        for (;;) {
+                int p = 0;
+                struct lane *l = pick(w, have_key && !w->be->mixed_keys, g->key, cap * active, &p);
+                struct ulane *u;
+                struct op *o;
+                uint64_t tiles, cost;
 
-                        if (!l)
-                                break; /* other kernel configs wait for a later group */
-                        u = l->u;
-                        o = l->head;
-                        tiles = op_tiles(w, o);
-                        if (g->nops > 0 && (g->nops >= cfg->max_group_ops ||
-                                            g->tiles + tiles > cfg->max_group_tiles ||
-                                            g->bytes + o->bytes > cfg->max_group_bytes ||
-                                            group_reserve(g, g->nops + 1))) {
-                                full = 1;
-                                break;
-                        }
-                        if (g->nops == 0 && group_reserve(g, 1)) {
-                                full = 1;
-                                break;
-                        }
-                        lane_pop(l);
-                        u->ring = l->next;
-                        w->ring[p] = u->next;
-                        if (!l->head)
-                                lane_unlink(w, p, l);
-                        cost = op_cost(w, o);
-                        w->vclock = u->sh->vtime;
-                        u->sh->vtime += cost;
-                        u->sh->usage += (double)cost;
-                        w->usage += (double)cost;
-                        w->pending_ops--;
-                        w->pending_tiles -= tiles;
-                        if (!have_key) {
-                                g->key = o->key;
-                                have_key = 1;
-                        }
-                        g->ops[g->nops] = o;
-                        g->kp[g->nops] = o->kp;
-                        g->sp[g->nops] = o->sp;
-                        g->nops++;
-                        g->tiles += tiles;
-                        g->bytes += o->bytes;
+                if (!l)
+                        break; /* nothing, or other kernel configs that wait for a later group */
+                u = l->u;
+                o = l->head;
+                tiles = op_tiles(w, o);
+                if (g->nops > 0 && (g->nops >= cfg->max_group_ops ||
+                                    g->tiles + tiles > cfg->max_group_tiles ||
+                                    g->bytes + o->bytes > cfg->max_group_bytes ||
+                                    group_reserve(g, g->nops + 1)))
+                        break;
+                if (g->nops == 0 && group_reserve(g, 1))
+                        break;
+                lane_pop(l);
+                u->ring = l->next;
+                w->ring[p] = u->next;
+                if (!l->head)
+                        lane_unlink(w, p, l);
+                cost = op_cost(w, o);
+                w->vclock = u->sh->vtime;
+                u->sh->vtime += cost;
+                u->sh->usage += (double)cost;
+                active += (double)cost;
+                w->pending_ops--;
+                w->pending_tiles -= tiles;
+                if (!have_key) {
+                        g->key = o->key;
+                        have_key = 1;
                 }
+                g->ops[g->nops] = o;
+                g->kp[g->nops] = o->kp;
+                g->sp[g->nops] = o->sp;
+                g->nops++;
+                g->tiles += tiles;
+                g->bytes += o->bytes;
         }
 }
 
@@ -410,6 +420,8 @@ static int launch_group(struct worker *w, struct group *g)
         uint64_t t0 = now_ns();
         int rc;
 
+        if (w->broken)
+                return GEMMD_EDEVICE;
         g->cfg.mode = w->cfg->mode;
         g->cfg.shape = w->be->shape(w->be, g->key);
         g->cfg.ctas = w->be->ctas;
@@ -538,9 +550,16 @@ static void *worker_main(void *arg)
                         pthread_mutex_unlock(&w->lock);
                         int rc = w->be->recover(w->be);
                         pthread_mutex_lock(&w->lock);
-                        if (rc)
-                                log_err("worker %d: the device could not be repaired (%d)", w->index, rc);
                         w->recover_pending = 0;
+                        if (rc) {
+                                /* Nothing more can run here: fail what comes
+                                 * and have the daemon drain and exit non-zero,
+                                 * so its supervisor starts a fresh process. */
+                                log_err("worker %d: the device cannot be repaired (%d)", w->index, rc);
+                                w->broken = 1;
+                                if (w->device_lost)
+                                        w->device_lost(w->ctx);
+                        }
                         continue;
                 }
                 if (w->pending_ops && w->inflight < cfg->max_groups_inflight && !w->recover_pending) {

@@ -118,12 +118,13 @@ struct worker {
 
         struct ulane *ring[NPRIO];
         uint64_t vclock;       /* vtime of the op taken last (start-time fair queuing) */
-        double usage;          /* all users' usage, decayed like theirs */
-        uint64_t usage_ns;
         uint32_t pending_ops;  /* queued, not yet in a group */
         uint64_t pending_tiles;
         uint32_t inflight;     /* groups launched, not done */
         int recover_pending;   /* a group failed: repair before launching */
+        int broken;            /* the device cannot run anything any more */
+        /* Called (worker thread) once when the device is found broken. */
+        void (*device_lost)(void *ctx);
         uint64_t busy_since_ns;
         uint64_t last_done_ns; /* when the device last became idle */
         struct group *done;    /* finished groups, not yet processed */

@@ -1,0 +1,92 @@
+/*
+ * users.c - the allow-list and the per-user table.
+ */
+#include "daemon/users.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "daemon/server.h"
+
+static int listed(const uint32_t *v, uint32_t n, uint32_t id)
+{
+        for (uint32_t i = 0; i < n; i++)
+                if (v[i] == id)
+                        return 1;
+        return 0;
+}
+
+int users_allowed(const struct gemmd_config *cfg, int fd, const struct ucred *cred)
+{
+        gid_t small[64], *groups = small;
+        socklen_t len = sizeof(small);
+        int ok = 0;
+
+        if (!cfg->n_allow_uids && !cfg->n_allow_gids)
+                return 1;
+        if (listed(cfg->allow_uids, cfg->n_allow_uids, cred->uid) ||
+            listed(cfg->allow_gids, cfg->n_allow_gids, cred->gid))
+                return 1;
+        if (!cfg->n_allow_gids)
+                return 0;
+        /* The peer's supplementary groups as they were at connect(). */
+        if (getsockopt(fd, SOL_SOCKET, SO_PEERGROUPS, groups, &len) < 0) {
+                if (errno != ERANGE || !(groups = malloc(len)))
+                        return 0;
+                if (getsockopt(fd, SOL_SOCKET, SO_PEERGROUPS, groups, &len) < 0)
+                        len = 0;
+        }
+        for (size_t i = 0; i < len / sizeof(gid_t) && !ok; i++)
+                ok = listed(cfg->allow_gids, cfg->n_allow_gids, groups[i]);
+        if (groups != small)
+                free(groups);
+        return ok;
+}
+
+struct user *users_get(struct server *srv, uint32_t uid)
+{
+        struct user *u;
+
+        for (u = srv->users; u; u = u->next)
+                if (u->uid == uid) {
+                        u->sessions++;
+                        return u;
+                }
+        u = calloc(1, sizeof(*u));
+        if (!u)
+                return NULL;
+        u->shares = calloc((size_t)srv->nworkers, sizeof(*u->shares));
+        u->ulanes = calloc((size_t)srv->nworkers * NPRIO, sizeof(*u->ulanes));
+        if (!u->shares || !u->ulanes) {
+                free(u->shares);
+                free(u->ulanes);
+                free(u);
+                return NULL;
+        }
+        for (int i = 0; i < srv->nworkers; i++)
+                for (int p = 0; p < NPRIO; p++)
+                        u->ulanes[i * NPRIO + p].sh = &u->shares[i];
+        u->uid = uid;
+        u->sessions = 1;
+        u->next = srv->users;
+        if (srv->users)
+                srv->users->prev = u;
+        srv->users = u;
+        return u;
+}
+
+void users_put(struct server *srv, struct user *u)
+{
+        if (!u || --u->sessions)
+                return;
+        if (u->prev)
+                u->prev->next = u->next;
+        else
+                srv->users = u->next;
+        if (u->next)
+                u->next->prev = u->prev;
+        free(u->shares);
+        free(u->ulanes);
+        free(u);
+}

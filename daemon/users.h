@@ -1,0 +1,48 @@
+/*
+ * users.h - the people behind the sessions: who may connect at all, and
+ * what each user (uid) holds over all of its sessions.
+ *
+ * Every session belongs to the user of its peer's SO_PEERCRED uid. The
+ * user counts what its sessions hold together (in-flight ops, registered
+ * bytes), which the per-user limits of struct limits bound, and carries
+ * its standing in each worker's fair queue (struct ushare, struct ulane:
+ * see worker.h). A user lives while it has sessions; sessions outlive
+ * their requests, so nothing that is queued or running can outlive it.
+ * Loop thread only, except the ushare/ulane parts, which belong to the
+ * workers' locks.
+ */
+#ifndef GEMMD_USERS_H
+#define GEMMD_USERS_H
+
+#include <stdint.h>
+#include <sys/socket.h>
+
+#include "daemon/config.h"
+#include "daemon/worker.h"
+
+struct server;
+
+struct user {
+        struct user *next, *prev;
+        uint32_t uid;
+        uint32_t sessions;     /* references: one per session */
+        uint32_t inflight_ops; /* admitted, not yet completed, all sessions */
+        uint64_t buffer_bytes; /* registered, all sessions */
+        struct ushare *shares; /* one per worker */
+        struct ulane *ulanes;  /* nworkers * NPRIO: worker i, priority p at i * NPRIO + p */
+};
+
+/* Whether the peer of the connected socket `fd`, with credentials `cred`,
+ * may use the daemon: always when neither --allow-uid nor --allow-gid was
+ * given; otherwise when its uid is listed, or its primary group or one of
+ * its supplementary groups (SO_PEERGROUPS) is. Returns 1 or 0. */
+int users_allowed(const struct gemmd_config *cfg, int fd, const struct ucred *cred);
+
+/* The user of `uid`, created on first use, with one more session
+ * reference. Returns NULL when out of memory. */
+struct user *users_get(struct server *srv, uint32_t uid);
+
+/* Drops a session reference; the last one frees the user. Accepts NULL. */
+void users_put(struct server *srv, struct user *u);
+
+#endif
