@@ -42,6 +42,8 @@ void config_defaults(struct gemmd_config *cfg)
         cfg->lim.max_user_inflight_ops = 16384;
         cfg->lim.max_user_buffer_bytes = 256ull << 30;
         cfg->lim.max_user_share = 100;
+        cfg->lim.max_user_sessions = 256;
+        cfg->lim.hello_timeout_ms = 10000;
 }
 
 enum {
@@ -69,6 +71,8 @@ enum {
         OPT_ALLOW_UID,
         OPT_ALLOW_GID,
         OPT_CONFIG,
+        OPT_USER_SESSIONS,
+        OPT_HELLO_TIMEOUT,
 };
 
 static const struct option options[] = {
@@ -101,6 +105,8 @@ static const struct option options[] = {
         {"allow-uid", required_argument, NULL, OPT_ALLOW_UID},
         {"allow-gid", required_argument, NULL, OPT_ALLOW_GID},
         {"config", required_argument, NULL, OPT_CONFIG},
+        {"max-user-sessions", required_argument, NULL, OPT_USER_SESSIONS},
+        {"hello-timeout-ms", required_argument, NULL, OPT_HELLO_TIMEOUT},
         {NULL, 0, NULL, 0},
 };
 
@@ -134,6 +140,8 @@ static void usage(FILE *f, const struct gemmd_config *d)
                 "      --max-user-inflight-ops N  unfinished ops of one user, all sessions (default: %u)\n"
                 "      --max-user-buffer-bytes N  registered bytes of one user, all sessions (default: %llu)\n"
                 "      --max-user-share PCT     share of a device one user keeps while others wait (default: %u)\n"
+                "      --max-user-sessions N    concurrent connections of one user (default: %u)\n"
+                "      --hello-timeout-ms MS    close a connection that sends no Hello this long (default: %u)\n"
                 "      --allow-uid LIST         only these users may connect (uids or names, comma-separated)\n"
                 "      --allow-gid LIST         ... or members of these groups (gids or names)\n"
                 "      --config FILE            read `option = value` lines first (the command line wins)\n"
@@ -150,7 +158,8 @@ static void usage(FILE *f, const struct gemmd_config *d)
                 d->lim.max_buffers, d->lim.max_queue_ops, d->lim.max_sessions,
                 (unsigned long long)d->lim.max_buffer_bytes,
                 (unsigned long long)d->lim.max_output_bytes, d->lim.max_user_inflight_ops,
-                (unsigned long long)d->lim.max_user_buffer_bytes, d->lim.max_user_share);
+                (unsigned long long)d->lim.max_user_buffer_bytes, d->lim.max_user_share,
+                d->lim.max_user_sessions, d->lim.hello_timeout_ms);
 }
 
 /* Parses a decimal count in [lo, hi]; returns 0 or -EINVAL. */
@@ -425,6 +434,14 @@ int config_parse_args(struct gemmd_config *cfg, int argc, char **argv)
                         break;
                 case OPT_CONFIG:
                         break; /* read before the other options */
+                case OPT_USER_SESSIONS:
+                        bad = parse_u64(optarg, 1, 1u << 20, &v);
+                        cfg->lim.max_user_sessions = (uint32_t)v;
+                        break;
+                case OPT_HELLO_TIMEOUT:
+                        bad = parse_u64(optarg, 10, 3600000, &v);
+                        cfg->lim.hello_timeout_ms = (uint32_t)v;
+                        break;
                 case OPT_METRICS:
                         bad = strncmp(optarg, "unix:", 5) && strncmp(optarg, "tcp:", 4);
                         cfg->metrics_listen = optarg;

@@ -24,6 +24,8 @@ struct limits {
         uint32_t max_user_inflight_ops;
         uint64_t max_user_buffer_bytes; /* registered bytes */
         uint32_t max_user_share;        /* percent of a device a user keeps while others wait */
+        uint32_t max_user_sessions;
+        uint32_t hello_timeout_ms;      /* a connection that sends no Hello is closed */
 };
 
 struct gemmd_config {

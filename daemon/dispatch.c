@@ -50,6 +50,7 @@ static void on_hello(struct session *s, uint64_t rid, const Gemmd__V1__Hello *h)
         l.max_user_inflight_ops = lim->max_user_inflight_ops;
         l.max_user_buffer_bytes = lim->max_user_buffer_bytes;
         l.max_user_share = lim->max_user_share;
+        l.max_user_sessions = lim->max_user_sessions;
         for (int i = 0; i < ndev; i++) {
                 struct backend *b = srv->backends[i];
 

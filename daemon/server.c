@@ -176,6 +176,7 @@ static void on_async(uv_async_t *h)
         c = srv->ctl_head;
         srv->ctl_head = srv->ctl_tail = NULL;
         pthread_mutex_unlock(&srv->done_lock);
+        srv->defer_flush++;
         for (; c; c = cnext) {
                 cnext = c->next;
                 c->done(c);
@@ -189,6 +190,8 @@ static void on_async(uv_async_t *h)
                 next = r->next;
                 dispatch_completion(r);
         }
+        srv->defer_flush--;
+        server_flush_dirty(srv);
 }
 
 struct worker *server_pick_worker(struct server *srv, const struct request *r)
@@ -273,6 +276,7 @@ void server_maybe_finish(struct server *srv)
                 uv_close((uv_handle_t *)&srv->sigterm, NULL);
                 uv_close((uv_handle_t *)&srv->sigint, NULL);
                 uv_close((uv_handle_t *)&srv->async, NULL);
+                uv_close((uv_handle_t *)&srv->hello_timer, NULL);
                 metrics_stop();
                 watchdog_stop();
         }
@@ -376,6 +380,14 @@ int server_init(struct server *srv, uv_loop_t *loop, const struct gemmd_config *
         srv->sigterm.data = srv->sigint.data = srv;
         uv_signal_start(&srv->sigterm, on_signal, SIGTERM);
         uv_signal_start(&srv->sigint, on_signal, SIGINT);
+        uv_timer_init(loop, &srv->hello_timer);
+        srv->hello_timer.data = srv;
+        {
+                uint64_t every = cfg->lim.hello_timeout_ms / 2;
+
+                every = every > 1000 ? 1000 : every;
+                uv_timer_start(&srv->hello_timer, session_sweep_hello, every, every);
+        }
         uv_poll_init(loop, &srv->listen_poll, srv->listen_fd);
         srv->listen_poll.data = srv;
         uv_poll_start(&srv->listen_poll, UV_READABLE, on_listen);

@@ -48,6 +48,7 @@ struct session {
         int refs; /* the connection + one per live request */
         enum session_state state;
         struct ucred cred;
+        uint64_t t_accept_ns;
         int denied; /* GEMMD_EPERM (not on the allow-list) or GEMMD_ELIMIT (one
                      * session too many): the first frame gets that, then close */
 
@@ -72,6 +73,8 @@ struct session {
         uint32_t inflight_ops;
 
         uint64_t submits, ops_ok, ops_failed, rejected;
+        int dirty;                   /* on srv->dirty: replies to write */
+        struct session *next_dirty;
 };
 
 struct server {
@@ -82,6 +85,7 @@ struct server {
         uv_poll_t listen_poll;
         int listening;
         uv_signal_t sigterm, sigint;
+        uv_timer_t hello_timer; /* closes connections that send no Hello */
         uv_async_t async;
 
         pthread_mutex_t done_lock;
@@ -101,6 +105,8 @@ struct server {
         uint32_t queued_ops; /* admitted and not yet completed, all sessions */
         uint32_t pending_controls; /* control tasks whose done() has not run */
         int draining;
+        int defer_flush;         /* > 0: replies wait for server_flush_dirty */
+        struct session *dirty;   /* sessions with replies to write */
         int exit_code;          /* the daemon's exit status after the drain */
         atomic_int device_lost; /* set by a worker whose device broke */
 
@@ -132,6 +138,8 @@ void server_maybe_finish(struct server *srv);
 
 /* session.c */
 int session_accept(struct server *srv, int fd);
+/* Closes sessions that sent no Hello within the timeout (a timer). */
+void session_sweep_hello(uv_timer_t *t);
 void session_set_state(struct session *s, enum session_state st);
 /* Queues a frame for the client; closes the session on failure. */
 void session_send(struct session *s, const Gemmd__V1__Envelope *env);
@@ -143,6 +151,9 @@ void session_close(struct session *s);
 void session_unref(struct session *s);
 /* Takes the oldest received file descriptor, or -1. */
 int session_take_fd(struct session *s);
+
+/* Writes the replies queued while defer_flush was set. */
+void server_flush_dirty(struct server *srv);
 
 /* dispatch.c */
 void dispatch_frame(struct session *s, const uint8_t *buf, uint32_t len);

@@ -76,6 +76,7 @@ int session_accept(struct server *srv, int fd)
         s->fd = fd;
         s->refs = 1;
         s->id = ++srv->next_session_id;
+        s->t_accept_ns = now_ns();
         session_set_state(s, SESSION_HELLO);
         /* A Submit's decoded form may be much larger than its frame (an
          * empty Op is 2 bytes on the wire): the arena bounds it. */
@@ -92,8 +93,10 @@ int session_accept(struct server *srv, int fd)
         if (srv->cfg->verbose)
                 log_info("session %llu: connected (pid %d, uid %d)", (unsigned long long)s->id,
                          (int)s->cred.pid, (int)s->cred.uid);
-        if (srv->nsessions - srv->ndenied > srv->cfg->lim.max_sessions) {
+        if (srv->nsessions - srv->ndenied > srv->cfg->lim.max_sessions ||
+            s->user->sessions - s->user->denied > srv->cfg->lim.max_user_sessions) {
                 s->denied = GEMMD_ELIMIT;
+                s->user->denied++;
                 srv->ndenied++;
         } else if (!users_allowed(srv->cfg, fd, &s->cred)) {
                 static uint64_t last_log_ns;
@@ -106,6 +109,7 @@ int session_accept(struct server *srv, int fd)
                 }
                 /* Its Hello is answered with PERMISSION (dispatch.c). */
                 s->denied = GEMMD_EPERM;
+                s->user->denied++;
                 srv->ndenied++;
         }
         return 0;
@@ -119,6 +123,22 @@ err_mem:
 err:
         close(fd);
         return rc;
+}
+
+void session_sweep_hello(uv_timer_t *t)
+{
+        struct server *srv = t->data;
+        uint64_t now = now_ns(), limit = srv->cfg->lim.hello_timeout_ms * 1000000ull;
+        struct session *s, *next;
+
+        for (s = srv->sessions; s; s = next) {
+                next = s->next;
+                if (s->state != SESSION_HELLO || now - s->t_accept_ns <= limit)
+                        continue;
+                session_send_error(s, 0, GEMMD_EPROTO, -1, "no Hello within %u ms",
+                                   srv->cfg->lim.hello_timeout_ms);
+                session_close_after_flush(s);
+        }
 }
 
 int session_take_fd(struct session *s)
@@ -188,8 +208,10 @@ void session_close(struct session *s)
         if (s->next)
                 s->next->prev = s->prev;
         srv->nsessions--;
-        if (s->denied)
+        if (s->denied) {
                 srv->ndenied--;
+                s->user->denied--;
+        }
         uv_close((uv_handle_t *)&s->poll, on_poll_closed);
         server_maybe_finish(srv);
 }
@@ -215,14 +237,23 @@ static int output_full(const struct session *s)
         return s->out_bytes > s->srv->cfg->lim.max_output_bytes;
 }
 
-/* Writes queued frames until the socket would block. */
+/* Writes queued frames until the socket would block, many frames per
+ * system call. */
 static void flush(struct session *s)
 {
         while (s->out_head) {
+                struct iovec iov[64];
+                struct msghdr mh = {.msg_iov = iov};
                 struct outbuf *o = s->out_head;
-                ssize_t n = send(s->fd, o->data + s->out_off, o->len - s->out_off,
-                                 MSG_NOSIGNAL | MSG_DONTWAIT);
+                size_t skip = s->out_off;
+                ssize_t n;
 
+                for (; o && mh.msg_iovlen < 64; o = o->next, skip = 0) {
+                        iov[mh.msg_iovlen].iov_base = o->data + skip;
+                        iov[mh.msg_iovlen].iov_len = o->len - skip;
+                        mh.msg_iovlen++;
+                }
+                n = sendmsg(s->fd, &mh, MSG_NOSIGNAL | MSG_DONTWAIT);
                 if (n < 0) {
                         if (errno == EAGAIN || errno == EWOULDBLOCK)
                                 break;
@@ -231,9 +262,16 @@ static void flush(struct session *s)
                         session_close(s);
                         return;
                 }
-                s->out_off += (size_t)n;
                 s->out_bytes -= (uint64_t)n;
-                if (s->out_off == o->len) {
+                while (n > 0) {
+                        o = s->out_head;
+                        size_t left = o->len - s->out_off;
+
+                        if ((size_t)n < left) {
+                                s->out_off += (size_t)n;
+                                break;
+                        }
+                        n -= (ssize_t)left;
                         s->out_head = o->next;
                         if (!s->out_head)
                                 s->out_tail = NULL;
@@ -281,10 +319,33 @@ void session_send(struct session *s, const Gemmd__V1__Envelope *env)
                 s->out_head = o;
         s->out_tail = o;
         s->out_bytes += n;
-        if (s->out_head == o)
+        if (s->srv->defer_flush) {
+                /* Inside a batch (a read, a round of completions): one write
+                 * at its end carries every reply. */
+                if (!s->dirty) {
+                        s->dirty = 1;
+                        s->refs++;
+                        s->next_dirty = s->srv->dirty;
+                        s->srv->dirty = s;
+                }
+        } else if (s->out_head == o) {
                 flush(s);
-        else
+        } else {
                 update_poll(s);
+        }
+}
+
+void server_flush_dirty(struct server *srv)
+{
+        while (srv->dirty) {
+                struct session *s = srv->dirty;
+
+                srv->dirty = s->next_dirty;
+                s->dirty = 0;
+                if (s->state != SESSION_CLOSED)
+                        flush(s);
+                session_unref(s);
+        }
 }
 
 void session_send_error(struct session *s, uint64_t request_id, int err, int op_index,
@@ -479,8 +540,12 @@ static void on_io(uv_poll_t *h, int status, int events)
         } else {
                 if (events & UV_WRITABLE)
                         flush(s);
-                if ((events & UV_READABLE) && s->state != SESSION_CLOSED)
+                if ((events & UV_READABLE) && s->state != SESSION_CLOSED) {
+                        s->srv->defer_flush++;
                         on_readable(s);
+                        s->srv->defer_flush--;
+                        server_flush_dirty(s->srv);
+                }
                 if (events & UV_DISCONNECT && s->state != SESSION_CLOSED && !s->out_head)
                         session_close(s);
         }

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 
 #include "daemon/server.h"
+#include "daemon/users.h"
 #include "gemmd.h"
 
 static const char *code_names[] = {
@@ -86,6 +87,10 @@ static void render_text(struct server *srv, FILE *f, double up_s)
                         (unsigned long long)s->submits, (unsigned long long)s->ops_ok,
                         (unsigned long long)s->ops_failed, (unsigned long long)s->rejected,
                         s->inflight_ops, s->bufs.n, (unsigned long long)s->bufs.bytes);
+        fprintf(f, "users:\n");
+        for (struct user *u = srv->users; u; u = u->next)
+                fprintf(f, "  uid %u: %u sessions, %u ops in flight, %llu bytes registered\n",
+                        u->uid, u->sessions, u->inflight_ops, (unsigned long long)u->buffer_bytes);
 }
 
 static void render_json(struct server *srv, FILE *f, double up_s)
@@ -136,6 +141,11 @@ static void render_json(struct server *srv, FILE *f, double up_s)
                         (unsigned long long)s->ops_ok, (unsigned long long)s->ops_failed,
                         (unsigned long long)s->rejected, s->inflight_ops, s->bufs.n,
                         (unsigned long long)s->bufs.bytes);
+        fprintf(f, "],\"users\":[");
+        for (struct user *u = srv->users; u; u = u->next)
+                fprintf(f, "%s{\"uid\":%u,\"sessions\":%u,\"inflight\":%u,\"buffer_bytes\":%llu}",
+                        u == srv->users ? "" : ",", u->uid, u->sessions, u->inflight_ops,
+                        (unsigned long long)u->buffer_bytes);
         fprintf(f, "]}\n");
 }
 

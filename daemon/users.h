@@ -26,6 +26,7 @@ struct user {
         struct user *next, *prev;
         uint32_t uid;
         uint32_t sessions;     /* references: one per session */
+        uint32_t denied;       /* of those, sessions refused (see struct session) */
         uint32_t inflight_ops; /* admitted, not yet completed, all sessions */
         uint64_t buffer_bytes; /* registered, all sessions */
         struct ushare *shares; /* one per worker */

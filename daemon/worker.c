@@ -175,7 +175,9 @@ void worker_enqueue(struct worker *w, struct lane *lanes, struct op **ops, uint3
         }
         if (!l->linked && l->head)
                 lane_link(w, prio, l);
-        pthread_cond_signal(&w->cond);
+        /* A busy worker finds the ops on its next turn: no wake-up call. */
+        if (w->sleeping)
+                pthread_cond_signal(&w->cond);
         pthread_mutex_unlock(&w->lock);
 }
 
@@ -580,7 +582,9 @@ static void *worker_main(void *arg)
                                                        (uint64_t)ts.tv_nsec + (due - now);
                                         ts.tv_sec = (time_t)(abs / 1000000000ull);
                                         ts.tv_nsec = (long)(abs % 1000000000ull);
+                                        w->sleeping = 1;
                                         pthread_cond_timedwait(&w->cond, &w->lock, &ts);
+                                        w->sleeping = 0;
                                         continue;
                                 }
                         }
@@ -606,7 +610,9 @@ static void *worker_main(void *arg)
                 }
                 if (w->stopping && !w->pending_ops && !w->inflight && !w->done && !w->ctl_head)
                         break;
+                w->sleeping = 1;
                 pthread_cond_wait(&w->cond, &w->lock);
+                w->sleeping = 0;
         }
         pthread_mutex_unlock(&w->lock);
         return NULL;

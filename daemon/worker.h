@@ -122,6 +122,7 @@ struct worker {
         uint64_t pending_tiles;
         uint32_t inflight;     /* groups launched, not done */
         int recover_pending;   /* a group failed: repair before launching */
+        int sleeping;          /* waiting on cond: enqueues must signal */
         int broken;            /* the device cannot run anything any more */
         /* Called (worker thread) once when the device is found broken. */
         void (*device_lost)(void *ctx);
