@@ -13,6 +13,7 @@
 #include <cuda_runtime_api.h>
 #include <errno.h>
 #include <pthread.h>
+#include <sys/mman.h>
 #include <time.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -262,6 +263,58 @@ static void operand_dims(const struct op *o, int which, uint64_t *rows, uint64_t
         }
 }
 
+/* Unlocks and unmaps shared memory that a group had page-locked. */
+struct unpin_task {
+        struct wctl c;
+        int ordinal;
+        void *host;
+        uint64_t bytes;
+};
+
+static void unpin_run(struct wctl *c, struct worker *w)
+{
+        struct unpin_task *t = (struct unpin_task *)c;
+
+        cudaSetDevice(t->ordinal);
+        if (cudaHostUnregister(t->host) != cudaSuccess)
+                cudaGetLastError();
+        munmap(t->host, t->bytes);
+        free(t);
+}
+
+static void unpin(void *ctx, void *host, uint64_t bytes)
+{
+        struct worker *w = ctx;
+        struct unpin_task *t = calloc(1, sizeof(*t));
+
+        if (!t) {
+                munmap(host, bytes); /* the driver drops the lock with the pages */
+                return;
+        }
+        t->c.run = unpin_run;
+        t->ordinal = ((struct cuda_backend *)w->be)->ordinal;
+        t->host = host;
+        t->bytes = bytes;
+        worker_control(w, &t->c);
+}
+
+/* Page-locks a session's shared memory the first time a group stages it:
+ * copies from and to it are then truly asynchronous, so the worker goes on
+ * building the next group while the device copies, instead of waiting on a
+ * pageable copy. Inline operands are short-lived and stay pageable. */
+static void pin(struct cuda_backend *cb, struct group *g, struct gbuf *b)
+{
+        if (b->kind != GBUF_SHM || b->pinned)
+                return;
+        if (cudaHostRegister(b->host, b->bytes, cudaHostRegisterPortable) != cudaSuccess) {
+                cudaGetLastError(); /* works unpinned, only slower */
+                return;
+        }
+        b->unpin = unpin;
+        b->unpin_ctx = g->w;
+        b->pinned = 1;
+}
+
 static int launch(struct backend *be, struct group *g)
 {
         struct cuda_backend *cb = (struct cuda_backend *)be;
@@ -304,6 +357,7 @@ static int launch(struct backend *be, struct group *g)
                         }
                         s->stage_off[i * 3 + j] = stage;
                         stage += align256(o->span[j]);
+                        pin(cb, g, o->buf[j]);
                 }
         if ((rc = grow_blob(cb, s, blob)) || (rc = grow_dev(cb, (void **)&s->d_stage, &s->stage_cap, stage, 0)))
                 return rc;

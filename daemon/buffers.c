@@ -13,7 +13,10 @@
 
 static void release_shm(struct gbuf *b)
 {
-        munmap(b->host, b->bytes);
+        if (b->pinned && b->unpin)
+                b->unpin(b->unpin_ctx, b->host, b->bytes);
+        else
+                munmap(b->host, b->bytes);
 }
 
 static void release_inline(struct gbuf *b)

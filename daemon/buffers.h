@@ -28,6 +28,13 @@ struct gbuf {
         uint64_t alloc_off;  /* CUDA: offset of byte 0 in its allocation */
         /* Called with the last reference, from any thread. */
         void (*release)(struct gbuf *b);
+        /* Set by a GPU worker that page-locked this host memory (worker
+         * thread, before any op using it completes): the last reference
+         * then hands the mapping to unpin(), which unlocks and unmaps it
+         * on that worker, instead of unmapping it here. */
+        int pinned;
+        void (*unpin)(void *ctx, void *host, uint64_t bytes);
+        void *unpin_ctx;
 };
 
 /* Maps `bytes` of the memfd `fd` (which the caller keeps ownership of).
