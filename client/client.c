@@ -342,6 +342,7 @@ static int take_hello(struct gemmd_client *c, const Gemmd__V1__HelloReply *h)
         in->max_user_inflight_ops = l->max_user_inflight_ops;
         in->max_user_buffer_bytes = l->max_user_buffer_bytes;
         in->max_user_share = l->max_user_share;
+        in->max_user_sessions = l->max_user_sessions;
         copy_str(in->backend, sizeof(in->backend), "none");
         for (i = 0; i < h->n_devices; i++) {
                 const Gemmd__V1__Device *d = h->devices[i];

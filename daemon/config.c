@@ -42,7 +42,7 @@ void config_defaults(struct gemmd_config *cfg)
         cfg->lim.max_user_inflight_ops = 16384;
         cfg->lim.max_user_buffer_bytes = 256ull << 30;
         cfg->lim.max_user_share = 100;
-        cfg->lim.max_user_sessions = 256;
+        cfg->lim.max_user_sessions = 0; /* --max-sessions unless set */
         cfg->lim.hello_timeout_ms = 10000;
 }
 
@@ -140,7 +140,7 @@ static void usage(FILE *f, const struct gemmd_config *d)
                 "      --max-user-inflight-ops N  unfinished ops of one user, all sessions (default: %u)\n"
                 "      --max-user-buffer-bytes N  registered bytes of one user, all sessions (default: %llu)\n"
                 "      --max-user-share PCT     share of a device one user keeps while others wait (default: %u)\n"
-                "      --max-user-sessions N    concurrent connections of one user (default: %u)\n"
+                "      --max-user-sessions N    concurrent connections of one user (default: --max-sessions)\n"
                 "      --hello-timeout-ms MS    close a connection that sends no Hello this long (default: %u)\n"
                 "      --allow-uid LIST         only these users may connect (uids or names, comma-separated)\n"
                 "      --allow-gid LIST         ... or members of these groups (gids or names)\n"
@@ -159,7 +159,7 @@ static void usage(FILE *f, const struct gemmd_config *d)
                 (unsigned long long)d->lim.max_buffer_bytes,
                 (unsigned long long)d->lim.max_output_bytes, d->lim.max_user_inflight_ops,
                 (unsigned long long)d->lim.max_user_buffer_bytes, d->lim.max_user_share,
-                d->lim.max_user_sessions, d->lim.hello_timeout_ms);
+                d->lim.hello_timeout_ms);
 }
 
 /* Parses a decimal count in [lo, hi]; returns 0 or -EINVAL. */
@@ -235,6 +235,10 @@ static char *trim(char *s)
         return s;
 }
 
+/* Set while the lines of a config file are parsed one by one: the values
+ * derived from others are settled once, after the command line. */
+static int in_file;
+
 int config_load_file(struct gemmd_config *cfg, const char *path)
 {
         FILE *f = fopen(path, "re");
@@ -290,7 +294,10 @@ int config_load_file(struct gemmd_config *cfg, const char *path)
                         }
                         argv[3] = NULL;
                 }
-                if (config_parse_args(cfg, argv[2] ? 3 : 2, argv) != 0) {
+                in_file = 1;
+                rc = config_parse_args(cfg, argv[2] ? 3 : 2, argv);
+                in_file = 0;
+                if (rc != 0) {
                         fprintf(stderr, "gemmd: in %s, line %d\n", path, lineno);
                         rc = -EINVAL;
                 }
@@ -464,6 +471,10 @@ int config_parse_args(struct gemmd_config *cfg, int argc, char **argv)
                 fprintf(stderr, "gemmd: unexpected argument: %s\n", argv[optind]);
                 return -EINVAL;
         }
+        if (in_file)
+                return 0;
+        if (!cfg->lim.max_user_sessions || cfg->lim.max_user_sessions > cfg->lim.max_sessions)
+                cfg->lim.max_user_sessions = cfg->lim.max_sessions;
         /* A frame must be able to carry the inline bytes it is allowed. */
         if (cfg->lim.max_frame_bytes < cfg->lim.max_inline_bytes + (1u << 20))
                 cfg->lim.max_frame_bytes = cfg->lim.max_inline_bytes + (1u << 20);

@@ -162,6 +162,7 @@ struct gemmd_info {
         uint32_t max_user_inflight_ops; /* per user (uid), all its sessions */
         uint64_t max_user_buffer_bytes; /* per user: registered bytes */
         uint32_t max_user_share;        /* per user: percent of a device kept while others wait */
+        uint32_t max_user_sessions;     /* per user: concurrent connections */
 };
 
 /* One device of the daemon, as its handshake described it. */

@@ -1,0 +1,95 @@
+/*
+ * hard_util.h - what the hardening suites (users, hostile input, faults,
+ * systemd, soak) share on top of e2e_util.h: the daemon's resources as
+ * /proc shows them, a connection spoken by hand (frames, descriptors), a
+ * daemon on a socket path of the caller's choosing, and numbers out of the
+ * JSON stats.
+ *
+ * Like e2e_util, nothing here calls Criterion: functions report through
+ * their return value and a line on stderr.
+ */
+#ifndef GEMMD_HARD_UTIL_H
+#define GEMMD_HARD_UTIL_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "gemmd.h"
+#include "proto/frame.h"
+#include "tests/e2e_util.h"
+
+/* ---- the daemon's resources ------------------------------------------- */
+
+struct hard_res {
+        int fds;          /* open descriptors (/proc/PID/fd) */
+        long rss_kb;      /* VmRSS */
+        int shm_maps;     /* mappings of clients' memfds (/proc/PID/maps) */
+};
+
+/* Reads pid's resources. Returns 0 or -1. */
+int hard_res_read(pid_t pid, struct hard_res *r);
+
+/* One line, e.g. "fds 12, VmRSS 5120 kB, shared mappings 0". */
+const char *hard_res_str(const struct hard_res *r, char *buf, size_t len);
+
+/* A number that follows "key": in a JSON text (the first occurrence), or -1. */
+long long hard_json_number(const char *json, const char *key);
+
+/* Polls the daemon's stats over connection c until "sessions_now" is
+ * `want`, for up to timeout_ms. Returns 0, or -1 with the last value in
+ * *got. */
+int hard_wait_sessions(gemmd_client *c, long long want, int timeout_ms, long long *got);
+
+/* ---- a daemon on a path of the caller's choosing ------------------------ */
+
+/* Starts build/gemmd --socket sock --backend cpu <flags...> with its output
+ * appended to log, and waits up to 10 s until the socket accepts. The
+ * process dies with the caller. Returns its pid, or -1 after printing the
+ * log. Stop it with kill() and e2e_wait_child(). */
+pid_t hard_spawn_daemon(const char *sock, const char *log, ...) __attribute__((sentinel));
+
+/* ---- a connection spoken by hand ---------------------------------------- */
+
+struct hard_raw {
+        int fd;
+        struct frame_arena arena;
+        uint8_t *body;
+        int eof; /* the last hard_raw_recv saw end of stream */
+};
+
+/* Connects to sock (receive timeout 10 s). Returns 0 or -1. */
+int hard_raw_open(struct hard_raw *r, const char *sock);
+void hard_raw_close(struct hard_raw *r);
+
+/* Writes n bytes, passing the descriptors fds[0 .. nfds) with the first
+ * byte (SCM_RIGHTS). Returns 0 or -1 (the peer is gone). */
+int hard_raw_write(struct hard_raw *r, const void *buf, size_t n, const int *fds, int nfds);
+
+/* Packs env with request_id rid as one frame and writes it (with fds, as
+ * hard_raw_write), all at once or one byte per write trickle_us apart. */
+int hard_raw_send(struct hard_raw *r, uint64_t rid, Gemmd__V1__Envelope *env, const int *fds,
+                  int nfds, int trickle_us);
+
+/* Receives one frame within timeout_ms. Returns the envelope (valid until
+ * the next call), or NULL at end of stream (r->eof set), on timeout or on
+ * a frame that does not decode. */
+Gemmd__V1__Envelope *hard_raw_recv(struct hard_raw *r, int timeout_ms);
+
+/* 1 if the peer closed the connection within timeout_ms (frames still
+ * arriving are read and dropped), else 0. */
+int hard_raw_wait_eof(struct hard_raw *r, int timeout_ms);
+
+/* Sends Hello and expects HelloReply. Returns 0 or -1. */
+int hard_raw_hello(struct hard_raw *r);
+
+/* Registers `bytes` of a new memfd of `file_bytes` bytes (filled with
+ * `fill`). Returns the buffer id (> 0), or minus the wire code of the Error
+ * the daemon answered, or INT64_MIN when nothing sensible came back. The
+ * memfd is closed before returning. */
+int64_t hard_raw_register(struct hard_raw *r, uint64_t rid, uint64_t bytes, uint64_t file_bytes);
+
+/* A memfd of `bytes` bytes, or -1. */
+int hard_memfd(uint64_t bytes);
+
+#endif
