@@ -163,6 +163,10 @@ struct gemmd_info {
         uint64_t max_user_buffer_bytes; /* per user: registered bytes */
         uint32_t max_user_share;        /* per user: percent of a device kept while others wait */
         uint32_t max_user_sessions;     /* per user: concurrent connections */
+        /* Room for fields of later versions, so that the size of this
+         * struct (which callers allocate) never changes: zero for now. New
+         * fields take the place of reserved words, never grow the struct. */
+        uint32_t reserved[32];
 };
 
 /* One device of the daemon, as its handshake described it. */
