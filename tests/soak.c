@@ -5,7 +5,7 @@
  *
  *   soak [--clients N] [--seconds S] [--kill-ms MS] [--threads T] [--seed X]
  *
- * The daemon runs on the CPU backend in a temporary directory. First a
+ * The daemon runs on the CPU backend (or --backend cuda) in a temporary directory. First a
  * short warm-up (a few clients, then none) sets the baseline of its open
  * descriptors, VmRSS and shared mappings. Then N client processes each keep
  * a few requests in flight: 1 to 3 random ops (GEMM or SYR2K, f32, f16 or
@@ -326,7 +326,7 @@ static int stop_all(struct child *ch, int n, struct report *sum)
 static void usage(void)
 {
         fprintf(stderr, "usage: soak [--clients N] [--seconds S] [--kill-ms MS] [--threads T] "
-                        "[--seed X]\n");
+                        "[--seed X] [--backend cpu|cuda]\n");
         exit(2);
 }
 
@@ -335,11 +335,12 @@ int main(int argc, char **argv)
         static const struct option opts[] = {
                 {"clients", required_argument, NULL, 'c'}, {"seconds", required_argument, NULL, 's'},
                 {"kill-ms", required_argument, NULL, 'k'}, {"threads", required_argument, NULL, 't'},
-                {"seed", required_argument, NULL, 'x'},    {NULL, 0, NULL, 0},
+                {"seed", required_argument, NULL, 'x'},    {"backend", required_argument, NULL, 'b'},
+                {NULL, 0, NULL, 0},
         };
         static struct child ch[MAX_CLIENTS];
         int nclients = 16, seconds = 10, kill_ms = 150, o, bad = 0, kills = 0, ok;
-        const char *threads = "2";
+        const char *threads = "2", *backend = "cpu";
         struct report warm = {0}, sum = {0};
         int nwarm;
         struct hard_res base, after;
@@ -366,6 +367,9 @@ int main(int argc, char **argv)
                 case 'x':
                         next_seed = strtoull(optarg, NULL, 0);
                         break;
+                case 'b':
+                        backend = optarg;
+                        break;
                 default:
                         usage();
                 }
@@ -378,7 +382,7 @@ int main(int argc, char **argv)
         if (tally == MAP_FAILED)
                 return 1;
         e2e_setup();
-        if (e2e_daemon_start(&d, "--threads", threads, NULL)) {
+        if (e2e_daemon_start(&d, "--threads", threads, "--backend", backend, NULL)) {
                 e2e_teardown();
                 return 1;
         }
