@@ -658,49 +658,43 @@ void dispatch_completion(struct request *r)
         srv->queued_ops -= n;
         metrics_count_request(r);
         if (s->state != SESSION_CLOSED) {
-                Gemmd__V1__Envelope env = GEMMD__V1__ENVELOPE__INIT;
-                Gemmd__V1__Completion c = GEMMD__V1__COMPLETION__INIT;
-                Gemmd__V1__OpResult *res = calloc(n, sizeof(*res));
-                Gemmd__V1__OpResult **resp = calloc(n, sizeof(*resp));
+                Gemmd__V1__OpResult small[64], *res = small;
 
-                if (!res || !resp) {
-                        free(res);
-                        free(resp);
-                        session_close(s);
-                        goto out;
+                if (n > sizeof(small) / sizeof(small[0])) {
+                        res = malloc(n * sizeof(*res));
+                        if (!res) {
+                                session_close(s);
+                                goto out;
+                        }
                 }
                 for (uint32_t i = 0; i < n; i++) {
                         struct op *o = &r->ops[i];
+                        Gemmd__V1__OpResult *x = &res[i];
 
-                        gemmd__v1__op_result__init(&res[i]);
-                        res[i].status = (Gemmd__V1__Code)frame_err_to_code(o->status);
+                        gemmd__v1__op_result__init(x);
+                        x->status = (Gemmd__V1__Code)frame_err_to_code(o->status);
                         if (o->status) {
-                                res[i].message = (char *)gemmd_strerror(o->status);
+                                x->message = (char *)gemmd_strerror(o->status);
                                 s->ops_failed++;
                         } else {
                                 s->ops_ok++;
                         }
                         /* An inline C goes back to the client. */
                         if (!o->status && o->buf[2] && o->buf[2]->kind == GBUF_INLINE) {
-                                res[i].c_data.data = o->buf[2]->host;
-                                res[i].c_data.len = o->span[2];
+                                x->c_data.data = o->buf[2]->host;
+                                x->c_data.len = o->span[2];
                         }
-                        res[i].queue_us = o->t_launch_ns > r->t_admit_ns
-                                                  ? (o->t_launch_ns - r->t_admit_ns) / 1000
-                                                  : 0;
-                        res[i].run_us = (o->t_done_ns - o->t_launch_ns) / 1000;
-                        res[i].group_id = o->group_id;
-                        res[i].group_size = o->group_size;
-                        res[i].kernel = (char *)(o->kernel ? o->kernel : "");
-                        resp[i] = &res[i];
+                        x->queue_us = o->t_launch_ns > r->t_admit_ns
+                                              ? (o->t_launch_ns - r->t_admit_ns) / 1000
+                                              : 0;
+                        x->run_us = (o->t_done_ns - o->t_launch_ns) / 1000;
+                        x->group_id = o->group_id;
+                        x->group_size = o->group_size;
+                        x->kernel = (char *)(o->kernel ? o->kernel : "");
                 }
-                c.n_results = n;
-                c.results = resp;
-                env.body_case = GEMMD__V1__ENVELOPE__BODY_COMPLETION;
-                env.completion = &c;
-                reply(s, r->id, &env);
-                free(res);
-                free(resp);
+                session_send_completion(s, r->id, res, n);
+                if (res != small)
+                        free(res);
         } else {
                 for (uint32_t i = 0; i < n; i++)
                         if (r->ops[i].status)

@@ -143,6 +143,9 @@ void session_sweep_hello(uv_timer_t *t);
 void session_set_state(struct session *s, enum session_state st);
 /* Queues a frame for the client; closes the session on failure. */
 void session_send(struct session *s, const Gemmd__V1__Envelope *env);
+/* session_send of a Completion of res[0 .. nres), packed without protobuf-c. */
+void session_send_completion(struct session *s, uint64_t request_id,
+                             const Gemmd__V1__OpResult *res, size_t nres);
 void session_send_error(struct session *s, uint64_t request_id, int err, int op_index,
                         const char *fmt, ...) __attribute__((format(printf, 5, 6)));
 /* Sends nothing more after what is queued, then closes. */

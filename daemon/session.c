@@ -294,16 +294,11 @@ static void flush(struct session *s)
                 server_maybe_finish(s->srv);
 }
 
-void session_send(struct session *s, const Gemmd__V1__Envelope *env)
+/* Queues a frame packed (rc 0) into buf, n bytes after its outbuf header. */
+static void queue_frame(struct session *s, int rc, uint8_t *buf, size_t n)
 {
         struct outbuf *o;
-        uint8_t *buf;
-        size_t n;
-        int rc;
 
-        if (s->state == SESSION_CLOSED)
-                return;
-        rc = frame_pack(env, offsetof(struct outbuf, data), UINT32_MAX, &buf, &n);
         if (rc) {
                 log_err("session %llu: cannot pack a reply: %s", (unsigned long long)s->id,
                         gemmd_strerror(rc));
@@ -333,6 +328,32 @@ void session_send(struct session *s, const Gemmd__V1__Envelope *env)
         } else {
                 update_poll(s);
         }
+}
+
+void session_send(struct session *s, const Gemmd__V1__Envelope *env)
+{
+        uint8_t *buf = NULL;
+        size_t n = 0;
+        int rc;
+
+        if (s->state == SESSION_CLOSED)
+                return;
+        rc = frame_pack(env, offsetof(struct outbuf, data), UINT32_MAX, &buf, &n);
+        queue_frame(s, rc, buf, n);
+}
+
+void session_send_completion(struct session *s, uint64_t request_id,
+                             const Gemmd__V1__OpResult *res, size_t nres)
+{
+        uint8_t *buf = NULL;
+        size_t n = 0;
+        int rc;
+
+        if (s->state == SESSION_CLOSED)
+                return;
+        rc = frame_pack_completion(request_id, res, nres, offsetof(struct outbuf, data),
+                                   UINT32_MAX, &buf, &n);
+        queue_frame(s, rc, buf, n);
 }
 
 void server_flush_dirty(struct server *srv)

@@ -27,6 +27,12 @@ int frame_len_decode(const uint8_t hdr[FRAME_HDR_BYTES], uint32_t max, uint32_t 
 int frame_pack(const Gemmd__V1__Envelope *env, size_t front, uint32_t max, uint8_t **out,
                size_t *n);
 
+/* Packs an Envelope with `request_id` and a Completion of res[0 .. nres)
+ * as frame_pack would, byte for byte, without building the Envelope: the
+ * same buffer layout, ownership and return codes. */
+int frame_pack_completion(uint64_t request_id, const Gemmd__V1__OpResult *res, size_t nres,
+                          size_t front, uint32_t max, uint8_t **out, size_t *n);
+
 /* A bump allocator for protobuf-c unpacking, bounded by `cap` bytes in
  * all. Memory is released in one go by frame_arena_reset/deinit. */
 struct frame_arena {
@@ -42,7 +48,8 @@ void frame_arena_reset(struct frame_arena *a);
 void frame_arena_deinit(struct frame_arena *a);
 
 /* Unpacks `len` bytes into an Envelope allocated from the arena (reset
- * first). Returns NULL for malformed input or when the arena's cap would be
+ * first), as protobuf-c would (plain Submits take a shorter path to the
+ * same structs). Returns NULL for malformed input or when the arena's cap would be
  * exceeded; a->exhausted tells which. */
 Gemmd__V1__Envelope *frame_unpack(struct frame_arena *a, const uint8_t *buf, size_t len);
 
