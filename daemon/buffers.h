@@ -26,6 +26,7 @@ struct gbuf {
         void *ipc_base;      /* CUDA: the backend's token for the open mapping */
         void *owner;         /* CUDA: the worker that opened it */
         uint64_t alloc_off;  /* CUDA: offset of byte 0 in its allocation */
+        int dev_owned;       /* CUDA: allocated by the daemon, not a client's */
         /* Called with the last reference, from any thread. */
         void (*release)(struct gbuf *b);
         /* Set by a GPU worker that page-locked this host memory (worker

@@ -8,6 +8,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "daemon/devmem.h"
 #include "daemon/log.h"
 #include "daemon/metrics.h"
 #include "daemon/server.h"
@@ -74,151 +75,6 @@ static void on_hello(struct session *s, uint64_t rid, const Gemmd__V1__Hello *h)
         reply(s, rid, &env);
 }
 
-/* Opening a CUDA IPC handle needs the device's context, so it runs on the
- * device's worker; the reply is sent when it comes back. */
-struct ipc_task {
-        struct wctl c;
-        struct session *s;
-        uint64_t rid;
-        uint8_t handle[64];
-        uint64_t offset, bytes;
-        struct worker *w;
-        int rc;
-        uint64_t addr;
-        void *token;
-};
-
-struct ipc_close_task {
-        struct wctl c;
-        struct backend *be;
-        void *token;
-};
-
-static void ipc_close_run(struct wctl *c, struct worker *w)
-{
-        struct ipc_close_task *t = (struct ipc_close_task *)c;
-
-        t->be->ipc_close(t->be, t->token);
-        free(t);
-}
-
-/* The last reference to a CUDA buffer: unmap it on its worker. */
-static void release_cuda(struct gbuf *b)
-{
-        struct worker *w = b->owner;
-        struct ipc_close_task *t = calloc(1, sizeof(*t));
-
-        if (!t) {
-                log_err("out of memory: leaking a CUDA IPC mapping");
-                return;
-        }
-        t->c.run = ipc_close_run;
-        t->be = w->be;
-        t->token = b->ipc_base;
-        worker_control(w, &t->c);
-}
-
-static void ipc_open_run(struct wctl *c, struct worker *w)
-{
-        struct ipc_task *t = (struct ipc_task *)c;
-
-        t->rc = w->be->ipc_open(w->be, t->handle, t->offset, t->bytes, &t->addr, &t->token);
-}
-
-static void ipc_open_done(struct wctl *c)
-{
-        struct ipc_task *t = (struct ipc_task *)c;
-        struct session *s = t->s;
-        struct server *srv = s->srv;
-        Gemmd__V1__Envelope env = GEMMD__V1__ENVELOPE__INIT;
-        Gemmd__V1__BufferReply r = GEMMD__V1__BUFFER_REPLY__INIT;
-        struct gbuf *b = NULL;
-        int rc = t->rc;
-
-        srv->pending_controls--;
-        if (!rc) {
-                b = calloc(1, sizeof(*b));
-                if (!b) {
-                        struct gbuf tmp = {.owner = t->w, .ipc_base = t->token};
-
-                        release_cuda(&tmp);
-                        rc = -ENOMEM;
-                }
-        }
-        if (b) {
-                atomic_init(&b->refs, 1);
-                b->kind = GBUF_CUDA;
-                b->bytes = t->bytes;
-                b->device = t->w->index;
-                b->dev_addr = t->addr;
-                b->ipc_base = t->token;
-                b->alloc_off = t->offset;
-                b->owner = t->w;
-                b->release = release_cuda;
-                if (s->state == SESSION_CLOSED || s->bufs.n >= srv->cfg->lim.max_buffers ||
-                    s->user->buffer_bytes + b->bytes > srv->cfg->lim.max_user_buffer_bytes ||
-                    (rc = gbuf_table_add(&s->bufs, b)) != 0) {
-                        gbuf_unref(b);
-                        b = NULL;
-                        if (!rc)
-                                rc = GEMMD_ELIMIT;
-                } else {
-                        s->user->buffer_bytes += b->bytes;
-                }
-        }
-        if (rc) {
-                session_send_error(s, t->rid, rc, -1, "cannot open the device memory: %s",
-                                   gemmd_strerror(rc));
-        } else {
-                r.buffer_id = b->id;
-                env.body_case = GEMMD__V1__ENVELOPE__BODY_BUFFER_REPLY;
-                env.buffer_reply = &r;
-                reply(s, t->rid, &env);
-        }
-        session_unref(s);
-        free(t);
-        server_maybe_finish(srv);
-}
-
-/* Registers device memory of a CUDA client (kind CUDA_IPC). */
-static void register_ipc(struct session *s, uint64_t rid, const Gemmd__V1__BufferRegister *m)
-{
-        struct server *srv = s->srv;
-        struct worker *w = NULL;
-        struct ipc_task *t;
-
-        for (int i = 0; i < srv->nworkers; i++)
-                if (srv->backends[i]->ipc_open && srv->backends[i]->index == (int)m->device)
-                        w = &srv->workers[i];
-        if (!w) {
-                session_send_error(s, rid, GEMMD_EUNSUPPORTED, -1,
-                                   "device memory on device %u is not served by this daemon",
-                                   m->device);
-                return;
-        }
-        if (m->ipc_handle.len != 64 || m->bytes == 0) {
-                session_send_error(s, rid, GEMMD_EINVAL, -1,
-                                   "a CUDA IPC registration needs a 64-byte handle and a size");
-                return;
-        }
-        t = calloc(1, sizeof(*t));
-        if (!t) {
-                session_send_error(s, rid, -ENOMEM, -1, "out of memory");
-                return;
-        }
-        t->c.run = ipc_open_run;
-        t->c.done = ipc_open_done;
-        t->s = s;
-        t->rid = rid;
-        memcpy(t->handle, m->ipc_handle.data, 64);
-        t->offset = m->offset;
-        t->bytes = m->bytes;
-        t->w = w;
-        s->refs++;
-        srv->pending_controls++;
-        worker_control(w, &t->c);
-}
-
 static void on_register(struct session *s, uint64_t rid, const Gemmd__V1__BufferRegister *m)
 {
         const struct limits *lim = &s->srv->cfg->lim;
@@ -248,7 +104,7 @@ static void on_register(struct session *s, uint64_t rid, const Gemmd__V1__Buffer
                                            (unsigned long long)m->bytes,
                                            (unsigned long long)lim->max_buffer_bytes);
                 else
-                        register_ipc(s, rid, m);
+                        devmem_register(s, rid, m);
                 return;
         }
         if (m->kind != GEMMD__V1__BUFFER_REGISTER__KIND__SHM) {
@@ -429,8 +285,6 @@ static void on_stats(struct session *s, uint64_t rid, const Gemmd__V1__StatsRequ
         free(text);
 }
 
-static void on_device_alloc(struct session *s, uint64_t rid, const Gemmd__V1__DeviceAlloc *m);
-
 void dispatch_frame(struct session *s, const uint8_t *buf, uint32_t len)
 {
         Gemmd__V1__Envelope *env = frame_unpack(&s->arena, buf, len);
@@ -486,7 +340,7 @@ void dispatch_frame(struct session *s, const uint8_t *buf, uint32_t len)
                 on_stats(s, rid, env->stats_request);
                 break;
         case GEMMD__V1__ENVELOPE__BODY_DEVICE_ALLOC:
-                on_device_alloc(s, rid, env->device_alloc);
+                devmem_alloc(s, rid, env->device_alloc);
                 break;
         default:
                 session_send_error(s, rid, GEMMD_EPROTO, -1, "unexpected message (body %d)",
@@ -510,141 +364,6 @@ void launch_notice_send(struct wctl *c)
         env.launched = &l;
         reply(s, n->r->id, &env);
         free(n);
-}
-
-/* Device memory the daemon allocates for a client: made on the device's
- * worker, freed there when the last reference goes. */
-struct dev_task {
-        struct wctl c;
-        struct session *s;
-        uint64_t rid;
-        uint64_t bytes;
-        struct worker *w;
-        int rc;
-        uint64_t addr;
-        uint8_t handle[64];
-        void *token;
-};
-
-static void dev_free_run(struct wctl *c, struct worker *w)
-{
-        struct ipc_close_task *t = (struct ipc_close_task *)c;
-
-        t->be->dev_free(t->be, t->token);
-        free(t);
-}
-
-static void release_dev(struct gbuf *b)
-{
-        struct worker *w = b->owner;
-        struct ipc_close_task *t = calloc(1, sizeof(*t));
-
-        if (!t) {
-                log_err("out of memory: leaking a device allocation");
-                return;
-        }
-        t->c.run = dev_free_run;
-        t->be = w->be;
-        t->token = b->ipc_base;
-        worker_control(w, &t->c);
-}
-
-static void dev_alloc_run(struct wctl *c, struct worker *w)
-{
-        struct dev_task *t = (struct dev_task *)c;
-
-        t->rc = w->be->dev_alloc(w->be, t->bytes, &t->addr, t->handle, &t->token);
-}
-
-static void dev_alloc_done(struct wctl *c)
-{
-        struct dev_task *t = (struct dev_task *)c;
-        struct session *s = t->s;
-        struct server *srv = s->srv;
-        Gemmd__V1__Envelope env = GEMMD__V1__ENVELOPE__INIT;
-        Gemmd__V1__BufferReply r = GEMMD__V1__BUFFER_REPLY__INIT;
-        struct gbuf *b = NULL;
-        int rc = t->rc;
-
-        srv->pending_controls--;
-        if (!rc && !(b = calloc(1, sizeof(*b)))) {
-                struct gbuf tmp = {.owner = t->w, .ipc_base = t->token};
-
-                release_dev(&tmp);
-                rc = -ENOMEM;
-        }
-        if (b) {
-                atomic_init(&b->refs, 1);
-                b->kind = GBUF_CUDA;
-                b->bytes = t->bytes;
-                b->device = t->w->index;
-                b->dev_addr = t->addr;
-                b->ipc_base = t->token;
-                b->owner = t->w;
-                b->release = release_dev;
-                if (s->state == SESSION_CLOSED || (rc = gbuf_table_add(&s->bufs, b)) != 0) {
-                        gbuf_unref(b);
-                        b = NULL;
-                }
-        }
-        if (rc) {
-                session_send_error(s, t->rid, rc, -1, "cannot allocate %llu bytes of device memory: %s",
-                                   (unsigned long long)t->bytes, gemmd_strerror(rc));
-        } else if (b) {
-                r.buffer_id = b->id;
-                r.ipc_handle.data = t->handle;
-                r.ipc_handle.len = 64;
-                r.device = (uint32_t)srv->backends[t->w->index]->index;
-                env.body_case = GEMMD__V1__ENVELOPE__BODY_BUFFER_REPLY;
-                env.buffer_reply = &r;
-                reply(s, t->rid, &env);
-        }
-        session_unref(s);
-        free(t);
-        server_maybe_finish(srv);
-}
-
-static void on_device_alloc(struct session *s, uint64_t rid, const Gemmd__V1__DeviceAlloc *m)
-{
-        struct server *srv = s->srv;
-        const struct limits *lim = &srv->cfg->lim;
-        struct worker *w = NULL;
-        struct dev_task *t;
-
-        for (int i = 0; i < srv->nworkers; i++)
-                if (srv->backends[i]->dev_alloc && srv->backends[i]->index == (int)m->device)
-                        w = &srv->workers[i];
-        if (!w) {
-                session_send_error(s, rid, GEMMD_EUNSUPPORTED, -1,
-                                   "no device %u with memory to allocate in this daemon", m->device);
-                return;
-        }
-        if (m->bytes == 0 || m->bytes > lim->max_buffer_bytes) {
-                session_send_error(s, rid, m->bytes ? GEMMD_ELIMIT : GEMMD_EINVAL, -1,
-                                   "buffer size %llu is not in [1, %llu]",
-                                   (unsigned long long)m->bytes,
-                                   (unsigned long long)lim->max_buffer_bytes);
-                return;
-        }
-        if (s->bufs.n >= lim->max_buffers) {
-                session_send_error(s, rid, GEMMD_ELIMIT, -1, "at most %u buffers per session",
-                                   lim->max_buffers);
-                return;
-        }
-        t = calloc(1, sizeof(*t));
-        if (!t) {
-                session_send_error(s, rid, -ENOMEM, -1, "out of memory");
-                return;
-        }
-        t->c.run = dev_alloc_run;
-        t->c.done = dev_alloc_done;
-        t->s = s;
-        t->rid = rid;
-        t->bytes = m->bytes;
-        t->w = w;
-        s->refs++;
-        srv->pending_controls++;
-        worker_control(w, &t->c);
 }
 
 void dispatch_completion(struct request *r)

@@ -1,0 +1,228 @@
+/*
+ * devmem.c - device memory of sessions, opened or allocated on the device's
+ * worker. Both kinds become a GBUF_CUDA buffer whose last reference sends
+ * the release back to that worker.
+ */
+#include "daemon/devmem.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "daemon/log.h"
+#include "daemon/users.h"
+#include "gemmd.h"
+
+/* Opens (owned == 0) or allocates (owned == 1) device memory. */
+struct dev_task {
+        struct wctl c;
+        struct session *s;
+        uint64_t rid;
+        struct worker *w;
+        int owned;
+        uint8_t handle[64]; /* the client's (opened) or the daemon's (allocated) */
+        uint64_t offset;    /* of the registered range in the client's allocation */
+        uint64_t bytes;
+        int rc;
+        uint64_t addr;
+        void *token;
+};
+
+struct release_task {
+        struct wctl c;
+        struct backend *be;
+        void *token;
+        int owned;
+};
+
+static void release_run(struct wctl *c, struct worker *w)
+{
+        struct release_task *t = (struct release_task *)c;
+
+        if (t->owned)
+                t->be->dev_free(t->be, t->token);
+        else
+                t->be->ipc_close(t->be, t->token);
+        free(t);
+}
+
+/* The last reference to device memory: unmap or free it on its worker. */
+static void release_device(struct gbuf *b)
+{
+        struct worker *w = b->owner;
+        struct release_task *t = calloc(1, sizeof(*t));
+
+        if (!t) {
+                log_err("out of memory: leaking device memory of %llu bytes",
+                        (unsigned long long)b->bytes);
+                return;
+        }
+        t->c.run = release_run;
+        t->be = w->be;
+        t->token = b->ipc_base;
+        t->owned = b->dev_owned;
+        worker_control(w, &t->c);
+}
+
+static void open_run(struct wctl *c, struct worker *w)
+{
+        struct dev_task *t = (struct dev_task *)c;
+
+        if (t->owned)
+                t->rc = w->be->dev_alloc(w->be, t->bytes, &t->addr, t->handle, &t->token);
+        else
+                t->rc = w->be->ipc_open(w->be, t->handle, t->offset, t->bytes, &t->addr, &t->token);
+}
+
+/* Back on the loop thread: the buffer joins the session (if it still fits
+ * the limits and the session is still there) and the client is answered. */
+static void open_done(struct wctl *c)
+{
+        struct dev_task *t = (struct dev_task *)c;
+        struct session *s = t->s;
+        struct server *srv = s->srv;
+        const struct limits *lim = &srv->cfg->lim;
+        Gemmd__V1__Envelope env = GEMMD__V1__ENVELOPE__INIT;
+        Gemmd__V1__BufferReply r = GEMMD__V1__BUFFER_REPLY__INIT;
+        struct gbuf *b = NULL;
+        int rc = t->rc;
+
+        srv->pending_controls--;
+        if (!rc && !(b = calloc(1, sizeof(*b)))) {
+                struct gbuf tmp = {.owner = t->w, .ipc_base = t->token, .dev_owned = t->owned};
+
+                release_device(&tmp);
+                rc = -ENOMEM;
+        }
+        if (b) {
+                atomic_init(&b->refs, 1);
+                b->kind = GBUF_CUDA;
+                b->bytes = t->bytes;
+                b->device = t->w->index;
+                b->dev_addr = t->addr;
+                b->ipc_base = t->token;
+                b->alloc_off = t->owned ? 0 : t->offset;
+                b->dev_owned = t->owned;
+                b->owner = t->w;
+                b->release = release_device;
+                /* The limits are checked again: other requests of the
+                 * session may have used them up meanwhile. */
+                if (s->state == SESSION_CLOSED || s->bufs.n >= lim->max_buffers ||
+                    s->user->buffer_bytes + b->bytes > lim->max_user_buffer_bytes ||
+                    (rc = gbuf_table_add(&s->bufs, b)) != 0) {
+                        gbuf_unref(b);
+                        b = NULL;
+                        if (!rc)
+                                rc = GEMMD_ELIMIT;
+                } else {
+                        s->user->buffer_bytes += b->bytes;
+                }
+        }
+        if (rc) {
+                session_send_error(s, t->rid, rc, -1, "cannot %s %llu bytes of device memory: %s",
+                                   t->owned ? "allocate" : "open", (unsigned long long)t->bytes,
+                                   gemmd_strerror(rc));
+        } else {
+                r.buffer_id = b->id;
+                if (t->owned) {
+                        r.ipc_handle.data = t->handle;
+                        r.ipc_handle.len = 64;
+                        r.device = (uint32_t)srv->backends[t->w->index]->index;
+                }
+                env.body_case = GEMMD__V1__ENVELOPE__BODY_BUFFER_REPLY;
+                env.buffer_reply = &r;
+                env.request_id = t->rid;
+                session_send(s, &env);
+        }
+        session_unref(s);
+        free(t);
+        server_maybe_finish(srv);
+}
+
+/* The worker of device ordinal `device` whose backend can do `owned`'s
+ * kind of work, or NULL. */
+static struct worker *device_worker(struct server *srv, uint32_t device, int owned)
+{
+        for (int i = 0; i < srv->nworkers; i++) {
+                struct backend *be = srv->backends[i];
+
+                if (be->index == (int)device && (owned ? be->dev_alloc != NULL : be->ipc_open != NULL))
+                        return &srv->workers[i];
+        }
+        return NULL;
+}
+
+static void start(struct session *s, uint64_t rid, struct worker *w, struct dev_task *t)
+{
+        t->c.run = open_run;
+        t->c.done = open_done;
+        t->s = s;
+        t->rid = rid;
+        t->w = w;
+        s->refs++;
+        s->srv->pending_controls++;
+        worker_control(w, &t->c);
+}
+
+void devmem_register(struct session *s, uint64_t rid, const Gemmd__V1__BufferRegister *m)
+{
+        struct worker *w = device_worker(s->srv, m->device, 0);
+        struct dev_task *t;
+
+        if (!w) {
+                session_send_error(s, rid, GEMMD_EUNSUPPORTED, -1,
+                                   "device memory on device %u is not served by this daemon",
+                                   m->device);
+                return;
+        }
+        if (m->ipc_handle.len != 64 || m->bytes == 0) {
+                session_send_error(s, rid, GEMMD_EINVAL, -1,
+                                   "a CUDA IPC registration needs a 64-byte handle and a size");
+                return;
+        }
+        t = calloc(1, sizeof(*t));
+        if (!t) {
+                session_send_error(s, rid, -ENOMEM, -1, "out of memory");
+                return;
+        }
+        memcpy(t->handle, m->ipc_handle.data, 64);
+        t->offset = m->offset;
+        t->bytes = m->bytes;
+        start(s, rid, w, t);
+}
+
+void devmem_alloc(struct session *s, uint64_t rid, const Gemmd__V1__DeviceAlloc *m)
+{
+        const struct limits *lim = &s->srv->cfg->lim;
+        struct worker *w = device_worker(s->srv, m->device, 1);
+        struct dev_task *t;
+
+        if (!w) {
+                session_send_error(s, rid, GEMMD_EUNSUPPORTED, -1,
+                                   "no device %u with memory to allocate in this daemon", m->device);
+                return;
+        }
+        if (m->bytes == 0 || m->bytes > lim->max_buffer_bytes) {
+                session_send_error(s, rid, m->bytes ? GEMMD_ELIMIT : GEMMD_EINVAL, -1,
+                                   "buffer size %llu is not in [1, %llu]",
+                                   (unsigned long long)m->bytes,
+                                   (unsigned long long)lim->max_buffer_bytes);
+                return;
+        }
+        if (s->bufs.n >= lim->max_buffers ||
+            s->user->buffer_bytes + m->bytes > lim->max_user_buffer_bytes) {
+                session_send_error(s, rid, GEMMD_ELIMIT, -1,
+                                   "over the buffer limits (%u per session, %llu bytes per user)",
+                                   lim->max_buffers,
+                                   (unsigned long long)lim->max_user_buffer_bytes);
+                return;
+        }
+        t = calloc(1, sizeof(*t));
+        if (!t) {
+                session_send_error(s, rid, -ENOMEM, -1, "out of memory");
+                return;
+        }
+        t->owned = 1;
+        t->bytes = m->bytes;
+        start(s, rid, w, t);
+}
