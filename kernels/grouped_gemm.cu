@@ -47,23 +47,57 @@ namespace {
 
 enum { MODE_MMA16 = 0, MODE_TF32 = 1, MODE_FFMA = 2 };
 
+#ifndef GEMMD_TF32_STAGES
+#define GEMMD_TF32_STAGES 3
+#endif
+#ifndef GEMMD_FFMA_BK
+#define GEMMD_FFMA_BK 16
+#endif
+#ifndef GEMMD_FFMA_STAGES
+#define GEMMD_FFMA_STAGES 3
+#endif
+
+/* Device code for sm_80..sm_89 (and PTX JIT-compiled from compute_80) uses
+ * the smaller shared-memory layout those chips allow; the sm_90a image the
+ * larger one. The host picks the matching size with device_sm90(), which
+ * says which image runs. */
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
+#define GEMMD_SMEM_H 0
+#else
+#define GEMMD_SMEM_H 1
+#endif
+
 constexpr int cmax(int a, int b) { return a > b ? a : b; }
 
 template <int MODE_, typename T_> struct Cfg {
         using T = T_;
         static constexpr int MODE = MODE_;
         static constexpr int BM = 128, BN = 128;
-        static constexpr int BK = MODE == MODE_FFMA ? 16 : MODE == MODE_TF32 ? 32 : 64;
-        static constexpr int STAGES = MODE == MODE_MMA16 ? 4 : 3;
+        static constexpr int BK = MODE == MODE_FFMA ? GEMMD_FFMA_BK : MODE == MODE_TF32 ? 32 : 64;
+        /* _H: the sm_90a image (227 KB of shared memory per block); _L: the
+         * sm_80 one (163 KB: room for the f32 running total, not tf32's). */
+        static constexpr int STAGES_H = MODE == MODE_MMA16 ? 4 : MODE == MODE_TF32 ? GEMMD_TF32_STAGES
+                                                                                   : GEMMD_FFMA_STAGES;
+        static constexpr int STAGES_L = MODE == MODE_MMA16 ? 4 : 3;
+        static constexpr int STAGES = GEMMD_SMEM_H ? STAGES_H : STAGES_L;
         static constexpr int THREADS = CUDA_GEMM_THREADS;
         static constexpr int ESZ = (int)sizeof(T);
         static constexpr int V = 16 / ESZ;             /* elements per 16-byte vector */
         static constexpr int SK = BK + (ESZ == 2 ? 8 : 4); /* K-major row stride */
         static constexpr int SM = BM + 8;              /* MN-major row stride */
         static constexpr int OP_ELEMS = cmax(BM * SK, BK * SM);
-        static constexpr int SMEM = STAGES * 2 * OP_ELEMS * ESZ;
         static constexpr int NACC = 64; /* accumulators per thread */
         static constexpr int TILE = BM * BN;
+        /* f32 configs keep the tile's running total in shared memory (each
+         * thread its own NACC slots, THREADS apart) rather than in 64 more
+         * registers: the mainloop then has room to prefetch fragments. */
+        static constexpr bool TOT_SMEM_H = MODE != MODE_MMA16, TOT_SMEM_L = MODE == MODE_FFMA;
+        static constexpr bool TOT_SMEM = GEMMD_SMEM_H ? TOT_SMEM_H : TOT_SMEM_L;
+        static constexpr int TSTR = TOT_SMEM ? THREADS : 1; /* stride of tot[] */
+        static constexpr int smem_bytes(bool h)
+        {
+                return (h ? STAGES_H : STAGES_L) * 2 * OP_ELEMS * ESZ + ((h ? TOT_SMEM_H : TOT_SMEM_L) ? TILE * 4 : 0);
+        }
         static_assert(SCHED_KCHUNK % BK == 0, "a K chunk must hold whole k-tiles");
         static_assert(NACC * THREADS == TILE, "one tile in registers");
 };
@@ -147,6 +181,23 @@ __device__ __forceinline__ void mma_tf32(float *d, const uint32_t *a, const uint
                      "{%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
                      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
                      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+
+/* Four 8 x 4 blocks of 32-bit elements (8 rows of 16 bytes each): register
+ * j of lane l holds element (l / 4, l % 4) of block j, the row addresses of
+ * block j coming from lanes 8j..8j+7. */
+__device__ __forceinline__ void ldsm_x4_b32(uint32_t r[4], const float *p)
+{
+        ldsm_x4(r, p);
+}
+
+/* Rounds f32 bits to TF32 (to nearest, ties away from zero, like
+ * cvt.rna) for an mma that ignores the low 13 bits: one integer add.
+ * Infinities stay infinite; a NaN stays NaN unless its top 10 mantissa
+ * bits are all ones. */
+__device__ __forceinline__ uint32_t tf32_round_bits(uint32_t x)
+{
+        return x + 0x1000u;
 }
 
 __device__ __forceinline__ uint32_t to_tf32(float f)
@@ -360,22 +411,47 @@ __device__ __forceinline__ void compute_stage(const typename C::T *sx, const typ
                 for (int ks = 0; ks < C::BK / 8; ks++) {
                         const int kb = ks * 8;
                         uint32_t a[4][4], b[4][2];
+                        /* K-major operands: whole fragments by ldmatrix,
+                         * rounded by tf32_round_bits. MN-major: element
+                         * loads rounded by cvt.rna. */
 #pragma unroll
                         for (int mi = 0; mi < 4; mi++) {
                                 const int r = wm * 64 + mi * 16 + g;
+                                if (XK) {
+                                        ldsm_x4_b32(a[mi], sx + (wm * 64 + mi * 16 + (lane & 7) +
+                                                                 ((lane >> 3) & 1) * 8) * C::SK +
+                                                                    kb + (lane >> 4) * 4);
 #pragma unroll
-                                for (int e = 0; e < 4; e++) {
-                                        const int rr = r + (e & 1) * 8, kk = kb + t + (e >> 1) * 4;
-                                        a[mi][e] = to_tf32(XK ? sx[rr * C::SK + kk] : sx[kk * C::SM + rr]);
+                                        for (int e = 0; e < 4; e++)
+                                                a[mi][e] = tf32_round_bits(a[mi][e]);
+                                } else {
+#pragma unroll
+                                        for (int e = 0; e < 4; e++) {
+                                                const int rr = r + (e & 1) * 8, kk = kb + t + (e >> 1) * 4;
+                                                a[mi][e] = to_tf32(sx[kk * C::SM + rr]);
+                                        }
                                 }
                         }
+                        if (YK) {
 #pragma unroll
-                        for (int ni = 0; ni < 4; ni++) {
-                                const int n = wn * 32 + ni * 8 + g;
+                                for (int nj = 0; nj < 2; nj++) {
+                                        uint32_t r4[4];
+                                        ldsm_x4_b32(r4, sy + (wn * 32 + nj * 16 + (lane & 7) + (lane >> 4) * 8) * C::SK +
+                                                                kb + ((lane >> 3) & 1) * 4);
+                                        b[2 * nj][0] = tf32_round_bits(r4[0]);
+                                        b[2 * nj][1] = tf32_round_bits(r4[1]);
+                                        b[2 * nj + 1][0] = tf32_round_bits(r4[2]);
+                                        b[2 * nj + 1][1] = tf32_round_bits(r4[3]);
+                                }
+                        } else {
 #pragma unroll
-                                for (int e = 0; e < 2; e++) {
-                                        const int kk = kb + t + e * 4;
-                                        b[ni][e] = to_tf32(YK ? sy[n * C::SK + kk] : sy[kk * C::SM + n]);
+                                for (int ni = 0; ni < 4; ni++) {
+                                        const int n = wn * 32 + ni * 8 + g;
+#pragma unroll
+                                        for (int e = 0; e < 2; e++) {
+                                                const int kk = kb + t + e * 4;
+                                                b[ni][e] = to_tf32(sy[kk * C::SM + n]);
+                                        }
                                 }
                         }
 #pragma unroll
@@ -489,11 +565,19 @@ __device__ __forceinline__ void mainloop(const Prob &pr, uint32_t m0, uint32_t n
         int lstage = 0;
         auto issue = [&](int it) {
                 if (it < niter) {
-                        const Term &tm = lp.term ? pr.term[1] : pr.term[0];
+                        /* Field by field: a reference to one of the two
+                         * terms would put the whole Prob on the stack. */
+                        const bool t1 = lp.term != 0;
+                        const char *gx = t1 ? pr.term[1].x : pr.term[0].x;
+                        const char *gy = t1 ? pr.term[1].y : pr.term[0].y;
+                        const int64_t ldx = t1 ? pr.term[1].ldx : pr.term[0].ldx;
+                        const int64_t ldy = t1 ? pr.term[1].ldy : pr.term[0].ldy;
+                        const bool xal = t1 ? pr.term[1].xal : pr.term[0].xal;
+                        const bool yal = t1 ? pr.term[1].yal : pr.term[0].yal;
                         const uint32_t k0 = lp.c * SCHED_KCHUNK + lp.kt * C::BK;
                         T *sx = sbase + lstage * 2 * C::OP_ELEMS, *sy = sx + C::OP_ELEMS;
-                        load_tile<C, XK>(sx, tm.x, tm.ldx, tm.xal, m0, pr.m, k0, pr.k);
-                        load_tile<C, YK>(sy, tm.y, tm.ldy, tm.yal, n0, pr.n, k0, pr.k);
+                        load_tile<C, XK>(sx, gx, ldx, xal, m0, pr.m, k0, pr.k);
+                        load_tile<C, YK>(sy, gy, ldy, yal, n0, pr.n, k0, pr.k);
                         kpos_next<C>(lp, pr.k, pr.nterms);
                         lstage = lstage + 1 == C::STAGES ? 0 : lstage + 1;
                 }
@@ -522,7 +606,7 @@ __device__ __forceinline__ void mainloop(const Prob &pr, uint32_t m0, uint32_t n
                         } else {
 #pragma unroll
                                 for (int i = 0; i < C::NACC; i++)
-                                        tot[i] += acc[i];
+                                        tot[i * C::TSTR] += acc[i];
                         }
 #pragma unroll
                         for (int i = 0; i < C::NACC; i++)
@@ -551,7 +635,7 @@ __device__ __forceinline__ void epilogue(const struct gemmd_kproblem &p, bool xk
                 if (syr2k && (lower ? gi < gj : gi > gj))
                         continue;
                 T *dst = cptr + gi + (int64_t)gj * p.ldc;
-                float v = __fmul_rn(alpha, tot[i]);
+                float v = __fmul_rn(alpha, tot[i * C::TSTR]);
                 if (beta != 0.f)
                         v = __fadd_rn(v, __fmul_rn(beta, to_f32<T>(*dst)));
                 *dst = from_f32<T>(v);
@@ -571,10 +655,13 @@ __device__ __forceinline__ void run_entry(const KParams &kp, uint32_t pi, uint32
         const bool valid = sched_tile_coord(&sp, shape, tile, &row, &col) != 0;
         const uint32_t m0 = row * C::BM, n0 = col * C::BN;
         const Prob pr = make_prob<C>(p);
-        float tot[C::NACC];
+        float treg[C::TOT_SMEM ? 1 : C::NACC];
+        float *tot = treg;
+        if constexpr (C::TOT_SMEM)
+                tot = (float *)(smem + C::STAGES * 2 * C::OP_ELEMS * C::ESZ) + threadIdx.x;
 #pragma unroll
         for (int i = 0; i < C::NACC; i++)
-                tot[i] = 0.f;
+                tot[i * C::TSTR] = 0.f;
         float *wsb = nullptr;
         if (split != SCHED_NO_SPLIT)
                 wsb = kp.ws + (size_t)kp.split_ws[split] * C::TILE;
@@ -614,7 +701,7 @@ __device__ __forceinline__ void run_entry(const KParams &kp, uint32_t pi, uint32
                         const float *w = wsb + (size_t)c * C::TILE + threadIdx.x;
 #pragma unroll
                         for (int i = 0; i < C::NACC; i++)
-                                tot[i] += __ldcg(w + i * C::THREADS);
+                                tot[i * C::TSTR] += __ldcg(w + i * C::THREADS);
                 }
                 if (threadIdx.x == 0)
                         atomicExch(&kp.arrivals[split], 0u);
@@ -699,17 +786,20 @@ template <class C> __global__ void __launch_bounds__(C::THREADS, 1) grouped_kern
 
 #include "kernels/wgmma_gemm.cuh"
 
+bool device_sm90();
+
 template <class C> int launch(const struct cuda_group *g, const KParams &kp, uint32_t grid, cudaStream_t st)
 {
+        const int smem = C::smem_bytes(device_sm90());
         /* The dynamic shared-memory limit is a per-function, per-device
          * attribute; setting it each launch costs little and avoids state. */
         cudaError_t err = cudaFuncSetAttribute(grouped_kernel<C>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                               C::SMEM);
+                                               smem);
         if (err != cudaSuccess) {
                 cudaGetLastError();
                 return -EIO;
         }
-        grouped_kernel<C><<<grid, C::THREADS, C::SMEM, st>>>(kp);
+        grouped_kernel<C><<<grid, C::THREADS, smem, st>>>(kp);
         err = cudaGetLastError();
         return err == cudaSuccess ? 0 : -EIO;
 }
@@ -734,7 +824,7 @@ extern "C" const char *cuda_gemm_kernel_name(int dtype, int tf32)
 {
         switch (dtype) {
         case GEMMD_F32:
-                return tf32 ? "tf32-mma-128x128x32" : "f32-ffma-128x128x16";
+                return tf32 ? "tf32-mma-128x128x32" : GEMMD_FFMA_BK == 16 ? "f32-ffma-128x128x16" : "f32-ffma-128x128x32";
         case GEMMD_F16:
                 return "f16-mma-128x128x64";
         case GEMMD_BF16:

@@ -426,9 +426,10 @@ int main(int argc, char **argv)
         static const int tfs[] = {0, 1, 0, 0};
         for (int c = 0; c < 4; c++) {
                 printf("%s (%s)\n", names[c], cuda_gemm_kernel_name(dts[c], tfs[c]));
-                /* 16-bit configs also get groups of K-major problems only
-                 * (the sm_90 fast path) and a mix of both kinds. */
-                const int ngrp = dts[c] == GEMMD_F32 ? 4 : 8;
+                /* Every config also gets groups of K-major problems only
+                 * (the sm_90 fast path for 16-bit, the ldmatrix fragment
+                 * path for tf32) and a mix of both kinds. */
+                const int ngrp = 8;
                 for (int grp = 0; grp < ngrp; grp++) {
                         struct tprob tp[80];
                         uint32_t np;
