@@ -24,7 +24,12 @@ void config_defaults(struct gemmd_config *cfg)
         cfg->socket_path = env && *env ? env : GEMMD_DEFAULT_SOCKET;
         cfg->backend = BACKEND_AUTO;
         cfg->threads = ncpu > 0 ? (int)ncpu : 1;
-        cfg->mode = SCHED_LPT;
+        /* Measured on the H100 (bench/results/gemmbench-kernels.txt):
+         * sorted is the best or near-best mode on every 16-bit workload,
+         * while lpt's runs of one problem per CTA spread the CTAs of a
+         * large problem over it and lose L2 reuse (8192^3: 292 against 621
+         * TF/s). lpt and split stay a flag away. */
+        cfg->mode = SCHED_SORTED;
         cfg->max_groups_inflight = 2;
         cfg->batch_window_us = 0;
         cfg->max_group_tiles = 1u << 16;
