@@ -175,7 +175,6 @@ void worker_enqueue(struct worker *w, struct lane *lanes, struct op **ops, uint3
         }
         if (!l->linked && l->head)
                 lane_link(w, prio, l);
-        atomic_fetch_add_explicit(&w->kick, 1, memory_order_release);
         /* A busy worker finds the ops on its next turn: no wake-up call. */
         if (w->sleeping)
                 pthread_cond_signal(&w->cond);
@@ -471,7 +470,6 @@ void worker_control(struct worker *w, struct wctl *c)
         else
                 w->ctl_head = c;
         w->ctl_tail = c;
-        atomic_fetch_add_explicit(&w->kick, 1, memory_order_release);
         pthread_cond_signal(&w->cond);
         pthread_mutex_unlock(&w->lock);
 }
@@ -491,7 +489,6 @@ void worker_group_done(struct group *g, int status)
                 w->last_done_ns = g->t_done_ns;
         }
         atomic_fetch_add_explicit(&w->progress, 1, memory_order_relaxed);
-        atomic_fetch_add_explicit(&w->kick, 1, memory_order_release);
         pthread_cond_signal(&w->cond);
         pthread_mutex_unlock(&w->lock);
 }
@@ -518,37 +515,6 @@ static uint64_t oldest_pending(struct worker *w)
                 } while (u != w->ring[p]);
         }
         return t;
-}
-
-/* How long an idle worker watches for work before it sleeps: a request or
- * completion arriving within it costs no futex wake-up on either side (the
- * enqueuer signals only a sleeping worker), and the core is given back
- * soon after the last event. */
-#define WORKER_SPIN_NS 30000ull
-
-/* Called with the lock held and nothing to do: spins without the lock
- * until someone kicks the worker or the spin time is up. Returns 1 if
- * kicked (the caller looks again), 0 to sleep. */
-static int spin_for_work(struct worker *w)
-{
-        uint64_t seen = atomic_load_explicit(&w->kick, memory_order_acquire);
-        uint64_t t0 = now_ns();
-        int kicked = 0;
-
-        pthread_mutex_unlock(&w->lock);
-        while (now_ns() - t0 < WORKER_SPIN_NS) {
-                if (atomic_load_explicit(&w->kick, memory_order_acquire) != seen) {
-                        kicked = 1;
-                        break;
-                }
-#if defined(__x86_64__) || defined(__i386__)
-                __builtin_ia32_pause();
-#endif
-        }
-        pthread_mutex_lock(&w->lock);
-        /* A kick between the last look and the lock would otherwise be
-         * lost: its sender saw a worker not sleeping and did not signal. */
-        return kicked || atomic_load_explicit(&w->kick, memory_order_acquire) != seen;
 }
 
 static void *worker_main(void *arg)
@@ -644,8 +610,6 @@ static void *worker_main(void *arg)
                 }
                 if (w->stopping && !w->pending_ops && !w->inflight && !w->done && !w->ctl_head)
                         break;
-                if (!w->stopping && spin_for_work(w))
-                        continue;
                 w->sleeping = 1;
                 pthread_cond_wait(&w->cond, &w->lock);
                 w->sleeping = 0;
@@ -704,7 +668,6 @@ void worker_stop(struct worker *w)
                 return;
         pthread_mutex_lock(&w->lock);
         w->stopping = 1;
-        atomic_fetch_add_explicit(&w->kick, 1, memory_order_release);
         pthread_cond_signal(&w->cond);
         pthread_mutex_unlock(&w->lock);
         pthread_join(w->thread, NULL);

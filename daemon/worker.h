@@ -137,9 +137,6 @@ struct worker {
         /* Bumped by every finished group and control task, read by the
          * watchdog without the lock. */
         atomic_uint_fast64_t progress;
-        /* Bumped (under the lock) by everything that gives the worker work:
-         * an idle worker spins on it briefly before sleeping. */
-        atomic_uint_fast64_t kick;
 };
 
 /* Starts the worker thread for backend `be`. */
