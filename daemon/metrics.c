@@ -19,6 +19,7 @@
 
 #include "daemon/log.h"
 #include "daemon/server.h"
+#include "daemon/unixsock.h"
 #include "gemmd.h"
 
 /* Wire codes (gemmd.v1.Code) as label values; the same words as stats.c. */
@@ -651,48 +652,6 @@ static void on_connection(uv_stream_t *lis, int status)
 
 /* ---- the listener ----------------------------------------------------- */
 
-/* Binds and listens on a Unix socket at path (mode 0660), replacing a
- * socket file that no process serves. Returns the descriptor or -errno. */
-static int bind_unix(const char *path)
-{
-        struct sockaddr_un sa = {.sun_family = AF_UNIX};
-        int fd, rc;
-
-        if (!*path || strlen(path) >= sizeof(sa.sun_path))
-                return -ENAMETOOLONG;
-        strcpy(sa.sun_path, path);
-        fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
-        if (fd < 0)
-                return -errno;
-        if (bind(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0) {
-                int probe;
-
-                if (errno != EADDRINUSE)
-                        goto err;
-                probe = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-                rc = probe >= 0 ? connect(probe, (struct sockaddr *)&sa, sizeof(sa)) : -1;
-                if (probe >= 0)
-                        close(probe);
-                if (rc == 0) {
-                        close(fd);
-                        return -EADDRINUSE;
-                }
-                unlink(path);
-                if (bind(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0)
-                        goto err;
-        }
-        if (chmod(path, 0660) < 0 || listen(fd, 64) < 0) {
-                rc = -errno;
-                unlink(path);
-                close(fd);
-                return rc;
-        }
-        return fd;
-err:
-        rc = -errno;
-        close(fd);
-        return rc;
-}
 
 /* Parses "HOST:PORT" (HOST IPv4, or IPv6 in brackets) into *ss. */
 static int parse_tcp(const char *spec, struct sockaddr_storage *ss, socklen_t *sslen)
@@ -774,7 +733,7 @@ int metrics_start(struct server *srv)
          * libuv handle that the loop would have to close. */
         if (!strncmp(spec, "unix:", 5)) {
                 M.is_unix = 1;
-                fd = bind_unix(spec + 5);
+                fd = unixsock_listen(spec + 5, 64);
                 if (fd >= 0) {
                         M.unix_path = strdup(spec + 5);
                         if (!M.unix_path) {

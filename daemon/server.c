@@ -17,6 +17,7 @@
 #include "daemon/log.h"
 #include "daemon/metrics.h"
 #include "daemon/notify.h"
+#include "daemon/unixsock.h"
 #include "daemon/watchdog.h"
 #include "gemmd.h"
 
@@ -50,49 +51,19 @@ static int activated_fd(void)
         return fd;
 }
 
-/* Creates, binds and listens on `path` (mode 0660). A socket file left by
- * a dead daemon is replaced; a live daemon is not. */
+/* Listens on `path`, with a log line for each way it can fail. */
 static int listen_unix(const char *path, int *out)
 {
-        struct sockaddr_un sa = {.sun_family = AF_UNIX};
-        int fd, rc;
+        int fd = unixsock_listen(path, 128);
 
-        if (strlen(path) >= sizeof(sa.sun_path)) {
-                log_err("socket path too long: %s", path);
-                return -ENAMETOOLONG;
-        }
-        strcpy(sa.sun_path, path);
-        fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+        if (fd == -EADDRINUSE)
+                log_err("another gemmd is serving %s", path);
+        else if (fd < 0)
+                log_err("cannot listen on %s: %s", path, strerror(-fd));
         if (fd < 0)
-                return -errno;
-        if (bind(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0) {
-                int probe;
-
-                if (errno != EADDRINUSE)
-                        goto err;
-                probe = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-                rc = probe >= 0 ? connect(probe, (struct sockaddr *)&sa, sizeof(sa)) : -1;
-                if (probe >= 0)
-                        close(probe);
-                if (rc == 0) {
-                        log_err("another gemmd is serving %s", path);
-                        close(fd);
-                        return -EADDRINUSE;
-                }
-                /* A stale socket file from a daemon that died. */
-                unlink(path);
-                if (bind(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0)
-                        goto err;
-        }
-        if (chmod(path, 0660) < 0 || listen(fd, 128) < 0)
-                goto err;
+                return fd;
         *out = fd;
         return 0;
-err:
-        rc = -errno;
-        log_err("cannot listen on %s: %s", path, strerror(errno));
-        close(fd);
-        return rc;
 }
 
 static void on_listen(uv_poll_t *h, int status, int events)
