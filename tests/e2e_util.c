@@ -826,6 +826,26 @@ out:
         return rc;
 }
 
+int e2e_timed_op(gemmd_client *c, int64_t m, int64_t n, int64_t k, struct gemmd_op *op)
+{
+        struct e2e_spec s = {.kind = GEMMD_GEMM, .dtype = GEMMD_F32, .m = m, .n = n, .k = k,
+                             .alpha = 1.0f, .beta = 0.0f};
+        struct e2e_prob p;
+        gemmd_buffer id;
+        void *ptr;
+        int rc;
+
+        e2e_prob_shape(&p, &s);
+        rc = gemmd_buffer_alloc(c, p.abytes + p.bbytes + p.cbytes, &id, &ptr);
+        if (rc)
+                return rc;
+        p.op.a = (struct gemmd_operand){.buffer = id, .offset = 0};
+        p.op.b = (struct gemmd_operand){.buffer = id, .offset = p.abytes};
+        p.op.c = (struct gemmd_operand){.buffer = id, .offset = p.abytes + p.bbytes};
+        *op = p.op;
+        return 0;
+}
+
 void e2e_spec_random(struct e2e_spec *s, uint64_t *seed, int64_t maxdim)
 {
         static const float alphas[] = {1.0f, -0.5f, 1.25f, 2.0f};

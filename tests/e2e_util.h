@@ -192,6 +192,11 @@ void e2e_prob_reset(struct e2e_prob *p);
 int e2e_run_checked(gemmd_client *c, struct e2e_prob *p, size_t n, size_t per_submit,
                     struct gemmd_result *res, char *why, size_t whylen);
 
+/* An f32 GEMM of m x n x k in a new shared buffer of c, its operands left
+ * as the zeros of a fresh buffer: an op for timing, not for checking.
+ * Returns 0 and *op, or the library's code. */
+int e2e_timed_op(gemmd_client *c, int64_t m, int64_t n, int64_t k, struct gemmd_op *op);
+
 /* A random small spec: any kind, dtype, ops, layout, sizes in [1, maxdim],
  * pad in [0, 3], alpha and beta (beta sometimes 0). */
 void e2e_spec_random(struct e2e_spec *s, uint64_t *seed, int64_t maxdim);

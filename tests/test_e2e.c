@@ -13,11 +13,9 @@
 
 #include "gemmd.h"
 #include "tests/e2e_util.h"
+#include "tests/e2e_assert.h"
 
 TestSuite(e2e, .init = e2e_setup, .fini = e2e_teardown, .timeout = 120);
-
-#define START(d, ...) cr_assert_eq(e2e_daemon_start((d), __VA_ARGS__), 0, "gemmd did not start")
-#define STOP(d) cr_assert_eq(e2e_daemon_stop(d), 0, "gemmd did not exit 0 on SIGTERM")
 
 Test(e2e, handshake_reports_protocol_backend_and_limits)
 {

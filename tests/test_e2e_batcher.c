@@ -18,11 +18,9 @@
 
 #include "gemmd.h"
 #include "tests/e2e_util.h"
+#include "tests/e2e_assert.h"
 
 TestSuite(e2e, .init = e2e_setup, .fini = e2e_teardown, .timeout = 180);
-
-#define START(d, ...) cr_assert_eq(e2e_daemon_start((d), __VA_ARGS__), 0, "gemmd did not start")
-#define STOP(d) cr_assert_eq(e2e_daemon_stop(d), 0, "gemmd did not exit 0 on SIGTERM")
 
 static const struct e2e_spec big_f32 = {.kind = GEMMD_GEMM, .dtype = GEMMD_F32, .m = 256,
                                         .n = 256, .k = 256, .alpha = 1.0f, .beta = 0.0f};

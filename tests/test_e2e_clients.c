@@ -17,11 +17,9 @@
 
 #include "gemmd.h"
 #include "tests/e2e_util.h"
+#include "tests/e2e_assert.h"
 
 TestSuite(e2e, .init = e2e_setup, .fini = e2e_teardown, .timeout = 240);
-
-#define START(d, ...) cr_assert_eq(e2e_daemon_start((d), __VA_ARGS__), 0, "gemmd did not start")
-#define STOP(d) cr_assert_eq(e2e_daemon_stop(d), 0, "gemmd did not exit 0 on SIGTERM")
 
 /* A number that follows `key` in a JSON text (the first occurrence). */
 static long long json_number(const char *json, const char *key)

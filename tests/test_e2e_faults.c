@@ -18,30 +18,9 @@
 
 #include "gemmd.h"
 #include "tests/hard_util.h"
+#include "tests/e2e_assert.h"
 
 TestSuite(faults, .init = e2e_setup, .fini = e2e_teardown, .timeout = 180);
-
-#define START(d, ...) cr_assert_eq(e2e_daemon_start((d), __VA_ARGS__), 0, "gemmd did not start")
-#define STOP(d) cr_assert_eq(e2e_daemon_stop(d), 0, "gemmd did not exit 0 on SIGTERM")
-
-/* An f32 GEMM of m x n x k in its own shared buffer, operands left zero:
- * for time, not for checking. */
-static struct gemmd_op timed_op(gemmd_client *c, int64_t m, int64_t n, int64_t k)
-{
-        struct e2e_spec s = {.kind = GEMMD_GEMM, .dtype = GEMMD_F32, .m = m, .n = n, .k = k,
-                             .alpha = 1.0f, .beta = 0.0f};
-        struct e2e_prob p;
-        gemmd_buffer id;
-        void *ptr;
-
-        e2e_prob_shape(&p, &s);
-        if (gemmd_buffer_alloc(c, p.abytes + p.bbytes + p.cbytes, &id, &ptr))
-                memset(&p.op, 0, sizeof(p.op));
-        p.op.a = (struct gemmd_operand){.buffer = id, .offset = 0};
-        p.op.b = (struct gemmd_operand){.buffer = id, .offset = p.abytes};
-        p.op.c = (struct gemmd_operand){.buffer = id, .offset = p.abytes + p.bbytes};
-        return p.op;
-}
 
 static long long device_ops(gemmd_client *c)
 {
@@ -81,7 +60,7 @@ static void doomed(const char *sock, int fd)
         for (int i = 0; i < 3; i++)
                 if (e2e_arena_init(&ar[i], c, 4u << 20))
                         _exit(3);
-        big = timed_op(c, 768, 768, 768);
+        cr_assert_eq(e2e_timed_op(c, 768, 768, 768, &big), 0);
         if (gemmd_submit(c, &big, 1, GEMMD_PRIO_HIGH, &t))
                 _exit(4);
         if (e2e_prob_place(&p, &s, &ar[0], &seed))
@@ -235,7 +214,7 @@ Test(faults, a_killed_clients_memory_stays_mapped_until_its_running_op_is_done)
         mon = e2e_connect(&d);
         cr_assert_not_null(mon);
         /* Size an op of about a second here. */
-        op = timed_op(mon, 512, 512, 256);
+        cr_assert_eq(e2e_timed_op(mon, 512, 512, 256, &op), 0);
         cr_assert_eq(gemmd_run(mon, &op, 1, &r), 0);
         k = r.run_us ? 256 * 1000000ull / r.run_us : 8192;
         k = k < 256 ? 256 : k > 16384 ? 16384 : k;
@@ -248,8 +227,8 @@ Test(faults, a_killed_clients_memory_stays_mapped_until_its_running_op_is_done)
                 close(p[0]);
                 if (gemmd_connect(d.sock, &c))
                         _exit(2);
-                op = timed_op(c, 512, 512, (int64_t)k);
-                if (gemmd_submit(c, &op, 1, GEMMD_PRIO_NORMAL, &t) || write(p[1], "s", 1) != 1)
+                if (e2e_timed_op(c, 512, 512, (int64_t)k, &op) ||
+                    gemmd_submit(c, &op, 1, GEMMD_PRIO_NORMAL, &t) || write(p[1], "s", 1) != 1)
                         _exit(3);
                 for (;;)
                         pause();
@@ -330,7 +309,7 @@ Test(faults, a_dead_or_restarted_daemon_gives_edisconnect_then_clients_reconnect
         c = reconnect(sock);
         cr_assert_not_null(c);
         run_one_checked(c, &seed);
-        slow = timed_op(c, 512, 512, 2048);
+        cr_assert_eq(e2e_timed_op(c, 512, 512, 2048, &slow), 0);
         cr_assert_eq(gemmd_submit(c, &slow, 1, GEMMD_PRIO_NORMAL, &t1), 0);
         cr_assert_eq(gemmd_submit(c, &slow, 1, GEMMD_PRIO_NORMAL, &t2), 0);
         usleep(20000);
@@ -358,7 +337,7 @@ Test(faults, a_dead_or_restarted_daemon_gives_edisconnect_then_clients_reconnect
 
         /* An orderly restart: work in flight is finished and answered, then
          * the connection ends. */
-        slow = timed_op(c, 512, 512, 1024);
+        cr_assert_eq(e2e_timed_op(c, 512, 512, 1024, &slow), 0);
         cr_assert_eq(gemmd_submit(c, &slow, 1, GEMMD_PRIO_NORMAL, &t1), 0);
         usleep(20000);
         kill(pid, SIGTERM);

@@ -20,11 +20,9 @@
 #include "gemmd.h"
 #include "proto/frame.h"
 #include "tests/e2e_util.h"
+#include "tests/e2e_assert.h"
 
 TestSuite(e2e, .init = e2e_setup, .fini = e2e_teardown, .timeout = 120);
-
-#define START(d, ...) cr_assert_eq(e2e_daemon_start((d), __VA_ARGS__), 0, "gemmd did not start")
-#define STOP(d) cr_assert_eq(e2e_daemon_stop(d), 0, "gemmd did not exit 0 on SIGTERM")
 
 #define RECV_TIMEOUT_MS 10000
 

@@ -21,29 +21,9 @@
 
 #include "gemmd.h"
 #include "tests/hard_util.h"
+#include "tests/e2e_assert.h"
 
 TestSuite(e2e, .init = e2e_setup, .fini = e2e_teardown, .timeout = 180);
-
-#define START(d, ...) cr_assert_eq(e2e_daemon_start((d), __VA_ARGS__), 0, "gemmd did not start")
-#define STOP(d) cr_assert_eq(e2e_daemon_stop(d), 0, "gemmd did not exit 0 on SIGTERM")
-
-/* An f32 GEMM of m x n x k in a shared buffer of c, its operands left as
- * the zeros of a fresh buffer: for timing, not for checking. */
-static struct gemmd_op big_op(gemmd_client *c, int64_t m, int64_t n, int64_t k)
-{
-        struct e2e_spec s = {.kind = GEMMD_GEMM, .dtype = GEMMD_F32, .m = m, .n = n, .k = k,
-                             .alpha = 1.0f, .beta = 0.0f};
-        struct e2e_prob p;
-        gemmd_buffer id;
-        void *ptr;
-
-        e2e_prob_shape(&p, &s);
-        cr_assert_eq(gemmd_buffer_alloc(c, p.abytes + p.bbytes + p.cbytes, &id, &ptr), 0);
-        p.op.a = (struct gemmd_operand){.buffer = id, .offset = 0};
-        p.op.b = (struct gemmd_operand){.buffer = id, .offset = p.abytes};
-        p.op.c = (struct gemmd_operand){.buffer = id, .offset = p.abytes + p.bbytes};
-        return p.op;
-}
 
 static char *write_file(const char *name, const char *text)
 {
@@ -284,8 +264,8 @@ Test(e2e, user_inflight_cap_spans_the_users_sessions)
         a = e2e_connect(&d);
         b = e2e_connect(&d);
         cr_assert(a && b);
-        slow = big_op(a, 512, 512, 2048);
-        quick = big_op(b, 16, 16, 16);
+        cr_assert_eq(e2e_timed_op(a, 512, 512, 2048, &slow), 0);
+        cr_assert_eq(e2e_timed_op(b, 16, 16, 16, &quick), 0);
         cr_assert_eq(gemmd_submit(a, &slow, 1, GEMMD_PRIO_NORMAL, &t[0]), 0);
         cr_assert_eq(gemmd_submit(a, &slow, 1, GEMMD_PRIO_NORMAL, &t[1]), 0);
         cr_assert_eq(gemmd_submit(b, &quick, 1, GEMMD_PRIO_NORMAL, &t[2]), 0);
@@ -467,7 +447,7 @@ static double share_of_a(const char *share_flag, int prio_a)
         /* The plug keeps the only thread busy while the floods queue up. */
         plug = e2e_connect(&d);
         cr_assert_not_null(plug);
-        big = big_op(plug, 512, 512, 4096);
+        cr_assert_eq(e2e_timed_op(plug, 512, 512, 4096, &big), 0);
         cr_assert_eq(gemmd_submit(plug, &big, 1, GEMMD_PRIO_NORMAL, &pt), 0);
         usleep(20000);
         for (int i = 0; i < 1 + B_SESSIONS; i++)

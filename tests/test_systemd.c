@@ -24,15 +24,13 @@
 
 #include "gemmd.h"
 #include "tests/hard_util.h"
+#include "tests/e2e_assert.h"
 
 #ifndef GEMMD_SRCDIR
 #define GEMMD_SRCDIR "."
 #endif
 
 TestSuite(systemd, .init = e2e_setup, .fini = e2e_teardown, .timeout = 180);
-
-#define START(d, ...) cr_assert_eq(e2e_daemon_start((d), __VA_ARGS__), 0, "gemmd did not start")
-#define STOP(d) cr_assert_eq(e2e_daemon_stop(d), 0, "gemmd did not exit 0 on SIGTERM")
 
 /* The path of program `name` in $PATH, or NULL. The string lives as long
  * as the test. */
