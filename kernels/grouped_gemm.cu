@@ -253,6 +253,47 @@ __device__ __forceinline__ struct sched_problem to_sched(const struct gemmd_kpro
         return sp;
 }
 
+/* Device mode: maps linear tile t of the group's concatenated problems to
+ * (problem, tile within it), as CUTLASS's kDeviceOnly visitor does, with a
+ * warp-wide prefix sum over the tile counts of 32 problems at a time.
+ * Called by a whole warp with the same t; (pbase, tbase) is the window's
+ * first problem and the tiles before it, which only move forward since t
+ * only grows. Returns the problem, or UINT32_MAX past the last tile. */
+__device__ __forceinline__ uint32_t warp_map_tile(const KParams &kp, struct sched_shape shape, uint32_t t,
+                                                  uint32_t &pbase, uint32_t &tbase, uint32_t &local)
+{
+        const int lane = threadIdx.x & 31;
+
+        for (;;) {
+                const uint32_t p = pbase + lane;
+                uint32_t cnt = 0;
+                if (p < kp.nprobs) {
+                        const struct sched_problem sp = to_sched(kp.probs[p]);
+                        cnt = sched_tile_count(&sp, shape);
+                }
+                uint32_t incl = cnt;
+#pragma unroll
+                for (int o = 1; o < 32; o <<= 1) {
+                        const uint32_t v = __shfl_up_sync(0xffffffffu, incl, o);
+                        if (lane >= o)
+                                incl += v;
+                }
+                const uint32_t total = __shfl_sync(0xffffffffu, incl, 31);
+                if (t < tbase + total) {
+                        const uint32_t hit = __ballot_sync(0xffffffffu, tbase + incl > t);
+                        const int L = __ffs(hit) - 1;
+                        const uint32_t inclL = __shfl_sync(0xffffffffu, incl, L);
+                        const uint32_t cntL = __shfl_sync(0xffffffffu, cnt, L);
+                        local = t - (tbase + inclL - cntL);
+                        return pbase + L;
+                }
+                if (pbase + 32 >= kp.nprobs)
+                        return UINT32_MAX;
+                tbase += total;
+                pbase += 32;
+        }
+}
+
 template <class C> __device__ __forceinline__ bool vec_ok(const void *p, int64_t ld)
 {
         return ((uintptr_t)p & 15u) == 0 && (ld % C::V) == 0;
@@ -728,46 +769,16 @@ template <class C> __global__ void __launch_bounds__(C::THREADS, 1) grouped_kern
                 return;
         }
 
-        /* Device mode: tiles b, b + grid, ... of the concatenated problems.
-         * Warp 0 keeps (pbase, tbase): the first problem of the current
-         * window of 32 and the tiles before it; t only grows, so the window
-         * only moves forward. */
+        /* Device mode: tiles b, b + grid, ... of the concatenated problems,
+         * mapped by warp 0 (warp_map_tile) and shared through s_map. */
         const struct sched_shape shape = {C::BM, C::BN, C::BK};
-        const int lane = threadIdx.x & 31;
         uint32_t pbase = 0, tbase = 0;
         for (uint32_t t = blockIdx.x;; t += gridDim.x) {
                 if (threadIdx.x < 32) {
-                        uint32_t prob = UINT32_MAX, local = 0;
-                        for (;;) {
-                                const uint32_t p = pbase + lane;
-                                uint32_t cnt = 0;
-                                if (p < kp.nprobs) {
-                                        const struct sched_problem sp = to_sched(kp.probs[p]);
-                                        cnt = sched_tile_count(&sp, shape);
-                                }
-                                uint32_t incl = cnt;
-#pragma unroll
-                                for (int o = 1; o < 32; o <<= 1) {
-                                        uint32_t v = __shfl_up_sync(0xffffffffu, incl, o);
-                                        if (lane >= o)
-                                                incl += v;
-                                }
-                                const uint32_t total = __shfl_sync(0xffffffffu, incl, 31);
-                                if (t < tbase + total) {
-                                        const uint32_t hit = __ballot_sync(0xffffffffu, tbase + incl > t);
-                                        const int L = __ffs(hit) - 1;
-                                        const uint32_t inclL = __shfl_sync(0xffffffffu, incl, L);
-                                        const uint32_t cntL = __shfl_sync(0xffffffffu, cnt, L);
-                                        prob = pbase + L;
-                                        local = t - (tbase + inclL - cntL);
-                                        break;
-                                }
-                                if (pbase + 32 >= kp.nprobs)
-                                        break;
-                                tbase += total;
-                                pbase += 32;
-                        }
-                        if (lane == 0) {
+                        uint32_t local = 0;
+                        const uint32_t prob = warp_map_tile(kp, shape, t, pbase, tbase, local);
+
+                        if ((threadIdx.x & 31) == 0) {
                                 s_map[0] = prob;
                                 s_map[1] = local;
                         }

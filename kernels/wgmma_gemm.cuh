@@ -191,7 +191,6 @@ __device__ __forceinline__ WorkIter work_begin(const KParams &kp)
 __device__ __forceinline__ bool work_next(const KParams &kp, WorkIter &it, Work &w)
 {
         const struct sched_shape shape = {WCfg::BM, WCfg::BN, WCfg::BK};
-        const int lane = threadIdx.x & 31;
         for (;;) {
                 if (kp.cta_begin) {
                         if (it.e >= it.e1)
@@ -204,37 +203,9 @@ __device__ __forceinline__ bool work_next(const KParams &kp, WorkIter &it, Work 
                         w.split = en.split;
                 } else {
                         const uint32_t t = it.t;
-                        uint32_t prob = UINT32_MAX, local = 0;
+                        uint32_t local = 0;
                         it.t += gridDim.x;
-                        for (;;) {
-                                const uint32_t p = it.pbase + lane;
-                                uint32_t cnt = 0;
-                                if (p < kp.nprobs) {
-                                        const struct sched_problem sp = to_sched(kp.probs[p]);
-                                        cnt = sched_tile_count(&sp, shape);
-                                }
-                                uint32_t incl = cnt;
-#pragma unroll
-                                for (int o = 1; o < 32; o <<= 1) {
-                                        const uint32_t v = __shfl_up_sync(0xffffffffu, incl, o);
-                                        if (lane >= o)
-                                                incl += v;
-                                }
-                                const uint32_t total = __shfl_sync(0xffffffffu, incl, 31);
-                                if (t < it.tbase + total) {
-                                        const uint32_t hit = __ballot_sync(0xffffffffu, it.tbase + incl > t);
-                                        const int L = __ffs(hit) - 1;
-                                        const uint32_t inclL = __shfl_sync(0xffffffffu, incl, L);
-                                        const uint32_t cntL = __shfl_sync(0xffffffffu, cnt, L);
-                                        prob = it.pbase + L;
-                                        local = t - (it.tbase + inclL - cntL);
-                                        break;
-                                }
-                                if (it.pbase + 32 >= kp.nprobs)
-                                        break;
-                                it.tbase += total;
-                                it.pbase += 32;
-                        }
+                        const uint32_t prob = warp_map_tile(kp, shape, t, it.pbase, it.tbase, local);
                         if (prob == UINT32_MAX)
                                 return false;
                         w.prob = prob;
