@@ -251,6 +251,15 @@ Test(e2e, a_users_sessions_past_its_limit_hear_limit)
         STOP(&d);
 }
 
+/* Returns once the daemon has handled everything c sent before. */
+static void sync_session(gemmd_client *c)
+{
+        char *text = NULL;
+
+        cr_assert_eq(gemmd_stats(c, 0, &text), 0);
+        free(text);
+}
+
 Test(e2e, user_inflight_cap_spans_the_users_sessions)
 {
         struct e2e_daemon d;
@@ -268,7 +277,11 @@ Test(e2e, user_inflight_cap_spans_the_users_sessions)
         cr_assert_eq(e2e_timed_op(b, 16, 16, 16, &quick), 0);
         cr_assert_eq(gemmd_submit(a, &slow, 1, GEMMD_PRIO_NORMAL, &t[0]), 0);
         cr_assert_eq(gemmd_submit(a, &slow, 1, GEMMD_PRIO_NORMAL, &t[1]), 0);
+        /* Two connections race to the daemon: a round trip on each (its
+         * replies come in order) proves its submits were admitted first. */
+        sync_session(a);
         cr_assert_eq(gemmd_submit(b, &quick, 1, GEMMD_PRIO_NORMAL, &t[2]), 0);
+        sync_session(b);
         /* The user's fourth op, from either session, is one too many. */
         cr_assert_eq(gemmd_submit(b, &quick, 1, GEMMD_PRIO_NORMAL, &t[3]), 0);
         rc = gemmd_wait(b, t[3], 60000, NULL, 0);
