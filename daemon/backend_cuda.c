@@ -325,7 +325,8 @@ static int launch(struct backend *be, struct group *g)
         size_t plan_off = sp_off + align256(g->nops * sizeof(struct sched_problem));
         /* Tensor maps of the Hopper path, 64-byte aligned (256 here). */
         size_t tm_off = plan_off + align256(plan->blob_bytes);
-        size_t tm_bytes = (g->key & 3) != GEMMD_F32 ? cuda_gemm_tmaps_bytes(g->nops) : 0;
+        /* 16-bit and TF32 groups (key: dtype in bits 0-1, tf32 in bit 2). */
+        size_t tm_bytes = (g->key & 3) != GEMMD_F32 || (g->key & 4) ? cuda_gemm_tmaps_bytes(g->nops) : 0;
         size_t blob = tm_off + tm_bytes, stage = 0;
         int nfast = 0;
         size_t esz = gemmd_dtype_size((enum gemmd_dtype)(g->key & 3));

@@ -81,10 +81,10 @@ struct cuda_group {
 int cuda_gemm_launch(const struct cuda_group *g, void *stream);
 
 /*
- * Hopper fast path. On a compute capability 9.0 device, f16 and bf16 GEMM
- * problems with A stored m x k and B stored n x k, both contiguous along K
- * (trans_a = 1, trans_b = 0), A and B 16-byte aligned and lda, ldb
- * multiples of 8 run on a TMA + wgmma kernel (same tile shape, plans and
+ * Hopper fast path. On a compute capability 9.0 device, f16, bf16 and
+ * TF32-allowed f32 GEMM problems with A stored m x k and B stored n x k,
+ * both contiguous along K (trans_a = 1, trans_b = 0), A and B 16-byte
+ * aligned and lda, ldb multiples of 16 bytes run on a TMA + wgmma kernel (same tile shape, plans and
  * workspace as the other kernels). Its copies read through tensor maps that
  * the host encodes per problem:
  *

@@ -401,9 +401,11 @@ __device__ __forceinline__ void load_tile(typename C::T *s, const char *g, int64
 /* ---- shared -> registers -> math ---------------------------------------- */
 
 /* Tensor-core warp grid: 2 (m) x 4 (n) warps, 64 x 32 per warp, 4 x 4 MMA
- * tiles; accumulator i = (mi * 4 + ni) * 4 + e. FFMA: 16 x 16 threads, 8 x 8
- * elements each, rows ty + 16 r (X K-major) or ty * 4 + (r & 3) + 64 (r >> 2)
- * (X MN-major), columns likewise with tx; accumulator i = r * 8 + c. */
+ * tiles; accumulator i = (mi * 4 + ni) * 4 + e. FFMA: 16 x 16 threads
+ * (ty = tid % 16, tx = tid / 16: neighbouring threads own neighbouring rows,
+ * so the epilogue's stores run down columns of C), 8 x 8 elements each, rows
+ * ty + 16 r (X K-major) or ty * 4 + (r & 3) + 64 (r >> 2) (X MN-major),
+ * columns likewise with tx; accumulator i = r * 8 + c. */
 template <class C, bool XK, bool YK>
 __device__ __forceinline__ void compute_stage(const typename C::T *sx, const typename C::T *sy,
                                               float *acc)
@@ -502,7 +504,7 @@ __device__ __forceinline__ void compute_stage(const typename C::T *sx, const typ
                                         mma_tf32(acc + (mi * 4 + ni) * 4, a[mi], b[ni]);
                 }
         } else {
-                const int ty = tid >> 4, tx = tid & 15;
+                const int ty = tid & 15, tx = tid >> 4;
 #pragma unroll
                 for (int kq = 0; kq < C::BK; kq += 4) {
                         float xr[4][8], yr[4][8];
@@ -549,7 +551,7 @@ __device__ __forceinline__ void acc_pos(int i, bool xk, bool yk, uint32_t &row, 
 {
         const int tid = threadIdx.x;
         if constexpr (C::MODE == MODE_FFMA) {
-                const int ty = tid >> 4, tx = tid & 15, r = i >> 3, c = i & 7;
+                const int ty = tid & 15, tx = tid >> 4, r = i >> 3, c = i & 7;
                 row = xk ? ty + 16 * r : ty * 4 + (r & 3) + 64 * (r >> 2);
                 col = yk ? tx + 16 * c : tx * 4 + (c & 3) + 64 * (c >> 2);
         } else {
@@ -880,22 +882,26 @@ PFN_cuTensorMapEncodeTiled_v12000 encode_fn()
 
 bool wgmma_qualifies(const struct gemmd_kproblem &p)
 {
-        return p.kind == SCHED_GEMM && (p.dtype == GEMMD_F16 || p.dtype == GEMMD_BF16) && p.trans_a == 1 &&
+        const bool b16 = p.dtype == GEMMD_F16 || p.dtype == GEMMD_BF16;
+        const int vec = b16 ? 8 : 4; /* elements per 16 bytes */
+        return p.kind == SCHED_GEMM && (b16 || (p.dtype == GEMMD_F32 && p.tf32)) && p.trans_a == 1 &&
                p.trans_b == 0 && p.m > 0 && p.n > 0 && p.k > 0 && (p.a & 15) == 0 && (p.b & 15) == 0 &&
-               p.lda % 8 == 0 && p.ldb % 8 == 0 && p.lda >= (int64_t)p.k && p.ldb >= (int64_t)p.k &&
-               p.lda < ((int64_t)1 << 38) && p.ldb < ((int64_t)1 << 38);
+               p.lda % vec == 0 && p.ldb % vec == 0 && p.lda >= (int64_t)p.k && p.ldb >= (int64_t)p.k &&
+               p.lda < ((int64_t)1 << 37) && p.ldb < ((int64_t)1 << 37);
 }
 
 /* A rows x k matrix stored with consecutive k adjacent, rows ld apart. */
 bool encode_kmajor(PFN_cuTensorMapEncodeTiled_v12000 fn, CUtensorMap *m, int dtype, uint64_t addr, uint32_t rows,
                    uint32_t k, int64_t ld)
 {
+        const uint32_t esz = dtype == GEMMD_F32 ? 4 : 2;
         const cuuint64_t dims[2] = {k, rows};
-        const cuuint64_t strides[1] = {(cuuint64_t)ld * 2};
-        const cuuint32_t box[2] = {WCfg::BK, WCfg::BM};
+        const cuuint64_t strides[1] = {(cuuint64_t)ld * esz};
+        const cuuint32_t box[2] = {WCfg::ROW_BYTES / esz, WCfg::BM};
         const cuuint32_t estr[2] = {1, 1};
-        const CUtensorMapDataType dt =
-                dtype == GEMMD_BF16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16;
+        const CUtensorMapDataType dt = dtype == GEMMD_F32    ? CU_TENSOR_MAP_DATA_TYPE_FLOAT32
+                                       : dtype == GEMMD_BF16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16
+                                                             : CU_TENSOR_MAP_DATA_TYPE_FLOAT16;
         return fn(m, dt, 2, (void *)(uintptr_t)addr, dims, strides, box, estr, CU_TENSOR_MAP_INTERLEAVE_NONE,
                   CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
                   CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
@@ -1019,16 +1025,17 @@ extern "C" int cuda_gemm_launch(const struct cuda_group *g, void *stream)
                         return -EINVAL;
         }
         cudaStream_t st = (cudaStream_t)stream;
-        const bool b16 = g->dtype == GEMMD_F16 || g->dtype == GEMMD_BF16;
+        const bool wg = g->dtype == GEMMD_F16 || g->dtype == GEMMD_BF16 || g->tf32;
 #if GEMMD_WGMMA
-        if (b16 && g->tmaps && g->nfast > 0 && ((uintptr_t)g->tmaps & 63) == 0 && device_sm90()) {
+        if (wg && g->tmaps && g->nfast > 0 && ((uintptr_t)g->tmaps & 63) == 0 && device_sm90()) {
                 const char *tm = (const char *)g->tmaps;
                 if (g->nfast < g->nproblems) {
                         kp.fast = (const uint8_t *)(tm + (size_t)g->nproblems * WCfg::TMAP_BYTES);
                         kp.want_fast = 1;
                 }
-                int rc = g->dtype == GEMMD_F16 ? launch_wgmma<__half>(kp, tm, grid, st)
-                                               : launch_wgmma<__nv_bfloat16>(kp, tm, grid, st);
+                int rc = g->dtype == GEMMD_F16    ? launch_wgmma<__half>(kp, tm, grid, st)
+                         : g->dtype == GEMMD_BF16 ? launch_wgmma<__nv_bfloat16>(kp, tm, grid, st)
+                                                  : launch_wgmma<float>(kp, tm, grid, st);
                 if (rc || g->nfast == g->nproblems)
                         return rc;
                 kp.want_fast = 0; /* the rest of the group on the sm_80 kernel */
@@ -1038,7 +1045,7 @@ extern "C" int cuda_gemm_launch(const struct cuda_group *g, void *stream)
                 return launch<CfgF16>(g, kp, grid, st);
         if (g->dtype == GEMMD_BF16)
                 return launch<CfgBF16>(g, kp, grid, st);
-        (void)b16;
+        (void)wg;
         if (g->tf32)
                 return launch<CfgTF32>(g, kp, grid, st);
         return launch<CfgF32>(g, kp, grid, st);

@@ -5,12 +5,21 @@
  * KParams, the plan walk and the element conversions with the sm_80
  * kernels); the launcher is in grouped_gemm.cu.
  *
- * Problems: GEMM, f16 or bf16, A stored m x k and B stored n x k, both
- * contiguous along K (trans_a = T, trans_b = N), A and B 16-byte aligned,
- * lda and ldb multiples of 8. The host encodes two tensor maps per problem
- * (cuda_gemm_tmaps_build): box 64 (K) x 128 rows, 128-byte swizzle; the
- * copy engine fills rows and k past the matrix with zeros, so edge tiles
- * take the same mainloop and only the epilogue masks.
+ * Problems: GEMM, f16, bf16 or f32 with TF32 allowed, A stored m x k and B
+ * stored n x k, both contiguous along K (trans_a = T, trans_b = N), A and B
+ * 16-byte aligned, lda and ldb multiples of a 16-byte vector. The host
+ * encodes two tensor maps per problem (cuda_gemm_tmaps_build): box 128
+ * bytes of K (64 16-bit elements, 32 f32) x 128 rows, 128-byte swizzle;
+ * the copy engine fills rows and k past the matrix with zeros, so edge
+ * tiles take the same mainloop and only the epilogue masks. A stage has the
+ * same bytes and the same shared-memory layout for every type, and each
+ * wgmma consumes 32 bytes of K (k16, or k8 for TF32), so the pipeline is
+ * shared; only the k-tile depth (WK<T>::BK) and the epilogue differ.
+ *
+ * TF32: wgmma reads f32 operands from shared memory and uses their TF32
+ * part (the low 13 mantissa bits are ignored: truncation, where the sm_80
+ * TF32 kernel rounds to nearest). Which kernel computes a problem depends
+ * only on the problem, so its bits still never depend on the group.
  *
  * CTA: 384 threads. Warpgroup 0 is the producer (setmaxnreg lowers it to
  * 56 registers; warp 0 walks the CTA's work, reading plan entries and
@@ -31,7 +40,8 @@
  * the workspace and the last arrival adds them in order; the epilogue is
  * alpha * total (+ beta * C) with separately rounded operations.
  *
- * Epilogue: values are rounded to the output type in registers, written
+ * Epilogue (16-bit; f32 is stored straight from the fragments): values
+ * are rounded to the output type in registers, written
  * transposed (stmatrix.trans) into a per-warpgroup staging buffer laid out
  * like C (column-major, padded to avoid bank conflicts), and stored to C
  * with 16-byte vectors along each column (element stores at the edges).
@@ -41,10 +51,11 @@
 #endif
 
 struct WCfg {
-        static constexpr int BM = 128, BN = 128, BK = 64;
+        static constexpr int BM = 128, BN = 128;
+        static constexpr int ROW_BYTES = 128; /* bytes of K per k-tile row */
         static constexpr int STAGES = 5;
         static constexpr int THREADS = 384;
-        static constexpr int A_BYTES = BM * BK * 2, B_BYTES = BN * BK * 2;
+        static constexpr int A_BYTES = BM * ROW_BYTES, B_BYTES = BN * ROW_BYTES;
         static constexpr int STAGE_BYTES = A_BYTES + B_BYTES;
         static constexpr int EPI_LD = 72; /* staged column stride, elements */
         static constexpr int EPI_BYTES = BN * EPI_LD * 2; /* per consumer warpgroup */
@@ -52,8 +63,13 @@ struct WCfg {
         static constexpr int HDR_OFF = BAR_OFF + 2 * STAGES * 8; /* per stage: 16 words of tile header */
         static constexpr int SMEM = 1024 + HDR_OFF + STAGES * 64;
         static constexpr int TILE = BM * BN;
-        static constexpr int KT_PER_CHUNK = SCHED_KCHUNK / BK;
         static constexpr int TMAP_BYTES = 256; /* A's map, then B's */
+};
+
+/* What depends on the element type: the k-tile depth (128 bytes of K). */
+template <typename T> struct WK {
+        static constexpr int BK = WCfg::ROW_BYTES / (int)sizeof(T);
+        static constexpr int KT_PER_CHUNK = SCHED_KCHUNK / BK;
         static_assert(SCHED_KCHUNK % BK == 0, "a K chunk must hold whole k-tiles");
 };
 
@@ -140,6 +156,15 @@ __device__ __forceinline__ void wgmma_128_f16(float *d, uint64_t da, uint64_t db
                      : "l"(da), "l"(db), "r"(scale_d));
 }
 
+__device__ __forceinline__ void wgmma_128_tf32(float *d, uint64_t da, uint64_t db, uint32_t scale_d)
+{
+        asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
+                     "wgmma.mma_async.sync.aligned.m64n128k8.f32.tf32.tf32 "
+                     "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, %64, %65, p, 1, 1;\n}\n"
+                     : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+                     : "l"(da), "l"(db), "r"(scale_d));
+}
+
 template <typename T> __device__ __forceinline__ void wgmma_128(float *d, uint64_t da, uint64_t db, uint32_t scale_d);
 template <> __device__ __forceinline__ void wgmma_128<__nv_bfloat16>(float *d, uint64_t da, uint64_t db, uint32_t s)
 {
@@ -148,6 +173,10 @@ template <> __device__ __forceinline__ void wgmma_128<__nv_bfloat16>(float *d, u
 template <> __device__ __forceinline__ void wgmma_128<__half>(float *d, uint64_t da, uint64_t db, uint32_t s)
 {
         wgmma_128_f16(d, da, db, s);
+}
+template <> __device__ __forceinline__ void wgmma_128<float>(float *d, uint64_t da, uint64_t db, uint32_t s)
+{
+        wgmma_128_tf32(d, da, db, s);
 }
 
 template <typename T> __device__ __forceinline__ uint32_t pack2(float lo, float hi);
@@ -188,9 +217,9 @@ __device__ __forceinline__ WorkIter work_begin(const KParams &kp)
         return it;
 }
 
-__device__ __forceinline__ bool work_next(const KParams &kp, WorkIter &it, Work &w)
+template <int BK> __device__ __forceinline__ bool work_next(const KParams &kp, WorkIter &it, Work &w)
 {
-        const struct sched_shape shape = {WCfg::BM, WCfg::BN, WCfg::BK};
+        const struct sched_shape shape = {WCfg::BM, WCfg::BN, BK};
         for (;;) {
                 if (kp.cta_begin) {
                         if (it.e >= it.e1)
@@ -220,17 +249,18 @@ __device__ __forceinline__ bool work_next(const KParams &kp, WorkIter &it, Work 
 }
 
 /* Tile origin and k-tile count of a unit of work. */
+template <int BK>
 __device__ __forceinline__ void work_geom(const struct gemmd_kproblem &p, const Work &w, uint32_t &m0,
                                           uint32_t &n0, uint32_t &kbeg, uint32_t &niter)
 {
         const struct sched_problem sp = to_sched(p);
-        const struct sched_shape shape = {WCfg::BM, WCfg::BN, WCfg::BK};
+        const struct sched_shape shape = {WCfg::BM, WCfg::BN, BK};
         uint32_t row = 0, col = 0, klen;
         sched_tile_coord(&sp, shape, w.tile, &row, &col);
         m0 = row * WCfg::BM;
         n0 = col * WCfg::BN;
         sched_chunk_span(p.k, w.kc0, w.kc1, &kbeg, &klen);
-        niter = (klen + WCfg::BK - 1) / WCfg::BK;
+        niter = (klen + BK - 1) / BK;
 }
 
 /* What the producer needs of a unit of work. */
@@ -242,7 +272,7 @@ struct PWork {
         float alpha, beta;
 };
 
-__device__ __forceinline__ PWork pwork(const struct gemmd_kproblem &p, const Work &w)
+template <int BK> __device__ __forceinline__ PWork pwork(const struct gemmd_kproblem &p, const Work &w)
 {
         PWork x;
         x.prob = w.prob;
@@ -255,7 +285,7 @@ __device__ __forceinline__ PWork pwork(const struct gemmd_kproblem &p, const Wor
         x.ldc = p.ldc;
         x.alpha = p.alpha;
         x.beta = p.beta;
-        work_geom(p, w, x.m0, x.n0, x.kbeg, x.niter);
+        work_geom<BK>(p, w, x.m0, x.n0, x.kbeg, x.niter);
         return x;
 }
 
@@ -280,7 +310,7 @@ template <typename T, bool FRESH> __device__ __forceinline__ void ktile(Pipe &pp
                 reg_fence(d[r]);
         wgmma_fence();
 #pragma unroll
-        for (int kk = 0; kk < WCfg::BK / 16; kk++)
+        for (int kk = 0; kk < WCfg::ROW_BYTES / 32; kk++) /* 32 bytes of K each */
                 wgmma_128<T>(d, da + 2 * kk, db + 2 * kk, (FRESH && kk == 0) ? 0u : 1u);
         wgmma_commit();
         wgmma_wait<1>();
@@ -381,7 +411,7 @@ __global__ void __launch_bounds__(WCfg::THREADS, 1) wgmma_kernel(const KParams k
                                         h[14] = __float_as_uint(x.beta);
                                 }
                                 mbar_expect_tx(full, WCfg::STAGE_BYTES);
-                                const int32_t k0 = (int32_t)(x.kbeg + i * WCfg::BK);
+                                const int32_t k0 = (int32_t)(x.kbeg + i * WK<T>::BK);
                                 tma_load_2d(sa, ta, full, k0, (int32_t)x.m0);
                                 tma_load_2d(sa + WCfg::A_BYTES, tb, full, k0, (int32_t)x.n0);
                                 if (++stage == WCfg::STAGES) {
@@ -403,7 +433,7 @@ __global__ void __launch_bounds__(WCfg::THREADS, 1) wgmma_kernel(const KParams k
                                         ok = !kp.fast || kp.fast[en.problem] == kp.want_fast;
                                         if (ok) {
                                                 const Work w = {en.problem, en.tile, en.kc_begin, en.kc_end, en.split};
-                                                x = pwork(kp.probs[en.problem], w);
+                                                x = pwork<WK<T>::BK>(kp.probs[en.problem], w);
                                         }
                                 }
                                 uint32_t mask = __ballot_sync(0xffffffffu, ok);
@@ -433,8 +463,8 @@ __global__ void __launch_bounds__(WCfg::THREADS, 1) wgmma_kernel(const KParams k
                 } else {
                         WorkIter it = work_begin(kp);
                         Work w;
-                        while (work_next(kp, it, w)) {
-                                const PWork x = pwork(kp.probs[w.prob], w);
+                        while (work_next<WK<T>::BK>(kp, it, w)) {
+                                const PWork x = pwork<WK<T>::BK>(kp.probs[w.prob], w);
                                 if (lane == 0)
                                         issue(x);
                                 __syncwarp();
@@ -487,9 +517,10 @@ __global__ void __launch_bounds__(WCfg::THREADS, 1) wgmma_kernel(const KParams k
 
                 /* One canonical chunk at a time: its k-tiles with one wgmma
                  * batch in flight, then drain and fold the chunk sum. */
-                const uint32_t nch = (niter + WCfg::KT_PER_CHUNK - 1) / WCfg::KT_PER_CHUNK;
+                constexpr uint32_t KPC = WK<T>::KT_PER_CHUNK;
+                const uint32_t nch = (niter + KPC - 1) / KPC;
                 for (uint32_t c = 0; c < nch; c++) {
-                        const uint32_t nk = min(niter - c * WCfg::KT_PER_CHUNK, (uint32_t)WCfg::KT_PER_CHUNK);
+                        const uint32_t nk = min(niter - c * KPC, KPC);
                         run_chunk<T>(pp, acc, nk);
                         wgmma_wait<0>();
                         fold(acc, tot, wsb ? wsb + (size_t)(w.kc0 + c) * WCfg::TILE + ctid : nullptr);
@@ -522,63 +553,82 @@ __global__ void __launch_bounds__(WCfg::THREADS, 1) wgmma_kernel(const KParams k
                                 atomicExch(&kp.arrivals[w.split], 0u);
                 }
 
-                /* Epilogue: round in registers, stage transposed, store columns. */
                 const float alpha = p.alpha, beta = p.beta;
                 T *cptr = (T *)(uintptr_t)p.c;
                 const uint32_t rbase = m0 + cw * 64 + wi * 16 + (lane >> 2);
                 const uint32_t cbase = n0 + (lane & 3) * 2;
-                uint32_t pk[32];
+                if constexpr (sizeof(T) == 4) {
+                        /* f32 epilogue: straight from the fragments. A
+                         * warp's store covers 8 consecutive rows of 4
+                         * columns, whole 32-byte sectors of column-major C. */
 #pragma unroll
-                for (int j = 0; j < 16; j++)
+                        for (int j = 0; j < 16; j++)
 #pragma unroll
-                        for (int h = 0; h < 2; h++) {
-                                const int e = j * 4 + h * 2;
-                                float v0 = __fmul_rn(alpha, tot[e]), v1 = __fmul_rn(alpha, tot[e + 1]);
-                                if (beta != 0.f) {
-                                        const uint32_t gi = rbase + 8 * h, gj = cbase + j * 8;
-                                        if (gi < p.m && gj < p.n)
-                                                v0 = __fadd_rn(v0, __fmul_rn(beta, to_f32<T>(cptr[gi + (int64_t)gj * p.ldc])));
-                                        if (gi < p.m && gj + 1 < p.n)
-                                                v1 = __fadd_rn(v1, __fmul_rn(beta, to_f32<T>(cptr[gi + (int64_t)(gj + 1) * p.ldc])));
+                                for (int e = 0; e < 4; e++) {
+                                        const uint32_t gi = rbase + 8 * (e >> 1), gj = cbase + j * 8 + (e & 1);
+                                        if (gi >= p.m || gj >= p.n)
+                                                continue;
+                                        float *dst = (float *)cptr + gi + (int64_t)gj * p.ldc;
+                                        float v = __fmul_rn(alpha, tot[j * 4 + e]);
+                                        if (beta != 0.f)
+                                                v = __fadd_rn(v, __fmul_rn(beta, *dst));
+                                        *dst = v;
                                 }
-                                pk[j * 2 + h] = pack2<T>(v0, v1);
+                } else {
+                        /* 16-bit epilogue: round in registers, stage transposed, store columns. */
+                        uint32_t pk[32];
+#pragma unroll
+                        for (int j = 0; j < 16; j++)
+#pragma unroll
+                                for (int h = 0; h < 2; h++) {
+                                        const int e = j * 4 + h * 2;
+                                        float v0 = __fmul_rn(alpha, tot[e]), v1 = __fmul_rn(alpha, tot[e + 1]);
+                                        if (beta != 0.f) {
+                                                const uint32_t gi = rbase + 8 * h, gj = cbase + j * 8;
+                                                if (gi < p.m && gj < p.n)
+                                                        v0 = __fadd_rn(v0, __fmul_rn(beta, to_f32<T>(cptr[gi + (int64_t)gj * p.ldc])));
+                                                if (gi < p.m && gj + 1 < p.n)
+                                                        v1 = __fadd_rn(v1, __fmul_rn(beta, to_f32<T>(cptr[gi + (int64_t)(gj + 1) * p.ldc])));
+                                        }
+                                        pk[j * 2 + h] = pack2<T>(v0, v1);
+                                }
+                        named_bar(2 + cw, 128); /* the previous tile's reads of the staging buffer are done */
+                        {
+                                const int q = lane >> 3, r8 = lane & 7;
+#pragma unroll
+                                for (int j = 0; j < 16; j += 2) {
+                                        const int jj = j + (q >> 1), h = q & 1;
+                                        const uint32_t addr = epi + (jj * 8 + r8) * (WCfg::EPI_LD * 2) + (wi * 16 + h * 8) * 2;
+                                        asm volatile("stmatrix.sync.aligned.m8n8.x4.trans.shared.b16 [%0], {%1, %2, %3, %4};\n" ::"r"(addr),
+                                                     "r"(pk[j * 2]), "r"(pk[j * 2 + 1]), "r"(pk[j * 2 + 2]), "r"(pk[j * 2 + 3])
+                                                     : "memory");
+                                }
                         }
-                named_bar(2 + cw, 128); /* the previous tile's reads of the staging buffer are done */
-                {
-                        const int q = lane >> 3, r8 = lane & 7;
+                        named_bar(2 + cw, 128);
+                        {
+                                const bool cvec = ((p.c & 15u) == 0) && (p.ldc % 8) == 0;
+                                const uint32_t r0 = m0 + cw * 64;
+                                const unsigned char *ep = gbase + (epi - base);
 #pragma unroll
-                        for (int j = 0; j < 16; j += 2) {
-                                const int jj = j + (q >> 1), h = q & 1;
-                                const uint32_t addr = epi + (jj * 8 + r8) * (WCfg::EPI_LD * 2) + (wi * 16 + h * 8) * 2;
-                                asm volatile("stmatrix.sync.aligned.m8n8.x4.trans.shared.b16 [%0], {%1, %2, %3, %4};\n" ::"r"(addr),
-                                             "r"(pk[j * 2]), "r"(pk[j * 2 + 1]), "r"(pk[j * 2 + 2]), "r"(pk[j * 2 + 3])
-                                             : "memory");
-                        }
-                }
-                named_bar(2 + cw, 128);
-                {
-                        const bool cvec = ((p.c & 15u) == 0) && (p.ldc % 8) == 0;
-                        const uint32_t r0 = m0 + cw * 64;
-                        const unsigned char *ep = gbase + (epi - base);
+                                for (int s = 0; s < 8; s++) {
+                                        const int v = wt + s * 128, col = v >> 3, rv = v & 7;
+                                        const uint32_t gi = r0 + rv * 8, gj = n0 + col;
+                                        if (gi >= p.m || gj >= p.n)
+                                                continue;
+                                        const uint4 val = *(const uint4 *)(ep + col * (WCfg::EPI_LD * 2) + rv * 16);
+                                        T *dst = cptr + gi + (int64_t)gj * p.ldc;
+                                        if (cvec && gi + 8 <= p.m) {
+                                                *(uint4 *)dst = val;
+                                        } else {
+                                                const uint32_t lim = p.m - gi;
+                                                const uint32_t wv[4] = {val.x, val.y, val.z, val.w};
 #pragma unroll
-                        for (int s = 0; s < 8; s++) {
-                                const int v = wt + s * 128, col = v >> 3, rv = v & 7;
-                                const uint32_t gi = r0 + rv * 8, gj = n0 + col;
-                                if (gi >= p.m || gj >= p.n)
-                                        continue;
-                                const uint4 val = *(const uint4 *)(ep + col * (WCfg::EPI_LD * 2) + rv * 16);
-                                T *dst = cptr + gi + (int64_t)gj * p.ldc;
-                                if (cvec && gi + 8 <= p.m) {
-                                        *(uint4 *)dst = val;
-                                } else {
-                                        const uint32_t lim = p.m - gi;
-                                        const uint32_t wv[4] = {val.x, val.y, val.z, val.w};
-#pragma unroll
-                                        for (int x = 0; x < 8; x++)
-                                                if ((uint32_t)x < lim) {
-                                                        const uint16_t bits = (uint16_t)(wv[x >> 1] >> (16 * (x & 1)));
-                                                        *(uint16_t *)(dst + x) = bits;
-                                                }
+                                                for (int x = 0; x < 8; x++)
+                                                        if ((uint32_t)x < lim) {
+                                                                const uint16_t bits = (uint16_t)(wv[x >> 1] >> (16 * (x & 1)));
+                                                                *(uint16_t *)(dst + x) = bits;
+                                                        }
+                                        }
                                 }
                         }
                 }

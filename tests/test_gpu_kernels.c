@@ -273,10 +273,10 @@ static void run_group(const char *name, int dtype, int tf32, struct tprob *tp, u
         }
         CK(cudaMemcpy(dp, kp, np * sizeof(*kp), cudaMemcpyHostToDevice));
 
-        /* Tensor maps for the sm_90 fast path (16-bit only). */
+        /* Tensor maps for the sm_90 fast path (16-bit and TF32). */
         void *tm = NULL, *htm = NULL;
         int nfast = 0;
-        if (dtype != GEMMD_F32) {
+        if (dtype != GEMMD_F32 || tf32) {
                 size_t tb = cuda_gemm_tmaps_bytes(np);
                 if (posix_memalign(&htm, 64, tb)) {
                         fprintf(stderr, "out of memory\n");
@@ -427,8 +427,8 @@ int main(int argc, char **argv)
         for (int c = 0; c < 4; c++) {
                 printf("%s (%s)\n", names[c], cuda_gemm_kernel_name(dts[c], tfs[c]));
                 /* Every config also gets groups of K-major problems only
-                 * (the sm_90 fast path for 16-bit, the ldmatrix fragment
-                 * path for tf32) and a mix of both kinds. */
+                 * (the sm_90 fast path for 16-bit and tf32, the ldmatrix
+                 * fragment path on sm_80) and a mix of both kinds. */
                 const int ngrp = 8;
                 for (int grp = 0; grp < ngrp; grp++) {
                         struct tprob tp[80];
