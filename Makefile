@@ -87,9 +87,11 @@ deps:
 
 NPROC := $(shell nproc 2>/dev/null || echo 2)
 
+# The scripted suites (Python, gemmbench) take this build's binaries.
 test: deps
 	$(Q)$(MAKE) --no-print-directory -j$(NPROC) bins tests
-	$(Q)scripts/run-tests.sh $(TESTS)
+	$(Q)GEMMD_BIN=$(abspath $(BUILD)) GEMMD_LIBRARY=$(abspath $(BUILD))/libgemmd.so \
+		scripts/run-tests.sh $(TESTS)
 
 test-gpu: bins $(GPU_TESTS)
 	$(Q)scripts/run-tests.sh --gpu $(GPU_TESTS)

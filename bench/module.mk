@@ -1,4 +1,5 @@
-# bench/: gemmbench, gemmd's kernels against cuBLAS (needs CUDA and cuBLAS).
+# bench/: gemmbench, gemmd's kernels against cuBLAS (needs CUDA and cuBLAS),
+# and gemmbench-latency (needs only libgemmd).
 ifeq ($(WITH_CUDA),1)
 ifneq ($(wildcard $(CUDA_HOME)/lib64/libcublas.so),)
 BENCH_OBJS := $(BUILD)/bench/gemmbench.o $(BUILD)/bench/bench_fill.o $(BUILD)/kernels/grouped_gemm.o
@@ -19,3 +20,13 @@ CLIENTS_OBJS := $(BUILD)/bench/clients.o $(BUILD)/bench/clients_loop.o
 $(BUILD)/gemmbench: $(CLIENTS_OBJS) $(BUILD)/libgemmd.a $(PBC_A)
 endif
 endif
+
+# gemmbench-latency (bench/latency.c): the round trip of a lone small
+# request through gemmd. Only libgemmd, so it is built with or without CUDA.
+$(BUILD)/bench/latency.o: | $(BUILD)/proto/gemmd.pb-c.h
+
+$(BUILD)/gemmbench-latency: $(BUILD)/bench/latency.o $(BUILD)/libgemmd.a
+	$(call say,LD,$@)
+	$(Q)$(CC) -o $@ $^ $(PBC_A) $(LDLIBS)
+
+BIN += $(BUILD)/gemmbench-latency

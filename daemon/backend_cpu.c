@@ -3,8 +3,11 @@
  * launched groups in launch order, with the same plans a GPU would run.
  *
  * Pool threads claim CTAs of the oldest launched group one at a time; the
- * thread that finishes a group's last CTA reports it done. A group's
- * workspace (split-K chunk sums and arrival counters) lives in its slot.
+ * thread that finishes a group's last CTA reports it done. CTAs with no
+ * work (a plan has a few per thread, a small group fills few of them) are
+ * never claimed, and a launch wakes no more threads than it has CTAs to
+ * run. A group's workspace (split-K chunk sums and arrival counters) lives
+ * in its slot.
  */
 #include <errno.h>
 #include <pthread.h>
@@ -20,6 +23,7 @@
 struct cpu_slot {
         struct group *next; /* run queue link */
         uint32_t next_cta;  /* next CTA to claim, under the pool lock */
+        uint32_t work_ctas; /* CTAs with work: the group is done after these */
         atomic_uint done_ctas;
         struct cpu_workspace ws;
         size_t ws_floats, ws_arrivals;
@@ -76,16 +80,42 @@ static int reserve_ws(struct cpu_slot *s, const struct group *g)
         return 0;
 }
 
+/* Whether CTA c of g's plan runs anything: a work list with entries, or
+ * in device mode a CTA below the tile count. A plan without tiles keeps
+ * CTA 0, so that the group still completes through the pool. */
+static int cta_has_work(const struct group *g, uint32_t c)
+{
+        const struct sched_plan *p = &g->plan;
+
+        if (p->nentries)
+                return p->cta_begin[c] < p->cta_begin[c + 1];
+        return p->tiles ? c < p->tiles : c == 0;
+}
+
+/* The first CTA at or after c that has work, or nctas. */
+static uint32_t next_work(const struct group *g, uint32_t c)
+{
+        while (c < g->plan.nctas && !cta_has_work(g, c))
+                c++;
+        return c;
+}
+
 static int launch(struct backend *be, struct group *g)
 {
         struct cpu_backend *cb = (struct cpu_backend *)be;
         struct cpu_slot *s = g->bdata;
+        uint32_t work = 0;
         int rc = reserve_ws(s, g);
 
         if (rc)
                 return rc;
+        for (uint32_t c = 0; c < g->plan.nctas; c++)
+                work += cta_has_work(g, c) != 0;
+        if (!work)
+                return -EINVAL; /* a plan without CTAs */
         s->next = NULL;
-        s->next_cta = 0;
+        s->next_cta = next_work(g, 0);
+        s->work_ctas = work;
         atomic_store(&s->done_ctas, 0);
         pthread_mutex_lock(&cb->lock);
         if (cb->tail)
@@ -93,8 +123,14 @@ static int launch(struct backend *be, struct group *g)
         else
                 cb->head = g;
         cb->tail = g;
-        pthread_cond_broadcast(&cb->cond);
         pthread_mutex_unlock(&cb->lock);
+        /* Threads that are busy find the group when they come back for
+         * more; of the sleeping ones, as many as it has CTAs to run. */
+        if (work >= (uint32_t)cb->nthreads)
+                pthread_cond_broadcast(&cb->cond);
+        else
+                for (uint32_t i = 0; i < work; i++)
+                        pthread_cond_signal(&cb->cond);
         return 0;
 }
 
@@ -106,7 +142,7 @@ static void *pool_main(void *arg)
         for (;;) {
                 struct group *g = cb->head;
                 struct cpu_slot *s;
-                uint32_t cta, nctas;
+                uint32_t cta, work;
 
                 if (!g) {
                         if (cb->stopping)
@@ -115,9 +151,10 @@ static void *pool_main(void *arg)
                         continue;
                 }
                 s = g->bdata;
-                nctas = g->plan.nctas;
-                cta = s->next_cta++;
-                if (s->next_cta >= nctas) {
+                work = s->work_ctas;
+                cta = s->next_cta;
+                s->next_cta = next_work(g, cta + 1);
+                if (s->next_cta >= g->plan.nctas) {
                         /* Every CTA is claimed: later claims go to the next group. */
                         cb->head = s->next;
                         if (!cb->head)
@@ -125,7 +162,7 @@ static void *pool_main(void *arg)
                 }
                 pthread_mutex_unlock(&cb->lock);
                 cpu_gemm_run_cta(g->kp, g->sp, &g->plan, &g->cfg, cta, &s->ws);
-                if (atomic_fetch_add_explicit(&s->done_ctas, 1, memory_order_acq_rel) + 1 == nctas)
+                if (atomic_fetch_add_explicit(&s->done_ctas, 1, memory_order_acq_rel) + 1 == work)
                         worker_group_done(g, 0);
                 pthread_mutex_lock(&cb->lock);
         }

@@ -4,6 +4,7 @@
 #include "daemon/buffers.h"
 
 #include <errno.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -17,11 +18,6 @@ static void release_shm(struct gbuf *b)
                 b->unpin(b->unpin_ctx, b->host, b->bytes);
         else
                 munmap(b->host, b->bytes);
-}
-
-static void release_inline(struct gbuf *b)
-{
-        free(b->host);
 }
 
 int gbuf_new_shm(int fd, uint64_t bytes, struct gbuf **out)
@@ -55,21 +51,30 @@ int gbuf_new_shm(int fd, uint64_t bytes, struct gbuf **out)
         return 0;
 }
 
-int gbuf_new_inline(uint64_t bytes, struct gbuf **out)
+int gbuf_new_inline(uint64_t bytes, const void *init, struct gbuf **out)
 {
-        struct gbuf *b = calloc(1, sizeof(*b));
+        /* One allocation: the bytes follow the header and end where the
+         * allocation does, so a read past them is caught by checkers. */
+        size_t head = (sizeof(struct gbuf) + _Alignof(max_align_t) - 1) &
+                      ~(_Alignof(max_align_t) - 1);
+        struct gbuf *b;
 
+        if (bytes > SIZE_MAX - head)
+                return -ENOMEM;
+        /* Without init the bytes must read as zeros (an output C's padding
+         * goes back to the client): calloc takes large ones from fresh
+         * pages instead of clearing them. */
+        b = init ? malloc(head + bytes) : calloc(1, head + bytes);
         if (!b)
                 return -ENOMEM;
-        b->host = calloc(1, bytes ? bytes : 1);
-        if (!b->host) {
-                free(b);
-                return -ENOMEM;
+        if (init) {
+                memset(b, 0, sizeof(*b));
+                memcpy((char *)b + head, init, bytes);
         }
+        b->host = (char *)b + head;
         atomic_init(&b->refs, 1);
         b->kind = GBUF_INLINE;
         b->bytes = bytes;
-        b->release = release_inline;
         *out = b;
         return 0;
 }

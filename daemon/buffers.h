@@ -42,8 +42,9 @@ struct gbuf {
  * Returns 0 and a buffer with one reference, or a negative code. */
 int gbuf_new_shm(int fd, uint64_t bytes, struct gbuf **out);
 
-/* A malloc'd buffer for inline operands, `bytes` long, zeroed. */
-int gbuf_new_inline(uint64_t bytes, struct gbuf **out);
+/* A malloc'd buffer for inline operands, `bytes` long: a copy of `init`,
+ * or zeroed when init is NULL. Header and bytes are one allocation. */
+int gbuf_new_inline(uint64_t bytes, const void *init, struct gbuf **out);
 
 /* The address of byte 0 where the buffer is: the device address of CUDA
  * memory, the daemon's mapping of anything else. */

@@ -3,6 +3,7 @@
  * finished request is answered.
  */
 #include <errno.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -366,60 +367,69 @@ void launch_notice_send(struct wctl *c)
         free(n);
 }
 
+int dispatch_pack_completion(const struct request *r, uint8_t **buf, size_t *n)
+{
+        Gemmd__V1__OpResult small[64], *res = small;
+        uint32_t nres = r->nops;
+        int rc;
+
+        if (nres == 0)
+                return -EINVAL; /* every request has an op (on_submit) */
+        if (nres > sizeof(small) / sizeof(small[0])) {
+                res = malloc(nres * sizeof(*res));
+                if (!res)
+                        return -ENOMEM;
+        }
+        for (uint32_t i = 0; i < nres; i++) {
+                const struct op *o = &r->ops[i];
+                Gemmd__V1__OpResult *x = &res[i];
+
+                gemmd__v1__op_result__init(x);
+                x->status = (Gemmd__V1__Code)frame_err_to_code(o->status);
+                if (o->status)
+                        x->message = (char *)gemmd_strerror(o->status);
+                /* An inline C goes back to the client. */
+                if (!o->status && o->buf[2] && o->buf[2]->kind == GBUF_INLINE) {
+                        x->c_data.data = o->buf[2]->host;
+                        x->c_data.len = o->span[2];
+                }
+                x->queue_us = o->t_launch_ns > r->t_admit_ns
+                                      ? (o->t_launch_ns - r->t_admit_ns) / 1000
+                                      : 0;
+                x->run_us = (o->t_done_ns - o->t_launch_ns) / 1000;
+                x->group_id = o->group_id;
+                x->group_size = o->group_size;
+                x->kernel = (char *)(o->kernel ? o->kernel : "");
+        }
+        rc = frame_pack_completion(r->id, res, nres, offsetof(struct outbuf, data), UINT32_MAX, buf,
+                                   n);
+        if (res != small)
+                free(res);
+        return rc;
+}
+
 void dispatch_completion(struct request *r)
 {
         struct session *s = r->s;
         struct server *srv = s->srv;
         uint32_t n = r->nops;
+        int answered = r->replied || s->state != SESSION_CLOSED;
 
         s->inflight_ops -= n;
         s->user->inflight_ops -= n;
         srv->queued_ops -= n;
         metrics_count_request(r);
-        if (s->state != SESSION_CLOSED) {
-                Gemmd__V1__OpResult small[64], *res = small;
-
-                if (n > sizeof(small) / sizeof(small[0])) {
-                        res = malloc(n * sizeof(*res));
-                        if (!res) {
-                                session_close(s);
-                                goto out;
-                        }
-                }
-                for (uint32_t i = 0; i < n; i++) {
-                        struct op *o = &r->ops[i];
-                        Gemmd__V1__OpResult *x = &res[i];
-
-                        gemmd__v1__op_result__init(x);
-                        x->status = (Gemmd__V1__Code)frame_err_to_code(o->status);
-                        if (o->status) {
-                                x->message = (char *)gemmd_strerror(o->status);
-                                s->ops_failed++;
-                        } else {
-                                s->ops_ok++;
-                        }
-                        /* An inline C goes back to the client. */
-                        if (!o->status && o->buf[2] && o->buf[2]->kind == GBUF_INLINE) {
-                                x->c_data.data = o->buf[2]->host;
-                                x->c_data.len = o->span[2];
-                        }
-                        x->queue_us = o->t_launch_ns > r->t_admit_ns
-                                              ? (o->t_launch_ns - r->t_admit_ns) / 1000
-                                              : 0;
-                        x->run_us = (o->t_done_ns - o->t_launch_ns) / 1000;
-                        x->group_id = o->group_id;
-                        x->group_size = o->group_size;
-                        x->kernel = (char *)(o->kernel ? o->kernel : "");
-                }
-                session_send_completion(s, r->id, res, n);
-                if (res != small)
-                        free(res);
-        } else {
-                for (uint32_t i = 0; i < n; i++)
-                        if (r->ops[i].status)
-                                s->ops_failed++;
+        /* A request dropped with its session counts only its failures. */
+        for (uint32_t i = 0; i < n; i++) {
+                if (r->ops[i].status)
+                        s->ops_failed++;
+                else if (answered)
+                        s->ops_ok++;
         }
-out:
+        if (r->replied)
+                session_reply_taken(s);
+        else if (s->state != SESSION_CLOSED)
+                session_send_completion(s, r);
         free_request(r, n);
         session_unref(s);
         server_maybe_finish(srv);

@@ -105,10 +105,8 @@ static void on_listen(uv_poll_t *h, int status, int events)
         }
 }
 
-void server_post_completion(struct request *r, void *ctx)
+void server_queue_done(struct server *srv, struct request *r)
 {
-        struct server *srv = ctx;
-
         r->next = NULL;
         pthread_mutex_lock(&srv->done_lock);
         if (srv->done_tail)
@@ -117,6 +115,33 @@ void server_post_completion(struct request *r, void *ctx)
                 srv->done_head = r;
         srv->done_tail = r;
         pthread_mutex_unlock(&srv->done_lock);
+}
+
+/* A thread that completes a group answers at most this many of its
+ * requests itself (each costs it a write and the client's wake-up); the
+ * loop thread answers the rest, and the completing thread is soon free to
+ * notice the next group. */
+#define REPLIES_NOW 4
+
+void server_post_completions(struct request *done, void *ctx)
+{
+        struct server *srv = ctx;
+        struct request *r = done, *next;
+
+        /* In order, while each can be answered here: once one must wait
+         * for the loop, the ones after it wait too, so a session's replies
+         * keep their order. A request that asked for Launched messages is
+         * answered by the loop, behind them. A request answered here is the
+         * loop's as soon as it is, so `next` is read first. */
+        for (int i = 0; r && i < REPLIES_NOW; r = next, i++) {
+                next = r->next;
+                if (r->notify_launch || !session_reply_now(r))
+                        break;
+        }
+        for (; r; r = next) {
+                next = r->next;
+                server_queue_done(srv, r);
+        }
         uv_async_send(&srv->async);
 }
 
@@ -135,9 +160,8 @@ void server_post_control(struct wctl *c, void *ctx)
         uv_async_send(&srv->async);
 }
 
-static void on_async(uv_async_t *h)
+void server_reap(struct server *srv)
 {
-        struct server *srv = h->data;
         struct request *r, *next;
         struct wctl *c, *cnext;
 
@@ -161,8 +185,14 @@ static void on_async(uv_async_t *h)
                 next = r->next;
                 dispatch_completion(r);
         }
-        srv->defer_flush--;
-        server_flush_dirty(srv);
+        /* Inside a read, the replies go out with the read's. */
+        if (--srv->defer_flush == 0)
+                server_flush_dirty(srv);
+}
+
+static void on_async(uv_async_t *h)
+{
+        server_reap(h->data);
 }
 
 struct worker *server_pick_worker(struct server *srv, const struct request *r)
@@ -234,7 +264,7 @@ void server_maybe_finish(struct server *srv)
         if (!srv->draining || srv->queued_ops || srv->pending_controls)
                 return;
         for (s = srv->sessions; s; s = s->next)
-                if (s->out_head)
+                if (session_has_output(s))
                         return; /* replies still being written */
         for (s = srv->sessions; s; s = next) {
                 next = s->next;
@@ -309,7 +339,7 @@ static int start_backends(struct server *srv)
                 return -ENOMEM;
         for (int i = 0; i < n; i++) {
                 rc = worker_start(&srv->workers[i], i, srv->backends[i], cfg,
-                                  server_post_completion, server_post_control, srv);
+                                  server_post_completions, server_post_control, srv);
                 srv->workers[i].device_lost = device_lost;
                 if (rc)
                         return rc;

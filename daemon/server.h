@@ -4,7 +4,16 @@
  *
  * Everything here belongs to the loop thread except the completion queue
  * (done_lock), which workers append to before waking the loop with
- * uv_async_send (sends coalesce, so the callback drains the whole queue).
+ * uv_async_send (sends coalesce, so the callback drains the whole queue),
+ * and a session's output queue (out_lock).
+ *
+ * A completed request is answered by the thread that completes it when it
+ * can (session_reply_now): the reply goes out without waiting for the loop
+ * thread to wake. The request still goes back to the loop for everything
+ * else (counts, limits, freeing), and the loop takes the completion queue
+ * in after every read from a client, before acting on what it read
+ * (server_reap), so a client that answers a reply at once is never judged
+ * by counts that predate it.
  */
 #ifndef GEMMD_SERVER_H
 #define GEMMD_SERVER_H
@@ -62,10 +71,18 @@ struct session {
         int nfds;
         struct frame_arena arena;
 
-        /* Output: packed frames not yet written. */
+        /* Output: packed frames not yet written. The loop thread and a
+         * thread answering a completion (session_reply_now) both write, so
+         * the queue, the socket's writes and out_open are under out_lock.
+         * out_open is cleared when the session starts closing: from then on
+         * only the loop thread writes, and the descriptor is closed only
+         * after that. out_err is a write error met off the loop thread. */
+        pthread_mutex_t out_lock;
         struct outbuf *out_head, *out_tail;
         size_t out_off;
         uint64_t out_bytes;
+        int out_open;
+        int out_err;
 
         struct gbuf_table bufs;
         struct user *user;  /* the peer's uid: what it holds over all its sessions */
@@ -124,8 +141,19 @@ void server_deinit(struct server *srv);
 /* Starts the drain: stop accepting, finish in-flight work, reply, close. */
 void server_drain(struct server *srv);
 
-/* Called by a worker when a request's last op is done (any thread). */
-void server_post_completion(struct request *r, void *ctx);
+/* Called by a worker with requests whose last op is done, linked through
+ * `next` (any thread): answers what it can at once, and queues every one
+ * for the loop thread. */
+void server_post_completions(struct request *done, void *ctx);
+
+/* Appends r to the completion queue without waking the loop (the caller
+ * does: uv_async_send). Any thread. */
+void server_queue_done(struct server *srv, struct request *r);
+
+/* Loop thread: runs what the workers handed back (control tasks, completed
+ * requests). Called by the async callback and after each read from a
+ * session, before what was read is acted on. */
+void server_reap(struct server *srv);
 
 /* Called by a worker when a control task has run (worker thread). */
 void server_post_control(struct wctl *c, void *ctx);
@@ -143,9 +171,21 @@ void session_sweep_hello(uv_timer_t *t);
 void session_set_state(struct session *s, enum session_state st);
 /* Queues a frame for the client; closes the session on failure. */
 void session_send(struct session *s, const Gemmd__V1__Envelope *env);
-/* session_send of a Completion of res[0 .. nres), packed without protobuf-c. */
-void session_send_completion(struct session *s, uint64_t request_id,
-                             const Gemmd__V1__OpResult *res, size_t nres);
+/* Queues the Completion of r (dispatch_pack_completion). */
+void session_send_completion(struct session *s, const struct request *r);
+/* Any thread, for a request whose last op is done: when nothing else is
+ * queued for its session and the session is not closing, packs the
+ * Completion, marks r replied, puts r on the completion queue
+ * (server_queue_done) and writes the reply; what the socket does not take
+ * at once stays queued for the loop thread. Returns 1 if it did, 0 when
+ * the loop thread must answer r (then nothing was done). */
+int session_reply_now(struct request *r);
+/* Loop thread, when it takes in a request that session_reply_now answered:
+ * waits until that thread is done with the session's output, then acts on
+ * what the write left (a remainder to poll for, or an error to close on). */
+void session_reply_taken(struct session *s);
+/* Whether frames are queued for the client. */
+int session_has_output(struct session *s);
 void session_send_error(struct session *s, uint64_t request_id, int err, int op_index,
                         const char *fmt, ...) __attribute__((format(printf, 5, 6)));
 /* Sends nothing more after what is queued, then closes. */
@@ -161,6 +201,11 @@ void server_flush_dirty(struct server *srv);
 /* dispatch.c */
 void dispatch_frame(struct session *s, const uint8_t *buf, uint32_t len);
 void dispatch_completion(struct request *r);
+/* Packs the Completion of r (per op: status, timings, an inline C's bytes)
+ * into a new allocation with room for a struct outbuf before the frame, as
+ * frame_pack_completion. Reads only r, so any thread may call it once r's
+ * last op is done. */
+int dispatch_pack_completion(const struct request *r, uint8_t **buf, size_t *n);
 
 /* stats.c */
 int stats_render(struct server *srv, int json, char **out);

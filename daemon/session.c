@@ -5,6 +5,12 @@
  * libuv's pipe API cannot receive arbitrary descriptors, so a session polls
  * its socket with a uv_poll_t and does its own recvmsg/send. A session is
  * freed when its connection is closed and no request of it is in flight.
+ *
+ * Output is written by the loop thread, and by the thread that completes a
+ * request when that one can answer it at once (session_reply_now), so the
+ * output queue and the writes are under out_lock. The session outlives such
+ * a writer: the writer's request holds a reference, which the loop drops
+ * only after session_reply_taken has waited for the writer to let go.
  */
 #include <errno.h>
 #include <stdarg.h>
@@ -33,11 +39,13 @@ static void update_poll(struct session *s)
 
         if (s->state == SESSION_CLOSED)
                 return;
+        pthread_mutex_lock(&s->out_lock);
         /* Stop reading while the client leaves its replies unread. */
         if (s->state != SESSION_CLOSING && s->out_bytes <= s->srv->cfg->lim.max_output_bytes)
                 ev |= UV_READABLE;
         if (s->out_head)
                 ev |= UV_WRITABLE;
+        pthread_mutex_unlock(&s->out_lock);
         if (ev == s->poll_events)
                 return;
         s->poll_events = ev;
@@ -55,6 +63,7 @@ int session_accept(struct server *srv, int fd)
 
         if (!s)
                 goto err;
+        pthread_mutex_init(&s->out_lock, NULL);
         s->rbuf = malloc(SESSION_RBUF);
         s->lanes = calloc((size_t)srv->nworkers * NPRIO, sizeof(*s->lanes));
         if (!s->rbuf || !s->lanes)
@@ -74,6 +83,7 @@ int session_accept(struct server *srv, int fd)
         s->poll.data = s;
         s->srv = srv;
         s->fd = fd;
+        s->out_open = 1;
         s->refs = 1;
         s->id = ++srv->next_session_id;
         s->t_accept_ns = now_ns();
@@ -117,6 +127,7 @@ int session_accept(struct server *srv, int fd)
 err_user:
         users_put(srv, s->user);
 err_mem:
+        pthread_mutex_destroy(&s->out_lock);
         free(s->lanes);
         free(s->rbuf);
         free(s);
@@ -163,6 +174,7 @@ static void free_session(struct session *s)
         }
         frame_arena_deinit(&s->arena);
         users_put(s->srv, s->user);
+        pthread_mutex_destroy(&s->out_lock);
         free(s->lanes);
         free(s->rbuf);
         free(s->body);
@@ -191,6 +203,11 @@ void session_close(struct session *s)
         if (s->state == SESSION_CLOSED)
                 return;
         session_set_state(s, SESSION_CLOSED);
+        /* No other thread writes from here on; the descriptor is closed
+         * only once the poll handle is (on_poll_closed). */
+        pthread_mutex_lock(&s->out_lock);
+        s->out_open = 0;
+        pthread_mutex_unlock(&s->out_lock);
         if (srv->cfg->verbose)
                 log_info("session %llu: closed", (unsigned long long)s->id);
         /* Queued ops are dropped; running ones finish and are discarded by
@@ -218,13 +235,30 @@ void session_close(struct session *s)
 
 void session_close_after_flush(struct session *s)
 {
+        int empty;
+
         if (s->state == SESSION_CLOSED)
                 return;
         session_set_state(s, SESSION_CLOSING);
-        if (!s->out_head)
+        /* Replies from now on queue behind what is queued (the loop's). */
+        pthread_mutex_lock(&s->out_lock);
+        s->out_open = 0;
+        empty = !s->out_head;
+        pthread_mutex_unlock(&s->out_lock);
+        if (empty)
                 session_close(s);
         else
                 update_poll(s);
+}
+
+int session_has_output(struct session *s)
+{
+        int has;
+
+        pthread_mutex_lock(&s->out_lock);
+        has = s->out_head != NULL;
+        pthread_mutex_unlock(&s->out_lock);
+        return has;
 }
 
 static void parse_rbuf(struct session *s);
@@ -232,14 +266,32 @@ static void parse_rbuf(struct session *s);
 /* Whether the client has left so many replies unread that its requests
  * wait: a small request can have a large answer, so this is checked
  * between frames, not only between reads. */
-static int output_full(const struct session *s)
+static int output_full(struct session *s)
 {
-        return s->out_bytes > s->srv->cfg->lim.max_output_bytes;
+        int full;
+
+        pthread_mutex_lock(&s->out_lock);
+        full = s->out_bytes > s->srv->cfg->lim.max_output_bytes;
+        pthread_mutex_unlock(&s->out_lock);
+        return full;
+}
+
+/* Appends o to the output queue. Called with out_lock held. */
+static void enqueue(struct session *s, struct outbuf *o)
+{
+        o->next = NULL;
+        if (s->out_tail)
+                s->out_tail->next = o;
+        else
+                s->out_head = o;
+        s->out_tail = o;
+        s->out_bytes += o->len;
 }
 
 /* Writes queued frames until the socket would block, many frames per
- * system call. */
-static void flush(struct session *s)
+ * system call. Called with out_lock held, by any thread. Returns 0, or a
+ * negative errno when the connection is broken. */
+static int write_out(struct session *s)
 {
         while (s->out_head) {
                 struct iovec iov[64];
@@ -259,8 +311,7 @@ static void flush(struct session *s)
                                 break;
                         if (errno == EINTR)
                                 continue;
-                        session_close(s);
-                        return;
+                        return -errno;
                 }
                 s->out_bytes -= (uint64_t)n;
                 while (n > 0) {
@@ -279,7 +330,20 @@ static void flush(struct session *s)
                         free(o);
                 }
         }
-        if (!s->out_head && s->state == SESSION_CLOSING) {
+        return 0;
+}
+
+/* Loop thread: writes what is queued, then lets requests that waited for
+ * room go on. */
+static void flush(struct session *s)
+{
+        int err, more;
+
+        pthread_mutex_lock(&s->out_lock);
+        err = write_out(s);
+        more = s->out_head != NULL;
+        pthread_mutex_unlock(&s->out_lock);
+        if (err || (!more && s->state == SESSION_CLOSING)) {
                 session_close(s);
                 return;
         }
@@ -290,7 +354,7 @@ static void flush(struct session *s)
         if (s->state == SESSION_CLOSED)
                 return;
         update_poll(s);
-        if (!s->out_head)
+        if (!session_has_output(s))
                 server_maybe_finish(s->srv);
 }
 
@@ -298,6 +362,7 @@ static void flush(struct session *s)
 static void queue_frame(struct session *s, int rc, uint8_t *buf, size_t n)
 {
         struct outbuf *o;
+        int first;
 
         if (rc) {
                 log_err("session %llu: cannot pack a reply: %s", (unsigned long long)s->id,
@@ -306,14 +371,11 @@ static void queue_frame(struct session *s, int rc, uint8_t *buf, size_t n)
                 return;
         }
         o = (struct outbuf *)buf;
-        o->next = NULL;
         o->len = n;
-        if (s->out_tail)
-                s->out_tail->next = o;
-        else
-                s->out_head = o;
-        s->out_tail = o;
-        s->out_bytes += n;
+        pthread_mutex_lock(&s->out_lock);
+        enqueue(s, o);
+        first = s->out_head == o;
+        pthread_mutex_unlock(&s->out_lock);
         if (s->srv->defer_flush) {
                 /* Inside a batch (a read, a round of completions): one write
                  * at its end carries every reply. */
@@ -323,7 +385,7 @@ static void queue_frame(struct session *s, int rc, uint8_t *buf, size_t n)
                         s->next_dirty = s->srv->dirty;
                         s->srv->dirty = s;
                 }
-        } else if (s->out_head == o) {
+        } else if (first) {
                 flush(s);
         } else {
                 update_poll(s);
@@ -342,8 +404,7 @@ void session_send(struct session *s, const Gemmd__V1__Envelope *env)
         queue_frame(s, rc, buf, n);
 }
 
-void session_send_completion(struct session *s, uint64_t request_id,
-                             const Gemmd__V1__OpResult *res, size_t nres)
+void session_send_completion(struct session *s, const struct request *r)
 {
         uint8_t *buf = NULL;
         size_t n = 0;
@@ -351,9 +412,65 @@ void session_send_completion(struct session *s, uint64_t request_id,
 
         if (s->state == SESSION_CLOSED)
                 return;
-        rc = frame_pack_completion(request_id, res, nres, offsetof(struct outbuf, data),
-                                   UINT32_MAX, &buf, &n);
+        rc = dispatch_pack_completion(r, &buf, &n);
         queue_frame(s, rc, buf, n);
+}
+
+/* Replies larger than this are left to the loop thread: packing them and
+ * handing them to the socket would hold out_lock (which the loop may wait
+ * for) a long time, and their transfer dwarfs a thread hop anyway. */
+#define REPLY_NOW_MAX_BYTES (64u << 10)
+
+int session_reply_now(struct request *r)
+{
+        struct session *s = r->s;
+        uint64_t inline_bytes = 0;
+        uint8_t *buf = NULL;
+        size_t n = 0;
+        int rc;
+
+        for (uint32_t i = 0; i < r->nops; i++)
+                if (r->ops[i].buf[2] && r->ops[i].buf[2]->kind == GBUF_INLINE)
+                        inline_bytes += r->ops[i].span[2];
+        if (inline_bytes > REPLY_NOW_MAX_BYTES)
+                return 0;
+        pthread_mutex_lock(&s->out_lock);
+        /* Frames queued before this one go first, and they are the loop's. */
+        if (!s->out_open || s->out_head || dispatch_pack_completion(r, &buf, &n)) {
+                pthread_mutex_unlock(&s->out_lock);
+                return 0;
+        }
+        r->replied = 1;
+        /* On the completion queue before the reply is on the wire: whatever
+         * the client sends in answer, the loop takes r in before acting on
+         * it (server_reap after each read). From here on r is the loop's. */
+        server_queue_done(s->srv, r);
+        ((struct outbuf *)buf)->len = n;
+        enqueue(s, (struct outbuf *)buf);
+        rc = write_out(s);
+        if (rc) {
+                s->out_err = rc;
+                s->out_open = 0;
+        }
+        pthread_mutex_unlock(&s->out_lock);
+        return 1;
+}
+
+void session_reply_taken(struct session *s)
+{
+        int err, more;
+
+        /* Waits for the writer: it lets go of the session with the lock. */
+        pthread_mutex_lock(&s->out_lock);
+        err = s->out_err;
+        more = s->out_head != NULL;
+        pthread_mutex_unlock(&s->out_lock);
+        if (s->state == SESSION_CLOSED)
+                return;
+        if (err)
+                session_close(s);
+        else if (more)
+                update_poll(s); /* what the socket did not take, the loop writes */
 }
 
 void server_flush_dirty(struct server *srv)
@@ -533,6 +650,13 @@ static void on_readable(struct session *s)
                                 session_close(s);
                         return;
                 }
+                /* What was just read may answer a reply that another thread
+                 * wrote (session_reply_now queued its request before writing
+                 * it): the request is taken in first, so that the client is
+                 * judged by counts that include it. */
+                server_reap(s->srv);
+                if (s->state == SESSION_CLOSED)
+                        return;
                 if (s->body) {
                         s->body_got += (uint32_t)n;
                         if (s->body_got == s->body_len) {
@@ -567,7 +691,8 @@ static void on_io(uv_poll_t *h, int status, int events)
                         s->srv->defer_flush--;
                         server_flush_dirty(s->srv);
                 }
-                if (events & UV_DISCONNECT && s->state != SESSION_CLOSED && !s->out_head)
+                if (events & UV_DISCONNECT && s->state != SESSION_CLOSED &&
+                    !session_has_output(s))
                         session_close(s);
         }
         session_unref(s);

@@ -120,11 +120,9 @@ static int resolve(const struct operand_shape *sh, int is_c, float beta, size_t 
                 return fail(msg, len, GEMMD_ELIMIT, "inline operands exceed %llu bytes",
                             (unsigned long long)max_inline);
         *inline_bytes += span;
-        rc = gbuf_new_inline(span, &b);
+        rc = gbuf_new_inline(span, have ? in->data.data : NULL, &b);
         if (rc)
                 return fail(msg, len, rc, "%s: out of memory", sh->name);
-        if (have)
-                memcpy(b->host, in->data.data, span);
         out->buf[idx] = b;
         out->off[idx] = 0;
         return 0;

@@ -50,6 +50,7 @@ struct request {
         atomic_uint remaining;
         int priority;
         int notify_launch; /* send Launched for each group of its ops */
+        int replied; /* answered by the thread that completed it (session_reply_now) */
         uint64_t launch_gid; /* the worker's: last group that noticed it */
         uint64_t t_admit_ns;
         struct op ops[];

@@ -145,14 +145,34 @@ static uint64_t op_flops(const struct op *o)
         return 2ull * p->m * p->n * p->k;
 }
 
-/* Hands an op back to its request; completes the request with its last op.
- * The op must not be touched afterwards: the loop may free it. */
-static void op_finish(struct worker *w, struct op *o)
+/* Requests whose last op finished under the worker's lock, in order: they
+ * are handed back (hand_back) once the lock is released, so that answering
+ * them never holds up the loop thread's enqueues. */
+struct done_list {
+        struct request *head, **tail;
+};
+
+#define DONE_LIST_INIT(l) {NULL, &(l).head}
+
+/* Hands an op back to its request; a request whose last op this was goes
+ * on `done`. The op must not be touched afterwards: once handed back, the
+ * loop may free it. */
+static void op_finish(struct op *o, struct done_list *done)
 {
         struct request *r = o->req;
 
-        if (atomic_fetch_sub_explicit(&r->remaining, 1, memory_order_acq_rel) == 1)
-                w->complete(r, w->ctx);
+        if (atomic_fetch_sub_explicit(&r->remaining, 1, memory_order_acq_rel) == 1) {
+                r->next = NULL;
+                *done->tail = r;
+                done->tail = &r->next;
+        }
+}
+
+/* Passes the finished requests on. Called without the lock. */
+static void hand_back(struct worker *w, struct done_list *done)
+{
+        if (done->head)
+                w->complete(done->head, w->ctx);
 }
 
 void worker_enqueue(struct worker *w, struct lane *lanes, struct op **ops, uint32_t n, int prio)
@@ -175,14 +195,21 @@ void worker_enqueue(struct worker *w, struct lane *lanes, struct op **ops, uint3
         }
         if (!l->linked && l->head)
                 lane_link(w, prio, l);
-        /* A busy worker finds the ops on its next turn: no wake-up call. */
-        if (w->sleeping)
-                pthread_cond_signal(&w->cond);
+        /* A busy worker finds the ops on its next turn: no wake-up call.
+         * A sleeping one is signalled after the unlock, so that it does not
+         * wake only to wait for the lock. (The loop thread is the one that
+         * stops workers, so the worker outlives this call.) */
+        int wake = w->sleeping;
+
         pthread_mutex_unlock(&w->lock);
+        if (wake)
+                pthread_cond_signal(&w->cond);
 }
 
 void worker_cancel(struct worker *w, struct lane *lanes)
 {
+        struct done_list done = DONE_LIST_INIT(done);
+
         pthread_mutex_lock(&w->lock);
         for (int p = 0; p < NPRIO; p++) {
                 struct lane *l = &lanes[p];
@@ -195,10 +222,11 @@ void worker_cancel(struct worker *w, struct lane *lanes)
                         w->pending_ops--;
                         w->pending_tiles -= op_tiles(w, o);
                         o->status = GEMMD_ECANCELED;
-                        op_finish(w, o);
+                        op_finish(o, &done);
                 }
         }
         pthread_mutex_unlock(&w->lock);
+        hand_back(w, &done);
 }
 
 static struct group *free_slot(struct worker *w)
@@ -358,11 +386,12 @@ static void form_group(struct worker *w, struct group *g)
         }
 }
 
-/* Hands every op of a finished group back to its request. Called with the
- * lock held, by whichever thread learns first that the group is done (the
- * backend's completion thread, to save the latency of a hop through the
- * worker). Makes no device calls. */
-static void complete_ops(struct worker *w, struct group *g)
+/* Hands every op of a finished group back to its request; the requests
+ * this finishes go on `done`. Called with the lock held, by whichever
+ * thread learns first that the group is done (the backend's completion
+ * thread, to save the latency of a hop through the worker). Makes no
+ * device calls. */
+static void complete_ops(struct worker *w, struct group *g, struct done_list *done)
 {
         const char *kname = w->be->kernel_name(w->be, g->key);
 
@@ -384,13 +413,14 @@ static void complete_ops(struct worker *w, struct group *g)
                         w->st.flops += op_flops(o);
                 w->st.queue_us_hist[hist_bucket(queue_us)]++;
                 g->ops[i] = NULL;
-                op_finish(w, o);
+                op_finish(o, done);
         }
 }
 
 /* The worker's bookkeeping of a finished group (its ops are already
  * completed): device timings, histograms, and the slot freed. Called with
- * the lock held on the worker thread. */
+ * the lock held, on the worker thread when the backend has a collect()
+ * (which runs there), else on the thread that completed the group. */
 static void finish_group(struct worker *w, struct group *g)
 {
         uint64_t run_us = (g->t_done_ns - g->t_launch_ns) / 1000;
@@ -477,20 +507,33 @@ void worker_control(struct worker *w, struct wctl *c)
 void worker_group_done(struct group *g, int status)
 {
         struct worker *w = g->w;
+        struct done_list done = DONE_LIST_INIT(done);
 
         pthread_mutex_lock(&w->lock);
         g->status = status;
         g->t_done_ns = now_ns();
-        complete_ops(w, g);
-        g->next_done = w->done;
-        w->done = g;
+        complete_ops(w, g, &done);
         if (--w->inflight == 0) {
                 w->st.busy_ns += g->t_done_ns - w->busy_since_ns;
                 w->last_done_ns = g->t_done_ns;
         }
         atomic_fetch_add_explicit(&w->progress, 1, memory_order_relaxed);
-        pthread_cond_signal(&w->cond);
+        if (w->be->collect) {
+                g->next_done = w->done;
+                w->done = g;
+                pthread_cond_signal(&w->cond);
+        } else {
+                /* Nothing here needs the worker thread: an idle worker is
+                 * not woken just to free the slot, only when the slot (or a
+                 * repair) lets it go on, or it is stopping. The signal stays
+                 * under the lock: once it is released, the loop may stop
+                 * the worker. */
+                finish_group(w, g);
+                if (w->sleeping && (w->pending_ops || w->recover_pending || w->stopping))
+                        pthread_cond_signal(&w->cond);
+        }
         pthread_mutex_unlock(&w->lock);
+        hand_back(w, &done);
 }
 
 /* The earliest admission time among the queued lane heads. */
@@ -599,10 +642,15 @@ static void *worker_main(void *arg)
                                         int rc = launch_group(w, g);
                                         pthread_mutex_lock(&w->lock);
                                         if (rc) {
+                                                struct done_list done = DONE_LIST_INIT(done);
+
                                                 g->status = GEMMD_EDEVICE;
                                                 g->t_done_ns = g->t_launch_ns = now_ns();
-                                                complete_ops(w, g);
+                                                complete_ops(w, g, &done);
                                                 finish_group(w, g);
+                                                pthread_mutex_unlock(&w->lock);
+                                                hand_back(w, &done);
+                                                pthread_mutex_lock(&w->lock);
                                         }
                                 }
                                 continue;

@@ -88,7 +88,11 @@ struct worker_stats {
         uint64_t b2b_groups;     /* groups launched while another was in flight */
 };
 
-typedef void (*worker_complete_fn)(struct request *r, void *ctx);
+/* Hands back requests whose last op has finished, linked through their
+ * `next` in the order they finished. Called without the worker's lock, on
+ * whichever thread finished them (a backend's completion thread, the
+ * worker, or the loop thread for cancelled ops). */
+typedef void (*worker_complete_fn)(struct request *done, void *ctx);
 
 /* A task for the worker thread that is not a group: work that needs the
  * device's context (opening a CUDA IPC handle, say). run() executes on the
@@ -128,7 +132,7 @@ struct worker {
         void (*device_lost)(void *ctx);
         uint64_t busy_since_ns;
         uint64_t last_done_ns; /* when the device last became idle */
-        struct group *done;    /* finished groups, not yet processed */
+        struct group *done;    /* finished groups for the worker thread's collect() */
         struct wctl *ctl_head, *ctl_tail;
         struct group *slots;
         uint32_t nslots;
@@ -172,7 +176,11 @@ struct launch_notice {
 
 void launch_notice_send(struct wctl *c);
 
-/* Called by the backend when a launched group has finished (any thread). */
+/* Called by the backend when a launched group has finished (any thread).
+ * The finished requests are handed back from the calling thread, after
+ * the worker's lock is released. Without a collect() the group's
+ * bookkeeping is done here too, and the worker thread is woken only when
+ * the freed slot lets it launch (or it is stopping). */
 void worker_group_done(struct group *g, int status);
 
 /* Finishes what is queued and in flight, then joins the thread. */

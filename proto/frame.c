@@ -52,22 +52,40 @@ int frame_pack(const Gemmd__V1__Envelope *env, size_t front, uint32_t max, uint8
         return 0;
 }
 
+static size_t arena_round(size_t size)
+{
+        return (size + sizeof(max_align_t) - 1) & ~(sizeof(max_align_t) - 1);
+}
+
+/* Counts `size` bytes against the arena's bound. Returns 0, or -1 (and
+ * marks the arena exhausted) past the bound. */
+static int arena_charge(struct frame_arena *a, size_t size)
+{
+        size_t need = arena_round(size);
+
+        if (need < size || a->used + need > a->cap || a->used + need < a->used) {
+                a->exhausted = 1;
+                return -1;
+        }
+        a->used += need;
+        return 0;
+}
+
 static void *arena_alloc(void *data, size_t size)
 {
         struct frame_arena *a = data;
         struct frame_chunk *c = a->chunks;
-        size_t need = (size + sizeof(max_align_t) - 1) & ~(sizeof(max_align_t) - 1);
+        size_t need = arena_round(size);
         size_t csize;
         void *p;
 
-        if (need < size || a->used + need > a->cap || a->used + need < a->used) {
-                a->exhausted = 1;
+        if (arena_charge(a, size))
                 return NULL;
-        }
         if (!c || c->size - c->used < need) {
                 csize = need > 16384 ? need : 16384;
                 c = malloc(sizeof(*c) + csize);
                 if (!c) {
+                        a->used -= need;
                         a->exhausted = 1;
                         return NULL;
                 }
@@ -78,7 +96,6 @@ static void *arena_alloc(void *data, size_t size)
         }
         p = (char *)c->data + c->used;
         c->used += need;
-        a->used += need;
         return p;
 }
 
@@ -255,11 +272,14 @@ static int dec_operand(struct frame_arena *a, struct rd r, Gemmd__V1__Operand **
                         if (wt != 2 || rd_len(&r, &b))
                                 return -1;
                         o->data.len = (size_t)(b.end - b.p);
+                        /* Inline operands are not copied: they point into
+                         * the frame (see frame_unpack). The arena is charged
+                         * for them all the same, so that it bounds a message
+                         * exactly as protobuf-c's decoding would. */
                         if (o->data.len) {
-                                o->data.data = arena_alloc(a, o->data.len);
-                                if (!o->data.data)
+                                if (arena_charge(a, o->data.len))
                                         return -1;
-                                memcpy(o->data.data, b.p, o->data.len);
+                                o->data.data = (uint8_t *)b.p;
                         }
                         break;
                 }

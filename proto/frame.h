@@ -49,8 +49,9 @@ void frame_arena_deinit(struct frame_arena *a);
 
 /* Unpacks `len` bytes into an Envelope allocated from the arena (reset
  * first), as protobuf-c would (plain Submits take a shorter path to the
- * same structs). Returns NULL for malformed input or when the arena's cap would be
- * exceeded; a->exhausted tells which. */
+ * same structs, whose inline operand bytes point into buf instead of being
+ * copied: buf must outlive the Envelope). Returns NULL for malformed input
+ * or when the arena's cap would be exceeded; a->exhausted tells which. */
 Gemmd__V1__Envelope *frame_unpack(struct frame_arena *a, const uint8_t *buf, size_t len);
 
 /* Maps a gemmd.v1.Code to the library's negative code and back. */

@@ -10,7 +10,7 @@ dest=${1:-.gpubin}
 # carried tree is capped at 64 MiB and the kernels are most of each binary.
 b=build-sm90a
 want="$b/gemmd $b/gemmd-fi $b/gemmctl $b/gemmbench $b/demo_client $b/libgemmd.so
-      $b/tests/test_gpu_kernels $b/tests/test_gpu_e2e $b/soak"
+      $b/tests/test_gpu_kernels $b/tests/test_gpu_e2e $b/soak $b/gemmbench-latency"
 # shellcheck disable=SC2086
 make -j"$(nproc)" BUILD=$b NVCC_GENCODE="-gencode=arch=compute_90a,code=sm_90a" $want >/dev/null
 mkdir -p "$dest/lib"

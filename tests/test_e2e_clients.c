@@ -1,7 +1,8 @@
 /*
  * test_e2e_clients.c - many client processes against one daemon: 8 library
  * clients with 1000 mixed ops each, a client killed with ops in flight,
- * and gemmctl on .npy files.
+ * clients that answer replies at once or leave them unread, and gemmctl on
+ * .npy files.
  */
 #include <criterion/criterion.h>
 #include <errno.h>
@@ -277,6 +278,108 @@ Test(e2e, client_killed_with_ops_in_flight_costs_others_nothing)
                 free(json);
                 json = NULL;
         }
+        gemmd_disconnect(c);
+        STOP(&d);
+}
+
+/* ---- replies ------------------------------------------------------------ */
+
+/* The sum of every number that follows `key` in a JSON text. */
+static long long json_sum(const char *json, const char *key)
+{
+        char pat[64];
+        long long sum = 0;
+
+        snprintf(pat, sizeof(pat), "\"%s\":", key);
+        for (const char *p = strstr(json, pat); p; p = strstr(p + 1, pat))
+                sum += strtoll(p + strlen(pat), NULL, 10);
+        return sum;
+}
+
+/* A reply may be written by the thread that finished the request, before
+ * the daemon's loop has taken the request back; a client that answers it
+ * at once must still find the request accounted for. With every cap at
+ * one op, each submit is admitted only if the one before it (from the same
+ * session or the other one of the same user) has been. */
+Test(e2e, a_submit_sent_the_moment_a_reply_arrives_finds_the_caps_freed)
+{
+        struct e2e_spec s = {.kind = GEMMD_GEMM, .dtype = GEMMD_F32, .m = 8, .n = 8, .k = 8,
+                             .alpha = 1.0f, .beta = 0.0f};
+        enum { ROUNDS = 2000 };
+        struct e2e_daemon d;
+        struct e2e_prob p;
+        gemmd_client *c[2];
+        uint64_t seed = 51;
+        char why[256], *json = NULL;
+        double err;
+
+        START(&d, "--threads", "1", "--max-inflight-ops", "1", "--max-user-inflight-ops", "1",
+              "--max-queue-ops", "1", NULL);
+        c[0] = e2e_connect(&d);
+        c[1] = e2e_connect(&d);
+        cr_assert(c[0] && c[1]);
+        cr_assert_eq(e2e_prob_inline(&p, &s, &seed), 0);
+        for (int i = 0; i < ROUNDS; i++) {
+                gemmd_client *x = c[e2e_rand(&seed) & 1];
+                gemmd_ticket t;
+                int rc = gemmd_submit(x, &p.op, 1, GEMMD_PRIO_NORMAL, &t);
+
+                cr_assert_eq(rc, 0, "submit %d: %s", i, gemmd_strerror(rc));
+                rc = gemmd_wait(x, t, 10000, NULL, 0);
+                cr_assert_eq(rc, 0, "request %d: %s (%s)", i, gemmd_strerror(rc),
+                             gemmd_last_error(x));
+        }
+        cr_assert_eq(e2e_prob_check(&p, &err, why, sizeof(why)), 0, "%s", why);
+        /* So do the counts a stats request sent at once reads. */
+        cr_assert_eq(gemmd_stats(c[0], 1, &json), 0);
+        cr_assert_eq(json_sum(json, "ops_ok"), ROUNDS, "%s", json);
+        cr_assert_eq(json_sum(json, "queued_ops"), 0, "%s", json);
+        free(json);
+        e2e_prob_free(&p);
+        gemmd_disconnect(c[1]);
+        gemmd_disconnect(c[0]);
+        STOP(&d);
+}
+
+/* Replies that pile up past what the socket holds while the client reads
+ * nothing (64 inline results of 32 KiB) are written in parts as it reads:
+ * each arrives whole, once. The requests go one at a time, so that each
+ * runs alone and is answered by the thread that ran it, until the socket
+ * is full. */
+Test(e2e, replies_left_unread_arrive_whole_and_once)
+{
+        struct e2e_spec s = {.kind = GEMMD_GEMM, .dtype = GEMMD_F32, .m = 64, .n = 128, .k = 8,
+                             .alpha = 1.0f, .beta = 0.0f};
+        enum { N = 64 };
+        struct e2e_daemon d;
+        struct e2e_prob p[N];
+        gemmd_ticket t[N], extra;
+        gemmd_client *c;
+        uint64_t seed = 52;
+        char why[256], *json = NULL;
+        double err;
+
+        START(&d, "--threads", "2", NULL);
+        c = e2e_connect(&d);
+        cr_assert_not_null(c);
+        for (int i = 0; i < N; i++) {
+                cr_assert_eq(e2e_prob_inline(&p[i], &s, &seed), 0);
+                cr_assert_eq(gemmd_submit(c, &p[i].op, 1, GEMMD_PRIO_NORMAL, &t[i]), 0);
+                usleep(2000);
+        }
+        usleep(200000);
+        for (int i = 0; i < N; i++) {
+                int rc = gemmd_wait(c, t[i], 60000, NULL, 0);
+
+                cr_assert_eq(rc, 0, "request %d: %s", i, gemmd_strerror(rc));
+                cr_assert_eq(e2e_prob_check(&p[i], &err, why, sizeof(why)), 0, "request %d: %s",
+                             i, why);
+                e2e_prob_free(&p[i]);
+        }
+        cr_assert_eq(gemmd_poll(c, &extra), 0, "a reply after the last one");
+        cr_assert_eq(gemmd_stats(c, 1, &json), 0);
+        cr_assert_eq(json_sum(json, "ops_ok"), N, "%s", json);
+        free(json);
         gemmd_disconnect(c);
         STOP(&d);
 }

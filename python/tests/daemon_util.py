@@ -24,7 +24,9 @@ import numpy as np
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), os.pardir, os.pardir))
 sys.path.insert(0, os.path.join(ROOT, "python"))
-GEMMD = os.path.join(ROOT, "build", "gemmd")
+# $GEMMD_BIN names another build directory (`make BUILD=DIR test` sets it).
+BIN = os.environ.get("GEMMD_BIN") or os.path.join(ROOT, "build")
+GEMMD = os.path.join(BIN, "gemmd")
 
 import gemmd  # noqa: E402  (after the path is set)
 

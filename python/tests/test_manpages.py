@@ -5,7 +5,7 @@ import re
 import subprocess
 import unittest
 
-from daemon_util import ROOT
+from daemon_util import BIN, ROOT
 
 PAGES = {
     "gemmd": ("man/gemmd.8", [["--help"]]),
@@ -16,7 +16,7 @@ PAGES = {
 class TestManPages(unittest.TestCase):
     def test_every_option_is_documented(self):
         for prog, (page, helps) in PAGES.items():
-            exe = os.path.join(ROOT, "build", prog)
+            exe = os.path.join(BIN, prog)
             if not os.access(exe, os.X_OK):
                 self.skipTest("build/%s is not built" % prog)
             with open(os.path.join(ROOT, page)) as f:

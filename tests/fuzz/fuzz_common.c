@@ -25,8 +25,8 @@ void fuzz_table_set(struct gbuf_table *t, const uint64_t *sizes, int n)
         for (int i = 0; i < n; i++) {
                 struct gbuf *b;
 
-                /* An inline buffer is a calloc of exactly `bytes`. */
-                if (gbuf_new_inline(sizes[i], &b) || gbuf_table_add(t, b))
+                /* An inline buffer's bytes end where its allocation does. */
+                if (gbuf_new_inline(sizes[i], NULL, &b) || gbuf_table_add(t, b))
                         abort();
         }
 }

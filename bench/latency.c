@@ -1,0 +1,612 @@
+/*
+ * latency.c - gemmbench-latency: the round trip of a lone small request
+ * through gemmd, which is what the daemon itself adds to a call (socket
+ * hops, thread hand-offs, the launch). It needs nothing but libgemmd, so
+ * it is built without CUDA too and runs against any backend, the CPU one
+ * included (gemmbench proper needs CUDA and cuBLAS).
+ *
+ *   gemmbench-latency [--clients N] [--requests R] [--warmup W] [--dim D]
+ *                     [--memory inline|shm] [--socket PATH | --backend B ...]
+ *                     [--json]          (--help lists all)
+ *
+ * Each of N client processes keeps exactly one D x D x D f32 GEMM in
+ * flight: it submits, waits in gemmd_wait (asleep in poll(), as an
+ * ordinary client is), and submits the next one at once. A sample is the
+ * time from just before gemmd_submit to gemmd_wait's return. The clients
+ * set up, run W unmeasured requests each, and then start the measured R
+ * together; the report gives percentiles over all N * R samples and the
+ * means of the daemon's own account of them (admitted -> launched,
+ * launched -> done). Every result is checked against a double-precision
+ * reference; any error makes the exit status 1.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <getopt.h>
+#include <limits.h>
+#include <math.h>
+#include <signal.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "include/gemmd.h"
+
+#define MAX_CLIENTS 256
+#define MAX_DAEMON_ARGS 16
+#define START_MS 30000
+#define STOP_MS 20000
+
+struct lat_opts {
+        int nclients, requests, warmup, dim, shm, json;
+        const char *socket, *backend, *gemmd;
+        const char *daemon_args[MAX_DAEMON_ARGS];
+        int ndaemon_args;
+};
+
+/* What a client reports after its run, followed by `n` float samples (us). */
+struct lat_report {
+        int32_t status; /* 0, or the first failure's code */
+        uint32_t n;
+        uint64_t errors;
+        double queue_us_sum, run_us_sum, group_size_sum;
+        char msg[160];
+};
+
+static uint64_t now_ns(void)
+{
+        struct timespec ts;
+
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+static int write_all(int fd, const void *p, size_t n)
+{
+        const char *b = p;
+
+        while (n) {
+                ssize_t w = write(fd, b, n);
+
+                if (w < 0 && errno == EINTR)
+                        continue;
+                if (w <= 0)
+                        return -1;
+                b += w;
+                n -= (size_t)w;
+        }
+        return 0;
+}
+
+static int read_all(int fd, void *p, size_t n)
+{
+        char *b = p;
+
+        while (n) {
+                ssize_t r = read(fd, b, n);
+
+                if (r < 0 && errno == EINTR)
+                        continue;
+                if (r <= 0)
+                        return -1;
+                b += r;
+                n -= (size_t)r;
+        }
+        return 0;
+}
+
+/* ---- one client ------------------------------------------------------- */
+
+struct lat_client {
+        const struct lat_opts *o;
+        gemmd_client *gc;
+        struct gemmd_op op;
+        float *a, *b, *c; /* in the shared buffer (shm) or private (inline) */
+        double *ref;
+        struct lat_report rep;
+};
+
+static void fail(struct lat_client *c, int err, const char *what)
+{
+        c->rep.errors++;
+        if (!c->rep.status) {
+                c->rep.status = err ? err : -EIO;
+                snprintf(c->rep.msg, sizeof(c->rep.msg), "%s: %s", what, gemmd_strerror(err));
+        }
+}
+
+/* Operands with random values that are never zero, and the reference. */
+static int client_setup(struct lat_client *c)
+{
+        int64_t d = c->o->dim;
+        size_t elems = (size_t)(d * d), bytes = elems * sizeof(float);
+        unsigned seed = (unsigned)getpid();
+        int err;
+
+        err = gemmd_connect(c->o->socket, &c->gc);
+        if (err) {
+                fail(c, err, "gemmd_connect");
+                return err;
+        }
+        if (c->o->shm) {
+                gemmd_buffer buf;
+                void *p;
+
+                err = gemmd_buffer_alloc(c->gc, 3 * bytes, &buf, &p);
+                if (err) {
+                        fail(c, err, "gemmd_buffer_alloc");
+                        return err;
+                }
+                c->a = p;
+                c->b = c->a + elems;
+                c->c = c->b + elems;
+                c->op.a = (struct gemmd_operand){.buffer = buf, .offset = 0};
+                c->op.b = (struct gemmd_operand){.buffer = buf, .offset = bytes};
+                c->op.c = (struct gemmd_operand){.buffer = buf, .offset = 2 * bytes};
+        } else {
+                c->a = malloc(3 * bytes);
+                if (!c->a) {
+                        fail(c, -ENOMEM, "malloc");
+                        return -ENOMEM;
+                }
+                c->b = c->a + elems;
+                c->c = c->b + elems;
+                c->op.a = (struct gemmd_operand){.data = c->a, .bytes = bytes};
+                c->op.b = (struct gemmd_operand){.data = c->b, .bytes = bytes};
+                c->op.c = (struct gemmd_operand){.out = c->c, .bytes = bytes};
+        }
+        c->ref = calloc(elems, sizeof(double));
+        if (!c->ref) {
+                fail(c, -ENOMEM, "calloc");
+                return -ENOMEM;
+        }
+        for (size_t i = 0; i < 2 * elems; i++)
+                c->a[i] = (float)(rand_r(&seed) % 1999 - 999) / 1000.0f + 0.0005f;
+        for (int64_t j = 0; j < d; j++)
+                for (int64_t l = 0; l < d; l++)
+                        for (int64_t i = 0; i < d; i++)
+                                c->ref[j * d + i] += (double)c->a[l * d + i] * c->b[j * d + l];
+        c->op.kind = GEMMD_GEMM;
+        c->op.dtype = GEMMD_F32;
+        c->op.m = c->op.n = c->op.k = d;
+        c->op.lda = c->op.ldb = c->op.ldc = d;
+        c->op.alpha = 1.0f;
+        c->op.beta = 0.0f;
+        return 0;
+}
+
+/* One request, from just before the submit to the wait's return. C is
+ * poisoned first, so an unwritten element fails the check. Returns the
+ * latency in microseconds, or -1. */
+static double one_request(struct lat_client *c, struct gemmd_result *res)
+{
+        int64_t d = c->o->dim;
+        gemmd_ticket t;
+        uint64_t t0;
+        int err;
+
+        for (int64_t i = 0; i < d * d; i++)
+                c->c[i] = NAN;
+        t0 = now_ns();
+        err = gemmd_submit(c->gc, &c->op, 1, GEMMD_PRIO_NORMAL, &t);
+        if (!err)
+                err = gemmd_wait(c->gc, t, 10000, res, 1);
+        if (err) {
+                fail(c, err, "request");
+                return -1;
+        }
+        double us = (double)(now_ns() - t0) / 1000.0;
+
+        for (int64_t i = 0; i < d * d; i++)
+                if (!(fabs(c->c[i] - c->ref[i]) <= 1e-4 * (1.0 + fabs(c->ref[i])))) {
+                        fail(c, -EIO, "wrong result");
+                        return -1;
+                }
+        return us;
+}
+
+static int client_main(const struct lat_opts *o, int fd)
+{
+        struct lat_client c = {.o = o};
+        struct gemmd_result res;
+        float *samples = calloc((size_t)o->requests, sizeof(float));
+        char go = 0;
+
+        if (!samples)
+                fail(&c, -ENOMEM, "calloc");
+        else if (!client_setup(&c))
+                for (int i = 0; i < o->warmup && !c.rep.status; i++)
+                        one_request(&c, &res);
+        /* Ready (or failed); then wait for the common start. */
+        if (write_all(fd, &c.rep.status, sizeof(c.rep.status)) || read_all(fd, &go, 1) || !go)
+                return 1;
+        for (int i = 0; i < o->requests && !c.rep.status; i++) {
+                double us = one_request(&c, &res);
+
+                if (us < 0)
+                        break;
+                samples[c.rep.n++] = (float)us;
+                c.rep.queue_us_sum += (double)res.queue_us;
+                c.rep.run_us_sum += (double)res.run_us;
+                c.rep.group_size_sum += res.group_size;
+        }
+        gemmd_disconnect(c.gc);
+        if (write_all(fd, &c.rep, sizeof(c.rep)) ||
+            write_all(fd, samples, c.rep.n * sizeof(float)))
+                return 1;
+        return c.rep.status ? 1 : 0;
+}
+
+/* ---- the daemon ------------------------------------------------------- */
+
+static int socket_accepts(const char *path)
+{
+        struct sockaddr_un sa = {.sun_family = AF_UNIX};
+        int fd, ok;
+
+        if (strlen(path) >= sizeof(sa.sun_path))
+                return 0;
+        strcpy(sa.sun_path, path);
+        fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        if (fd < 0)
+                return 0;
+        ok = connect(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0;
+        close(fd);
+        return ok;
+}
+
+/* Starts the gemmd beside this binary (or --gemmd) on `sock`, logging to
+ * `log`, and waits until it accepts. Returns its pid, or -1. */
+static pid_t daemon_start(const struct lat_opts *o, const char *sock, const char *log)
+{
+        char path[PATH_MAX];
+        char *argv[MAX_DAEMON_ARGS + 8];
+        int argc = 0;
+        uint64_t deadline = now_ns() + START_MS * 1000000ull;
+        pid_t pid;
+
+        if (o->gemmd) {
+                snprintf(path, sizeof(path), "%s", o->gemmd);
+        } else {
+                ssize_t n = readlink("/proc/self/exe", path, sizeof(path) - sizeof("/gemmd"));
+                char *slash;
+
+                if (n <= 0)
+                        return -1;
+                path[n] = '\0';
+                slash = strrchr(path, '/');
+                if (!slash)
+                        return -1;
+                strcpy(slash, "/gemmd");
+        }
+        argv[argc++] = path;
+        argv[argc++] = "--socket";
+        argv[argc++] = (char *)sock;
+        argv[argc++] = "--backend";
+        argv[argc++] = (char *)o->backend;
+        for (int i = 0; i < o->ndaemon_args; i++)
+                argv[argc++] = (char *)o->daemon_args[i];
+        argv[argc] = NULL;
+        fflush(NULL);
+        pid = fork();
+        if (pid < 0)
+                return -1;
+        if (pid == 0) {
+                int fd = open(log, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+
+                prctl(PR_SET_PDEATHSIG, SIGKILL);
+                if (fd < 0 || dup2(fd, STDOUT_FILENO) < 0 || dup2(fd, STDERR_FILENO) < 0)
+                        _exit(126);
+                execv(path, argv);
+                _exit(127);
+        }
+        while (!socket_accepts(sock)) {
+                struct timespec ts = {0, 5000000};
+
+                if (waitpid(pid, NULL, WNOHANG) == pid || now_ns() > deadline) {
+                        fprintf(stderr, "gemmbench-latency: %s did not come up (log: %s)\n", path,
+                                log);
+                        kill(pid, SIGKILL);
+                        waitpid(pid, NULL, 0);
+                        return -1;
+                }
+                nanosleep(&ts, NULL);
+        }
+        return pid;
+}
+
+/* SIGTERM and a drain. Returns the daemon's exit status (128 + signal). */
+static int daemon_stop(pid_t pid)
+{
+        uint64_t deadline = now_ns() + STOP_MS * 1000000ull;
+        int st;
+
+        kill(pid, SIGTERM);
+        while (waitpid(pid, &st, WNOHANG) != pid) {
+                struct timespec ts = {0, 10000000};
+
+                if (now_ns() > deadline) {
+                        kill(pid, SIGKILL);
+                        waitpid(pid, &st, 0);
+                        break;
+                }
+                nanosleep(&ts, NULL);
+        }
+        return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+}
+
+/* ---- the parent ------------------------------------------------------- */
+
+static int usage(FILE *f)
+{
+        fprintf(f,
+                "usage: gemmbench-latency [options]\n"
+                "\n"
+                "N client processes each keep one D x D x D f32 GEMM in flight through gemmd;\n"
+                "prints the round-trip latency percentiles of R requests per client.\n"
+                "\n"
+                "  --clients N         client processes (default 1, at most %d)\n"
+                "  --requests R        measured requests per client (default 5000)\n"
+                "  --warmup W          unmeasured requests per client before them (default 500)\n"
+                "  --dim D             m = n = k (default 8)\n"
+                "  --memory M          inline (operands in the request) or shm (a shared buffer)\n"
+                "                      (default inline)\n"
+                "  --socket PATH       use this running gemmd instead of starting one\n"
+                "  --backend B         --backend of the gemmd started (default cpu)\n"
+                "  --gemmd PATH        the gemmd to start (default: beside this binary)\n"
+                "  --daemon-arg ARG    one more argument for the gemmd started (repeatable)\n"
+                "  --json              print one JSON object\n",
+                MAX_CLIENTS);
+        return 2;
+}
+
+/* Parses a decimal integer in [lo, hi]. Returns 0, or -1. */
+static int parse_int(const char *s, long lo, long hi, int *out)
+{
+        char *end;
+        long v;
+
+        errno = 0;
+        v = strtol(s, &end, 10);
+        if (errno || end == s || *end || v < lo || v > hi)
+                return -1;
+        *out = (int)v;
+        return 0;
+}
+
+static int parse_args(struct lat_opts *o, int argc, char **argv)
+{
+        static const struct option opts[] = {
+                {"clients", required_argument, NULL, 'c'},
+                {"requests", required_argument, NULL, 'r'},
+                {"warmup", required_argument, NULL, 'w'},
+                {"dim", required_argument, NULL, 'd'},
+                {"memory", required_argument, NULL, 'm'},
+                {"socket", required_argument, NULL, 's'},
+                {"backend", required_argument, NULL, 'b'},
+                {"gemmd", required_argument, NULL, 'g'},
+                {"daemon-arg", required_argument, NULL, 'a'},
+                {"json", no_argument, NULL, 'j'},
+                {"help", no_argument, NULL, 'h'},
+                {0},
+        };
+        int ch;
+
+        optind = 1;
+        while ((ch = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+                int bad = 0;
+
+                switch (ch) {
+                case 'c':
+                        bad = parse_int(optarg, 1, MAX_CLIENTS, &o->nclients);
+                        break;
+                case 'r':
+                        bad = parse_int(optarg, 1, 100000000, &o->requests);
+                        break;
+                case 'w':
+                        bad = parse_int(optarg, 0, 100000000, &o->warmup);
+                        break;
+                case 'd':
+                        bad = parse_int(optarg, 1, 1024, &o->dim);
+                        break;
+                case 'm':
+                        bad = strcmp(optarg, "inline") && strcmp(optarg, "shm");
+                        o->shm = !strcmp(optarg, "shm");
+                        break;
+                case 's':
+                        o->socket = optarg;
+                        break;
+                case 'b':
+                        o->backend = optarg;
+                        break;
+                case 'g':
+                        o->gemmd = optarg;
+                        break;
+                case 'a':
+                        bad = o->ndaemon_args == MAX_DAEMON_ARGS;
+                        if (!bad)
+                                o->daemon_args[o->ndaemon_args++] = optarg;
+                        break;
+                case 'j':
+                        o->json = 1;
+                        break;
+                case 'h':
+                        usage(stdout);
+                        exit(0);
+                default:
+                        bad = 1;
+                        break;
+                }
+                if (bad)
+                        return usage(stderr);
+        }
+        if (optind != argc)
+                return usage(stderr);
+        return 0;
+}
+
+static int cmpf(const void *a, const void *b)
+{
+        float x = *(const float *)a, y = *(const float *)b;
+
+        return (x > y) - (x < y);
+}
+
+static double pct(const float *s, size_t n, double q)
+{
+        size_t i = (size_t)ceil(q * (double)n);
+
+        return n ? s[i ? i - 1 : 0] : 0;
+}
+
+/* Forks the clients, starts them together, and gathers their samples into
+ * *all (sorted). Returns the number of clients that failed. */
+static int run_clients(const struct lat_opts *o, struct lat_report *sum, float **all, size_t *nall)
+{
+        int fds[MAX_CLIENTS];
+        pid_t pids[MAX_CLIENTS];
+        int failed = 0, n = 0;
+        char go = 1;
+
+        memset(sum, 0, sizeof(*sum));
+        *nall = 0;
+        *all = malloc((size_t)o->nclients * o->requests * sizeof(float));
+        if (!*all)
+                return o->nclients;
+        for (; n < o->nclients; n++) {
+                int sv[2];
+
+                if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) < 0)
+                        break;
+                fflush(NULL);
+                pids[n] = fork();
+                if (pids[n] == 0) {
+                        close(sv[0]);
+                        prctl(PR_SET_PDEATHSIG, SIGKILL);
+                        _exit(client_main(o, sv[1]));
+                }
+                close(sv[1]);
+                if (pids[n] < 0) {
+                        close(sv[0]);
+                        break;
+                }
+                fds[n] = sv[0];
+        }
+        failed = o->nclients - n;
+        for (int i = 0; i < n; i++) {
+                int32_t st = -1;
+
+                if (read_all(fds[i], &st, sizeof(st)) || st)
+                        go = 0;
+        }
+        for (int i = 0; i < n; i++)
+                write_all(fds[i], &go, 1);
+        for (int i = 0; i < n; i++) {
+                struct lat_report r;
+
+                if (!go || read_all(fds[i], &r, sizeof(r)) || r.n > (uint32_t)o->requests ||
+                    read_all(fds[i], *all + *nall, r.n * sizeof(float))) {
+                        failed++;
+                } else {
+                        *nall += r.n;
+                        sum->errors += r.errors;
+                        sum->queue_us_sum += r.queue_us_sum;
+                        sum->run_us_sum += r.run_us_sum;
+                        sum->group_size_sum += r.group_size_sum;
+                        if (r.status && !sum->status) {
+                                sum->status = r.status;
+                                memcpy(sum->msg, r.msg, sizeof(sum->msg));
+                        }
+                        failed += r.status != 0;
+                }
+                close(fds[i]);
+        }
+        for (int i = 0; i < n; i++)
+                waitpid(pids[i], NULL, 0);
+        qsort(*all, *nall, sizeof(float), cmpf);
+        return failed;
+}
+
+static void report(const struct lat_opts *o, const struct lat_report *sum, const float *s,
+                   size_t n, int failed, int daemon_exit)
+{
+        double mean = 0, k = n ? (double)n : 1;
+
+        for (size_t i = 0; i < n; i++)
+                mean += s[i];
+        mean /= k;
+        if (o->json) {
+                printf("{\"clients\":%d,\"dim\":%d,\"memory\":\"%s\",\"requests\":%zu,"
+                       "\"p50_us\":%.1f,\"p90_us\":%.1f,\"p99_us\":%.1f,\"p999_us\":%.1f,"
+                       "\"min_us\":%.1f,\"max_us\":%.1f,\"mean_us\":%.1f,"
+                       "\"queue_us_mean\":%.2f,\"run_us_mean\":%.2f,\"group_size_mean\":%.3f,"
+                       "\"errors\":%llu,\"clients_failed\":%d,\"daemon_exit\":%d,"
+                       "\"first_error\":\"%s\"}\n",
+                       o->nclients, o->dim, o->shm ? "shm" : "inline", n, pct(s, n, 0.5),
+                       pct(s, n, 0.9), pct(s, n, 0.99), pct(s, n, 0.999), n ? s[0] : 0,
+                       n ? s[n - 1] : 0, mean, sum->queue_us_sum / k, sum->run_us_sum / k,
+                       sum->group_size_sum / k, (unsigned long long)sum->errors, failed,
+                       daemon_exit, sum->msg);
+                return;
+        }
+        printf("# %d client(s), one %dx%dx%d f32 GEMM in flight each, %s operands\n",
+               o->nclients, o->dim, o->dim, o->dim, o->shm ? "shm" : "inline");
+        printf("requests %zu  p50 %.1f us  p90 %.1f  p99 %.1f  p99.9 %.1f  min %.1f  max %.1f  "
+               "mean %.1f\n",
+               n, pct(s, n, 0.5), pct(s, n, 0.9), pct(s, n, 0.99), pct(s, n, 0.999),
+               n ? s[0] : 0, n ? s[n - 1] : 0, mean);
+        printf("daemon's account: queue %.2f us, run %.2f us, group size %.3f (means)\n",
+               sum->queue_us_sum / k, sum->run_us_sum / k, sum->group_size_sum / k);
+        if (sum->errors || failed || daemon_exit)
+                printf("errors %llu, clients failed %d, daemon exit %d: %s\n",
+                       (unsigned long long)sum->errors, failed, daemon_exit, sum->msg);
+}
+
+int main(int argc, char **argv)
+{
+        struct lat_opts o = {.nclients = 1, .requests = 5000, .warmup = 500, .dim = 8,
+                             .backend = "cpu"};
+        char dir[] = "/tmp/gemmbench-lat-XXXXXX", sock[64], log[64];
+        struct lat_report sum;
+        pid_t dpid = 0;
+        float *all = NULL;
+        size_t nall = 0;
+        int rc, failed, daemon_exit = 0;
+
+        rc = parse_args(&o, argc, argv);
+        if (rc)
+                return rc;
+        if (!o.socket) {
+                if (!mkdtemp(dir)) {
+                        perror("gemmbench-latency: mkdtemp");
+                        return 1;
+                }
+                snprintf(sock, sizeof(sock), "%s/gemmd.sock", dir);
+                snprintf(log, sizeof(log), "%s/gemmd.log", dir);
+                dpid = daemon_start(&o, sock, log);
+                if (dpid < 0)
+                        return 1;
+                o.socket = sock;
+        }
+        failed = run_clients(&o, &sum, &all, &nall);
+        if (dpid > 0) {
+                daemon_exit = daemon_stop(dpid);
+                if (daemon_exit == 0) {
+                        unlink(sock);
+                        unlink(log);
+                        rmdir(dir);
+                } else {
+                        fprintf(stderr, "gemmbench-latency: gemmd exited with status %d; its log "
+                                "is %s\n", daemon_exit, log);
+                }
+        }
+        report(&o, &sum, all, nall, failed, daemon_exit);
+        free(all);
+        return failed || sum.errors || daemon_exit ? 1 : 0;
+}
