@@ -2,8 +2,11 @@
  * gemmbench.c - times gemmd's grouped kernels against cuBLAS in one process.
  *
  *   gemmbench kernels [--mode MODE|all] [--workload NAME|all|FILE] [--json] [--reps N]
+ *   gemmbench list [NAME|FILE]
  *
- * Workloads are those of BENCHMARKS.md (plus "big", one 8192^3 bf16 GEMM),
+ * Workloads are those of BENCHMARKS.md, plus "syr2k-bf16" (syr2k in bf16),
+ * "syr2k-gemm" (the bf16 GEMM m = n = 4096, k = 512: the GEMM of the same n
+ * and k that syr2k-bf16 is compared with) and "big" (one 8192^3 bf16 GEMM),
  * or a file in the `gemmctl plan` format: one problem per line,
  * `gemm M N K [dtype]` or `syr2k N K [dtype] [lower|upper]`, `#` comments,
  * dtype f32|tf32|f16|bf16 (default bf16). Layout as in BENCHMARKS.md: A is
@@ -11,17 +14,28 @@
  * trans_a = T, trans_b = N), C is m x n column-major; SYR2K uses op T (A and
  * B stored n x k, contiguous along K). alpha = 1, beta = 0.
  *
+ * `list` needs no GPU: with no argument it prints the built-in workloads'
+ * names, one a line; with NAME it writes that workload's problem list to
+ * stdout in the file format above (the very problems `kernels` runs), and
+ * with FILE it reads the file and writes it back the same way.
+ *
  * For each workload: gemmd's output is checked against cuBLAS's (max error
- * relative to the largest |C|), then each mode's kernel and the cuBLAS
+ * relative to the largest |C|): a cublasGemmEx loop, or cublasSsyr2k for
+ * f32 SYR2Ks; where neither covers the set (16-bit SYR2Ks, SYR2Ks mixed
+ * with GEMMs) against cublasGemmEx with an f32 C, two calls per SYR2K
+ * (A^T B, then + B^T A). Then each mode's kernel and the cuBLAS
  * peers (a cublasGemmEx loop, cublasGemmGroupedBatchedEx with one group per
  * problem, cublasGemmStridedBatchedEx when all problems are equal,
  * cublasSsyr2k per SYR2K problem) are timed: warm-ups, then the median of
  * --reps runs timed with CUDA events, rotating over several copies of the
- * operands when one copy fits in L2. Plans are built on the host with
- * sched_plan_build before timing. 16-bit sets carry tensor maps
- * (cuda_gemm_tmaps_build), so on an sm_90 device their K-major problems take
- * the TMA + wgmma kernel; one more row per such set, "lpt-80", times lpt
- * with the maps left off (the sm_80 kernel) for comparison.
+ * operands when one copy fits in L2. A peer that does not apply to a set
+ * prints "-" (null in --json): the GEMM peers never take SYR2Ks, and
+ * cublasSsyr2k is f32 only, so a 16-bit SYR2K has no cuBLAS peer at all.
+ * Plans are built on the host with sched_plan_build before timing. 16-bit
+ * and TF32 sets carry tensor maps (cuda_gemm_tmaps_build), so on an sm_90 device
+ * their K-major problems take the TMA + wgmma kernel; one more row per such
+ * set, "lpt-80", times lpt with the maps left off (the sm_80 kernel) for
+ * comparison.
  */
 #include <cublas_v2.h>
 #include <cuda_runtime_api.h>
@@ -93,7 +107,8 @@ static void add(struct workload *w, int kind, int dtype, int tf32, int uplo, uin
 }
 
 static const char *builtin[] = {"seed002", "cutlassdoc", "varied",     "tiny", "moe",
-                                "varied-f32", "varied-tf32", "syr2k", "big"};
+                                "varied-f32", "varied-tf32", "syr2k", "syr2k-bf16",
+                                "syr2k-gemm", "big"};
 #define NBUILTIN (sizeof(builtin) / sizeof(builtin[0]))
 
 static int make_builtin(const char *name, struct workload *w)
@@ -126,6 +141,11 @@ static int make_builtin(const char *name, struct workload *w)
                             64 * (1 + rndu(8)));
         } else if (!strcmp(name, "syr2k")) {
                 add(w, SCHED_SYR2K, GEMMD_F32, 0, 0, 4096, 4096, 512);
+        } else if (!strcmp(name, "syr2k-bf16")) {
+                add(w, SCHED_SYR2K, GEMMD_BF16, 0, 0, 4096, 4096, 512);
+        } else if (!strcmp(name, "syr2k-gemm")) {
+                /* As many flops as syr2k-bf16 (2 n^2 k), in one GEMM. */
+                add(w, SCHED_GEMM, GEMMD_BF16, 0, 0, 4096, 4096, 512);
         } else if (!strcmp(name, "big")) {
                 add(w, SCHED_GEMM, GEMMD_BF16, 0, 0, 8192, 8192, 8192);
         } else {
@@ -193,6 +213,8 @@ static int load_file(const char *path, struct workload *w)
                         goto bad;
         }
         fclose(f);
+        if (!w->n)
+                fprintf(stderr, "gemmbench: %s: no problems\n", path);
         return w->n ? 0 : -1;
 bad:
         fprintf(stderr, "gemmbench: %s:%d: bad line\n", path, lineno);
@@ -223,6 +245,7 @@ struct set {
         struct gemmd_kproblem **dkp; /* per copy, device */
         void **dtm;                  /* per copy: tensor maps (cuda_gemm_tmaps_build), device */
         int nfast;                   /* problems on the sm_90 fast path */
+        uint32_t nfast_syr2k;        /* of which SYR2Ks */
         struct sched_problem *sp;
         double flops;
         int all_equal, any_syr2k;
@@ -310,7 +333,7 @@ static void set_init(struct set *s, const struct workload *w, int dtype, int tf3
                 CK(cudaMalloc((void **)&s->dkp[c], s->n * sizeof(*kp)));
                 CK(cudaMemcpy(s->dkp[c], kp, s->n * sizeof(*kp), cudaMemcpyHostToDevice));
                 s->dtm[c] = NULL;
-                if (dtype != GEMMD_F32) {
+                if (dtype != GEMMD_F32 || tf32) {
                         size_t tb = cuda_gemm_tmaps_bytes(s->n);
                         void *htm = NULL;
                         if (posix_memalign(&htm, 64, tb)) {
@@ -318,6 +341,7 @@ static void set_init(struct set *s, const struct workload *w, int dtype, int tf3
                                 exit(1);
                         }
                         s->nfast = cuda_gemm_tmaps_build(kp, s->n, htm);
+                        s->nfast_syr2k = cuda_gemm_tmaps_syr2k(htm, s->n);
                         CK(cudaMalloc(&s->dtm[c], tb));
                         CK(cudaMemcpy(s->dtm[c], htm, tb, cudaMemcpyHostToDevice));
                         free(htm);
@@ -393,7 +417,8 @@ static void kern_run(const struct set *s, const struct gplan *g, uint32_t copy)
                                  .tf32 = s->tf32, .plan_blob = g->blob, .plan = &g->plan,
                                  .cfg = g->cfg, .ws = g->ws, .arrivals = g->arr,
                                  .tmaps = g->sm80 ? NULL : s->dtm[copy],
-                                 .nfast = g->sm80 ? 0 : (uint32_t)s->nfast};
+                                 .nfast = g->sm80 ? 0 : (uint32_t)s->nfast,
+                                 .nfast_syr2k = g->sm80 ? 0 : s->nfast_syr2k};
         int rc = cuda_gemm_launch(&grp, NULL);
         if (rc) {
                 fprintf(stderr, "gemmbench: cuda_gemm_launch = %d\n", rc);
@@ -552,8 +577,12 @@ static float time_median(runfn fn, void *arg, uint32_t copies, int reps)
         float *ms = malloc(reps * sizeof(float));
         uint32_t c = 0;
         for (int i = 0; i < 3; i++) {
-                if (fn(arg, c))
+                if (fn(arg, c)) {
+                        free(ms);
+                        cudaEventDestroy(e0);
+                        cudaEventDestroy(e1);
                         return -1;
+                }
                 c = (c + 1) % copies;
         }
         CK(cudaDeviceSynchronize());
@@ -607,13 +636,39 @@ static double getv(const void *base, int dtype, size_t i)
         return dtype == GEMMD_F16 ? gemmd_f16_to_f32(h) : gemmd_bf16_to_f32(h);
 }
 
+/* Computes every problem of s over copy 0 into ref (device, f32, laid out
+ * like the set's C's from coff[0] on) with cublasGemmEx: one call per GEMM,
+ * two per SYR2K (A^T B, then + B^T A; both triangles). The reference for
+ * sets that no cuBLAS peer covers: 16-bit SYR2Ks, SYR2Ks mixed with GEMMs. */
+static void ref_gemmex(cublasHandle_t h, const struct set *s, float *ref)
+{
+        const float one = 1.f, zero = 0.f;
+        size_t es = esize(s->dtype);
+        cudaDataType_t t = cuda_type(s->dtype);
+        char *base = copy_base(s, 0);
+        for (uint32_t i = 0; i < s->n; i++) {
+                const struct bprob *p = &s->p[i];
+                const char *a = base + s->aoff[i] * es, *b = base + s->boff[i] * es;
+                float *c = ref + (s->coff[i] - s->coff[0]);
+                CB(cublasGemmEx(h, CUBLAS_OP_T, CUBLAS_OP_N, (int)p->m, (int)p->n, (int)p->k, &one, a, t,
+                                (int)p->k, b, t, (int)p->k, &zero, c, CUDA_R_32F, (int)p->m, compute_type(s),
+                                CUBLAS_GEMM_DEFAULT));
+                if (p->kind == SCHED_SYR2K)
+                        CB(cublasGemmEx(h, CUBLAS_OP_T, CUBLAS_OP_N, (int)p->n, (int)p->n, (int)p->k, &one, b,
+                                        t, (int)p->k, a, t, (int)p->k, &one, c, CUDA_R_32F, (int)p->n,
+                                        compute_type(s), CUBLAS_GEMM_DEFAULT));
+        }
+}
+
 /* Max |gemmd - cuBLAS| / max |cuBLAS| over every problem's stored C. */
 static double verify(cublasHandle_t h, const struct set *s, const struct grouped *gr, enum sched_mode mode,
                      uint32_t ctas)
 {
         size_t es = esize(s->dtype), cbytes = (s->elems - s->coff[0]) * es;
+        size_t rbytes = (s->elems - s->coff[0]) * sizeof(float);
         char *dC = copy_base(s, 0) + s->coff[0] * es;
-        char *g = malloc(cbytes), *c = malloc(cbytes);
+        char *g = malloc(cbytes), *c = malloc(rbytes);
+        int rdtype = s->dtype; /* of the reference in c */
         struct gplan gp;
         if (!g || !c || gplan_build(&gp, s, mode, ctas)) {
                 fprintf(stderr, "gemmbench: verify setup failed\n");
@@ -626,11 +681,17 @@ static double verify(cublasHandle_t h, const struct set *s, const struct grouped
         CK(cudaMemset(dC, 0, cbytes));
         enum peer peer = s->any_syr2k ? PEER_SYR2K : PEER_LOOP;
         if (peer_run(h, s, gr, peer, 0)) {
-                fprintf(stderr, "gemmbench: no cuBLAS reference for this mix\n");
-                exit(1);
+                float *ref;
+                CK(cudaMalloc((void **)&ref, rbytes));
+                ref_gemmex(h, s, ref);
+                CK(cudaDeviceSynchronize());
+                CK(cudaMemcpy(c, ref, rbytes, cudaMemcpyDeviceToHost));
+                CK(cudaFree(ref));
+                rdtype = GEMMD_F32;
+        } else {
+                CK(cudaDeviceSynchronize());
+                CK(cudaMemcpy(c, dC, cbytes, cudaMemcpyDeviceToHost));
         }
-        CK(cudaDeviceSynchronize());
-        CK(cudaMemcpy(c, dC, cbytes, cudaMemcpyDeviceToHost));
         double maxd = 0, maxc = 0;
         for (uint32_t i = 0; i < s->n; i++) {
                 const struct bprob *p = &s->p[i];
@@ -640,7 +701,7 @@ static double verify(cublasHandle_t h, const struct set *s, const struct grouped
                                 if (p->kind == SCHED_SYR2K && (p->uplo ? r > j : r < j))
                                         continue;
                                 double a = getv(g, s->dtype, o + r + (size_t)j * p->m);
-                                double b = getv(c, s->dtype, o + r + (size_t)j * p->m);
+                                double b = getv(c, rdtype, o + r + (size_t)j * p->m);
                                 double d = fabs(a - b);
                                 if (!(d <= maxd))
                                         maxd = isnan(d) ? INFINITY : d;
@@ -659,14 +720,64 @@ static const char *cfg_name(int dtype, int tf32)
         return dtype == GEMMD_F32 ? (tf32 ? "tf32" : "f32") : dtype == GEMMD_F16 ? "f16" : "bf16";
 }
 
+/* Writes v in fmt to buf, or "-" where ok is 0 (a peer that does not
+ * apply); returns buf. */
+static const char *num_or_dash(char *buf, size_t len, int ok, const char *fmt, double v)
+{
+        if (ok)
+                snprintf(buf, len, fmt, v);
+        else
+                snprintf(buf, len, "-");
+        return buf;
+}
+
 static int usage(void)
 {
         fprintf(stderr, "usage: gemmbench kernels [--mode MODE|all] [--workload NAME|all|FILE] [--json] "
-                        "[--reps N]\nworkloads:");
+                        "[--reps N]\n"
+                        "       gemmbench list [NAME|FILE]   (a workload's problem list, `gemmctl plan` format)\n"
+                        "       gemmbench clients [options]  (--help lists them)\n"
+                        "workloads:");
         for (size_t i = 0; i < NBUILTIN; i++)
                 fprintf(stderr, " %s", builtin[i]);
         fprintf(stderr, "\n");
         return 2;
+}
+
+/* Writes w's problems to f in the `gemmctl plan` format, every dtype (and
+ * every SYR2K's triangle) spelled out, after a comment naming w and the
+ * argument it came from. */
+static void write_list(FILE *f, const struct workload *w, const char *arg)
+{
+        fprintf(f, "# gemmbench workload %s: %u problem%s (gemmbench list %s)\n", w->name, w->n,
+                w->n == 1 ? "" : "s", arg);
+        for (uint32_t i = 0; i < w->n; i++) {
+                const struct bprob *p = &w->p[i];
+                if (p->kind == SCHED_SYR2K)
+                        fprintf(f, "syr2k %u %u %s %s\n", p->n, p->k, cfg_name(p->dtype, p->tf32),
+                                p->uplo ? "upper" : "lower");
+                else
+                        fprintf(f, "gemm %u %u %u %s\n", p->m, p->n, p->k, cfg_name(p->dtype, p->tf32));
+        }
+}
+
+/* `gemmbench list [NAME|FILE]`: the built-in names, or one workload's
+ * problem list on stdout. Needs no GPU. Returns the exit status. */
+static int list_main(int argc, char **argv)
+{
+        struct workload w;
+        if (argc == 1) {
+                for (size_t i = 0; i < NBUILTIN; i++)
+                        printf("%s\n", builtin[i]);
+                return 0;
+        }
+        if (argc != 2 || argv[1][0] == '-')
+                return usage();
+        if (make_builtin(argv[1], &w) && load_file(argv[1], &w))
+                return 1;
+        write_list(stdout, &w, argv[1]);
+        free(w.p);
+        return fflush(stdout) ? 1 : 0;
 }
 
 static void bench_workload(cublasHandle_t h, const struct workload *w, int modes_mask, int json, int reps,
@@ -694,7 +805,7 @@ static void bench_workload(cublasHandle_t h, const struct workload *w, int modes
                                 best_peer = peer_ms[p];
                 float grouped_ms = peer_ms[PEER_GROUPED] > 0 ? peer_ms[PEER_GROUPED] : peer_ms[PEER_SYR2K];
                 double gf = s.flops * 1e-9;
-                /* 16-bit sets on the fast path get one more row: lpt on the
+                /* Sets on the fast path get one more row: lpt on the
                  * sm_80 kernel ("lpt-80"), for comparison. */
                 const int extra = s.nfast > 0 && (modes_mask & (1 << SCHED_LPT));
                 for (int mi = 0; mi < SCHED_NMODES + extra; mi++) {
@@ -718,19 +829,26 @@ static void bench_workload(cublasHandle_t h, const struct workload *w, int modes
                                        "\"plan_us\":%.1f,\"split_tiles\":%u,\"max_rel_err\":%.3g",
                                        w->name, cfg_name(s.dtype, s.tf32), mname,
                                        s.n, gf, ms, tf, gp.plan.build_us, gp.plan.nsplit, err);
-                                for (int p = 0; p < NPEERS; p++)
-                                        printf(",\"%s_ms\":%.4f,\"%s_tfs\":%.2f", peer_names[p],
-                                               peer_ms[p] > 0 ? peer_ms[p] : 0, peer_names[p], TF(peer_ms[p]));
+                                for (int p = 0; p < NPEERS; p++) {
+                                        if (peer_ms[p] > 0)
+                                                printf(",\"%s_ms\":%.4f,\"%s_tfs\":%.2f", peer_names[p],
+                                                       peer_ms[p], peer_names[p], TF(peer_ms[p]));
+                                        else
+                                                printf(",\"%s_ms\":null,\"%s_tfs\":null", peer_names[p],
+                                                       peer_names[p]);
+                                }
                                 printf("}\n");
                         } else {
-                                char st[16] = "-";
-                                if (peer_ms[PEER_STRIDED] > 0)
-                                        snprintf(st, sizeof(st), "%.1f", TF(peer_ms[PEER_STRIDED]));
-                                printf("%-12s %-5s %-6s %9.4f %8.1f %8.1f %8.1f %8s %7.2f %7.2f %9.2e\n", w->name,
-                                       cfg_name(s.dtype, s.tf32), mname, ms,
-                                       tf, TF(peer_ms[PEER_LOOP]), TF(grouped_ms), st,
-                                       grouped_ms > 0 ? grouped_ms / ms : 0, best_peer > 0 ? best_peer / ms : 0,
-                                       err);
+                                char lb[16], gb[16], sb[16], xg[16], xb[16];
+                                printf("%-12s %-5s %-6s %9.4f %8.1f %8s %8s %8s %7s %7s %9.2e\n", w->name,
+                                       cfg_name(s.dtype, s.tf32), mname, ms, tf,
+                                       num_or_dash(lb, sizeof(lb), peer_ms[PEER_LOOP] > 0, "%.1f",
+                                                   TF(peer_ms[PEER_LOOP])),
+                                       num_or_dash(gb, sizeof(gb), grouped_ms > 0, "%.1f", TF(grouped_ms)),
+                                       num_or_dash(sb, sizeof(sb), peer_ms[PEER_STRIDED] > 0, "%.1f",
+                                                   TF(peer_ms[PEER_STRIDED])),
+                                       num_or_dash(xg, sizeof(xg), grouped_ms > 0, "%.2f", grouped_ms / ms),
+                                       num_or_dash(xb, sizeof(xb), best_peer > 0, "%.2f", best_peer / ms), err);
                         }
                         fflush(stdout);
                         gplan_free(&gp);
@@ -745,6 +863,8 @@ int main(int argc, char **argv)
         const char *mode = "all", *wl = "all";
         int json = 0, reps = 20;
         if (argc >= 2 && !strcmp(argv[1], "clients")) { extern int bench_clients_main(int, char **); return bench_clients_main(argc - 1, argv + 1); }
+        if (argc >= 2 && !strcmp(argv[1], "list"))
+                return list_main(argc - 1, argv + 1);
         if (argc < 2 || strcmp(argv[1], "kernels"))
                 return usage();
         for (int i = 2; i < argc; i++) {
@@ -783,7 +903,7 @@ int main(int argc, char **argv)
         if (!json) {
                 printf("# %s, %d SMs, L2 %zu MB; median of %d runs; TF/s = 2mnk (SYR2K 2n^2k) / time\n",
                        prop.name, prop.multiProcessorCount, l2 >> 20, reps);
-                printf("# sm_90 fast path (TMA + wgmma) for K-major 16-bit problems: %s; lpt-80 = lpt on the "
+                printf("# sm_90 fast path (TMA + wgmma) for K-major 16-bit and TF32 problems: %s; lpt-80 = lpt on the "
                        "sm_80 kernel\n", cuda_gemm_fast_available() ? "on" : "off");
                 printf("%-12s %-5s %-6s %9s %8s %8s %8s %8s %7s %7s %9s\n", "workload", "cfg", "mode", "gemmd_ms",
                        "TF/s", "loop", "grouped", "strided", "x_grp", "x_best", "max_err");

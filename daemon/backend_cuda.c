@@ -329,6 +329,7 @@ static int launch(struct backend *be, struct group *g)
         size_t tm_bytes = (g->key & 3) != GEMMD_F32 || (g->key & 4) ? cuda_gemm_tmaps_bytes(g->nops) : 0;
         size_t blob = tm_off + tm_bytes, stage = 0;
         int nfast = 0;
+        uint32_t nsyr2k = 0;
         size_t esz = gemmd_dtype_size((enum gemmd_dtype)(g->key & 3));
         struct gemmd_kproblem *kp;
         struct cuda_group cg;
@@ -413,6 +414,7 @@ static int launch(struct backend *be, struct group *g)
                 nfast = cuda_gemm_tmaps_build(kp, g->nops, (char *)s->h_blob + tm_off);
                 if (nfast < 0)
                         nfast = 0;
+                nsyr2k = cuda_gemm_tmaps_syr2k((char *)s->h_blob + tm_off, g->nops);
         }
         CK(cudaMemcpyAsync(s->d_blob, s->h_blob, blob, cudaMemcpyHostToDevice, cb->stream));
 
@@ -428,6 +430,7 @@ static int launch(struct backend *be, struct group *g)
         cg.arrivals = plan->nsplit ? s->d_arr : NULL;
         cg.tmaps = nfast ? (char *)s->d_blob + tm_off : NULL;
         cg.nfast = (uint32_t)nfast;
+        cg.nfast_syr2k = nsyr2k;
         rc = cuda_gemm_launch(&cg, cb->stream);
         if (rc) {
                 log_err("cuda %d: kernel launch failed (%d)", cb->ordinal, rc);
@@ -453,9 +456,15 @@ static int launch(struct backend *be, struct group *g)
                                      cudaMemcpyDeviceToHost, cb->stream));
         }
         CK(cudaEventRecord(cb->ev_end[ring], cb->stream));
-        CK(cudaEventRecord(cb->ev_ipc[ring], cb->stream));
-        /* Before the group is watched, so it cannot complete first. */
-        worker_notify_launch(g, (const uint8_t *)&cb->ev_ipc_handle[ring], cb->ordinal);
+        /* The interprocess event only when a client will wait on it: each
+         * record is an API call on the launch path. */
+        for (uint32_t i = 0; i < g->nops; i++)
+                if (g->ops[i]->req->notify_launch) {
+                        CK(cudaEventRecord(cb->ev_ipc[ring], cb->stream));
+                        /* Before the group is watched, so it cannot complete first. */
+                        worker_notify_launch(g, (const uint8_t *)&cb->ev_ipc_handle[ring], cb->ordinal);
+                        break;
+                }
         watch(cb, s);
         return 0;
 }

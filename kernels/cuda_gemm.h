@@ -69,6 +69,9 @@ struct cuda_group {
          * bytes), and that call's return value. */
         const void *tmaps;
         uint32_t nfast;
+        /* How many of them are SYR2Ks (cuda_gemm_tmaps_syr2k): a group
+         * without any runs a fast-path kernel built without their code. */
+        uint32_t nfast_syr2k;
 };
 
 /*
@@ -82,15 +85,18 @@ int cuda_gemm_launch(const struct cuda_group *g, void *stream);
 
 /*
  * Hopper fast path. On a compute capability 9.0 device, f16, bf16 and
- * TF32-allowed f32 GEMM problems with A stored m x k and B stored n x k,
- * both contiguous along K (trans_a = 1, trans_b = 0), A and B 16-byte
+ * TF32-allowed f32 GEMM and SYR2K problems with A stored m x k and B
+ * stored n x k, both contiguous along K (GEMM: trans_a = 1, trans_b = 0;
+ * SYR2K: trans_a = 1), A and B 16-byte
  * aligned and lda, ldb multiples of 16 bytes run on a TMA + wgmma kernel (same tile shape, plans and
  * workspace as the other kernels). Its copies read through tensor maps that
  * the host encodes per problem:
  *
  *   n = nproblems; buf = host memory, 64-byte aligned, cuda_gemm_tmaps_bytes(n)
  *   nfast = cuda_gemm_tmaps_build(host_problems, n, buf);  (device addresses)
- *   copy buf to the device (64-byte aligned), set g.tmaps and g.nfast.
+ *   nsyr2k = cuda_gemm_tmaps_syr2k(buf, n);
+ *   copy buf to the device (64-byte aligned), set g.tmaps, g.nfast and
+ *   g.nfast_syr2k.
  *
  * cuda_gemm_tmaps_build returns how many problems qualify (0..n) or
  * -EINVAL; it calls no kernel and may run while earlier groups execute.
@@ -105,6 +111,9 @@ size_t cuda_gemm_tmaps_bytes(uint32_t nproblems);
  * maps take the sm_80 kernels whole). */
 int cuda_gemm_fast_available(void);
 int cuda_gemm_tmaps_build(const struct gemmd_kproblem *problems, uint32_t nproblems, void *out);
+/* How many of the problems that qualified are SYR2Ks, from the host buffer
+ * cuda_gemm_tmaps_build filled for nproblems problems. */
+uint32_t cuda_gemm_tmaps_syr2k(const void *buf, uint32_t nproblems);
 
 /* Bytes of split workspace a plan built with shape `s` needs (0 if none). */
 size_t cuda_gemm_ws_bytes(const struct sched_plan *plan, struct sched_shape s);

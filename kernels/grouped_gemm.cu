@@ -117,8 +117,9 @@ struct KParams {
         float *ws;
         uint32_t *arrivals;
         /* With two kernels sharing a group (cuda_gemm.h, tmaps): per problem
-         * 1 if the wgmma kernel computes it; a kernel skips the problems
-         * whose flag differs from want_fast. NULL: compute every problem. */
+         * nonzero (1 GEMM, 2 SYR2K) if the wgmma kernel computes it; a kernel
+         * skips the problems whose (flag != 0) differs from want_fast. NULL:
+         * compute every problem. */
         const uint8_t *fast;
         uint32_t want_fast;
 };
@@ -763,7 +764,7 @@ template <class C> __global__ void __launch_bounds__(C::THREADS, 1) grouped_kern
                 const uint32_t e0 = kp.cta_begin[blockIdx.x], e1 = kp.cta_begin[blockIdx.x + 1];
                 for (uint32_t e = e0; e < e1; e++) {
                         const struct sched_entry en = kp.entries[e];
-                        if (kp.fast && kp.fast[en.problem] != kp.want_fast)
+                        if (kp.fast && (kp.fast[en.problem] != 0) != kp.want_fast)
                                 continue;
                         run_entry<C>(kp, en.problem, en.tile, en.kc_begin, en.kc_end, en.split, smem,
                                      &s_flag);
@@ -790,7 +791,7 @@ template <class C> __global__ void __launch_bounds__(C::THREADS, 1) grouped_kern
                 __syncthreads();
                 if (prob == UINT32_MAX)
                         break;
-                if (kp.fast && kp.fast[prob] != kp.want_fast)
+                if (kp.fast && (kp.fast[prob] != 0) != kp.want_fast)
                         continue;
                 run_entry<C>(kp, prob, local, 0, sched_kchunks(kp.probs[prob].k), SCHED_NO_SPLIT, smem,
                              &s_flag);
@@ -884,8 +885,10 @@ bool wgmma_qualifies(const struct gemmd_kproblem &p)
 {
         const bool b16 = p.dtype == GEMMD_F16 || p.dtype == GEMMD_BF16;
         const int vec = b16 ? 8 : 4; /* elements per 16 bytes */
-        return p.kind == SCHED_GEMM && (b16 || (p.dtype == GEMMD_F32 && p.tf32)) && p.trans_a == 1 &&
-               p.trans_b == 0 && p.m > 0 && p.n > 0 && p.k > 0 && (p.a & 15) == 0 && (p.b & 15) == 0 &&
+        /* SYR2K: trans_a is the op of both A and B, trans_b unused. */
+        const bool kmaj = p.trans_a == 1 && (p.kind == SCHED_SYR2K || p.trans_b == 0);
+        return (p.kind == SCHED_GEMM || p.kind == SCHED_SYR2K) && (b16 || (p.dtype == GEMMD_F32 && p.tf32)) &&
+               kmaj && p.m > 0 && p.n > 0 && p.k > 0 && (p.a & 15) == 0 && (p.b & 15) == 0 &&
                p.lda % vec == 0 && p.ldb % vec == 0 && p.lda >= (int64_t)p.k && p.ldb >= (int64_t)p.k &&
                p.lda < ((int64_t)1 << 37) && p.ldb < ((int64_t)1 << 37);
 }
@@ -922,7 +925,7 @@ bool device_sm90_query(int dev)
         if (maj != 9 || min != 0)
                 return false;
         cudaFuncAttributes fa;
-        if (cudaFuncGetAttributes(&fa, wgmma_kernel<__nv_bfloat16>) != cudaSuccess) {
+        if (cudaFuncGetAttributes(&fa, wgmma_kernel<__nv_bfloat16, false>) != cudaSuccess) {
                 cudaGetLastError();
                 return false;
         }
@@ -984,10 +987,19 @@ extern "C" int cuda_gemm_tmaps_build(const struct gemmd_kproblem *probs, uint32_
                 if (!encode_kmajor(fn, &m[0], p.dtype, p.a, p.m, p.k, p.lda) ||
                     !encode_kmajor(fn, &m[1], p.dtype, p.b, p.n, p.k, p.ldb))
                         continue;
-                flags[i] = 1;
+                flags[i] = p.kind == SCHED_SYR2K ? 2 : 1;
                 nfast++;
         }
         return nfast;
+}
+
+extern "C" uint32_t cuda_gemm_tmaps_syr2k(const void *buf, uint32_t n)
+{
+        const uint8_t *flags = (const uint8_t *)buf + (size_t)n * WCfg::TMAP_BYTES;
+        uint32_t c = 0;
+        for (uint32_t i = 0; i < n && buf; i++)
+                c += flags[i] == 2;
+        return c;
 }
 
 extern "C" int cuda_gemm_launch(const struct cuda_group *g, void *stream)
@@ -1033,9 +1045,10 @@ extern "C" int cuda_gemm_launch(const struct cuda_group *g, void *stream)
                         kp.fast = (const uint8_t *)(tm + (size_t)g->nproblems * WCfg::TMAP_BYTES);
                         kp.want_fast = 1;
                 }
-                int rc = g->dtype == GEMMD_F16    ? launch_wgmma<__half>(kp, tm, grid, st)
-                         : g->dtype == GEMMD_BF16 ? launch_wgmma<__nv_bfloat16>(kp, tm, grid, st)
-                                                  : launch_wgmma<float>(kp, tm, grid, st);
+                const bool syrk = g->nfast_syr2k > 0;
+                int rc = g->dtype == GEMMD_F16    ? launch_wgmma<__half>(kp, tm, grid, st, syrk)
+                         : g->dtype == GEMMD_BF16 ? launch_wgmma<__nv_bfloat16>(kp, tm, grid, st, syrk)
+                                                  : launch_wgmma<float>(kp, tm, grid, st, syrk);
                 if (rc || g->nfast == g->nproblems)
                         return rc;
                 kp.want_fast = 0; /* the rest of the group on the sm_80 kernel */

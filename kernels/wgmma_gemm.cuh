@@ -5,9 +5,9 @@
  * KParams, the plan walk and the element conversions with the sm_80
  * kernels); the launcher is in grouped_gemm.cu.
  *
- * Problems: GEMM, f16, bf16 or f32 with TF32 allowed, A stored m x k and B
- * stored n x k, both contiguous along K (trans_a = T, trans_b = N), A and B
- * 16-byte aligned, lda and ldb multiples of a 16-byte vector. The host
+ * Problems: GEMM and SYR2K, f16, bf16 or f32 with TF32 allowed, A stored
+ * m x k and B stored n x k, both contiguous along K (GEMM: trans_a = T,
+ * trans_b = N; SYR2K: op T, A and B n x k), A and B 16-byte aligned, lda and ldb multiples of a 16-byte vector. The host
  * encodes two tensor maps per problem (cuda_gemm_tmaps_build): box 128
  * bytes of K (64 16-bit elements, 32 f32) x 128 rows, 128-byte swizzle;
  * the copy engine fills rows and k past the matrix with zeros, so edge
@@ -22,11 +22,12 @@
  * only on the problem, so its bits still never depend on the group.
  *
  * CTA: 384 threads. Warpgroup 0 is the producer (setmaxnreg lowers it to
- * 56 registers; warp 0 walks the CTA's work, reading plan entries and
- * their problems 32 at a time, one per lane, and lane 0 issues the TMA
- * copies), warpgroups 1 and 2 are the consumers (224 registers): each
- * computes 64 rows of the 128 x 128 tile with m64n128k16 wgmmas from the
- * same B stage. STAGES stages of 64 k (A 16 KiB + B 16 KiB each) cycle
+ * 56 registers, 72 with SYR2Ks; warp 0 walks the CTA's work, reading plan
+ * entries and their problems 32 at a time, one per lane, and lane 0 issues
+ * the TMA copies), warpgroups 1 and 2 are the consumers (224 registers, 216
+ * with SYR2Ks): each computes 64 rows of the 128 x 128 tile
+ * with m64n128k16 (TF32: k8) wgmmas from the same B stage. STAGES stages
+ * of 128 bytes of k (A 16 KiB + B 16 KiB each) cycle
  * through full/empty mbarriers; the ring keeps running from one tile to
  * the next, so the producer loads the next tile while the consumers finish
  * the current one. The first stage of each tile carries a small header
@@ -55,6 +56,12 @@ struct WCfg {
         static constexpr int ROW_BYTES = 128; /* bytes of K per k-tile row */
         static constexpr int STAGES = 5;
         static constexpr int THREADS = 384;
+        /* setmaxnreg: what the producer's walk needs without spilling (the
+         * SYR2K walk keeps more state), the rest to the consumers; 128 *
+         * producer + 256 * consumer must fit in the 384 * 168 registers the
+         * launch gets. */
+        __host__ __device__ static constexpr int producer_regs(bool syrk) { return syrk ? 72 : 56; }
+        __host__ __device__ static constexpr int consumer_regs(bool syrk) { return (384 * 168 - 128 * producer_regs(syrk)) / 256 / 8 * 8; }
         static constexpr int A_BYTES = BM * ROW_BYTES, B_BYTES = BN * ROW_BYTES;
         static constexpr int STAGE_BYTES = A_BYTES + B_BYTES;
         static constexpr int EPI_LD = 72; /* staged column stride, elements */
@@ -243,7 +250,7 @@ template <int BK> __device__ __forceinline__ bool work_next(const KParams &kp, W
                         w.kc1 = sched_kchunks(kp.probs[prob].k);
                         w.split = SCHED_NO_SPLIT;
                 }
-                if (!kp.fast || kp.fast[w.prob] == kp.want_fast)
+                if (!kp.fast || (kp.fast[w.prob] != 0) == kp.want_fast)
                         return true;
         }
 }
@@ -263,10 +270,14 @@ __device__ __forceinline__ void work_geom(const struct gemmd_kproblem &p, const 
         niter = (klen + BK - 1) / BK;
 }
 
+/* PWork::tri: a SYR2K (two terms per chunk, a triangle of C), and which. */
+enum : uint32_t { TRI_SYR2K = 1, TRI_UPPER = 2 };
+
 /* What the producer needs of a unit of work. */
 struct PWork {
         uint32_t prob, m0, n0, kbeg, niter, kc0, split;
         uint32_t m, n, k; /* what the consumers need of the problem */
+        uint32_t tri;     /* SYR2K: TRI_SYR2K | uplo (TRI_UPPER); GEMM 0 */
         uint64_t c;
         int64_t ldc;
         float alpha, beta;
@@ -285,6 +296,7 @@ template <int BK> __device__ __forceinline__ PWork pwork(const struct gemmd_kpro
         x.ldc = p.ldc;
         x.alpha = p.alpha;
         x.beta = p.beta;
+        x.tri = p.kind == SCHED_SYR2K ? TRI_SYR2K | (p.uplo ? TRI_UPPER : 0u) : 0u;
         work_geom<BK>(p, w, x.m0, x.n0, x.kbeg, x.niter);
         return x;
 }
@@ -350,7 +362,9 @@ __device__ __forceinline__ void fold(float (&d)[64], float (&tot)[64], float *ws
 
 /* ---- the kernel ---------------------------------------------------------- */
 
-template <typename T>
+/* SYRK: the group has SYR2Ks on this kernel; without, the two-term loop and
+ * the triangle masks compile away. */
+template <typename T, bool SYRK>
 __global__ void __launch_bounds__(WCfg::THREADS, 1) wgmma_kernel(const KParams kp, const char *tmaps)
 {
 #ifdef GEMMD_SM90A
@@ -376,7 +390,7 @@ __global__ void __launch_bounds__(WCfg::THREADS, 1) wgmma_kernel(const KParams k
 
         if (wg == 0) {
                 /* Producer: warp 0; lane 0 issues the copies. */
-                asm volatile("setmaxnreg.dec.sync.aligned.u32 56;\n");
+                asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(WCfg::producer_regs(SYRK)));
                 if (warp != 0)
                         return;
                 uint32_t stage = 0, phase = 0, lastp = UINT32_MAX;
@@ -387,7 +401,14 @@ __global__ void __launch_bounds__(WCfg::THREADS, 1) wgmma_kernel(const KParams k
                                 tmap_prefetch(tb);
                                 lastp = x.prob;
                         }
-                        for (uint32_t i = 0; i < x.niter; i++) {
+                        /* Chunk by chunk; a SYR2K's chunk is its two terms
+                         * in turn, op(A) op(B)^T then op(B) op(A)^T, the
+                         * second loading A's rows from B's map and B's
+                         * columns from A's. (j, term, c0): k-tile of the
+                         * chunk, term, first k-tile of the chunk. */
+                        const uint32_t nterms = SYRK && (x.tri & TRI_SYR2K) ? 2 : 1;
+                        uint32_t j = 0, term = 0, c0 = 0, nk = min(x.niter, (uint32_t)WK<T>::KT_PER_CHUNK);
+                        for (uint32_t i = 0; i < x.niter * nterms; i++) {
                                 const uint32_t full = bars + 8 * stage;
                                 const uint32_t sa = base + stage * WCfg::STAGE_BYTES;
                                 mbar_wait(bars + 8 * (WCfg::STAGES + stage), phase ^ 1);
@@ -409,14 +430,23 @@ __global__ void __launch_bounds__(WCfg::THREADS, 1) wgmma_kernel(const KParams k
                                         h[12] = (uint32_t)((uint64_t)x.ldc >> 32);
                                         h[13] = __float_as_uint(x.alpha);
                                         h[14] = __float_as_uint(x.beta);
+                                        h[15] = x.tri;
                                 }
                                 mbar_expect_tx(full, WCfg::STAGE_BYTES);
-                                const int32_t k0 = (int32_t)(x.kbeg + i * WK<T>::BK);
-                                tma_load_2d(sa, ta, full, k0, (int32_t)x.m0);
-                                tma_load_2d(sa + WCfg::A_BYTES, tb, full, k0, (int32_t)x.n0);
+                                const int32_t k0 = (int32_t)(x.kbeg + (c0 + j) * WK<T>::BK);
+                                tma_load_2d(sa, term ? tb : ta, full, k0, (int32_t)x.m0);
+                                tma_load_2d(sa + WCfg::A_BYTES, term ? ta : tb, full, k0, (int32_t)x.n0);
                                 if (++stage == WCfg::STAGES) {
                                         stage = 0;
                                         phase ^= 1;
+                                }
+                                if (++j == nk) {
+                                        j = 0;
+                                        if (++term == nterms) {
+                                                term = 0;
+                                                c0 += WK<T>::KT_PER_CHUNK;
+                                                nk = min(x.niter - min(c0, x.niter), (uint32_t)WK<T>::KT_PER_CHUNK);
+                                        }
                                 }
                         }
                 };
@@ -430,7 +460,7 @@ __global__ void __launch_bounds__(WCfg::THREADS, 1) wgmma_kernel(const KParams k
                                 bool ok = false;
                                 if (e < e1) {
                                         const struct sched_entry en = kp.entries[e];
-                                        ok = !kp.fast || kp.fast[en.problem] == kp.want_fast;
+                                        ok = !kp.fast || (kp.fast[en.problem] != 0) == kp.want_fast;
                                         if (ok) {
                                                 const Work w = {en.problem, en.tile, en.kc_begin, en.kc_end, en.split};
                                                 x = pwork<WK<T>::BK>(kp.probs[en.problem], w);
@@ -455,6 +485,7 @@ __global__ void __launch_bounds__(WCfg::THREADS, 1) wgmma_kernel(const KParams k
                                         y.ldc = __shfl_sync(0xffffffffu, (long long)x.ldc, L);
                                         y.alpha = __shfl_sync(0xffffffffu, x.alpha, L);
                                         y.beta = __shfl_sync(0xffffffffu, x.beta, L);
+                                        y.tri = SYRK ? __shfl_sync(0xffffffffu, x.tri, L) : 0u;
                                         if (lane == 0)
                                                 issue(y);
                                         __syncwarp();
@@ -481,7 +512,7 @@ __global__ void __launch_bounds__(WCfg::THREADS, 1) wgmma_kernel(const KParams k
         }
 
         /* Consumers: warpgroup cw computes rows [64 cw, 64 cw + 64) of the tile. */
-        asm volatile("setmaxnreg.inc.sync.aligned.u32 224;\n");
+        asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(WCfg::consumer_regs(SYRK)));
         const int cw = wg - 1, ctid = threadIdx.x - 128, wt = threadIdx.x & 127, wi = wt >> 5;
         const uint32_t epi = base + WCfg::STAGES * WCfg::STAGE_BYTES + cw * WCfg::EPI_BYTES;
         Pipe pp = {0, 0, -1, bars, base + cw * 64 * 128, base + WCfg::A_BYTES, lane};
@@ -508,6 +539,8 @@ __global__ void __launch_bounds__(WCfg::THREADS, 1) wgmma_kernel(const KParams k
                 p.ldc = (int64_t)((uint64_t)h[11] | ((uint64_t)h[12] << 32));
                 p.alpha = __uint_as_float(h[13]);
                 p.beta = __uint_as_float(h[14]);
+                const uint32_t tri = SYRK ? h[15] : 0u;
+                const bool lower = (tri & TRI_SYR2K) && !(tri & TRI_UPPER), upper = (tri & TRI_UPPER) != 0;
                 float *wsb = nullptr;
                 if (w.split != SCHED_NO_SPLIT)
                         wsb = kp.ws + (size_t)kp.split_ws[w.split] * WCfg::TILE;
@@ -520,7 +553,7 @@ __global__ void __launch_bounds__(WCfg::THREADS, 1) wgmma_kernel(const KParams k
                 constexpr uint32_t KPC = WK<T>::KT_PER_CHUNK;
                 const uint32_t nch = (niter + KPC - 1) / KPC;
                 for (uint32_t c = 0; c < nch; c++) {
-                        const uint32_t nk = min(niter - c * KPC, KPC);
+                        const uint32_t nk = min(niter - c * KPC, KPC) * ((tri & TRI_SYR2K) ? 2u : 1u);
                         run_chunk<T>(pp, acc, nk);
                         wgmma_wait<0>();
                         fold(acc, tot, wsb ? wsb + (size_t)(w.kc0 + c) * WCfg::TILE + ctid : nullptr);
@@ -566,7 +599,7 @@ __global__ void __launch_bounds__(WCfg::THREADS, 1) wgmma_kernel(const KParams k
 #pragma unroll
                                 for (int e = 0; e < 4; e++) {
                                         const uint32_t gi = rbase + 8 * (e >> 1), gj = cbase + j * 8 + (e & 1);
-                                        if (gi >= p.m || gj >= p.n)
+                                        if (gi >= p.m || gj >= p.n || (lower && gi < gj) || (upper && gi > gj))
                                                 continue;
                                         float *dst = (float *)cptr + gi + (int64_t)gj * p.ldc;
                                         float v = __fmul_rn(alpha, tot[j * 4 + e]);
@@ -617,14 +650,18 @@ __global__ void __launch_bounds__(WCfg::THREADS, 1) wgmma_kernel(const KParams k
                                                 continue;
                                         const uint4 val = *(const uint4 *)(ep + col * (WCfg::EPI_LD * 2) + rv * 16);
                                         T *dst = cptr + gi + (int64_t)gj * p.ldc;
-                                        if (cvec && gi + 8 <= p.m) {
+                                        /* A SYR2K writes only its triangle: rows gi..gi+7
+                                         * of column gj are whole when all are in it. */
+                                        const bool in_tri = lower ? gi >= gj : upper ? gi + 7 <= gj : true;
+                                        if (cvec && gi + 8 <= p.m && in_tri) {
                                                 *(uint4 *)dst = val;
                                         } else {
                                                 const uint32_t lim = p.m - gi;
                                                 const uint32_t wv[4] = {val.x, val.y, val.z, val.w};
 #pragma unroll
                                                 for (int x = 0; x < 8; x++)
-                                                        if ((uint32_t)x < lim) {
+                                                        if ((uint32_t)x < lim && !(lower && gi + x < gj) &&
+                                                            !(upper && gi + x > gj)) {
                                                                 const uint16_t bits = (uint16_t)(wv[x >> 1] >> (16 * (x & 1)));
                                                                 *(uint16_t *)(dst + x) = bits;
                                                         }
@@ -636,15 +673,21 @@ __global__ void __launch_bounds__(WCfg::THREADS, 1) wgmma_kernel(const KParams k
 #endif
 }
 
-template <typename T> int launch_wgmma(const KParams &kp, const char *tmaps, uint32_t grid, cudaStream_t st)
+template <typename T, bool SYRK>
+int launch_wgmma(const KParams &kp, const char *tmaps, uint32_t grid, cudaStream_t st)
 {
-        cudaError_t err = cudaFuncSetAttribute(wgmma_kernel<T>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+        cudaError_t err = cudaFuncSetAttribute(wgmma_kernel<T, SYRK>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                                WCfg::SMEM);
         if (err != cudaSuccess) {
                 cudaGetLastError();
                 return -EIO;
         }
-        wgmma_kernel<T><<<grid, WCfg::THREADS, WCfg::SMEM, st>>>(kp, tmaps);
+        wgmma_kernel<T, SYRK><<<grid, WCfg::THREADS, WCfg::SMEM, st>>>(kp, tmaps);
         err = cudaGetLastError();
         return err == cudaSuccess ? 0 : -EIO;
+}
+
+template <typename T> int launch_wgmma(const KParams &kp, const char *tmaps, uint32_t grid, cudaStream_t st, bool syrk)
+{
+        return syrk ? launch_wgmma<T, true>(kp, tmaps, grid, st) : launch_wgmma<T, false>(kp, tmaps, grid, st);
 }

@@ -2,7 +2,9 @@
 # Runs on a GPU machine and builds nothing: the kernel tests, the daemon's
 # GPU end-to-end tests, a short service run of the real daemon (its stats,
 # with the idle gap between groups), then gemmbench kernels, from binaries
-# built elsewhere (scripts/gpu-bundle.sh). Logs and tables go under $OUT
+# built elsewhere (scripts/gpu-bundle.sh), and, where python3 has PyTorch
+# with CUDA, bench/torch_grouped.py (torch._grouped_mm) on the moe and
+# seed002 problem lists as a peer. Logs and tables go under $OUT
 # (default ./gpu-out). Binaries are taken from $GEMMD_BIN (flat, with the
 # shared libraries the tests need in $GEMMD_BIN/lib), else from build/.
 # Extra arguments go to gemmbench. The many-clients sweep is
@@ -73,5 +75,24 @@ if p=$(find_bin gemmbench); then
         "${lim[@]}" "$p" kernels "$@" 2>&1 | tee "$OUT/gemmbench.txt" || rc=1
 else
         rc=1
+fi
+# torch._grouped_mm on the same problems: a peer, not a test, so a failure
+# here is printed (and kept in torch_grouped.txt) but leaves rc alone.
+tg="$(dirname "$0")/../bench/torch_grouped.py"
+if ! python3 -c 'import sys, torch; sys.exit(0 if torch.cuda.is_available() else 1)' >/dev/null 2>&1; then
+        echo "gpu.sh: python3 has no PyTorch with CUDA here: torch_grouped.py not run" | tee "$OUT/torch_grouped.txt"
+elif ! p=$(find_bin gemmbench) || [ ! -f "$tg" ]; then
+        echo "gpu.sh: gemmbench or $tg missing: torch_grouped.py not run" | tee "$OUT/torch_grouped.txt"
+else
+        lists=$(mktemp -d "${TMPDIR:-/tmp}/gemmd-lists.XXXXXX")
+        if "$p" list moe >"$lists/moe.txt" && "$p" list seed002 >"$lists/seed002.txt"; then
+                "${lim[@]}" python3 -u "$tg" "$lists/moe.txt" "$lists/seed002.txt" 2>&1 |
+                        tee "$OUT/torch_grouped.txt" ||
+                        echo "gpu.sh: torch_grouped.py FAILED (exit $?), not counted in the exit status" |
+                        tee -a "$OUT/torch_grouped.txt"
+        else
+                echo "gpu.sh: gemmbench list FAILED: torch_grouped.py not run" | tee "$OUT/torch_grouped.txt"
+        fi
+        rm -rf "$lists"
 fi
 exit $rc

@@ -92,8 +92,9 @@ static const uint32_t edgek[] = {1, 3, 8, 16, 31, 32, 33, 100, 511, 512, 513, 10
 static const uint32_t kmajk[] = {1, 2, 8, 63, 64, 65, 127, 129, 200, 511, 512, 513, 1000, 1024, 1025, 1536, 2047};
 
 /* Draws a problem; `big` picks larger sizes; `kmaj` a GEMM with A stored
- * m x k and B stored n x k, both contiguous along K, leading dimensions
- * multiples of 8 (the layout of the sm_90 fast path). */
+ * m x k and B stored n x k, or a SYR2K with A and B stored n x k, both
+ * contiguous along K, leading dimensions multiples of 16 bytes (the layout
+ * of the sm_90 fast path). */
 static void draw(struct tprob *t, int dtype, int tf32, int big, int kmaj)
 {
         struct gemmd_kproblem *p = &t->kp;
@@ -109,7 +110,8 @@ static void draw(struct tprob *t, int dtype, int tf32, int big, int kmaj)
         p->n = big ? 128 + rndu(200) : edge[rndu(nsz)];
         p->k = big ? 1024 + rndu(3100) : edgek[rndu(sizeof(edgek) / sizeof(edgek[0]) - (rndu(4) ? 3 : 0))];
         if (kmaj) {
-                p->kind = SCHED_GEMM;
+                /* GEMM T,N, or SYR2K with op T: A and B stored n x k. */
+                p->kind = rndu(4) == 0 ? SCHED_SYR2K : SCHED_GEMM;
                 p->trans_a = 1;
                 p->trans_b = 0;
                 if (!big)
@@ -276,6 +278,7 @@ static void run_group(const char *name, int dtype, int tf32, struct tprob *tp, u
         /* Tensor maps for the sm_90 fast path (16-bit and TF32). */
         void *tm = NULL, *htm = NULL;
         int nfast = 0;
+        uint32_t nsyr2k = 0;
         if (dtype != GEMMD_F32 || tf32) {
                 size_t tb = cuda_gemm_tmaps_bytes(np);
                 if (posix_memalign(&htm, 64, tb)) {
@@ -283,6 +286,7 @@ static void run_group(const char *name, int dtype, int tf32, struct tprob *tp, u
                         exit(1);
                 }
                 nfast = cuda_gemm_tmaps_build(kp, np, htm);
+                nsyr2k = cuda_gemm_tmaps_syr2k(htm, np);
                 if (nfast < 0 || (kmaj && nfast != (int)np)) {
                         printf("FAIL %s: cuda_gemm_tmaps_build = %d of %u K-major problems\n", name, nfast, np);
                         failures++;
@@ -329,7 +333,8 @@ static void run_group(const char *name, int dtype, int tf32, struct tprob *tp, u
                         struct cuda_group g = {.problems = dp, .nproblems = np, .dtype = dtype,
                                                .tf32 = tf32, .plan_blob = blob, .plan = &plan,
                                                .cfg = cfg, .ws = ws, .arrivals = arr,
-                                               .tmaps = tm, .nfast = (uint32_t)nfast};
+                                               .tmaps = tm, .nfast = (uint32_t)nfast,
+                                               .nfast_syr2k = nsyr2k};
                         for (int rep = 0; rep < 2; rep++) {
                                 CK(cudaMemcpy(d, c0, total * es, cudaMemcpyHostToDevice));
                                 rc = cuda_gemm_launch(&g, NULL);
