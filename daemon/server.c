@@ -117,27 +117,35 @@ void server_queue_done(struct server *srv, struct request *r)
         pthread_mutex_unlock(&srv->done_lock);
 }
 
-/* A thread that completes a group answers at most this many of its
- * requests itself (each costs it a write and the client's wake-up); the
- * loop thread answers the rest, and the completing thread is soon free to
- * notice the next group. */
+/* A thread that completes a group answers its requests itself (each costs
+ * it a write and the client's wake-up) only when they are this few: a lone
+ * or small group then skips the hop through the loop thread, while the
+ * many replies of a busy node's large groups stay with the loop, and the
+ * completing thread is soon free to notice the next group. (On the H100,
+ * 64 clients keeping 8 requests each in flight: answering the first four
+ * of every group here measured 69-79 TF/s against 88-101 with the loop
+ * answering all; this rule 81-92 against 85-88.) */
 #define REPLIES_NOW 4
 
 void server_post_completions(struct request *done, void *ctx)
 {
         struct server *srv = ctx;
         struct request *r = done, *next;
+        int n = 0;
 
+        for (next = done; next && n <= REPLIES_NOW; next = next->next)
+                n++;
         /* In order, while each can be answered here: once one must wait
          * for the loop, the ones after it wait too, so a session's replies
          * keep their order. A request that asked for Launched messages is
          * answered by the loop, behind them. A request answered here is the
          * loop's as soon as it is, so `next` is read first. */
-        for (int i = 0; r && i < REPLIES_NOW; r = next, i++) {
-                next = r->next;
-                if (r->notify_launch || !session_reply_now(r))
-                        break;
-        }
+        if (n <= REPLIES_NOW)
+                for (; r; r = next) {
+                        next = r->next;
+                        if (r->notify_launch || !session_reply_now(r))
+                                break;
+                }
         for (; r; r = next) {
                 next = r->next;
                 server_queue_done(srv, r);
