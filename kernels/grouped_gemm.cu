@@ -98,8 +98,6 @@ template <int MODE_, typename T_> struct Cfg {
         static constexpr int SM = BM + 8;              /* MN-major row stride */
         static constexpr int OP_ELEMS = cmax(BM * SK, BK * SM);
         static constexpr int NACC = BM * BN / THREADS; /* accumulators per thread */
-        /* FFMA: each thread computes FR rows x FC columns, with 16 x TXN threads. */
-        static constexpr int FR = 8, FC = NACC / FR, TXN = BN / FC;
         static constexpr int TILE = BM * BN;
         /* f32 configs keep the tile's running total in shared memory (each
          * thread its own NACC slots, THREADS apart) rather than in 64 more
@@ -520,7 +518,8 @@ __device__ __forceinline__ void compute_stage(const typename C::T *sx, const typ
                                         mma_tf32(acc + (mi * 4 + ni) * 4, a[mi], b[ni]);
                 }
         } else {
-                constexpr int FC = C::FC, TXN = C::TXN;
+                /* 8 rows x FC columns per thread, 16 x TXN threads. */
+                constexpr int FC = C::NACC / 8, TXN = C::BN / FC;
 #if GEMMD_FFMA_DB
                 const int ty = tid & 15, tx = tid >> 4;
                 /* Fragments of 4 k at a time; those of the next 4 are read
@@ -627,9 +626,10 @@ __device__ __forceinline__ void acc_pos(int i, bool xk, bool yk, uint32_t &row, 
 {
         const int tid = threadIdx.x;
         if constexpr (C::MODE == MODE_FFMA) {
-                const int ty = tid & 15, tx = tid >> 4, r = i / C::FC, c = i % C::FC;
+                constexpr int FC = C::NACC / 8, TXN = C::BN / FC;
+                const int ty = tid & 15, tx = tid >> 4, r = i / FC, c = i % FC;
                 row = xk ? ty + 16 * r : ty * 4 + (r & 3) + 64 * (r >> 2);
-                col = yk ? tx + C::TXN * c : tx * 4 + (c & 3) + C::TXN * 4 * (c >> 2);
+                col = yk ? tx + TXN * c : tx * 4 + (c & 3) + TXN * 4 * (c >> 2);
         } else {
                 const int lane = tid & 31, warp = tid >> 5, wm = warp & 1, wn = warp >> 1;
                 const int mi = i >> 4, ni = (i >> 2) & 3, e = i & 3;

@@ -1,15 +1,17 @@
 /*
- * wgmma_gemm.cuh - the Hopper (sm_90a) fast path for 16-bit GEMM: TMA loads,
- * an mbarrier pipeline and wgmma, in a persistent warp-specialized kernel.
+ * wgmma_gemm.cuh - the Hopper (sm_90a) fast path for 16-bit and TF32 GEMM
+ * and SYR2K: TMA loads, an mbarrier pipeline and wgmma, in a persistent
+ * warp-specialized kernel.
  * Included by grouped_gemm.cu inside its anonymous namespace (it shares
  * KParams, the plan walk and the element conversions with the sm_80
  * kernels); the launcher is in grouped_gemm.cu.
  *
  * Problems: GEMM and SYR2K, f16, bf16 or f32 with TF32 allowed, A stored
  * m x k and B stored n x k, both contiguous along K (GEMM: trans_a = T,
- * trans_b = N; SYR2K: op T, A and B n x k), A and B 16-byte aligned, lda and ldb multiples of a 16-byte vector. The host
- * encodes two tensor maps per problem (cuda_gemm_tmaps_build): box 128
- * bytes of K (64 16-bit elements, 32 f32) x 128 rows, 128-byte swizzle;
+ * trans_b = N; SYR2K: op T, A and B n x k), A and B 16-byte aligned, lda
+ * and ldb multiples of a 16-byte vector. The host encodes two tensor maps
+ * per problem (cuda_gemm_tmaps_build): box 128 bytes of K (64 16-bit
+ * elements, 32 f32) x 128 rows, 128-byte swizzle;
  * the copy engine fills rows and k past the matrix with zeros, so edge
  * tiles take the same mainloop and only the epilogue masks. A stage has the
  * same bytes and the same shared-memory layout for every type, and each
@@ -61,7 +63,10 @@ struct WCfg {
          * producer + 256 * consumer must fit in the 384 * 168 registers the
          * launch gets. */
         __host__ __device__ static constexpr int producer_regs(bool syrk) { return syrk ? 72 : 56; }
-        __host__ __device__ static constexpr int consumer_regs(bool syrk) { return (384 * 168 - 128 * producer_regs(syrk)) / 256 / 8 * 8; }
+        __host__ __device__ static constexpr int consumer_regs(bool syrk)
+        {
+                return (384 * 168 - 128 * producer_regs(syrk)) / 256 / 8 * 8;
+        }
         static constexpr int A_BYTES = BM * ROW_BYTES, B_BYTES = BN * ROW_BYTES;
         static constexpr int STAGE_BYTES = A_BYTES + B_BYTES;
         static constexpr int EPI_LD = 72; /* staged column stride, elements */
