@@ -59,6 +59,24 @@ int hard_res_read(pid_t pid, struct hard_res *r)
         return r->rss_kb < 0 ? -1 : 0;
 }
 
+int hard_res_settled(pid_t pid, struct hard_res *r, int timeout_ms)
+{
+        struct hard_res prev;
+        int same = 0;
+
+        if (hard_res_read(pid, &prev))
+                return -1;
+        for (int waited = 0; waited < timeout_ms && same < 5; waited += 20) {
+                usleep(20000);
+                if (hard_res_read(pid, r))
+                        return -1;
+                same = r->fds == prev.fds && r->shm_maps == prev.shm_maps ? same + 1 : 0;
+                prev = *r;
+        }
+        *r = prev;
+        return 0;
+}
+
 const char *hard_res_str(const struct hard_res *r, char *buf, size_t len)
 {
         snprintf(buf, len, "fds %d, VmRSS %ld kB, shared mappings %d", r->fds, r->rss_kb,

@@ -30,6 +30,11 @@ struct hard_res {
 /* Reads pid's resources. Returns 0 or -1. */
 int hard_res_read(pid_t pid, struct hard_res *r);
 
+/* Reads pid's resources once its descriptors and shared mappings have not
+ * changed for 100 ms (a session leaves the daemon's count a moment before
+ * its descriptor is closed), or after timeout_ms. Returns 0 or -1. */
+int hard_res_settled(pid_t pid, struct hard_res *r, int timeout_ms);
+
 /* One line, e.g. "fds 12, VmRSS 5120 kB, shared mappings 0". */
 const char *hard_res_str(const struct hard_res *r, char *buf, size_t len);
 

@@ -399,7 +399,7 @@ int main(int argc, char **argv)
                         goto fail;
         usleep(2000000);
         bad += stop_all(ch, nwarm, &warm);
-        if (hard_wait_sessions(mon, 1, 30000, &got) || hard_res_read(d.pid, &base)) {
+        if (hard_wait_sessions(mon, 1, 30000, &got) || hard_res_settled(d.pid, &base, 5000)) {
                 fprintf(stderr, "soak: warm-up sessions did not go away (%lld left)\n", got);
                 goto fail;
         }
@@ -445,8 +445,7 @@ int main(int argc, char **argv)
                 bad++;
         }
         /* Give the daemon a moment to release what the last ones held. */
-        usleep(200000);
-        hard_res_read(d.pid, &after);
+        hard_res_settled(d.pid, &after, 5000);
         sum.wrong = atomic_load(&tally->wrong); /* killed clients' too, and the warm-up's */
         printf("soak: %llu requests (%llu ops) completed and checked in %.0f s, %llu of them by "
                "the %d clients alive at the end, whose every ticket completed once: %llu wrong, "

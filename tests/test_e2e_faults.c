@@ -154,8 +154,7 @@ Test(faults, clients_killed_mid_flight_cost_others_nothing_and_resources_return)
         cr_assert_not_null(mon);
         kill_one(&d, 0); /* warm-up */
         cr_assert_eq(hard_wait_sessions(mon, 1, 20000, &got), 0, "%lld sessions", got);
-        usleep(100000);
-        cr_assert_eq(hard_res_read(d.pid, &base), 0);
+        cr_assert_eq(hard_res_settled(d.pid, &base, 5000), 0);
         ops0 = device_ops(mon);
 
         cr_assert_eq(pipe(stop) | pipe(out), 0);
@@ -179,8 +178,7 @@ Test(faults, clients_killed_mid_flight_cost_others_nothing_and_resources_return)
         cr_assert_gt(by_ops, 0);
 
         cr_assert_eq(hard_wait_sessions(mon, 1, 20000, &got), 0, "%lld sessions", got);
-        usleep(100000);
-        cr_assert_eq(hard_res_read(d.pid, &after), 0);
+        cr_assert_eq(hard_res_settled(d.pid, &after, 5000), 0);
         ops1 = device_ops(mon);
         fprintf(stderr, "12 clients killed with %d ops queued each; bystander ran %llu ops, all "
                         "right; the device ran %lld of the killed clients' ops; daemon before %s, "
