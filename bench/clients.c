@@ -25,6 +25,7 @@
  * before the clients started. nvidia-smi is sampled every 500 ms.
  */
 #include "bench/clients.h"
+#include "bench/bench_util.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -41,7 +42,6 @@
 #include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
-#include <sys/un.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -49,7 +49,6 @@
 #include "include/gemmd.h"
 
 #define MAX_CLIENTS 512
-#define MAX_DAEMON_ARGS 16
 #define DAEMON_START_MS 60000
 #define DAEMON_STOP_MS 20000
 #define MPS_CMD_MS 20000
@@ -84,7 +83,7 @@ struct run {
         int setup_timeout_s;
         const char *backend;
         const char *gemmd_path;
-        const char *daemon_args[MAX_DAEMON_ARGS];
+        const char *daemon_args[BENCH_MAX_DAEMON_ARGS];
         int ndaemon_args;
 
         char dir[128]; /* short: socket paths must fit in 108 bytes */
@@ -151,19 +150,6 @@ static int usage(FILE *f)
         return 2;
 }
 
-static int parse_int(const char *s, long lo, long hi, int *out)
-{
-        char *end;
-        long v;
-
-        errno = 0;
-        v = strtol(s, &end, 10);
-        if (errno || end == s || *end || v < lo || v > hi)
-                return -1;
-        *out = (int)v;
-        return 0;
-}
-
 static int parse_double(const char *s, double lo, double hi, double *out)
 {
         char *end;
@@ -226,13 +212,13 @@ static int parse_args(struct run *r, int argc, char **argv)
 
                 switch (c) {
                 case OPT_CLIENTS:
-                        bad = parse_int(optarg, 1, MAX_CLIENTS, &r->o.nclients);
+                        bad = bench_parse_int(optarg, 1, MAX_CLIENTS, &r->o.nclients);
                         break;
                 case OPT_WINDOW:
-                        bad = parse_int(optarg, 1, CLIENTS_MAX_WINDOW, &r->o.window);
+                        bad = bench_parse_int(optarg, 1, CLIENTS_MAX_WINDOW, &r->o.window);
                         break;
                 case OPT_MAXDIM:
-                        bad = parse_int(optarg, 64, 16384, &r->o.max_dim) || r->o.max_dim % 64;
+                        bad = bench_parse_int(optarg, 64, 16384, &r->o.max_dim) || r->o.max_dim % 64;
                         break;
                 case OPT_SECONDS:
                         bad = parse_double(optarg, 0.01, 3600, &r->o.seconds);
@@ -271,21 +257,21 @@ static int parse_args(struct run *r, int argc, char **argv)
                         r->gemmd_path = optarg;
                         break;
                 case OPT_DARG:
-                        bad = r->ndaemon_args == MAX_DAEMON_ARGS;
+                        bad = r->ndaemon_args == BENCH_MAX_DAEMON_ARGS;
                         if (!bad)
                                 r->daemon_args[r->ndaemon_args++] = optarg;
                         break;
                 case OPT_DEVICE:
-                        bad = parse_int(optarg, 0, 1023, &r->o.device);
+                        bad = bench_parse_int(optarg, 0, 1023, &r->o.device);
                         break;
                 case OPT_TIMEOUT:
-                        bad = parse_int(optarg, 1, 3600000, &r->o.timeout_ms);
+                        bad = bench_parse_int(optarg, 1, 3600000, &r->o.timeout_ms);
                         break;
                 case OPT_SETUP:
-                        bad = parse_int(optarg, 1, 3600, &r->setup_timeout_s);
+                        bad = bench_parse_int(optarg, 1, 3600, &r->setup_timeout_s);
                         break;
                 case OPT_SEED:
-                        bad = parse_int(optarg, 0, INT32_MAX, &seed);
+                        bad = bench_parse_int(optarg, 0, INT32_MAX, &seed);
                         r->o.seed = (uint64_t)seed;
                         break;
                 case OPT_SPIN:
@@ -441,86 +427,25 @@ static void print_file(const char *path, const char *what)
 
 /* ---- gemmd ------------------------------------------------------------ */
 
-static int socket_accepts(const char *path)
-{
-        struct sockaddr_un sa = {.sun_family = AF_UNIX};
-        size_t len = strlen(path);
-        int fd, ok;
-
-        if (len >= sizeof(sa.sun_path))
-                return 0;
-        memcpy(sa.sun_path, path, len + 1);
-        fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-        if (fd < 0)
-                return 0;
-        ok = connect(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0;
-        close(fd);
-        return ok;
-}
-
-/* The gemmd beside this binary (build/gemmd next to build/gemmbench). */
-static int default_gemmd(char *out, size_t len)
-{
-        char exe[PATH_MAX + 8];
-        ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
-        char *slash;
-
-        if (n <= 0)
-                return -1;
-        exe[n] = '\0';
-        slash = strrchr(exe, '/');
-        if (!slash)
-                return -1;
-        if ((size_t)(slash - exe) + sizeof("/gemmd") > len)
-                return -1;
-        memcpy(slash, "/gemmd", sizeof("/gemmd"));
-        memcpy(out, exe, strlen(exe) + 1);
-        return 0;
-}
-
 /* Starts gemmd on a socket in r->dir and waits until it accepts. */
 static int daemon_start(struct run *r)
 {
         char path[PATH_MAX];
-        char *argv[MAX_DAEMON_ARGS + 8];
-        int argc = 0;
         uint64_t deadline;
         pid_t pid;
 
         if (r->gemmd_path)
                 snprintf(path, sizeof(path), "%s", r->gemmd_path);
-        else if (default_gemmd(path, sizeof(path)))
+        else if (bench_default_gemmd(path, sizeof(path)))
                 return -1;
         snprintf(r->sock, sizeof(r->sock), "%s/gemmd.sock", r->dir);
         snprintf(r->daemon_log, sizeof(r->daemon_log), "%s/gemmd.log", r->dir);
-        argv[argc++] = path;
-        argv[argc++] = "--socket";
-        argv[argc++] = r->sock;
-        argv[argc++] = "--backend";
-        argv[argc++] = (char *)r->backend;
-        for (int i = 0; i < r->ndaemon_args; i++)
-                argv[argc++] = (char *)r->daemon_args[i];
-        argv[argc] = NULL;
-
-        fflush(NULL);
-        pid = fork();
+        pid = bench_gemmd_spawn(path, r->sock, r->backend, r->daemon_args, r->ndaemon_args, r->daemon_log);
         if (pid < 0)
                 return -1;
-        if (pid == 0) {
-                int fd = open(r->daemon_log, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-
-                /* Whatever ends this benchmark ends its daemon too. */
-                prctl(PR_SET_PDEATHSIG, SIGKILL);
-                if (fd < 0 || dup2(fd, STDOUT_FILENO) < 0 || dup2(fd, STDERR_FILENO) < 0)
-                        _exit(126);
-                close(fd);
-                execv(path, argv);
-                fprintf(stderr, "gemmbench clients: exec %s: %s\n", path, strerror(errno));
-                _exit(127);
-        }
         r->daemon_pid = pid;
         deadline = clients_now_ns() + DAEMON_START_MS * 1000000ull;
-        while (!socket_accepts(r->sock)) {
+        while (!bench_socket_accepts(r->sock)) {
                 int st;
 
                 if (waitpid(pid, &st, WNOHANG) == pid) {
@@ -1014,13 +939,6 @@ static void reap_clients(struct run *r)
 
 /* ---- report ----------------------------------------------------------- */
 
-static int cmpf(const void *a, const void *b)
-{
-        float x = *(const float *)a, y = *(const float *)b;
-
-        return (x > y) - (x < y);
-}
-
 struct agg {
         uint64_t requests, submitted, ok, status_errors, timeouts, check_errors, errors;
         uint64_t req_min, req_max;
@@ -1031,16 +949,6 @@ struct agg {
         const char *first_error;
         uint64_t nsamples;
 };
-
-static double pct(const float *s, uint64_t n, double q)
-{
-        uint64_t i;
-
-        if (!n)
-                return NAN;
-        i = (uint64_t)ceil(q * (double)n);
-        return s[i ? i - 1 : 0];
-}
 
 static void aggregate(struct run *r, struct agg *a)
 {
@@ -1106,13 +1014,13 @@ static void aggregate(struct run *r, struct agg *a)
                         memcpy(all + n, r->ch[i].samples, r->ch[i].res.nsamples * sizeof(float));
                         n += r->ch[i].res.nsamples;
                 }
-        qsort(all, n, sizeof(float), cmpf);
+        bench_sort(all, n);
         for (uint64_t i = 0; i < n; i++)
                 sum += all[i];
         a->mean = sum / (double)n;
-        a->p50 = pct(all, n, 0.50);
-        a->p90 = pct(all, n, 0.90);
-        a->p99 = pct(all, n, 0.99);
+        a->p50 = bench_pct(all, n, 0.50);
+        a->p90 = bench_pct(all, n, 0.90);
+        a->p99 = bench_pct(all, n, 0.99);
         a->max = all[n - 1];
         free(all);
 }

@@ -20,7 +20,6 @@
  * reference; any error makes the exit status 1.
  */
 #include <errno.h>
-#include <fcntl.h>
 #include <getopt.h>
 #include <limits.h>
 #include <math.h>
@@ -31,22 +30,21 @@
 #include <string.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
-#include <sys/un.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
+#include "bench/bench_util.h"
 #include "include/gemmd.h"
 
 #define MAX_CLIENTS 256
-#define MAX_DAEMON_ARGS 16
 #define START_MS 30000
 #define STOP_MS 20000
 
 struct lat_opts {
         int nclients, requests, warmup, dim, shm, json;
         const char *socket, *backend, *gemmd;
-        const char *daemon_args[MAX_DAEMON_ARGS];
+        const char *daemon_args[BENCH_MAX_DAEMON_ARGS];
         int ndaemon_args;
 };
 
@@ -245,68 +243,22 @@ static int client_main(const struct lat_opts *o, int fd)
 
 /* ---- the daemon ------------------------------------------------------- */
 
-static int socket_accepts(const char *path)
-{
-        struct sockaddr_un sa = {.sun_family = AF_UNIX};
-        int fd, ok;
-
-        if (strlen(path) >= sizeof(sa.sun_path))
-                return 0;
-        strcpy(sa.sun_path, path);
-        fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-        if (fd < 0)
-                return 0;
-        ok = connect(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0;
-        close(fd);
-        return ok;
-}
-
 /* Starts the gemmd beside this binary (or --gemmd) on `sock`, logging to
  * `log`, and waits until it accepts. Returns its pid, or -1. */
 static pid_t daemon_start(const struct lat_opts *o, const char *sock, const char *log)
 {
         char path[PATH_MAX];
-        char *argv[MAX_DAEMON_ARGS + 8];
-        int argc = 0;
         uint64_t deadline = now_ns() + START_MS * 1000000ull;
         pid_t pid;
 
-        if (o->gemmd) {
+        if (o->gemmd)
                 snprintf(path, sizeof(path), "%s", o->gemmd);
-        } else {
-                ssize_t n = readlink("/proc/self/exe", path, sizeof(path) - sizeof("/gemmd"));
-                char *slash;
-
-                if (n <= 0)
-                        return -1;
-                path[n] = '\0';
-                slash = strrchr(path, '/');
-                if (!slash)
-                        return -1;
-                strcpy(slash, "/gemmd");
-        }
-        argv[argc++] = path;
-        argv[argc++] = "--socket";
-        argv[argc++] = (char *)sock;
-        argv[argc++] = "--backend";
-        argv[argc++] = (char *)o->backend;
-        for (int i = 0; i < o->ndaemon_args; i++)
-                argv[argc++] = (char *)o->daemon_args[i];
-        argv[argc] = NULL;
-        fflush(NULL);
-        pid = fork();
+        else if (bench_default_gemmd(path, sizeof(path)))
+                return -1;
+        pid = bench_gemmd_spawn(path, sock, o->backend, o->daemon_args, o->ndaemon_args, log);
         if (pid < 0)
                 return -1;
-        if (pid == 0) {
-                int fd = open(log, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-
-                prctl(PR_SET_PDEATHSIG, SIGKILL);
-                if (fd < 0 || dup2(fd, STDOUT_FILENO) < 0 || dup2(fd, STDERR_FILENO) < 0)
-                        _exit(126);
-                execv(path, argv);
-                _exit(127);
-        }
-        while (!socket_accepts(sock)) {
+        while (!bench_socket_accepts(sock)) {
                 struct timespec ts = {0, 5000000};
 
                 if (waitpid(pid, NULL, WNOHANG) == pid || now_ns() > deadline) {
@@ -366,20 +318,6 @@ static int usage(FILE *f)
         return 2;
 }
 
-/* Parses a decimal integer in [lo, hi]. Returns 0, or -1. */
-static int parse_int(const char *s, long lo, long hi, int *out)
-{
-        char *end;
-        long v;
-
-        errno = 0;
-        v = strtol(s, &end, 10);
-        if (errno || end == s || *end || v < lo || v > hi)
-                return -1;
-        *out = (int)v;
-        return 0;
-}
-
 static int parse_args(struct lat_opts *o, int argc, char **argv)
 {
         static const struct option opts[] = {
@@ -404,16 +342,16 @@ static int parse_args(struct lat_opts *o, int argc, char **argv)
 
                 switch (ch) {
                 case 'c':
-                        bad = parse_int(optarg, 1, MAX_CLIENTS, &o->nclients);
+                        bad = bench_parse_int(optarg, 1, MAX_CLIENTS, &o->nclients);
                         break;
                 case 'r':
-                        bad = parse_int(optarg, 1, 100000000, &o->requests);
+                        bad = bench_parse_int(optarg, 1, 100000000, &o->requests);
                         break;
                 case 'w':
-                        bad = parse_int(optarg, 0, 100000000, &o->warmup);
+                        bad = bench_parse_int(optarg, 0, 100000000, &o->warmup);
                         break;
                 case 'd':
-                        bad = parse_int(optarg, 1, 1024, &o->dim);
+                        bad = bench_parse_int(optarg, 1, 1024, &o->dim);
                         break;
                 case 'm':
                         bad = strcmp(optarg, "inline") && strcmp(optarg, "shm");
@@ -429,7 +367,7 @@ static int parse_args(struct lat_opts *o, int argc, char **argv)
                         o->gemmd = optarg;
                         break;
                 case 'a':
-                        bad = o->ndaemon_args == MAX_DAEMON_ARGS;
+                        bad = o->ndaemon_args == BENCH_MAX_DAEMON_ARGS;
                         if (!bad)
                                 o->daemon_args[o->ndaemon_args++] = optarg;
                         break;
@@ -449,20 +387,6 @@ static int parse_args(struct lat_opts *o, int argc, char **argv)
         if (optind != argc)
                 return usage(stderr);
         return 0;
-}
-
-static int cmpf(const void *a, const void *b)
-{
-        float x = *(const float *)a, y = *(const float *)b;
-
-        return (x > y) - (x < y);
-}
-
-static double pct(const float *s, size_t n, double q)
-{
-        size_t i = (size_t)ceil(q * (double)n);
-
-        return n ? s[i ? i - 1 : 0] : 0;
 }
 
 /* Forks the clients, starts them together, and gathers their samples into
@@ -529,7 +453,7 @@ static int run_clients(const struct lat_opts *o, struct lat_report *sum, float *
         }
         for (int i = 0; i < n; i++)
                 waitpid(pids[i], NULL, 0);
-        qsort(*all, *nall, sizeof(float), cmpf);
+        bench_sort(*all, *nall);
         return failed;
 }
 
@@ -537,10 +461,18 @@ static void report(const struct lat_opts *o, const struct lat_report *sum, const
                    size_t n, int failed, int daemon_exit)
 {
         double mean = 0, k = n ? (double)n : 1;
+        /* p50, p90, p99, p99.9; 0 without samples, as the JSON has no NaN */
+        double q[4] = {0, 0, 0, 0};
 
         for (size_t i = 0; i < n; i++)
                 mean += s[i];
         mean /= k;
+        if (n) {
+                q[0] = bench_pct(s, n, 0.5);
+                q[1] = bench_pct(s, n, 0.9);
+                q[2] = bench_pct(s, n, 0.99);
+                q[3] = bench_pct(s, n, 0.999);
+        }
         if (o->json) {
                 printf("{\"clients\":%d,\"dim\":%d,\"memory\":\"%s\",\"requests\":%zu,"
                        "\"p50_us\":%.1f,\"p90_us\":%.1f,\"p99_us\":%.1f,\"p999_us\":%.1f,"
@@ -548,9 +480,8 @@ static void report(const struct lat_opts *o, const struct lat_report *sum, const
                        "\"queue_us_mean\":%.2f,\"run_us_mean\":%.2f,\"group_size_mean\":%.3f,"
                        "\"errors\":%llu,\"clients_failed\":%d,\"daemon_exit\":%d,"
                        "\"first_error\":\"%s\"}\n",
-                       o->nclients, o->dim, o->shm ? "shm" : "inline", n, pct(s, n, 0.5),
-                       pct(s, n, 0.9), pct(s, n, 0.99), pct(s, n, 0.999), n ? s[0] : 0,
-                       n ? s[n - 1] : 0, mean, sum->queue_us_sum / k, sum->run_us_sum / k,
+                       o->nclients, o->dim, o->shm ? "shm" : "inline", n, q[0], q[1], q[2], q[3],
+                       n ? s[0] : 0, n ? s[n - 1] : 0, mean, sum->queue_us_sum / k, sum->run_us_sum / k,
                        sum->group_size_sum / k, (unsigned long long)sum->errors, failed,
                        daemon_exit, sum->msg);
                 return;
@@ -559,8 +490,7 @@ static void report(const struct lat_opts *o, const struct lat_report *sum, const
                o->nclients, o->dim, o->dim, o->dim, o->shm ? "shm" : "inline");
         printf("requests %zu  p50 %.1f us  p90 %.1f  p99 %.1f  p99.9 %.1f  min %.1f  max %.1f  "
                "mean %.1f\n",
-               n, pct(s, n, 0.5), pct(s, n, 0.9), pct(s, n, 0.99), pct(s, n, 0.999),
-               n ? s[0] : 0, n ? s[n - 1] : 0, mean);
+               n, q[0], q[1], q[2], q[3], n ? s[0] : 0, n ? s[n - 1] : 0, mean);
         printf("daemon's account: queue %.2f us, run %.2f us, group size %.3f (means)\n",
                sum->queue_us_sum / k, sum->run_us_sum / k, sum->group_size_sum / k);
         if (sum->errors || failed || daemon_exit)

@@ -16,7 +16,7 @@ endif
 # processes through libgemmd, cuBLAS, or cuBLAS under MPS.
 ifeq ($(WITH_CUDA),1)
 ifneq ($(wildcard $(CUDA_HOME)/lib64/libcublas.so),)
-CLIENTS_OBJS := $(BUILD)/bench/clients.o $(BUILD)/bench/clients_loop.o
+CLIENTS_OBJS := $(BUILD)/bench/clients.o $(BUILD)/bench/clients_loop.o $(BUILD)/bench/bench_util.o
 $(BUILD)/gemmbench: $(CLIENTS_OBJS) $(BUILD)/libgemmd.a $(PBC_A)
 endif
 endif
@@ -25,7 +25,7 @@ endif
 # request through gemmd. Only libgemmd, so it is built with or without CUDA.
 $(BUILD)/bench/latency.o: | $(BUILD)/proto/gemmd.pb-c.h
 
-$(BUILD)/gemmbench-latency: $(BUILD)/bench/latency.o $(BUILD)/libgemmd.a
+$(BUILD)/gemmbench-latency: $(BUILD)/bench/latency.o $(BUILD)/bench/bench_util.o $(BUILD)/libgemmd.a
 	$(call say,LD,$@)
 	$(Q)$(CC) -o $@ $^ $(PBC_A) $(LDLIBS)
 

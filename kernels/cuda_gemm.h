@@ -33,8 +33,8 @@
 extern "C" {
 #endif
 
-/* Threads per CTA of the sm_80 tensor-core kernels (the exact-f32 FFMA
- * kernel uses 512, the wgmma kernel 384); one CTA per SM is resident. */
+/* Threads per CTA of the sm_80 kernels (the wgmma kernel uses 384); one
+ * CTA per SM is resident. */
 #define CUDA_GEMM_THREADS 256
 
 /* The tile shape the kernels of config (dtype, tf32) use. The daemon builds

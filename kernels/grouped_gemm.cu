@@ -3,7 +3,7 @@
  *
  * One kernel per config: f16 and bf16 on mma.sync m16n8k16 tensor cores,
  * f32 with TF32 allowed on mma.sync m16n8k8, exact f32 on FFMA. All share
- * a 128 x 128 output tile, 8 warps (16 for FFMA), and a multistage cp.async pipeline
+ * a 128 x 128 output tile, 8 warps, and a multistage cp.async pipeline
  * that stages operand tiles in shared memory in the layout they have in
  * global memory ("K-major" when consecutive k are adjacent, "MN-major"
  * when consecutive rows/columns are); the tensor-core paths read either
@@ -56,17 +56,6 @@ enum { MODE_MMA16 = 0, MODE_TF32 = 1, MODE_FFMA = 2 };
 #ifndef GEMMD_FFMA_STAGES
 #define GEMMD_FFMA_STAGES 3
 #endif
-/* Threads of the FFMA kernel: 256 (8 x 8 elements each) or 512 (8 x 4).
- * On the H100, 512 held to 128 registers measured 12% slower (SYR2K n 4096,
- * k 512: 30.0 against 34.3 TF/s). GEMMD_FFMA_DB: read the next fragments
- * before the multiply-adds of the current ones (explicitly, registers
- * permitting). */
-#ifndef GEMMD_FFMA_DB
-#define GEMMD_FFMA_DB 1
-#endif
-#ifndef GEMMD_FFMA_THREADS
-#define GEMMD_FFMA_THREADS 256
-#endif
 
 /* Device code for sm_80..sm_89 (and PTX JIT-compiled from compute_80) uses
  * the smaller shared-memory layout those chips allow; the sm_90a image the
@@ -91,7 +80,7 @@ template <int MODE_, typename T_> struct Cfg {
                                                                                    : GEMMD_FFMA_STAGES;
         static constexpr int STAGES_L = MODE == MODE_MMA16 ? 4 : 3;
         static constexpr int STAGES = GEMMD_SMEM_H ? STAGES_H : STAGES_L;
-        static constexpr int THREADS = MODE == MODE_FFMA ? GEMMD_FFMA_THREADS : CUDA_GEMM_THREADS;
+        static constexpr int THREADS = CUDA_GEMM_THREADS;
         static constexpr int ESZ = (int)sizeof(T);
         static constexpr int V = 16 / ESZ;             /* elements per 16-byte vector */
         static constexpr int SK = BK + (ESZ == 2 ? 8 : 4); /* K-major row stride */
@@ -413,13 +402,12 @@ __device__ __forceinline__ void load_tile(typename C::T *s, const char *g, int64
 /* ---- shared -> registers -> math ---------------------------------------- */
 
 /* Tensor-core warp grid: 2 (m) x 4 (n) warps, 64 x 32 per warp, 4 x 4 MMA
- * tiles; accumulator i = (mi * 4 + ni) * 4 + e. FFMA: 16 x TXN threads
+ * tiles; accumulator i = (mi * 4 + ni) * 4 + e. FFMA: 16 x 16 threads
  * (ty = tid % 16, tx = tid / 16: neighbouring threads own neighbouring rows,
- * so the epilogue's stores run down columns of C), 8 x FC elements each
- * (FC = 4 with 512 threads, 8 with 256), rows ty + 16 r (X K-major) or
- * ty * 4 + (r & 3) + 64 (r >> 2) (X MN-major), columns tx + TXN c (Y
- * K-major) or tx * 4 + (c & 3) + 4 TXN (c >> 2) (Y MN-major); accumulator
- * i = r * FC + c. */
+ * so the epilogue's stores run down columns of C), 8 x 8 elements each,
+ * rows ty + 16 r (X K-major) or ty * 4 + (r & 3) + 64 (r >> 2) (X
+ * MN-major), columns likewise with tx; accumulator i = r * 8 + c. (512
+ * threads of 8 x 4, held to 128 registers, measured slower on the H100.) */
 template <class C, bool XK, bool YK>
 __device__ __forceinline__ void compute_stage(const typename C::T *sx, const typename C::T *sy,
                                               float *acc)
@@ -518,9 +506,8 @@ __device__ __forceinline__ void compute_stage(const typename C::T *sx, const typ
                                         mma_tf32(acc + (mi * 4 + ni) * 4, a[mi], b[ni]);
                 }
         } else {
-                /* 8 rows x FC columns per thread, 16 x TXN threads. */
-                constexpr int FC = C::NACC / 8, TXN = C::BN / FC;
-#if GEMMD_FFMA_DB
+                constexpr int FC = 8, TXN = 16; /* columns per thread, threads along n */
+                static_assert(C::NACC == 8 * FC && C::BN == FC * TXN, "the FFMA thread grid");
                 const int ty = tid & 15, tx = tid >> 4;
                 /* Fragments of 4 k at a time; those of the next 4 are read
                  * before this step's multiply-adds, so that shared-memory
@@ -574,59 +561,13 @@ __device__ __forceinline__ void compute_stage(const typename C::T *sx, const typ
         }
 }
 
-#else
-                const int ty = tid & 15, tx = tid >> 4;
-#pragma unroll
-                for (int kq = 0; kq < C::BK; kq += 4) {
-                        float xr[4][8], yr[4][FC];
-#pragma unroll
-                        for (int r = 0; r < 8; r++)
-                                if (XK) {
-                                        float4 v = *(const float4 *)(sx + (ty + 16 * r) * C::SK + kq);
-                                        xr[0][r] = v.x, xr[1][r] = v.y, xr[2][r] = v.z, xr[3][r] = v.w;
-                                }
-#pragma unroll
-                        for (int c = 0; c < FC; c++)
-                                if (YK) {
-                                        float4 v = *(const float4 *)(sy + (tx + TXN * c) * C::SK + kq);
-                                        yr[0][c] = v.x, yr[1][c] = v.y, yr[2][c] = v.z, yr[3][c] = v.w;
-                                }
-#pragma unroll
-                        for (int q = 0; q < 4; q++) {
-                                if (!XK)
-#pragma unroll
-                                        for (int h = 0; h < 2; h++) {
-                                                float4 v = *(const float4 *)(sx + (kq + q) * C::SM + h * 64 + ty * 4);
-                                                xr[q][h * 4 + 0] = v.x, xr[q][h * 4 + 1] = v.y;
-                                                xr[q][h * 4 + 2] = v.z, xr[q][h * 4 + 3] = v.w;
-                                        }
-                                if (!YK)
-#pragma unroll
-                                        for (int h = 0; h < FC / 4; h++) {
-                                                float4 v = *(const float4 *)(sy + (kq + q) * C::SM + h * (TXN * 4) + tx * 4);
-                                                yr[q][h * 4 + 0] = v.x, yr[q][h * 4 + 1] = v.y;
-                                                yr[q][h * 4 + 2] = v.z, yr[q][h * 4 + 3] = v.w;
-                                        }
-                        }
-#pragma unroll
-                        for (int q = 0; q < 4; q++)
-#pragma unroll
-                                for (int r = 0; r < 8; r++)
-#pragma unroll
-                                        for (int c = 0; c < FC; c++)
-                                                acc[r * FC + c] = fmaf(xr[q][r], yr[q][c], acc[r * FC + c]);
-                }
-        }
-}
-
-#endif
 /* Row and column inside the tile of accumulator i of this thread. */
 template <class C>
 __device__ __forceinline__ void acc_pos(int i, bool xk, bool yk, uint32_t &row, uint32_t &col)
 {
         const int tid = threadIdx.x;
         if constexpr (C::MODE == MODE_FFMA) {
-                constexpr int FC = C::NACC / 8, TXN = C::BN / FC;
+                constexpr int FC = 8, TXN = 16; /* as in compute_stage */
                 const int ty = tid & 15, tx = tid >> 4, r = i / FC, c = i % FC;
                 row = xk ? ty + 16 * r : ty * 4 + (r & 3) + 64 * (r >> 2);
                 col = yk ? tx + TXN * c : tx * 4 + (c & 3) + TXN * 4 * (c >> 2);

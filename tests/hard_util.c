@@ -118,22 +118,6 @@ int hard_wait_sessions(gemmd_client *c, long long want, int timeout_ms, long lon
 
 /* ---- a daemon on a path of the caller's choosing ------------------------ */
 
-static int accepts(const char *path)
-{
-        struct sockaddr_un sa = {.sun_family = AF_UNIX};
-        int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0), ok;
-
-        if (fd < 0 || strlen(path) >= sizeof(sa.sun_path)) {
-                if (fd >= 0)
-                        close(fd);
-                return 0;
-        }
-        memcpy(sa.sun_path, path, strlen(path) + 1);
-        ok = connect(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0;
-        close(fd);
-        return ok;
-}
-
 pid_t hard_spawn_daemon(const char *sock, const char *log, ...)
 {
         char *argv[48], *bin = e2e_build_path("gemmd");
@@ -173,7 +157,7 @@ pid_t hard_spawn_daemon(const char *sock, const char *log, ...)
         for (;;) {
                 if (waitpid(pid, &st, WNOHANG) == pid)
                         break;
-                if (accepts(sock))
+                if (e2e_socket_accepts(sock))
                         return pid;
                 if (e2e_now_us() > deadline) {
                         kill(pid, SIGKILL);

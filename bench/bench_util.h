@@ -1,0 +1,37 @@
+/*
+ * bench_util.h - what `gemmbench clients` and gemmbench-latency share:
+ * option parsing, latency percentiles, and starting a gemmd of their own.
+ * Plain C, no CUDA, so gemmbench-latency builds without it.
+ */
+#ifndef GEMMD_BENCH_UTIL_H
+#define GEMMD_BENCH_UTIL_H
+
+#include <stddef.h>
+#include <sys/types.h>
+
+/* Most --daemon-arg values a benchmark passes on. */
+#define BENCH_MAX_DAEMON_ARGS 16
+
+/* Parses a decimal integer in [lo, hi] into *out. Returns 0, or -1. */
+int bench_parse_int(const char *s, long lo, long hi, int *out);
+
+/* 1 when a Unix socket at path accepts a connection. */
+int bench_socket_accepts(const char *path);
+
+/* The gemmd beside this binary (build/gemmd next to build/gemmbench) into
+ * out. Returns 0, or -1. */
+int bench_default_gemmd(char *out, size_t len);
+
+/* Forks `gemmd --socket sock --backend backend [extra...]` from path, its
+ * output to log; the daemon dies with the benchmark. Does not wait for it
+ * to accept. Returns its pid, or -1. */
+pid_t bench_gemmd_spawn(const char *path, const char *sock, const char *backend,
+                        const char *const *extra, int nextra, const char *log);
+
+/* Sorts n samples ascending, for bench_pct. */
+void bench_sort(float *s, size_t n);
+
+/* The q quantile (0 < q <= 1) of n sorted samples, NAN when n is 0. */
+double bench_pct(const float *s, size_t n, double q);
+
+#endif /* GEMMD_BENCH_UTIL_H */
