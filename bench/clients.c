@@ -143,8 +143,9 @@ static int usage(FILE *f)
                 "  --timeout-ms MS     a request older than this ends its client (default 10000)\n"
                 "  --setup-timeout S   time allowed for the clients' setup (default 120)\n"
                 "  --seed N            problem and data seed (default 1)\n"
-                "  --spin              gemmd mode: clients busy-poll for completions instead of\n"
-                "                      sleeping in poll()\n"
+                "  --spin              gemmd mode: clients busy-poll for completions and never\n"
+                "                      sleep (default: poll as long as libgemmd's waits do,\n"
+                "                      $GEMMD_SPIN_US or 50 us, then sleep in poll())\n"
                 "  --json              print one JSON object\n",
                 CLIENTS_PROBLEMS, CLIENTS_MAX_WINDOW);
         return 2;

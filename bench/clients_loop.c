@@ -20,10 +20,11 @@
  *
  * Windows:
  *   gemmd   W submits in flight on the one connection; completions are
- *           collected with gemmd_poll, the process sleeping in poll() on
- *           gemmd_fd() while none is ready (with --spin it calls gemmd_poll
- *           again at once instead, which shows the latency without the
- *           wake-up of a sleeping process).
+ *           collected with gemmd_poll. While none is ready the process
+ *           polls again, yielding the CPU between rounds, for as long as
+ *           the library's own waits do (GEMMD_DEFAULT_SPIN_US, or
+ *           $GEMMD_SPIN_US) since the last completion; then it sleeps in
+ *           poll() on gemmd_fd(). With --spin it never sleeps.
  *   cublas  W CUDA streams (non-blocking), one request in flight on each:
  *           cublasSetStream + cublasGemmEx + an event record. One cuBLAS
  *           handle; cublasSetStream gives each stream its own workspace from
@@ -453,10 +454,30 @@ static int gemmd_collect(struct client *c)
         }
 }
 
+/* How long a client polls without sleeping after a completion: what the
+ * library's waits use (include/gemmd.h). */
+static uint64_t spin_window_ns(void)
+{
+        const char *v = getenv("GEMMD_SPIN_US");
+        char *end;
+        unsigned long us;
+
+        if (v && *v) {
+                errno = 0;
+                us = strtoul(v, &end, 10);
+                if (!errno && !*end && us <= 1000000ul)
+                        return (uint64_t)us * 1000ull;
+        }
+        /* With few cores a polling client takes the one the daemon needs. */
+        return sysconf(_SC_NPROCESSORS_ONLN) >= 4 ? GEMMD_DEFAULT_SPIN_US * 1000ull : 0;
+}
+
 /* Keeps the window full until t_end, then drains. */
 static void gemmd_loop(struct client *c)
 {
         struct pollfd pfd = {.fd = gemmd_fd(c->gc), .events = POLLIN};
+        const uint64_t spin_ns = spin_window_ns();
+        uint64_t last = clients_now_ns();
 
         for (;;) {
                 uint64_t now = clients_now_ns(), oldest;
@@ -474,15 +495,19 @@ static void gemmd_loop(struct client *c)
                         abandon(c, 0);
                         return;
                 }
-                if (r > 0)
+                if (r > 0) {
+                        last = clients_now_ns();
                         continue;
+                }
                 now = clients_now_ns();
                 if (timed_out(c, now, &oldest)) {
                         abandon(c, 1);
                         return;
                 }
-                if (c->o->spin)
+                if (c->o->spin || now - last < spin_ns) {
+                        sched_yield();
                         continue;
+                }
                 wait_ms = (int)((oldest + (uint64_t)c->o->timeout_ms * 1000000u - now) / 1000000u) + 1;
                 if (poll(&pfd, 1, wait_ms) < 0 && errno != EINTR) {
                         note_error(c, -errno, "poll: %s", strerror(errno));

@@ -119,6 +119,7 @@ struct gemmd_client {
         struct gemmd_info info;
         struct gemmd_device *devices;
         char last_error[256]; /* the daemon's text of its last Error reply */
+        uint64_t spin_ns; /* how long a wait polls the socket before sleeping */
 };
 
 /* ---- tickets ---------------------------------------------------------- */
@@ -530,14 +531,28 @@ static int64_t now_ms(void)
         return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
+static uint64_t now_ns(void)
+{
+        struct timespec ts;
+
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
 /* Reads and dispatches replies until *flag is set, for at most timeout_ms
  * (-1: no limit). Returns 0 once *flag is set, -ETIMEDOUT, or a negative
- * errno from poll(). Connection loss sets every flag this waits on. */
+ * errno from poll(). Connection loss sets every flag this waits on.
+ *
+ * It first polls the socket without sleeping for c->spin_ns: a small
+ * request's reply usually comes within tens of microseconds, and waking a
+ * thread that slept in poll() costs several of them (a CUDA stream
+ * synchronize spins the same way). Then it sleeps in poll(). */
 static int wait_for(struct gemmd_client *c, const int *flag, int timeout_ms)
 {
         int64_t deadline = timeout_ms >= 0 ? now_ms() + timeout_ms : 0;
         struct pollfd p = { .fd = c->fd, .events = POLLIN };
         int left = -1;
+        uint64_t spin_end = c->spin_ns ? now_ns() + c->spin_ns : 0;
 
         for (;;) {
                 read_some(c);
@@ -545,6 +560,8 @@ static int wait_for(struct gemmd_client *c, const int *flag, int timeout_ms)
                         return 0;
                 if (c->dead)
                         return GEMMD_EDISCONNECT; /* lose() sets every flag; be safe */
+                if (spin_end && now_ns() < spin_end)
+                        continue;
                 if (timeout_ms >= 0) {
                         int64_t d = deadline - now_ms();
 
@@ -653,6 +670,25 @@ static int handshake(struct gemmd_client *c)
         return call(c, &env, -1, HANDSHAKE_TIMEOUT_MS);
 }
 
+/* $GEMMD_SPIN_US: microseconds a wait polls before it sleeps (0 never
+ * polls); without it, or with a malformed or out-of-range value, the
+ * default (include/gemmd.h). */
+static uint64_t spin_from_env(void)
+{
+        const char *v = getenv("GEMMD_SPIN_US");
+        char *end;
+        unsigned long us;
+
+        if (v && *v) {
+                errno = 0;
+                us = strtoul(v, &end, 10);
+                if (!errno && !*end && us <= 1000000ul)
+                        return (uint64_t)us * 1000ull;
+        }
+        /* With few cores a polling client takes the one the daemon needs. */
+        return sysconf(_SC_NPROCESSORS_ONLN) >= 4 ? GEMMD_DEFAULT_SPIN_US * 1000ull : 0;
+}
+
 int gemmd_connect(const char *socket_path, gemmd_client **out)
 {
         struct sockaddr_un sa = { .sun_family = AF_UNIX };
@@ -675,6 +711,7 @@ int gemmd_connect(const char *socket_path, gemmd_client **out)
                 return -ENOMEM;
         frame_arena_init(&c->arena, ARENA_SLACK);
         c->next_id = 1;
+        c->spin_ns = spin_from_env();
         c->max_rx = c->max_tx = PRE_HELLO_FRAME_BYTES;
         c->rwant = FRAME_HDR_BYTES;
         c->fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);

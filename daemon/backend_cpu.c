@@ -233,6 +233,12 @@ int backend_cpu_new(int threads, struct backend **out)
         }
         for (cb->nthreads = 0; cb->nthreads < threads; cb->nthreads++) {
                 rc = -pthread_create(&cb->threads[cb->nthreads], NULL, pool_main, cb);
+                if (!rc) {
+                        char name[16];
+
+                        snprintf(name, sizeof(name), "gemmd-cpu%d", cb->nthreads);
+                        pthread_setname_np(cb->threads[cb->nthreads], name);
+                }
                 if (rc)
                         goto err;
         }

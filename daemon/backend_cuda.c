@@ -1,14 +1,15 @@
 /*
- * backend_cuda.c - one GPU: a stream, pinned plan buffers per group slot,
- * staging of host operands, the grouped kernels, and completion through a
- * stream callback.
+ * backend_cuda.c - one GPU: a stream and pinned plan buffers per group slot,
+ * staging of host operands, the grouped kernels, and a completion thread.
  *
- * A group's launch is one sequence on the device's stream: copy the host
+ * A group's launch is one sequence on its slot's stream: copy the host
  * operands in, copy the problems and the plan (one pinned blob, one copy),
- * run the kernel, copy host results out, and a callback that reports the
- * group done. The worker builds the next group's plan into another slot's
- * pinned blob while this one runs, so the device goes from one group to the
- * next with only the copies in between.
+ * run the kernel, copy host results out, and record the end event that the
+ * completion thread watches. The worker builds the next group's plan into
+ * another slot's pinned blob while this one runs. Slots have streams of
+ * their own: a group of a few small problems leaves most SMs idle, and the
+ * next group then runs beside it rather than after it. Groups in flight
+ * together are independent (ops in flight have no order, include/gemmd.h).
  */
 #include <cuda_runtime_api.h>
 #include <errno.h>
@@ -82,6 +83,10 @@ struct cuda_backend {
         pthread_cond_t done_cond;
         struct cuda_slot *done_head, *done_tail;
         int done_stop;
+        /* After its last group, the completion thread polls done_head this
+         * long before it sleeps (cfg->spin_us), so a steady stream of
+         * groups costs no wake-up each. */
+        uint64_t spin_ns;
 };
 
 struct cuda_slot {
@@ -94,8 +99,16 @@ struct cuda_slot {
         size_t blob_cap;
         char *d_stage;           /* device copies of host operands */
         size_t stage_cap;
+        char *h_stage;           /* pinned bounce buffer, laid out like d_stage */
+        size_t h_stage_cap;
         uint64_t *stage_off;     /* per op and operand, or UINT64_MAX */
+        uint8_t *bounce;         /* per op: bit j set if operand j goes through h_stage */
         uint32_t stage_ops;
+        uint64_t out_lo, out_hi; /* the bounced Cs, together in the staging area */
+        /* Each slot's groups go on a stream of their own, so that a group
+         * that leaves SMs idle (a few small problems) runs beside the one
+         * before it instead of behind it. */
+        cudaStream_t stream;
         float *d_ws;
         size_t ws_cap;
         uint32_t *d_arr;
@@ -159,6 +172,30 @@ static int grow_dev(struct cuda_backend *cb, void **p, size_t *cap, size_t need,
         return 0;
 }
 
+static int grow_host(struct cuda_backend *cb, char **p, size_t *cap, size_t need)
+{
+        size_t n = *cap ? *cap : 1u << 16;
+
+        if (need <= *cap)
+                return 0;
+        while (n < need)
+                n *= 2;
+        if (*p)
+                CK(cudaFreeHost(*p));
+        *p = NULL;
+        *cap = 0;
+        CK(cudaMallocHost((void **)p, n));
+        *cap = n;
+        return 0;
+}
+
+/* Copies cols columns of `bytes` bytes, ld apart in both. */
+static void copy_cols(char *dst, const char *src, uint64_t ld, uint64_t bytes, uint64_t cols)
+{
+        for (uint64_t c = 0; c < cols; c++)
+                memcpy(dst + c * ld, src + c * ld, bytes);
+}
+
 static int grow_blob(struct cuda_backend *cb, struct cuda_slot *s, size_t need)
 {
         size_t n = s->blob_cap ? s->blob_cap : 1u << 16;
@@ -190,9 +227,33 @@ static uint64_t mono_ns(void)
         return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
+static void operand_dims(const struct op *o, int which, uint64_t *rows, uint64_t *cols);
+
+/* Copies the bounced Cs of a finished group from the pinned buffer to
+ * where their requests want them. */
+static void unbounce(struct cuda_slot *s)
+{
+        const struct group *g = s->g;
+        const size_t esz = gemmd_dtype_size((enum gemmd_dtype)(g->key & 3));
+
+        if (s->out_hi == s->out_lo)
+                return;
+        for (uint32_t i = 0; i < g->nops; i++) {
+                const struct op *o = g->ops[i];
+                uint64_t rows, cols;
+
+                if (!(s->bounce[i] & 4))
+                        continue;
+                operand_dims(o, 2, &rows, &cols);
+                copy_cols((char *)o->buf[2]->host + o->off[2], s->h_stage + s->stage_off[i * 3 + 2],
+                          o->kp.ldc * esz, rows * esz, cols);
+        }
+}
+
 static void *done_main(void *arg)
 {
         struct cuda_backend *cb = arg;
+        uint64_t active = 0;
 
         cudaSetDevice(cb->ordinal);
         pthread_mutex_lock(&cb->done_lock);
@@ -205,6 +266,15 @@ static void *done_main(void *arg)
                 if (!s) {
                         if (cb->done_stop)
                                 break;
+                        if (cb->spin_ns && mono_ns() - active < cb->spin_ns) {
+                                /* watch() stores done_head atomically. */
+                                pthread_mutex_unlock(&cb->done_lock);
+                                while (!__atomic_load_n(&cb->done_head, __ATOMIC_ACQUIRE) &&
+                                       mono_ns() - active < cb->spin_ns)
+                                        cpu_relax();
+                                pthread_mutex_lock(&cb->done_lock);
+                                continue;
+                        }
                         pthread_cond_wait(&cb->done_cond, &cb->done_lock);
                         continue;
                 }
@@ -223,7 +293,10 @@ static void *done_main(void *arg)
                                 (unsigned long long)s->g->id, cudaGetErrorString(st));
                         cudaGetLastError();
                 }
+                if (st == cudaSuccess)
+                        unbounce(s);
                 worker_group_done(s->g, st == cudaSuccess ? 0 : GEMMD_EDEVICE);
+                active = mono_ns();
                 pthread_mutex_lock(&cb->done_lock);
         }
         pthread_mutex_unlock(&cb->done_lock);
@@ -237,7 +310,7 @@ static void watch(struct cuda_backend *cb, struct cuda_slot *s)
         if (cb->done_tail)
                 cb->done_tail->done_next = s;
         else
-                cb->done_head = s;
+                __atomic_store_n(&cb->done_head, s, __ATOMIC_RELEASE);
         cb->done_tail = s;
         pthread_cond_signal(&cb->done_cond);
         pthread_mutex_unlock(&cb->done_lock);
@@ -342,26 +415,53 @@ static int launch(struct backend *be, struct group *g)
         ring = (unsigned)(s->seq % EVENT_RING);
         if (s->stage_ops < g->nops) {
                 uint64_t *p = realloc(s->stage_off, (size_t)g->nops * 3 * sizeof(*p));
+                uint8_t *q = realloc(s->bounce, g->nops);
 
-                if (!p)
+                if (p)
+                        s->stage_off = p;
+                if (q)
+                        s->bounce = q;
+                if (!p || !q)
                         return -ENOMEM;
-                s->stage_off = p;
                 s->stage_ops = g->nops;
         }
-        /* Host operands get a place in the staging area. */
-        for (uint32_t i = 0; i < g->nops; i++)
-                for (int j = 0; j < 3; j++) {
-                        const struct op *o = g->ops[i];
+        /*
+         * Host operands get a place in the staging area. Those in pinned
+         * memory are copied straight from it. The others (inline data, and
+         * shared memory that could not be pinned) go through the slot's
+         * pinned bounce buffer, at the same offsets: a copy from pageable
+         * memory holds the calling thread until the device has caught up
+         * with the stream, and costs tens of microseconds even when small.
+         * The bounced Cs come last, so that their results come back in one
+         * copy.
+         */
+        for (uint32_t i = 0; i < g->nops; i++) {
+                const struct op *o = g->ops[i];
 
+                s->bounce[i] = 0;
+                for (int j = 0; j < 3; j++) {
                         if (o->buf[j]->kind == GBUF_CUDA) {
                                 s->stage_off[i * 3 + j] = UINT64_MAX;
                                 continue;
                         }
+                        pin(cb, g, o->buf[j]);
+                        if (!o->buf[j]->pinned)
+                                s->bounce[i] |= (uint8_t)(1u << j);
+                        if (j == 2 && !o->buf[j]->pinned)
+                                continue; /* placed below */
                         s->stage_off[i * 3 + j] = stage;
                         stage += align256(o->span[j]);
-                        pin(cb, g, o->buf[j]);
                 }
-        if ((rc = grow_blob(cb, s, blob)) || (rc = grow_dev(cb, (void **)&s->d_stage, &s->stage_cap, stage, 0)))
+        }
+        s->out_lo = stage;
+        for (uint32_t i = 0; i < g->nops; i++)
+                if (s->bounce[i] & 4) {
+                        s->stage_off[i * 3 + 2] = stage;
+                        stage += align256(g->ops[i]->span[2]);
+                }
+        s->out_hi = stage;
+        if ((rc = grow_blob(cb, s, blob)) || (rc = grow_dev(cb, (void **)&s->d_stage, &s->stage_cap, stage, 0)) ||
+            (rc = grow_host(cb, &s->h_stage, &s->h_stage_cap, stage)))
                 return rc;
         if (plan->nsplit) {
                 rc = grow_dev(cb, (void **)&s->d_ws, &s->ws_cap, cuda_gemm_ws_bytes(plan, g->cfg.shape), 0);
@@ -372,7 +472,30 @@ static int launch(struct backend *be, struct group *g)
                         return rc;
         }
 
-        CK(cudaEventRecord(cb->ev_start[ring], cb->stream));
+        CK(cudaEventRecord(cb->ev_start[ring], s->stream));
+        /* The bounced inputs, in one copy, before the pinned operands' own
+         * copies (which overwrite what it carries of their places). */
+        {
+                uint64_t in_hi = 0;
+
+                for (uint32_t i = 0; i < g->nops; i++)
+                        for (int j = 0; j < 3; j++) {
+                                const struct op *o = g->ops[i];
+                                uint64_t off = s->stage_off[i * 3 + j], rows, cols, ld;
+
+                                if (!(s->bounce[i] & (1u << j)) ||
+                                    (j == 2 && o->kp.kind == SCHED_GEMM && o->kp.beta == 0.0f))
+                                        continue;
+                                operand_dims(o, j, &rows, &cols);
+                                ld = j == 0 ? o->kp.lda : j == 1 ? o->kp.ldb : o->kp.ldc;
+                                copy_cols(s->h_stage + off, (const char *)o->buf[j]->host + o->off[j],
+                                          ld * esz, rows * esz, cols);
+                                if (off + o->span[j] > in_hi)
+                                        in_hi = off + o->span[j];
+                        }
+                if (in_hi)
+                        CK(cudaMemcpyAsync(s->d_stage, s->h_stage, in_hi, cudaMemcpyHostToDevice, s->stream));
+        }
         kp = s->h_blob;
         for (uint32_t i = 0; i < g->nops; i++) {
                 const struct op *o = g->ops[i];
@@ -398,13 +521,14 @@ static int launch(struct backend *be, struct group *g)
                         dst = s->d_stage + off;
                         *addr[j] = (uint64_t)(uintptr_t)dst;
                         /* A GEMM C with beta == 0 is not read. */
-                        if (j == 2 && o->kp.kind == SCHED_GEMM && o->kp.beta == 0.0f)
+                        if ((j == 2 && o->kp.kind == SCHED_GEMM && o->kp.beta == 0.0f) ||
+                            (s->bounce[i] & (1u << j)))
                                 continue;
                         operand_dims(o, j, &rows, &cols);
                         ld = j == 0 ? o->kp.lda : j == 1 ? o->kp.ldb : o->kp.ldc;
                         CK(cudaMemcpy2DAsync(dst, ld * esz,
                                              (char *)o->buf[j]->host + o->off[j], ld * esz,
-                                             rows * esz, cols, cudaMemcpyHostToDevice, cb->stream));
+                                             rows * esz, cols, cudaMemcpyHostToDevice, s->stream));
                 }
         }
         memcpy((char *)s->h_blob + sp_off, g->sp, g->nops * sizeof(struct sched_problem));
@@ -416,7 +540,7 @@ static int launch(struct backend *be, struct group *g)
                         nfast = 0;
                 nsyr2k = cuda_gemm_tmaps_syr2k((char *)s->h_blob + tm_off, g->nops);
         }
-        CK(cudaMemcpyAsync(s->d_blob, s->h_blob, blob, cudaMemcpyHostToDevice, cb->stream));
+        CK(cudaMemcpyAsync(s->d_blob, s->h_blob, blob, cudaMemcpyHostToDevice, s->stream));
 
         memset(&cg, 0, sizeof(cg));
         cg.problems = s->d_blob;
@@ -431,7 +555,7 @@ static int launch(struct backend *be, struct group *g)
         cg.tmaps = nfast ? (char *)s->d_blob + tm_off : NULL;
         cg.nfast = (uint32_t)nfast;
         cg.nfast_syr2k = nsyr2k;
-        rc = cuda_gemm_launch(&cg, cb->stream);
+        rc = cuda_gemm_launch(&cg, s->stream);
         if (rc) {
                 log_err("cuda %d: kernel launch failed (%d)", cb->ordinal, rc);
                 return rc;
@@ -440,7 +564,7 @@ static int launch(struct backend *be, struct group *g)
         for (uint32_t i = 0; i < g->nops; i++)
                 if (g->ops[i]->debug_fault) {
                         log_warn("cuda %d: injecting a device fault (debug op)", cb->ordinal);
-                        cuda_debug_fault(cb->stream);
+                        cuda_debug_fault(s->stream);
                         break;
                 }
 #endif
@@ -448,19 +572,22 @@ static int launch(struct backend *be, struct group *g)
                 const struct op *o = g->ops[i];
                 uint64_t off = s->stage_off[i * 3 + 2], rows, cols;
 
-                if (off == UINT64_MAX)
+                if (off == UINT64_MAX || (s->bounce[i] & 4))
                         continue;
                 operand_dims(o, 2, &rows, &cols);
                 CK(cudaMemcpy2DAsync((char *)o->buf[2]->host + o->off[2], o->kp.ldc * esz,
                                      s->d_stage + off, o->kp.ldc * esz, rows * esz, cols,
-                                     cudaMemcpyDeviceToHost, cb->stream));
+                                     cudaMemcpyDeviceToHost, s->stream));
         }
-        CK(cudaEventRecord(cb->ev_end[ring], cb->stream));
+        if (s->out_hi > s->out_lo)
+                CK(cudaMemcpyAsync(s->h_stage + s->out_lo, s->d_stage + s->out_lo, s->out_hi - s->out_lo,
+                                   cudaMemcpyDeviceToHost, s->stream));
+        CK(cudaEventRecord(cb->ev_end[ring], s->stream));
         /* The interprocess event only when a client will wait on it: each
          * record is an API call on the launch path. */
         for (uint32_t i = 0; i < g->nops; i++)
                 if (g->ops[i]->req->notify_launch) {
-                        CK(cudaEventRecord(cb->ev_ipc[ring], cb->stream));
+                        CK(cudaEventRecord(cb->ev_ipc[ring], s->stream));
                         /* Before the group is watched, so it cannot complete first. */
                         worker_notify_launch(g, (const uint8_t *)&cb->ev_ipc_handle[ring], cb->ordinal);
                         break;
@@ -664,8 +791,8 @@ static int recover(struct backend *be)
         for (struct cuda_slot *s = cb->slots; s; s = s->next_slot) {
                 s->h_blob = s->d_blob = NULL;
                 s->blob_cap = 0;
-                s->d_stage = NULL;
-                s->stage_cap = 0;
+                s->d_stage = s->h_stage = NULL;
+                s->stage_cap = s->h_stage_cap = 0;
                 s->d_ws = NULL;
                 s->ws_cap = 0;
                 s->d_arr = NULL;
@@ -677,6 +804,8 @@ static int recover(struct backend *be)
         CK(cudaSetDevice(cb->ordinal));
         if (make_stream_events(cb))
                 return -EIO;
+        for (struct cuda_slot *s = cb->slots; s; s = s->next_slot)
+                CK(cudaStreamCreateWithFlags(&s->stream, cudaStreamNonBlocking));
         for (struct ipc_map *m = cb->maps; m; m = m->next) {
                 cudaIpcMemHandle_t h;
 
@@ -716,6 +845,12 @@ static int slot_init(struct backend *be, struct group *g)
         if (!s)
                 return -ENOMEM;
         s->cb = (struct cuda_backend *)be;
+        cudaSetDevice(s->cb->ordinal);
+        if (cudaStreamCreateWithFlags(&s->stream, cudaStreamNonBlocking) != cudaSuccess) {
+                cudaGetLastError();
+                free(s);
+                return -EIO;
+        }
         s->next_slot = s->cb->slots;
         s->cb->slots = s;
         g->bdata = s;
@@ -732,9 +867,12 @@ static void slot_deinit(struct backend *be, struct group *g)
         cudaFreeHost(s->h_blob);
         cudaFree(s->d_blob);
         cudaFree(s->d_stage);
+        cudaFreeHost(s->h_stage);
         cudaFree(s->d_ws);
         cudaFree(s->d_arr);
+        cudaStreamDestroy(s->stream);
         free(s->stage_off);
+        free(s->bounce);
         free(s);
         g->bdata = NULL;
 }
@@ -744,7 +882,7 @@ static void destroy(struct backend *be)
         struct cuda_backend *cb = (struct cuda_backend *)be;
 
         cudaSetDevice(cb->ordinal);
-        cudaStreamSynchronize(cb->stream);
+        cudaDeviceSynchronize();
         pthread_mutex_lock(&cb->done_lock);
         cb->done_stop = 1;
         pthread_cond_signal(&cb->done_cond);
@@ -769,6 +907,7 @@ int backend_cuda_new(int ordinal, const struct gemmd_config *cfg, struct backend
         if (!cb)
                 return -ENOMEM;
         cb->ordinal = ordinal;
+        cb->spin_ns = cfg->spin_us * 1000ull;
         /* Blocking waits sleep instead of spinning (make_stream_events sets
          * the flag): the completion thread spins only as long as it chooses. */
         if (cudaSetDevice(ordinal) != cudaSuccess ||
@@ -785,6 +924,12 @@ int backend_cuda_new(int ordinal, const struct gemmd_config *cfg, struct backend
                 cudaStreamDestroy(cb->stream);
                 free(cb);
                 return -EAGAIN;
+        }
+        {
+                char name[16];
+
+                snprintf(name, sizeof(name), "gemmd-done%d", ordinal);
+                pthread_setname_np(cb->done_thread, name);
         }
         cb->b.kind = "cuda";
         snprintf(cb->b.name, sizeof(cb->b.name), "%.63s", prop.name);

@@ -32,6 +32,12 @@ void config_defaults(struct gemmd_config *cfg)
         cfg->mode = SCHED_SORTED;
         cfg->max_groups_inflight = 2;
         cfg->batch_window_us = 0;
+        /* A lone request crosses three of the daemon's threads (loop,
+         * worker, completion); waking one that slept costs 5-15 us on a
+         * server, so each keeps polling a while after its last work. On
+         * the CPU backend, or with few cores, the cores are better left to
+         * the compute threads and the clients. Resolved after parsing. */
+        cfg->spin_us = SPIN_AUTO;
         cfg->max_group_tiles = 1u << 16;
         cfg->max_group_bytes = 8ull << 30;
         cfg->max_group_ops = 4096;
@@ -78,6 +84,7 @@ enum {
         OPT_CONFIG,
         OPT_USER_SESSIONS,
         OPT_HELLO_TIMEOUT,
+        OPT_SPIN,
 };
 
 static const struct option options[] = {
@@ -112,6 +119,7 @@ static const struct option options[] = {
         {"config", required_argument, NULL, OPT_CONFIG},
         {"max-user-sessions", required_argument, NULL, OPT_USER_SESSIONS},
         {"hello-timeout-ms", required_argument, NULL, OPT_HELLO_TIMEOUT},
+        {"spin-us", required_argument, NULL, OPT_SPIN},
         {NULL, 0, NULL, 0},
 };
 
@@ -130,6 +138,8 @@ static void usage(FILE *f, const struct gemmd_config *d)
                 "      --mode rr|sorted|lpt|split|device  tile schedule of each group (default: %s)\n"
                 "      --max-groups-inflight D  groups launched and unfinished per device (default: %u)\n"
                 "      --batch-window-us US     an idle device waits this long for more requests (default: %u)\n"
+                "      --spin-us US             the daemon's threads poll this long after their last work before\n"
+                "                               they sleep (default: 50, or 0 with --backend cpu or under 4 CPUs)\n"
                 "      --max-group-tiles N      tiles in one group (default: %llu)\n"
                 "      --max-group-ops N        ops in one group (default: %u)\n"
                 "      --max-frame-bytes N      largest frame accepted (default: %llu)\n"
@@ -382,6 +392,10 @@ int config_parse_args(struct gemmd_config *cfg, int argc, char **argv)
                         bad = parse_u64(optarg, 0, 1000000, &v);
                         cfg->batch_window_us = (uint32_t)v;
                         break;
+                case OPT_SPIN:
+                        bad = parse_u64(optarg, 0, 100000, &v);
+                        cfg->spin_us = (uint32_t)v;
+                        break;
                 case OPT_GROUP_TILES:
                         bad = parse_u64(optarg, 1, UINT32_MAX, &v);
                         cfg->max_group_tiles = v;
@@ -478,6 +492,11 @@ int config_parse_args(struct gemmd_config *cfg, int argc, char **argv)
         }
         if (in_file)
                 return 0;
+        if (cfg->spin_us == SPIN_AUTO) {
+                long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+
+                cfg->spin_us = cfg->backend != BACKEND_CPU && ncpu >= 4 ? 50 : 0;
+        }
         if (!cfg->lim.max_user_sessions || cfg->lim.max_user_sessions > cfg->lim.max_sessions)
                 cfg->lim.max_user_sessions = cfg->lim.max_sessions;
         /* A frame must be able to carry the inline bytes it is allowed. */

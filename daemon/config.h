@@ -38,6 +38,8 @@ struct gemmd_config {
         enum sched_mode mode; /* plan mode of every group */
         uint32_t max_groups_inflight; /* D: groups launched and not done, per device */
         uint32_t batch_window_us;     /* wait this long on an idle device for company */
+        uint32_t spin_us;             /* threads poll this long after work before sleeping */
+#define SPIN_AUTO UINT32_MAX          /* spin_us before parsing: decided by backend and cores */
         uint64_t max_group_tiles;
         uint64_t max_group_bytes;
         uint32_t max_group_ops;

@@ -52,7 +52,7 @@ int main(int argc, char **argv)
         notify_send("READY=1\nSTATUS=serving");
         if (watchdog_start(&srv))
                 log_warn("no STATUS or WATCHDOG notifications: out of memory");
-        uv_run(&loop, UV_RUN_DEFAULT);
+        server_run(&srv);
         exit_code = srv.exit_code;
         server_deinit(&srv);
         log_info("stopped");

@@ -173,6 +173,8 @@ void server_reap(struct server *srv)
         struct request *r, *next;
         struct wctl *c, *cnext;
 
+        srv->active_ns = now_ns();
+
         pthread_mutex_lock(&srv->done_lock);
         r = srv->done_head;
         srv->done_head = srv->done_tail = NULL;
@@ -196,6 +198,18 @@ void server_reap(struct server *srv)
         /* Inside a read, the replies go out with the read's. */
         if (--srv->defer_flush == 0)
                 server_flush_dirty(srv);
+}
+
+void server_run(struct server *srv)
+{
+        const uint64_t win = srv->cfg->spin_us * 1000ull;
+
+        for (;;) {
+                const int poll = win && now_ns() - srv->active_ns < win;
+
+                if (!uv_run(srv->loop, poll ? UV_RUN_NOWAIT : UV_RUN_ONCE))
+                        break;
+        }
 }
 
 static void on_async(uv_async_t *h)

@@ -128,12 +128,19 @@ struct server {
         atomic_int device_lost; /* set by a worker whose device broke */
 
         uint64_t t_start_ns;
+        uint64_t active_ns; /* when the loop last read or reaped (server_run) */
         uint64_t sessions_total, requests, rejections[32];
 };
 
 /* Starts listening, the workers and the signal handlers. Returns 0 or a
  * negative code (with a log line). */
 int server_init(struct server *srv, uv_loop_t *loop, const struct gemmd_config *cfg);
+
+/* Runs the loop until every handle is closed. For cfg->spin_us after
+ * the last read or reap it polls (epoll with no timeout) instead of
+ * sleeping, so that a client's next request, or a worker's completion,
+ * costs no wake-up of the loop thread. */
+void server_run(struct server *srv);
 
 /* Releases what server_init acquired; the loop must have run empty. */
 void server_deinit(struct server *srv);

@@ -65,4 +65,15 @@ static inline uint32_t op_key(const struct op *o)
 
 uint64_t now_ns(void);
 
+/* One step of a polling loop: tells the core it is spinning (it yields
+ * the pipeline to its sibling hyperthread and saves power). */
+static inline void cpu_relax(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+        __builtin_ia32_pause();
+#elif defined(__aarch64__)
+        __asm__ __volatile__("yield");
+#endif
+}
+
 #endif

@@ -127,6 +127,11 @@ struct worker {
         uint32_t inflight;     /* groups launched, not done */
         int recover_pending;   /* a group failed: repair before launching */
         int sleeping;          /* waiting on cond: enqueues must signal */
+        /* Bumped under the lock by every change the worker thread acts on,
+         * read without it by a worker that polls before sleeping; and
+         * when the worker thread last had work (worker thread only). */
+        atomic_uint_fast32_t nudges;
+        uint64_t active_ns;
         int broken;            /* the device cannot run anything any more */
         /* Called (worker thread) once when the device is found broken. */
         void (*device_lost)(void *ctx);

@@ -62,6 +62,12 @@ extern "C" {
 /* Default socket path when neither an argument nor $GEMMD_SOCKET names one. */
 #define GEMMD_DEFAULT_SOCKET "/run/gemmd/gemmd.sock"
 
+/* A wait for a reply (gemmd_wait, gemmd_run, the synchronous calls) first
+ * polls the socket this many microseconds without sleeping, then sleeps in
+ * poll(); on a machine with fewer than 4 CPUs it never polls. $GEMMD_SPIN_US,
+ * read by gemmd_connect, overrides both (0: never poll; at most 1000000). */
+#define GEMMD_DEFAULT_SPIN_US 50
+
 /* Error codes. The number after the minus sign minus 1000 equals the
  * gemmd.v1.Code value on the wire. Appended only, never renumbered. */
 #define GEMMD_EBASE        (-1000)
@@ -210,7 +216,12 @@ int gemmd_buffer_free(gemmd_client *c, gemmd_buffer id);
 /* Registers device memory [dptr, dptr + bytes) of the calling process's
  * current CUDA device through a CUDA IPC handle. The caller keeps the
  * memory allocated until gemmd_unregister() returns. Returns
- * GEMMD_EUNSUPPORTED where the library or the daemon has no CUDA. */
+ * GEMMD_EUNSUPPORTED where the library or the daemon has no CUDA.
+ * The daemon's kernels do not wait on the caller's CUDA work: what writes
+ * the memory must have finished on the device before a submit that reads
+ * it (synchronize its stream; a cudaMemcpy from pageable host memory can
+ * return before its data has landed, and the GPU may not run this
+ * process's queued work before the daemon's). */
 int gemmd_register_device(gemmd_client *c, const void *dptr, uint64_t bytes, gemmd_buffer *id);
 
 /* Unregisters a buffer from gemmd_register_device or gemmd_device_alloc
@@ -242,7 +253,11 @@ int gemmd_stream_wait(gemmd_client *c, gemmd_ticket ticket, void *stream, int ti
  * inline input bytes are copied before return. Rejections found by the
  * daemon (validation, admission) are reported by gemmd_wait as the submit's
  * status. Returns a negative code only for local failures (bad arguments,
- * inline data over the limit, connection lost). */
+ * inline data over the limit, connection lost).
+ * Ops in flight together, of one submit or of several, run in no given
+ * order and may run at the same time: an op that reads what another
+ * writes, or writes where another reads or writes, is submitted after that
+ * one has completed (or, on the device, after gemmd_stream_wait). */
 int gemmd_submit(gemmd_client *c, const struct gemmd_op *ops, size_t nops, int priority,
                  gemmd_ticket *ticket);
 

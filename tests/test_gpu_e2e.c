@@ -97,8 +97,12 @@ static int ipc_client(const struct e2e_daemon *d, uint64_t seed, int nprob)
                 const void *src[3] = {p.a, p.b, p.c0};
 
                 for (int j = 0; j < 3; j++) {
+                        /* The daemon's kernels do not wait on this process's
+                         * work: a copy from pageable memory can return before
+                         * its data is on the device, so synchronize. */
                         if (cudaMalloc(&dev[j], bytes[j]) != cudaSuccess ||
-                            cudaMemcpy(dev[j], src[j], bytes[j], cudaMemcpyHostToDevice) != cudaSuccess) {
+                            cudaMemcpy(dev[j], src[j], bytes[j], cudaMemcpyHostToDevice) != cudaSuccess ||
+                            cudaDeviceSynchronize() != cudaSuccess) {
                                 fprintf(stderr, "ipc client: cuda setup failed\n");
                                 return 4;
                         }
@@ -213,7 +217,8 @@ static int stream_client(const struct e2e_daemon *d, uint64_t seed, int nprob)
                                 fprintf(stderr, "stream client: device_alloc: %s\n", gemmd_strerror(rc));
                                 return 4;
                         }
-                        if (cudaMemcpy(dev[j], src[j], bytes[j], cudaMemcpyHostToDevice) != cudaSuccess)
+                        if (cudaMemcpy(dev[j], src[j], bytes[j], cudaMemcpyHostToDevice) != cudaSuccess ||
+                            cudaDeviceSynchronize() != cudaSuccess)
                                 return 5;
                 }
                 p.op.a = (struct gemmd_operand){.buffer = id[0]};
@@ -294,13 +299,15 @@ static int fault_client(const struct e2e_daemon *d)
         for (int j = 0; j < 3; j++)
                 if (cudaMalloc(&dev[j], bytes[j]) != cudaSuccess ||
                     cudaMemcpy(dev[j], src[j], bytes[j], cudaMemcpyHostToDevice) != cudaSuccess ||
+                    cudaDeviceSynchronize() != cudaSuccess ||
                     gemmd_register_device(c, dev[j], bytes[j], &id[j]))
                         return 4;
         p.op.a = (struct gemmd_operand){.buffer = id[0]};
         p.op.b = (struct gemmd_operand){.buffer = id[1]};
         p.op.c = (struct gemmd_operand){.buffer = id[2]};
         for (int round = 0; round < 2; round++) {
-                if (cudaMemcpy(dev[2], p.c0, p.cbytes, cudaMemcpyHostToDevice) != cudaSuccess)
+                if (cudaMemcpy(dev[2], p.c0, p.cbytes, cudaMemcpyHostToDevice) != cudaSuccess ||
+                    cudaDeviceSynchronize() != cudaSuccess)
                         return 5;
                 rc = gemmd_run(c, &p.op, 1, NULL);
                 if (round == 1 && (rc == GEMMD_EDEVICE || rc == GEMMD_EDISCONNECT ||

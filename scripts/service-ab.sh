@@ -1,0 +1,144 @@
+#!/bin/bash
+# Runs on a GPU machine and builds nothing: compares gemmd settings on a few
+# service points, interleaved, with MPS measured in the same call. For each
+# round, each variant gets a daemon of its own; every point runs
+# `gemmbench clients --socket` against it, and around each point the daemon's
+# threads' CPU time is read from /proc (thread names: gemmd = the loop,
+# gemmd-workN, gemmd-doneN), so a table shows which thread is saturated.
+#
+# Variants (AB_VARIANTS, ';'-separated): NAME|GEMMD ARGS|CLIENT ENV[|GEMMD],
+# the last an other daemon binary (default $GEMMD_BIN/gemmd), e.g.
+#   "spin|--spin-us=50|GEMMD_SPIN_US=50;nospin|--spin-us=0|GEMMD_SPIN_US=0"
+# Points (AB_POINTS): CLIENTS:WINDOW:MAXDIM ..., default "1:1:1024 8:1:1024
+# 8:8:1024 64:8:1024". AB_ROUNDS (default 2), AB_SECONDS (default 2),
+# AB_MPS=1 (default) also runs --mode mps once per round at each point of at
+# most 48 clients.
+#
+# Output under $OUT: ab.jsonl (one object per run: variant, round, point,
+# gemmbench's JSON, per-thread CPU %), ab.txt (a table per point),
+# ab-stats.txt (gemmctl stats after each variant's round), ab.log.
+# Binaries from $GEMMD_BIN (flat), else build/. AB_BACKEND: the daemons' --backend
+# (default cuda).
+set -u
+set -o pipefail
+
+OUT=${OUT:-ab-out}
+mkdir -p "$OUT"
+bin=${GEMMD_BIN:-build}
+VARIANTS=${AB_VARIANTS:-"spin|--spin-us=50|GEMMD_SPIN_US=50;nospin|--spin-us=0|GEMMD_SPIN_US=0"}
+POINTS=${AB_POINTS:-"1:1:1024 8:1:1024 8:8:1024 64:8:1024"}
+ROUNDS=${AB_ROUNDS:-2}
+SECS=${AB_SECONDS:-2}
+MPS=${AB_MPS:-1}
+jsonl=$OUT/ab.jsonl
+log=$OUT/ab.log
+: >"$jsonl"
+: >"$log"
+: >"$OUT/ab-stats.txt"
+[ -d /usr/local/nvidia/bin ] && PATH=$PATH:/usr/local/nvidia/bin
+export PATH
+tmp=$(mktemp -d /tmp/service-ab-XXXXXX) || exit 1
+export TMPDIR=$tmp
+dpid=""
+stop_daemon() {
+        [ -n "$dpid" ] || return 0
+        kill -TERM "$dpid" 2>/dev/null
+        for _ in $(seq 100); do kill -0 "$dpid" 2>/dev/null || break; sleep 0.1; done
+        kill -KILL "$dpid" 2>/dev/null
+        wait "$dpid" 2>/dev/null
+        dpid=""
+}
+trap 'stop_daemon; rm -rf "$tmp"' EXIT
+
+# "name ticks" per thread of process $1 (utime + stime, clock ticks).
+thread_ticks() {
+        for t in /proc/"$1"/task/*; do
+                [ -r "$t/stat" ] || continue
+                # The name is in parentheses and may hold spaces.
+                sed -E 's/^[0-9]+ \((.*)\) [A-Z] (([^ ]+ ){10})([0-9]+) ([0-9]+).*/\1 \4 \5/' "$t/stat" |
+                        awk '{print $1, $2 + $3}'
+        done
+}
+
+# Per-thread CPU % between two thread_ticks outputs over $3 seconds, as a
+# JSON object; threads of one name are summed.
+cpu_json() {
+        python3 - "$1" "$2" "$3" <<'EOF'
+import json, os, sys
+hz = os.sysconf("SC_CLK_TCK")
+def read(p):
+    d = {}
+    for line in open(p):
+        n, t = line.rsplit(None, 1)
+        d.setdefault(n, []).append(int(t))
+    return {k: sum(v) for k, v in d.items()}
+a, b, secs = read(sys.argv[1]), read(sys.argv[2]), float(sys.argv[3])
+print(json.dumps({k: round(100.0 * (b[k] - a.get(k, 0)) / hz / secs, 1) for k in sorted(b)}))
+EOF
+}
+
+run_point() { # variant round clients window dim env mode
+        local v=$1 r=$2 c=$3 w=$4 d=$5 env=$6 mode=$7 t0 t1 out cpu='{}' sock=()
+        out=$tmp/run.json
+        [ "$mode" = gemmd ] && sock=(--socket "$tmp/gemmd.sock")
+        [ -n "$dpid" ] && [ "$mode" = gemmd ] && thread_ticks "$dpid" >"$tmp/t0"
+        t0=$(date +%s.%N)
+        # shellcheck disable=SC2086
+        env $env "$bin/gemmbench" clients --mode "$mode" "${sock[@]}" --clients "$c" --window "$w" \
+                --max-dim "$d" --seconds "$SECS" --warmup 0.5 --json >"$out" 2>>"$log"
+        local rc=$?
+        t1=$(date +%s.%N)
+        if [ -n "$dpid" ] && [ "$mode" = gemmd ]; then
+                thread_ticks "$dpid" >"$tmp/t1"
+                cpu=$(cpu_json "$tmp/t0" "$tmp/t1" "$(awk -v a="$t0" -v b="$t1" 'BEGIN { print b - a }')")
+        fi
+        [ -s "$out" ] || echo '{}' >"$out"
+        printf '{"variant":"%s","round":%d,"clients":%d,"window":%d,"max_dim":%d,"exit":%d,"cpu":%s,"run":%s}\n' \
+                "$v" "$r" "$c" "$w" "$d" "$rc" "$cpu" "$(tr -d '\n' <"$out")" >>"$jsonl"
+}
+
+IFS=';' read -r -a vars <<<"$VARIANTS"
+for r in $(seq 1 "$ROUNDS"); do
+        for spec in "${vars[@]}"; do
+                IFS='|' read -r name args env dbin <<<"$spec"
+                rm -f "$tmp/gemmd.sock"
+                # shellcheck disable=SC2086
+                "${dbin:-$bin/gemmd}" --backend "${AB_BACKEND:-cuda}" --socket "$tmp/gemmd.sock" $args 2>>"$log" &
+                dpid=$!
+                for _ in $(seq 200); do [ -S "$tmp/gemmd.sock" ] && break; sleep 0.05; done
+                for p in $POINTS; do
+                        IFS=: read -r c w d <<<"$p"
+                        run_point "$name" "$r" "$c" "$w" "$d" "$env" gemmd
+                done
+                { echo "== $name, round $r"; "$bin/gemmctl" --socket "$tmp/gemmd.sock" stats; } \
+                        >>"$OUT/ab-stats.txt" 2>&1
+                stop_daemon
+        done
+        if [ "$MPS" = 1 ]; then
+                for p in $POINTS; do
+                        IFS=: read -r c w d <<<"$p"
+                        [ "$c" -le 48 ] && run_point mps "$r" "$c" "$w" "$d" "" mps
+                done
+        fi
+done
+
+python3 - "$jsonl" >"$OUT/ab.txt" <<'EOF'
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1])]
+points = sorted({(r["clients"], r["window"], r["max_dim"]) for r in rows})
+for c, w, d in points:
+    print(f"## {c} clients x {w} in flight, max-dim {d}")
+    print("| variant | round | TF/s | req/s | p50 us | p99 us | errors | queue us | run us | ops/group | daemon threads CPU % |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    for r in rows:
+        if (r["clients"], r["window"], r["max_dim"]) != (c, w, d):
+            continue
+        g = r["run"]
+        cpu = ", ".join(f"{k} {v:g}" for k, v in r["cpu"].items() if v >= 1)
+        k = lambda n: "-" if g.get(n) is None else g[n]
+        print(f"| {r['variant']} | {r['round']} | {k('tflops')} | {k('req_per_s')} | {k('lat_p50_us')} "
+              f"| {k('lat_p99_us')} | {k('errors')} | {k('daemon_queue_us_mean')} | {k('daemon_run_us_mean')} "
+              f"| {k('group_size_mean')} | {cpu} |")
+    print()
+EOF
+cat "$OUT/ab.txt"
