@@ -118,6 +118,7 @@ def figure(points, path):
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    import matplotlib.lines
     import matplotlib.ticker
 
     panels = {}
@@ -155,7 +156,10 @@ def figure(points, path):
                 ax.set_ylabel(name)
             if row == 0:
                 ax.set_title(f"window {w}, m, n, k in 64..{d}")
-    axes[0][0].legend(loc="best", fontsize="small")
+    # Every label, not only those the first panel has (gemmd-shm runs at
+    # window 8 alone).
+    handles = [matplotlib.lines.Line2D([], [], marker="o", color=colors[l], label=l) for l in labels]
+    axes[0][0].legend(handles=handles, loc="best", fontsize="small")
     fig.suptitle("bf16 GEMM service: gemmd vs cuBLAS per process vs MPS (x: errors or unsupported)")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
