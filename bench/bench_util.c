@@ -14,6 +14,7 @@
 #include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/un.h>
+#include <time.h>
 #include <unistd.h>
 
 int bench_parse_int(const char *s, long lo, long hi, int *out)
@@ -119,4 +120,46 @@ double bench_pct(const float *s, size_t n, double q)
                 return NAN;
         i = (size_t)ceil(q * (double)n);
         return s[i ? i - 1 : 0];
+}
+
+uint64_t bench_now_ns(void)
+{
+        struct timespec ts;
+
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+int bench_write_all(int fd, const void *p, size_t n)
+{
+        const uint8_t *b = p;
+
+        while (n) {
+                ssize_t w = write(fd, b, n);
+
+                if (w < 0 && errno == EINTR)
+                        continue;
+                if (w <= 0)
+                        return w < 0 ? -errno : -EPIPE;
+                b += w;
+                n -= (size_t)w;
+        }
+        return 0;
+}
+
+int bench_read_all(int fd, void *p, size_t n)
+{
+        uint8_t *b = p;
+
+        while (n) {
+                ssize_t r = read(fd, b, n);
+
+                if (r < 0 && errno == EINTR)
+                        continue;
+                if (r <= 0)
+                        return r < 0 ? -errno : -EPIPE;
+                b += r;
+                n -= (size_t)r;
+        }
+        return 0;
 }

@@ -1,12 +1,14 @@
 /*
  * bench_util.h - what `gemmbench clients` and gemmbench-latency share:
- * option parsing, latency percentiles, and starting a gemmd of their own.
+ * option parsing, latency percentiles, starting a gemmd of their own, and
+ * the clock and pipe I/O between a benchmark and its client processes.
  * Plain C, no CUDA, so gemmbench-latency builds without it.
  */
 #ifndef GEMMD_BENCH_UTIL_H
 #define GEMMD_BENCH_UTIL_H
 
 #include <stddef.h>
+#include <stdint.h>
 #include <sys/types.h>
 
 /* Most --daemon-arg values a benchmark passes on. */
@@ -33,5 +35,13 @@ void bench_sort(float *s, size_t n);
 
 /* The q quantile (0 < q <= 1) of n sorted samples, NAN when n is 0. */
 double bench_pct(const float *s, size_t n, double q);
+
+/* Monotonic time in nanoseconds. */
+uint64_t bench_now_ns(void);
+
+/* Writes or reads all n bytes (retrying on EINTR and short transfers).
+ * Return 0, -errno, or (end of file, or a write of nothing) -EPIPE. */
+int bench_write_all(int fd, const void *p, size_t n);
+int bench_read_all(int fd, void *p, size_t n);
 
 #endif /* GEMMD_BENCH_UTIL_H */

@@ -350,7 +350,7 @@ static void remove_dir(struct run *r)
 /* Waits up to ms for pid. Returns its status, or -1 if it is still running. */
 static int wait_pid(pid_t pid, int ms)
 {
-        uint64_t deadline = clients_now_ns() + (uint64_t)ms * 1000000u;
+        uint64_t deadline = bench_now_ns() + (uint64_t)ms * 1000000u;
         int st;
 
         for (;;) {
@@ -360,7 +360,7 @@ static int wait_pid(pid_t pid, int ms)
                         return st;
                 if (w < 0 && errno != EINTR)
                         return 0; /* not our child any more */
-                if (clients_now_ns() >= deadline)
+                if (bench_now_ns() >= deadline)
                         return -1;
                 sleep_ms(10);
         }
@@ -400,7 +400,7 @@ static int run_cmd(char *const argv[], const char *input, const char *log, int m
         }
         close(in[0]);
         if (input)
-                clients_write_all(in[1], input, strlen(input));
+                bench_write_all(in[1], input, strlen(input));
         close(in[1]);
         st = wait_pid(pid, ms);
         if (st == -1) {
@@ -445,7 +445,7 @@ static int daemon_start(struct run *r)
         if (pid < 0)
                 return -1;
         r->daemon_pid = pid;
-        deadline = clients_now_ns() + DAEMON_START_MS * 1000000ull;
+        deadline = bench_now_ns() + DAEMON_START_MS * 1000000ull;
         while (!bench_socket_accepts(r->sock)) {
                 int st;
 
@@ -456,7 +456,7 @@ static int daemon_start(struct run *r)
                         print_file(r->daemon_log, "gemmd log");
                         return -1;
                 }
-                if (clients_now_ns() > deadline || interrupted) {
+                if (bench_now_ns() > deadline || interrupted) {
                         fprintf(stderr, "gemmbench clients: %s did not come up\n", path);
                         print_file(r->daemon_log, "gemmd log");
                         return -1;
@@ -625,8 +625,8 @@ static void mps_stop(struct run *r)
         snprintf(log, sizeof(log), "%s/stop.log", r->mps_log);
         if (run_cmd(argv, "quit\n", log, MPS_CMD_MS) != 0)
                 fprintf(stderr, "gemmbench clients: 'quit' to nvidia-cuda-mps-control failed\n");
-        deadline = clients_now_ns() + 10000000000ull;
-        while (mps_procs(r, NULL) && clients_now_ns() < deadline)
+        deadline = bench_now_ns() + 10000000000ull;
+        while (mps_procs(r, NULL) && bench_now_ns() < deadline)
                 sleep_ms(20);
         if (mps_procs(r, kill_pid))
                 fprintf(stderr, "gemmbench clients: MPS did not quit; killed it\n");
@@ -846,7 +846,7 @@ static void pump(struct run *r, int ms)
  * least one client is ready, -1 otherwise. */
 static int wait_ready(struct run *r)
 {
-        uint64_t t0 = clients_now_ns();
+        uint64_t t0 = bench_now_ns();
         uint64_t deadline = t0 + (uint64_t)r->setup_timeout_s * 1000000000ull;
         int pending, nready;
 
@@ -864,8 +864,8 @@ static int wait_ready(struct run *r)
                 if (!pending || interrupted)
                         break;
                 pump(r, 100);
-        } while (clients_now_ns() < deadline);
-        r->setup_s = (double)(clients_now_ns() - t0) / 1e9;
+        } while (bench_now_ns() < deadline);
+        r->setup_s = (double)(bench_now_ns() - t0) / 1e9;
         for (int i = 0; i < r->nforked; i++)
                 if (!r->ch[i].ready) {
                         r->ch[i].ready = -1;
@@ -879,7 +879,7 @@ static int wait_ready(struct run *r)
 /* Sends the start time (or 0: quit) to every client that is ready. */
 static uint64_t send_go(struct run *r, int go)
 {
-        uint64_t t = go ? clients_now_ns() + 20000000u : 0;
+        uint64_t t = go ? bench_now_ns() + 20000000u : 0;
 
         for (int i = 0; i < r->nforked; i++) {
                 struct child *c = &r->ch[i];
@@ -888,7 +888,7 @@ static uint64_t send_go(struct run *r, int go)
                 if (c->ready != 1)
                         continue;
                 fcntl(c->fd, F_SETFL, fl & ~O_NONBLOCK);
-                if (clients_write_all(c->fd, &t, sizeof(t)))
+                if (bench_write_all(c->fd, &t, sizeof(t)))
                         c->ready = -1;
                 fcntl(c->fd, F_SETFL, fl);
         }
@@ -904,7 +904,7 @@ static void collect(struct run *r, uint64_t t_go)
         int mem_ok = 1;
 
         for (;;) {
-                uint64_t now = clients_now_ns();
+                uint64_t now = bench_now_ns();
                 int open = 0;
 
                 for (int i = 0; i < r->nforked; i++)

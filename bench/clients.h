@@ -86,10 +86,4 @@ int bench_clients_main(int argc, char **argv);
  * uses anything of the parent's but `o`. Returns the process's exit status. */
 int clients_child(const struct clients_opts *o, int index, int fd);
 
-/* Monotonic time in nanoseconds. */
-uint64_t clients_now_ns(void);
-
-/* Writes all n bytes (retrying on EINTR and short writes). Returns 0 or -errno. */
-int clients_write_all(int fd, const void *p, size_t n);
-
 #endif /* GEMMD_BENCH_CLIENTS_H */

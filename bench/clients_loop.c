@@ -22,9 +22,9 @@
  *   gemmd   W submits in flight on the one connection; completions are
  *           collected with gemmd_poll. While none is ready the process
  *           polls again, yielding the CPU between rounds, for as long as
- *           the library's own waits do (GEMMD_DEFAULT_SPIN_US, or
- *           $GEMMD_SPIN_US) since the last completion; then it sleeps in
- *           poll() on gemmd_fd(). With --spin it never sleeps.
+ *           the library's own waits do (gemmd_spin_us) since the last
+ *           completion; then it sleeps in poll() on gemmd_fd(). With
+ *           --spin it never sleeps.
  *   cublas  W CUDA streams (non-blocking), one request in flight on each:
  *           cublasSetStream + cublasGemmEx + an event record. One cuBLAS
  *           handle; cublasSetStream gives each stream its own workspace from
@@ -52,6 +52,7 @@
 #include <unistd.h>
 
 #include "bench/bench_fill.h"
+#include "bench/bench_util.h"
 #include "include/gemmd.h"
 #include "kernels/half.h"
 
@@ -102,48 +103,6 @@ struct client {
         float *samples;
         uint64_t cap_samples;
 };
-
-uint64_t clients_now_ns(void)
-{
-        struct timespec ts;
-
-        clock_gettime(CLOCK_MONOTONIC, &ts);
-        return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
-
-int clients_write_all(int fd, const void *p, size_t n)
-{
-        const uint8_t *b = p;
-
-        while (n) {
-                ssize_t w = write(fd, b, n);
-
-                if (w < 0 && errno == EINTR)
-                        continue;
-                if (w <= 0)
-                        return w < 0 ? -errno : -EIO;
-                b += w;
-                n -= (size_t)w;
-        }
-        return 0;
-}
-
-static int read_all(int fd, void *p, size_t n)
-{
-        uint8_t *b = p;
-
-        while (n) {
-                ssize_t r = read(fd, b, n);
-
-                if (r < 0 && errno == EINTR)
-                        continue;
-                if (r <= 0)
-                        return r < 0 ? -errno : -EPIPE;
-                b += r;
-                n -= (size_t)r;
-        }
-        return 0;
-}
 
 static uint64_t splitmix(uint64_t *s)
 {
@@ -412,7 +371,7 @@ static int gemmd_submit_slot(struct client *c, struct slot *s, int problem)
 
         gemmd_op_of(c, &c->p[problem], &op);
         s->problem = problem;
-        s->t_submit = clients_now_ns();
+        s->t_submit = bench_now_ns();
         c->r.submitted++;
         err = gemmd_submit(c->gc, &op, 1, GEMMD_PRIO_NORMAL, &s->ticket);
         if (err) {
@@ -449,38 +408,20 @@ static int gemmd_collect(struct client *c)
                                 s = &c->slot[i];
                 if (!s)
                         continue; /* not ours: cannot happen */
-                complete(c, s, clients_now_ns(), st, &res);
+                complete(c, s, bench_now_ns(), st, &res);
                 n++;
         }
-}
-
-/* How long a client polls without sleeping after a completion: what the
- * library's waits use (include/gemmd.h). */
-static uint64_t spin_window_ns(void)
-{
-        const char *v = getenv("GEMMD_SPIN_US");
-        char *end;
-        unsigned long us;
-
-        if (v && *v) {
-                errno = 0;
-                us = strtoul(v, &end, 10);
-                if (!errno && !*end && us <= 1000000ul)
-                        return (uint64_t)us * 1000ull;
-        }
-        /* With few cores a polling client takes the one the daemon needs. */
-        return sysconf(_SC_NPROCESSORS_ONLN) >= 4 ? GEMMD_DEFAULT_SPIN_US * 1000ull : 0;
 }
 
 /* Keeps the window full until t_end, then drains. */
 static void gemmd_loop(struct client *c)
 {
         struct pollfd pfd = {.fd = gemmd_fd(c->gc), .events = POLLIN};
-        const uint64_t spin_ns = spin_window_ns();
-        uint64_t last = clients_now_ns();
+        const uint64_t spin_ns = gemmd_spin_us(c->gc) * 1000ull;
+        uint64_t last = bench_now_ns();
 
         for (;;) {
-                uint64_t now = clients_now_ns(), oldest;
+                uint64_t now = bench_now_ns(), oldest;
                 struct slot *s;
                 int r, wait_ms;
 
@@ -496,10 +437,10 @@ static void gemmd_loop(struct client *c)
                         return;
                 }
                 if (r > 0) {
-                        last = clients_now_ns();
+                        last = bench_now_ns();
                         continue;
                 }
-                now = clients_now_ns();
+                now = bench_now_ns();
                 if (timed_out(c, now, &oldest)) {
                         abandon(c, 1);
                         return;
@@ -562,7 +503,7 @@ static void cublas_submit_slot(struct client *c, struct slot *s, int problem)
         cudaError_t e;
 
         s->problem = problem;
-        s->t_submit = clients_now_ns();
+        s->t_submit = bench_now_ns();
         c->r.submitted++;
         bs = cublas_gemm(c, &c->p[problem], c->st[idx]);
         if (bs != CUBLAS_STATUS_SUCCESS) {
@@ -584,7 +525,7 @@ static void cublas_submit_slot(struct client *c, struct slot *s, int problem)
 static void cublas_loop(struct client *c)
 {
         for (;;) {
-                uint64_t now = clients_now_ns();
+                uint64_t now = bench_now_ns();
                 struct slot *s;
                 int done = 0;
 
@@ -605,12 +546,12 @@ static void cublas_loop(struct client *c)
                                 abandon(c, 0);
                                 return;
                         }
-                        complete(c, &c->slot[i], clients_now_ns(), 0, NULL);
+                        complete(c, &c->slot[i], bench_now_ns(), 0, NULL);
                         done++;
                 }
                 if (done)
                         continue;
-                if (timed_out(c, clients_now_ns(), NULL)) {
+                if (timed_out(c, bench_now_ns(), NULL)) {
                         abandon(c, 1);
                         return;
                 }
@@ -742,12 +683,12 @@ static int send_msg(int fd, uint32_t type, const void *body, size_t len, const v
                     size_t elen)
 {
         struct clients_msg m = {type, (uint32_t)(len + elen)};
-        int err = clients_write_all(fd, &m, sizeof(m));
+        int err = bench_write_all(fd, &m, sizeof(m));
 
         if (!err)
-                err = clients_write_all(fd, body, len);
+                err = bench_write_all(fd, body, len);
         if (!err && elen)
-                err = clients_write_all(fd, extra, elen);
+                err = bench_write_all(fd, extra, elen);
         return err;
 }
 
@@ -775,14 +716,14 @@ int clients_child(const struct clients_opts *o, int index, int fd)
         if (err)
                 snprintf(ready.msg, sizeof(ready.msg), "%s", c->r.first_error_msg);
         if (send_msg(fd, CLIENTS_MSG_READY, &ready, sizeof(ready), NULL, 0) || err ||
-            read_all(fd, &t_go, sizeof(t_go)) || !t_go) {
+            bench_read_all(fd, &t_go, sizeof(t_go)) || !t_go) {
                 teardown(c);
                 free(c);
                 return 1;
         }
         c->t_warm_end = t_go + (uint64_t)(o->warmup * 1e9);
         c->t_end = c->t_warm_end + (uint64_t)(o->seconds * 1e9);
-        while (clients_now_ns() < t_go)
+        while (bench_now_ns() < t_go)
                 ;
         if (o->mode == CLIENTS_GEMMD)
                 gemmd_loop(c);

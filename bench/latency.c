@@ -57,48 +57,6 @@ struct lat_report {
         char msg[160];
 };
 
-static uint64_t now_ns(void)
-{
-        struct timespec ts;
-
-        clock_gettime(CLOCK_MONOTONIC, &ts);
-        return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
-
-static int write_all(int fd, const void *p, size_t n)
-{
-        const char *b = p;
-
-        while (n) {
-                ssize_t w = write(fd, b, n);
-
-                if (w < 0 && errno == EINTR)
-                        continue;
-                if (w <= 0)
-                        return -1;
-                b += w;
-                n -= (size_t)w;
-        }
-        return 0;
-}
-
-static int read_all(int fd, void *p, size_t n)
-{
-        char *b = p;
-
-        while (n) {
-                ssize_t r = read(fd, b, n);
-
-                if (r < 0 && errno == EINTR)
-                        continue;
-                if (r <= 0)
-                        return -1;
-                b += r;
-                n -= (size_t)r;
-        }
-        return 0;
-}
-
 /* ---- one client ------------------------------------------------------- */
 
 struct lat_client {
@@ -191,7 +149,7 @@ static double one_request(struct lat_client *c, struct gemmd_result *res)
 
         for (int64_t i = 0; i < d * d; i++)
                 c->c[i] = NAN;
-        t0 = now_ns();
+        t0 = bench_now_ns();
         err = gemmd_submit(c->gc, &c->op, 1, GEMMD_PRIO_NORMAL, &t);
         if (!err)
                 err = gemmd_wait(c->gc, t, 10000, res, 1);
@@ -199,7 +157,7 @@ static double one_request(struct lat_client *c, struct gemmd_result *res)
                 fail(c, err, "request");
                 return -1;
         }
-        double us = (double)(now_ns() - t0) / 1000.0;
+        double us = (double)(bench_now_ns() - t0) / 1000.0;
 
         for (int64_t i = 0; i < d * d; i++)
                 if (!(fabs(c->c[i] - c->ref[i]) <= 1e-4 * (1.0 + fabs(c->ref[i])))) {
@@ -222,7 +180,7 @@ static int client_main(const struct lat_opts *o, int fd)
                 for (int i = 0; i < o->warmup && !c.rep.status; i++)
                         one_request(&c, &res);
         /* Ready (or failed); then wait for the common start. */
-        if (write_all(fd, &c.rep.status, sizeof(c.rep.status)) || read_all(fd, &go, 1) || !go)
+        if (bench_write_all(fd, &c.rep.status, sizeof(c.rep.status)) || bench_read_all(fd, &go, 1) || !go)
                 return 1;
         for (int i = 0; i < o->requests && !c.rep.status; i++) {
                 double us = one_request(&c, &res);
@@ -235,8 +193,8 @@ static int client_main(const struct lat_opts *o, int fd)
                 c.rep.group_size_sum += res.group_size;
         }
         gemmd_disconnect(c.gc);
-        if (write_all(fd, &c.rep, sizeof(c.rep)) ||
-            write_all(fd, samples, c.rep.n * sizeof(float)))
+        if (bench_write_all(fd, &c.rep, sizeof(c.rep)) ||
+            bench_write_all(fd, samples, c.rep.n * sizeof(float)))
                 return 1;
         return c.rep.status ? 1 : 0;
 }
@@ -248,7 +206,7 @@ static int client_main(const struct lat_opts *o, int fd)
 static pid_t daemon_start(const struct lat_opts *o, const char *sock, const char *log)
 {
         char path[PATH_MAX];
-        uint64_t deadline = now_ns() + START_MS * 1000000ull;
+        uint64_t deadline = bench_now_ns() + START_MS * 1000000ull;
         pid_t pid;
 
         if (o->gemmd)
@@ -261,7 +219,7 @@ static pid_t daemon_start(const struct lat_opts *o, const char *sock, const char
         while (!bench_socket_accepts(sock)) {
                 struct timespec ts = {0, 5000000};
 
-                if (waitpid(pid, NULL, WNOHANG) == pid || now_ns() > deadline) {
+                if (waitpid(pid, NULL, WNOHANG) == pid || bench_now_ns() > deadline) {
                         fprintf(stderr, "gemmbench-latency: %s did not come up (log: %s)\n", path,
                                 log);
                         kill(pid, SIGKILL);
@@ -276,14 +234,14 @@ static pid_t daemon_start(const struct lat_opts *o, const char *sock, const char
 /* SIGTERM and a drain. Returns the daemon's exit status (128 + signal). */
 static int daemon_stop(pid_t pid)
 {
-        uint64_t deadline = now_ns() + STOP_MS * 1000000ull;
+        uint64_t deadline = bench_now_ns() + STOP_MS * 1000000ull;
         int st;
 
         kill(pid, SIGTERM);
         while (waitpid(pid, &st, WNOHANG) != pid) {
                 struct timespec ts = {0, 10000000};
 
-                if (now_ns() > deadline) {
+                if (bench_now_ns() > deadline) {
                         kill(pid, SIGKILL);
                         waitpid(pid, &st, 0);
                         break;
@@ -426,16 +384,16 @@ static int run_clients(const struct lat_opts *o, struct lat_report *sum, float *
         for (int i = 0; i < n; i++) {
                 int32_t st = -1;
 
-                if (read_all(fds[i], &st, sizeof(st)) || st)
+                if (bench_read_all(fds[i], &st, sizeof(st)) || st)
                         go = 0;
         }
         for (int i = 0; i < n; i++)
-                write_all(fds[i], &go, 1);
+                bench_write_all(fds[i], &go, 1);
         for (int i = 0; i < n; i++) {
                 struct lat_report r;
 
-                if (!go || read_all(fds[i], &r, sizeof(r)) || r.n > (uint32_t)o->requests ||
-                    read_all(fds[i], *all + *nall, r.n * sizeof(float))) {
+                if (!go || bench_read_all(fds[i], &r, sizeof(r)) || r.n > (uint32_t)o->requests ||
+                    bench_read_all(fds[i], *all + *nall, r.n * sizeof(float))) {
                         failed++;
                 } else {
                         *nall += r.n;

@@ -768,6 +768,11 @@ int gemmd_get_info(const gemmd_client *c, struct gemmd_info *info)
         return 0;
 }
 
+uint32_t gemmd_spin_us(const gemmd_client *c)
+{
+        return c ? (uint32_t)(c->spin_ns / 1000u) : 0;
+}
+
 int gemmd_get_device(const gemmd_client *c, uint32_t i, struct gemmd_device *dev)
 {
         if (!c || !dev || i >= c->info.ndevices)

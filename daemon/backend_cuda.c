@@ -95,16 +95,15 @@ struct cuda_slot {
         struct group *g;
         struct cuda_slot *done_next; /* completion thread's queue */
         uint64_t seq;
-        void *h_blob, *d_blob;   /* [kproblems | sproblems | plan blob] */
+        void *h_blob, *d_blob;   /* [kproblems | sproblems | plan blob], pinned and device */
         size_t blob_cap;
         char *d_stage;           /* device copies of host operands */
-        size_t stage_cap;
         char *h_stage;           /* pinned bounce buffer, laid out like d_stage */
-        size_t h_stage_cap;
+        size_t stage_cap;
         uint64_t *stage_off;     /* per op and operand, or UINT64_MAX */
         uint8_t *bounce;         /* per op: bit j set if operand j goes through h_stage */
         uint32_t stage_ops;
-        uint64_t out_lo, out_hi; /* the bounced Cs, together in the staging area */
+        uint64_t out_lo, out_hi; /* the bounced Cs, together at the end of the staging area */
         /* Each slot's groups go on a stream of their own, so that a group
          * that leaves SMs idle (a few small problems) runs beside the one
          * before it instead of behind it. */
@@ -172,23 +171,6 @@ static int grow_dev(struct cuda_backend *cb, void **p, size_t *cap, size_t need,
         return 0;
 }
 
-static int grow_host(struct cuda_backend *cb, char **p, size_t *cap, size_t need)
-{
-        size_t n = *cap ? *cap : 1u << 16;
-
-        if (need <= *cap)
-                return 0;
-        while (n < need)
-                n *= 2;
-        if (*p)
-                CK(cudaFreeHost(*p));
-        *p = NULL;
-        *cap = 0;
-        CK(cudaMallocHost((void **)p, n));
-        *cap = n;
-        return 0;
-}
-
 /* Copies cols columns of `bytes` bytes, ld apart in both. */
 static void copy_cols(char *dst, const char *src, uint64_t ld, uint64_t bytes, uint64_t cols)
 {
@@ -196,23 +178,25 @@ static void copy_cols(char *dst, const char *src, uint64_t ld, uint64_t bytes, u
                 memcpy(dst + c * ld, src + c * ld, bytes);
 }
 
-static int grow_blob(struct cuda_backend *cb, struct cuda_slot *s, size_t need)
+/* Grows a pinned host buffer and its device twin, which always have the
+ * same size, to at least `need` bytes (geometrically). */
+static int grow_pair(struct cuda_backend *cb, void **h, void **d, size_t *cap, size_t need)
 {
-        size_t n = s->blob_cap ? s->blob_cap : 1u << 16;
+        size_t n = *cap ? *cap : 1u << 16;
 
-        if (need <= s->blob_cap)
+        if (need <= *cap)
                 return 0;
         while (n < need)
                 n *= 2;
-        if (s->h_blob)
-                CK(cudaFreeHost(s->h_blob));
-        if (s->d_blob)
-                CK(cudaFree(s->d_blob));
-        s->h_blob = s->d_blob = NULL;
-        s->blob_cap = 0;
-        CK(cudaMallocHost(&s->h_blob, n));
-        CK(cudaMalloc(&s->d_blob, n));
-        s->blob_cap = n;
+        if (*h)
+                CK(cudaFreeHost(*h));
+        if (*d)
+                CK(cudaFree(*d));
+        *h = *d = NULL;
+        *cap = 0;
+        CK(cudaMallocHost(h, n));
+        CK(cudaMalloc(d, n));
+        *cap = n;
         return 0;
 }
 
@@ -400,7 +384,7 @@ static int launch(struct backend *be, struct group *g)
         size_t tm_off = plan_off + align256(plan->blob_bytes);
         /* 16-bit and TF32 groups (key: dtype in bits 0-1, tf32 in bit 2). */
         size_t tm_bytes = (g->key & 3) != GEMMD_F32 || (g->key & 4) ? cuda_gemm_tmaps_bytes(g->nops) : 0;
-        size_t blob = tm_off + tm_bytes, stage = 0;
+        size_t blob = tm_off + tm_bytes, stage = 0, in_lo, in_hi = 0;
         int nfast = 0;
         uint32_t nsyr2k = 0;
         size_t esz = gemmd_dtype_size((enum gemmd_dtype)(g->key & 3));
@@ -432,8 +416,8 @@ static int launch(struct backend *be, struct group *g)
          * pinned bounce buffer, at the same offsets: a copy from pageable
          * memory holds the calling thread until the device has caught up
          * with the stream, and costs tens of microseconds even when small.
-         * The bounced Cs come last, so that their results come back in one
-         * copy.
+         * The bounced operands come after the pinned ones, As and Bs, then
+         * Cs, so that each direction is one copy.
          */
         for (uint32_t i = 0; i < g->nops; i++) {
                 const struct op *o = g->ops[i];
@@ -445,23 +429,27 @@ static int launch(struct backend *be, struct group *g)
                                 continue;
                         }
                         pin(cb, g, o->buf[j]);
-                        if (!o->buf[j]->pinned)
+                        if (!o->buf[j]->pinned) {
                                 s->bounce[i] |= (uint8_t)(1u << j);
-                        if (j == 2 && !o->buf[j]->pinned)
                                 continue; /* placed below */
+                        }
                         s->stage_off[i * 3 + j] = stage;
                         stage += align256(o->span[j]);
                 }
         }
-        s->out_lo = stage;
-        for (uint32_t i = 0; i < g->nops; i++)
-                if (s->bounce[i] & 4) {
-                        s->stage_off[i * 3 + 2] = stage;
-                        stage += align256(g->ops[i]->span[2]);
-                }
+        in_lo = stage;
+        for (int j = 0; j < 3; j++) {
+                if (j == 2)
+                        s->out_lo = stage;
+                for (uint32_t i = 0; i < g->nops; i++)
+                        if (s->bounce[i] & (1u << j)) {
+                                s->stage_off[i * 3 + j] = stage;
+                                stage += align256(g->ops[i]->span[j]);
+                        }
+        }
         s->out_hi = stage;
-        if ((rc = grow_blob(cb, s, blob)) || (rc = grow_dev(cb, (void **)&s->d_stage, &s->stage_cap, stage, 0)) ||
-            (rc = grow_host(cb, &s->h_stage, &s->h_stage_cap, stage)))
+        if ((rc = grow_pair(cb, &s->h_blob, &s->d_blob, &s->blob_cap, blob)) ||
+            (rc = grow_pair(cb, (void **)&s->h_stage, (void **)&s->d_stage, &s->stage_cap, stage)))
                 return rc;
         if (plan->nsplit) {
                 rc = grow_dev(cb, (void **)&s->d_ws, &s->ws_cap, cuda_gemm_ws_bytes(plan, g->cfg.shape), 0);
@@ -473,29 +461,6 @@ static int launch(struct backend *be, struct group *g)
         }
 
         CK(cudaEventRecord(cb->ev_start[ring], s->stream));
-        /* The bounced inputs, in one copy, before the pinned operands' own
-         * copies (which overwrite what it carries of their places). */
-        {
-                uint64_t in_hi = 0;
-
-                for (uint32_t i = 0; i < g->nops; i++)
-                        for (int j = 0; j < 3; j++) {
-                                const struct op *o = g->ops[i];
-                                uint64_t off = s->stage_off[i * 3 + j], rows, cols, ld;
-
-                                if (!(s->bounce[i] & (1u << j)) ||
-                                    (j == 2 && o->kp.kind == SCHED_GEMM && o->kp.beta == 0.0f))
-                                        continue;
-                                operand_dims(o, j, &rows, &cols);
-                                ld = j == 0 ? o->kp.lda : j == 1 ? o->kp.ldb : o->kp.ldc;
-                                copy_cols(s->h_stage + off, (const char *)o->buf[j]->host + o->off[j],
-                                          ld * esz, rows * esz, cols);
-                                if (off + o->span[j] > in_hi)
-                                        in_hi = off + o->span[j];
-                        }
-                if (in_hi)
-                        CK(cudaMemcpyAsync(s->d_stage, s->h_stage, in_hi, cudaMemcpyHostToDevice, s->stream));
-        }
         kp = s->h_blob;
         for (uint32_t i = 0; i < g->nops; i++) {
                 const struct op *o = g->ops[i];
@@ -504,6 +469,7 @@ static int launch(struct backend *be, struct group *g)
                 kp[i] = o->kp;
                 for (int j = 0; j < 3; j++) {
                         uint64_t off = s->stage_off[i * 3 + j], rows, cols, ld;
+                        const char *src;
                         char *dst;
 
                         if (off == UINT64_MAX) {
@@ -521,16 +487,25 @@ static int launch(struct backend *be, struct group *g)
                         dst = s->d_stage + off;
                         *addr[j] = (uint64_t)(uintptr_t)dst;
                         /* A GEMM C with beta == 0 is not read. */
-                        if ((j == 2 && o->kp.kind == SCHED_GEMM && o->kp.beta == 0.0f) ||
-                            (s->bounce[i] & (1u << j)))
+                        if (j == 2 && o->kp.kind == SCHED_GEMM && o->kp.beta == 0.0f)
                                 continue;
                         operand_dims(o, j, &rows, &cols);
                         ld = j == 0 ? o->kp.lda : j == 1 ? o->kp.ldb : o->kp.ldc;
-                        CK(cudaMemcpy2DAsync(dst, ld * esz,
-                                             (char *)o->buf[j]->host + o->off[j], ld * esz,
-                                             rows * esz, cols, cudaMemcpyHostToDevice, s->stream));
+                        src = (const char *)o->buf[j]->host + o->off[j];
+                        if (s->bounce[i] & (1u << j)) {
+                                copy_cols(s->h_stage + off, src, ld * esz, rows * esz, cols);
+                                if (off + o->span[j] > in_hi)
+                                        in_hi = off + o->span[j];
+                        } else {
+                                CK(cudaMemcpy2DAsync(dst, ld * esz, src, ld * esz, rows * esz, cols,
+                                                     cudaMemcpyHostToDevice, s->stream));
+                        }
                 }
         }
+        /* The bounced inputs, in one copy. */
+        if (in_hi > in_lo)
+                CK(cudaMemcpyAsync(s->d_stage + in_lo, s->h_stage + in_lo, in_hi - in_lo,
+                                   cudaMemcpyHostToDevice, s->stream));
         memcpy((char *)s->h_blob + sp_off, g->sp, g->nops * sizeof(struct sched_problem));
         memcpy((char *)s->h_blob + plan_off, plan->blob, plan->blob_bytes);
         /* Encoded on the host, from the device addresses just resolved. */
@@ -792,7 +767,7 @@ static int recover(struct backend *be)
                 s->h_blob = s->d_blob = NULL;
                 s->blob_cap = 0;
                 s->d_stage = s->h_stage = NULL;
-                s->stage_cap = s->h_stage_cap = 0;
+                s->stage_cap = 0;
                 s->d_ws = NULL;
                 s->ws_cap = 0;
                 s->d_arr = NULL;

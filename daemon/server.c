@@ -205,9 +205,9 @@ void server_run(struct server *srv)
         const uint64_t win = srv->cfg->spin_us * 1000ull;
 
         for (;;) {
-                const int poll = win && now_ns() - srv->active_ns < win;
+                const int polling = win && now_ns() - srv->active_ns < win;
 
-                if (!uv_run(srv->loop, poll ? UV_RUN_NOWAIT : UV_RUN_ONCE))
+                if (!uv_run(srv->loop, polling ? UV_RUN_NOWAIT : UV_RUN_ONCE))
                         break;
         }
 }

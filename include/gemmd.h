@@ -198,6 +198,11 @@ void gemmd_disconnect(gemmd_client *c);
 /* Copies the daemon's handshake answer (limits, backend) into *info. */
 int gemmd_get_info(const gemmd_client *c, struct gemmd_info *info);
 
+/* How long, in microseconds, this handle's waits poll before they sleep
+ * (GEMMD_DEFAULT_SPIN_US or $GEMMD_SPIN_US, see above); for programs that
+ * wait on gemmd_fd() themselves and want to behave the same. */
+uint32_t gemmd_spin_us(const gemmd_client *c);
+
 /* Copies device i (0 .. info.ndevices - 1) of the handshake answer into
  * *dev. Returns 0, or -EINVAL for a bad index. */
 int gemmd_get_device(const gemmd_client *c, uint32_t i, struct gemmd_device *dev);

@@ -17,7 +17,7 @@
 # Output under $OUT: ab.jsonl (one object per run: variant, round, point,
 # gemmbench's JSON, per-thread CPU %), ab.txt (a table per point),
 # ab-stats.txt (gemmctl stats after each variant's round), ab.log.
-# Binaries from $GEMMD_BIN (flat), else build/. AB_BACKEND: the daemons' --backend
+# Binaries from $GEMMD_BIN (flat), else build/. GEMMD_BACKEND: the daemons' --backend
 # (default cuda).
 set -u
 set -o pipefail
@@ -35,20 +35,10 @@ log=$OUT/ab.log
 : >"$jsonl"
 : >"$log"
 : >"$OUT/ab-stats.txt"
-[ -d /usr/local/nvidia/bin ] && PATH=$PATH:/usr/local/nvidia/bin
-export PATH
-tmp=$(mktemp -d /tmp/service-ab-XXXXXX) || exit 1
-export TMPDIR=$tmp
-dpid=""
-stop_daemon() {
-        [ -n "$dpid" ] || return 0
-        kill -TERM "$dpid" 2>/dev/null
-        for _ in $(seq 100); do kill -0 "$dpid" 2>/dev/null || break; sleep 0.1; done
-        kill -KILL "$dpid" 2>/dev/null
-        wait "$dpid" 2>/dev/null
-        dpid=""
-}
-trap 'stop_daemon; rm -rf "$tmp"' EXIT
+# shellcheck source=scripts/service-lib.sh
+. "$(cd "$(dirname "$0")" && pwd)/service-lib.sh" service-ab
+trap service_cleanup EXIT
+trap 'exit 130' INT TERM
 
 # "name ticks" per thread of process $1 (utime + stime, clock ticks).
 thread_ticks() {
@@ -101,11 +91,9 @@ IFS=';' read -r -a vars <<<"$VARIANTS"
 for r in $(seq 1 "$ROUNDS"); do
         for spec in "${vars[@]}"; do
                 IFS='|' read -r name args env dbin <<<"$spec"
-                rm -f "$tmp/gemmd.sock"
                 # shellcheck disable=SC2086
-                "${dbin:-$bin/gemmd}" --backend "${AB_BACKEND:-cuda}" --socket "$tmp/gemmd.sock" $args 2>>"$log" &
-                dpid=$!
-                for _ in $(seq 200); do [ -S "$tmp/gemmd.sock" ] && break; sleep 0.05; done
+                start_daemon "${dbin:-$bin/gemmd}" "$log" $args ||
+                        echo "service-ab: $name: gemmd did not start" >>"$log"
                 for p in $POINTS; do
                         IFS=: read -r c w d <<<"$p"
                         run_point "$name" "$r" "$c" "$w" "$d" "$env" gemmd

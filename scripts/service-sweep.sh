@@ -51,48 +51,10 @@ log=$OUT/service.log
 for x in "$gb" "$gd"; do
         [ -x "$x" ] || { echo "service-sweep: $x not found" >&2; exit 1; }
 done
-# The driver's tools (nvidia-smi, nvidia-cuda-mps-control) may live here.
-[ -d /usr/local/nvidia/bin ] && PATH=$PATH:/usr/local/nvidia/bin
-export PATH
-
-tmp=$(mktemp -d /tmp/service-sweep-XXXXXX) || exit 1
-export TMPDIR=$tmp
-dpid=""
-stop_daemon() {
-        [ -n "$dpid" ] || return 0
-        kill -TERM "$dpid" 2>/dev/null
-        for _ in $(seq 100); do kill -0 "$dpid" 2>/dev/null || break; sleep 0.1; done
-        kill -KILL "$dpid" 2>/dev/null
-        wait "$dpid" 2>/dev/null
-        dpid=""
-}
-cleanup() {
-        stop_daemon
-        # An MPS control daemon left by a gemmbench that was killed: ask it
-        # to quit through its own private pipe directory.
-        for p in "$tmp"/gemmbench-*/mps-pipe; do
-                [ -d "$p" ] && echo quit | CUDA_MPS_PIPE_DIRECTORY=$p timeout 20 nvidia-cuda-mps-control
-        done
-        rm -rf "$tmp"
-}
-trap cleanup EXIT
+# shellcheck source=scripts/service-lib.sh
+. "$here/service-lib.sh" service-sweep
+trap service_cleanup EXIT
 trap 'exit 130' INT TERM
-
-accepts() { # the Unix socket $1 accepts a connection
-        python3 -c 'import socket, sys; socket.socket(socket.AF_UNIX).connect(sys.argv[1])' "$1" 2>/dev/null
-}
-start_daemon() {
-        # shellcheck disable=SC2086
-        "$gd" --socket "$tmp/gemmd.sock" --backend "${GEMMD_BACKEND:-cuda}" ${GEMMD_ARGS:-} \
-                >>"$OUT/gemmd.log" 2>&1 &
-        dpid=$!
-        for _ in $(seq 600); do
-                accepts "$tmp/gemmd.sock" && return 0
-                kill -0 "$dpid" 2>/dev/null || { dpid=""; return 1; }
-                sleep 0.05
-        done
-        return 1
-}
 
 now() { date +%s.%N; }
 t0=$(now)
@@ -124,7 +86,8 @@ point() {
                 if [ -z "$dpid" ] || ! kill -0 "$dpid" 2>/dev/null; then
                         echo "service-sweep: (re)starting gemmd" | tee -a "$log"
                         dpid=""
-                        start_daemon || echo "service-sweep: gemmd did not start" | tee -a "$log"
+                        # shellcheck disable=SC2086
+                        start_daemon "$gd" "$OUT/gemmd.log" ${GEMMD_ARGS:-} || echo "service-sweep: gemmd did not start" | tee -a "$log"
                 fi
                 args+=(--socket "$tmp/gemmd.sock" --memory "$memory")
         fi
@@ -154,7 +117,8 @@ point() {
         echo "# clients: $CLIENTS; windows: $WINDOWS; max-dim: $DIMS; modes: $MODES; $SECS s per point after $WARM s warm-up"
 } | tee "$OUT/service.txt"
 
-start_daemon || echo "service-sweep: gemmd did not start (see gemmd.log)" | tee -a "$log"
+# shellcheck disable=SC2086
+start_daemon "$gd" "$OUT/gemmd.log" ${GEMMD_ARGS:-} || echo "service-sweep: gemmd did not start (see gemmd.log)" | tee -a "$log"
 
 # The lone request: one client, one request in flight, 64^3.
 for m in $MODES; do

@@ -719,6 +719,34 @@ static void script_buffers(struct mock *m)
         mock_expect_eof(m);
 }
 
+/* $GEMMD_SPIN_US sets how long a handle's waits poll before sleeping; a
+ * malformed or out-of-range value keeps the default. */
+Test(lib, spin_window_from_environment)
+{
+        const uint32_t dflt = sysconf(_SC_NPROCESSORS_ONLN) >= 4 ? GEMMD_DEFAULT_SPIN_US : 0;
+        const char *val[] = {"7", "0", "1000000", "junk", "1000001", NULL};
+        const uint32_t want[] = {7, 0, 1000000, dflt, dflt, dflt};
+
+        for (int i = 0; i < 6; i++) {
+                gemmd_client *c;
+
+                if (val[i])
+                        setenv("GEMMD_SPIN_US", val[i], 1);
+                else
+                        unsetenv("GEMMD_SPIN_US");
+                unlink(tmp_path("sock")); /* the previous round's */
+                mock_start(script_hello_then_eof);
+                mock_run();
+                c = connect_mock();
+                cr_assert_eq(gemmd_spin_us(c), want[i], "GEMMD_SPIN_US=%s: %u", val[i] ? val[i] : "(unset)",
+                             gemmd_spin_us(c));
+                gemmd_disconnect(c);
+                mock_join();
+        }
+        unsetenv("GEMMD_SPIN_US");
+        cr_assert_eq(gemmd_spin_us(NULL), 0);
+}
+
 Test(lib, buffer_alloc_passes_a_sealed_memfd)
 {
         gemmd_client *c;
