@@ -30,6 +30,7 @@
 #include <atomic>
 #include <mutex>
 #include <type_traits>
+#include <type_traits>
 
 #include "include/gemmd.h"
 #include "kernels/cuda_gemm.h"
@@ -685,21 +686,29 @@ __device__ __forceinline__ void epilogue(const struct gemmd_kproblem &p, bool xk
         T *cptr = (T *)(uintptr_t)p.c;
         const float alpha = p.alpha, beta = p.beta;
         const bool syr2k = p.kind == SCHED_SYR2K, lower = p.uplo == 0;
+        /* beta is tested once, outside the loop: inside, the compiler
+         * keeps the C-reading path's work on the beta = 0 path too. */
+        auto store = [&](auto with_beta) {
 #pragma unroll
-        for (int i = 0; i < C::NACC; i++) {
-                uint32_t r, c;
-                acc_pos<C>(i, xk, yk, r, c);
-                const uint32_t gi = m0 + r, gj = n0 + c;
-                if (gi >= p.m || gj >= p.n)
-                        continue;
-                if (syr2k && (lower ? gi < gj : gi > gj))
-                        continue;
-                T *dst = cptr + gi + (int64_t)gj * p.ldc;
-                float v = __fmul_rn(alpha, tot[i * C::TSTR]);
-                if (beta != 0.f)
-                        v = __fadd_rn(v, __fmul_rn(beta, to_f32<T>(*dst)));
-                *dst = from_f32<T>(v);
-        }
+                for (int i = 0; i < C::NACC; i++) {
+                        uint32_t r, c;
+                        acc_pos<C>(i, xk, yk, r, c);
+                        const uint32_t gi = m0 + r, gj = n0 + c;
+                        if (gi >= p.m || gj >= p.n)
+                                continue;
+                        if (syr2k && (lower ? gi < gj : gi > gj))
+                                continue;
+                        T *dst = cptr + gi + (int64_t)gj * p.ldc;
+                        float v = __fmul_rn(alpha, tot[i * C::TSTR]);
+                        if (decltype(with_beta)::value)
+                                v = __fadd_rn(v, __fmul_rn(beta, to_f32<T>(*dst)));
+                        *dst = from_f32<T>(v);
+                }
+        };
+        if (beta != 0.f)
+                store(std::true_type{});
+        else
+                store(std::false_type{});
 }
 
 /* Computes one entry: chunks [kc0, kc1) of tile `tile` of problem `pi`. */

@@ -591,6 +591,10 @@ __global__ void __launch_bounds__(WCfg::THREADS, 1) wgmma_kernel(const KParams k
                                 atomicExch(&kp.arrivals[w.split], 0u);
                 }
 
+                /* A warpgroup whose 64 rows all lie outside C has nothing
+                 * to store (its staging buffer and named barrier are its own). */
+                if (m0 + cw * 64 >= p.m)
+                        continue;
                 const float alpha = p.alpha, beta = p.beta;
                 T *cptr = (T *)(uintptr_t)p.c;
                 const uint32_t rbase = m0 + cw * 64 + wi * 16 + (lane >> 2);
@@ -599,37 +603,51 @@ __global__ void __launch_bounds__(WCfg::THREADS, 1) wgmma_kernel(const KParams k
                         /* f32 epilogue: straight from the fragments. A
                          * warp's store covers 8 consecutive rows of 4
                          * columns, whole 32-byte sectors of column-major C. */
+                        /* beta is tested once, outside the loops: inside,
+                         * the compiler keeps the C-reading path's address
+                         * arithmetic on the beta = 0 path too. */
+                        auto store = [&](auto with_beta) {
 #pragma unroll
-                        for (int j = 0; j < 16; j++)
+                                for (int j = 0; j < 16; j++)
 #pragma unroll
-                                for (int e = 0; e < 4; e++) {
-                                        const uint32_t gi = rbase + 8 * (e >> 1), gj = cbase + j * 8 + (e & 1);
-                                        if (gi >= p.m || gj >= p.n || (lower && gi < gj) || (upper && gi > gj))
-                                                continue;
-                                        float *dst = (float *)cptr + gi + (int64_t)gj * p.ldc;
-                                        float v = __fmul_rn(alpha, tot[j * 4 + e]);
-                                        if (beta != 0.f)
-                                                v = __fadd_rn(v, __fmul_rn(beta, *dst));
-                                        *dst = v;
-                                }
+                                        for (int e = 0; e < 4; e++) {
+                                                const uint32_t gi = rbase + 8 * (e >> 1), gj = cbase + j * 8 + (e & 1);
+                                                if (gi >= p.m || gj >= p.n || (lower && gi < gj) || (upper && gi > gj))
+                                                        continue;
+                                                float *dst = (float *)cptr + gi + (int64_t)gj * p.ldc;
+                                                float v = __fmul_rn(alpha, tot[j * 4 + e]);
+                                                if (decltype(with_beta)::value)
+                                                        v = __fadd_rn(v, __fmul_rn(beta, *dst));
+                                                *dst = v;
+                                        }
+                        };
+                        if (beta != 0.f)
+                                store(std::true_type{});
+                        else
+                                store(std::false_type{});
                 } else {
                         /* 16-bit epilogue: round in registers, stage transposed, store columns. */
                         uint32_t pk[32];
+                        /* beta tested once (as in the f32 epilogue). */
+                        if (beta == 0.f) {
 #pragma unroll
-                        for (int j = 0; j < 16; j++)
+                                for (int e = 0; e < 64; e += 2)
+                                        pk[e / 2] = pack2<T>(__fmul_rn(alpha, tot[e]), __fmul_rn(alpha, tot[e + 1]));
+                        } else {
 #pragma unroll
-                                for (int h = 0; h < 2; h++) {
-                                        const int e = j * 4 + h * 2;
-                                        float v0 = __fmul_rn(alpha, tot[e]), v1 = __fmul_rn(alpha, tot[e + 1]);
-                                        if (beta != 0.f) {
+                                for (int j = 0; j < 16; j++)
+#pragma unroll
+                                        for (int h = 0; h < 2; h++) {
+                                                const int e = j * 4 + h * 2;
+                                                float v0 = __fmul_rn(alpha, tot[e]), v1 = __fmul_rn(alpha, tot[e + 1]);
                                                 const uint32_t gi = rbase + 8 * h, gj = cbase + j * 8;
                                                 if (gi < p.m && gj < p.n)
                                                         v0 = __fadd_rn(v0, __fmul_rn(beta, to_f32<T>(cptr[gi + (int64_t)gj * p.ldc])));
                                                 if (gi < p.m && gj + 1 < p.n)
                                                         v1 = __fadd_rn(v1, __fmul_rn(beta, to_f32<T>(cptr[gi + (int64_t)(gj + 1) * p.ldc])));
+                                                pk[j * 2 + h] = pack2<T>(v0, v1);
                                         }
-                                        pk[j * 2 + h] = pack2<T>(v0, v1);
-                                }
+                        }
                         named_bar(2 + cw, 128); /* the previous tile's reads of the staging buffer are done */
                         {
                                 const int q = lane >> 3, r8 = lane & 7;
