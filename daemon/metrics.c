@@ -408,6 +408,12 @@ static void render_devices(FILE *f, struct server *srv, double up_s)
                    st[i].busy_ns ? st[i].flops / (st[i].busy_ns / 1e9) : 0.0);
         PER_DEVICE("gemmd_device_plan_seconds_total", "counter", "Seconds spent building plans",
                    "%.9g", st[i].plan_ns / 1e9);
+        PER_DEVICE("gemmd_device_launch_seconds_total", "counter",
+                   "Host seconds spent launching groups (copies, encoding, launch calls)", "%.9g",
+                   st[i].launch_ns / 1e9);
+        PER_DEVICE("gemmd_device_seconds_total", "counter",
+                   "Device seconds of the groups, where the backend measures it", "%.9g",
+                   st[i].device_ns / 1e9);
         PER_DEVICE("gemmd_device_idle_gaps_total", "counter",
                    "Idle gaps between groups while work was waiting", "%llu",
                    (unsigned long long)st[i].idle_gaps);

@@ -71,8 +71,18 @@ static void render_text(struct server *srv, FILE *f, double up_s)
                         st.groups ? (double)st.ops / st.groups : 0.0);
                 fprintf(f, "  queued %u, groups in flight %u, busy %.1f%%, %.3f TFLOP/s while busy\n",
                         pending, inflight, 100 * busy, tfs);
-                fprintf(f, "  plan build %.1f us per group; idle gaps %llu, mean %.1f us\n",
+                /* Where a group's time goes: the worker's plan build and
+                 * launch call, the device's time (where the backend measures
+                 * it) and launch to done as the worker saw it. */
+                char dev[48] = "";
+                if (b->collect)
+                        snprintf(dev, sizeof(dev), ", device %.1f us",
+                                 st.groups ? st.device_ns / 1e3 / st.groups : 0.0);
+                fprintf(f, "  per group: plan build %.1f us, launch %.1f us%s, launch to done seen "
+                           "%.1f us; idle gaps %llu, mean %.1f us\n",
                         st.groups ? st.plan_ns / 1e3 / st.groups : 0.0,
+                        st.groups ? st.launch_ns / 1e3 / st.groups : 0.0, dev,
+                        st.groups ? st.run_ns / 1e3 / st.groups : 0.0,
                         (unsigned long long)st.idle_gaps,
                         st.idle_gaps ? st.idle_gap_ns / 1e3 / st.idle_gaps : 0.0);
                 hist_text(f, "group size", "ops", st.group_size_hist);
@@ -117,12 +127,14 @@ static void render_json(struct server *srv, FILE *f, double up_s)
                 worker_get_stats(&srv->workers[i], &st, &pending, &inflight);
                 fprintf(f, "%s{\"index\":%d,\"backend\":\"%s\",\"name\":\"%s\",\"groups\":%llu,"
                            "\"ops\":%llu,\"ops_failed\":%llu,\"tiles\":%llu,\"flops\":%llu,"
-                           "\"busy_s\":%.6f,\"plan_s\":%.6f,\"idle_gaps\":%llu,\"idle_gap_s\":%.6f,"
+                           "\"busy_s\":%.6f,\"plan_s\":%.6f,\"launch_s\":%.6f,\"device_s\":%.6f,"
+                           "\"run_s\":%.6f,\"idle_gaps\":%llu,\"idle_gap_s\":%.6f,"
                            "\"queued\":%u,\"inflight_groups\":%u,",
                         i ? "," : "", i, b->kind, b->name, (unsigned long long)st.groups,
                         (unsigned long long)st.ops, (unsigned long long)st.ops_failed,
                         (unsigned long long)st.tiles, (unsigned long long)st.flops,
-                        st.busy_ns / 1e9, st.plan_ns / 1e9, (unsigned long long)st.idle_gaps,
+                        st.busy_ns / 1e9, st.plan_ns / 1e9, st.launch_ns / 1e9, st.device_ns / 1e9,
+                        st.run_ns / 1e9, (unsigned long long)st.idle_gaps,
                         st.idle_gap_ns / 1e9, pending, inflight);
                 hist_json(f, "group_size_log2", st.group_size_hist);
                 fprintf(f, ",");

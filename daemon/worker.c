@@ -437,6 +437,7 @@ static void finish_group(struct worker *w, struct group *g)
         w->st.groups++;
         w->st.group_size_hist[hist_bucket(g->nops)]++;
         w->st.run_us_hist[hist_bucket(run_us)]++;
+        w->st.run_ns += g->t_done_ns - g->t_launch_ns;
         w->st.tiles += g->tiles;
         if (g->status == GEMMD_EDEVICE && w->be->recover)
                 w->recover_pending = 1;
@@ -494,6 +495,15 @@ static int launch_group(struct worker *w, struct group *g)
         }
         pthread_mutex_unlock(&w->lock);
         rc = w->be->launch(w->be, g);
+        {
+                /* What the launch path costs the worker thread: with
+                 * device_ns and run_ns, where a group's time goes. */
+                uint64_t t_ns = now_ns() - g->t_launch_ns;
+
+                pthread_mutex_lock(&w->lock);
+                w->st.launch_ns += t_ns;
+                pthread_mutex_unlock(&w->lock);
+        }
         if (rc) {
                 pthread_mutex_lock(&w->lock);
                 if (--w->inflight == 0)

@@ -79,6 +79,8 @@ struct worker_stats {
         uint64_t groups, ops, ops_failed, tiles, flops;
         uint64_t busy_ns;   /* time with at least one group in flight */
         uint64_t plan_ns;   /* time spent building plans */
+        uint64_t launch_ns; /* host time in the backend's launch() (copies, encoding, launch) */
+        uint64_t run_ns;    /* launch to done seen, summed over groups */
         uint64_t group_size_hist[HIST_BUCKETS]; /* log2 buckets of ops */
         uint64_t queue_us_hist[HIST_BUCKETS];   /* log2 buckets of us */
         uint64_t run_us_hist[HIST_BUCKETS];
