@@ -460,7 +460,11 @@ static int launch(struct backend *be, struct group *g)
                         return rc;
         }
 
-        CK(cudaEventRecord(cb->ev_start[ring], s->stream));
+        /* The group's device time starts at its first copy or kernel, not
+         * at the host work before them. Pinned host operands are copied as
+         * their addresses are resolved, below. */
+        if (in_lo > 0)
+                CK(cudaEventRecord(cb->ev_start[ring], s->stream));
         kp = s->h_blob;
         for (uint32_t i = 0; i < g->nops; i++) {
                 const struct op *o = g->ops[i];
@@ -502,6 +506,8 @@ static int launch(struct backend *be, struct group *g)
                         }
                 }
         }
+        if (in_lo == 0)
+                CK(cudaEventRecord(cb->ev_start[ring], s->stream));
         /* The bounced inputs, in one copy. */
         if (in_hi > in_lo)
                 CK(cudaMemcpyAsync(s->d_stage + in_lo, s->h_stage + in_lo, in_hi - in_lo,
@@ -515,9 +521,19 @@ static int launch(struct backend *be, struct group *g)
                         nfast = 0;
                 nsyr2k = cuda_gemm_tmaps_syr2k((char *)s->h_blob + tm_off, g->nops);
         }
-        CK(cudaMemcpyAsync(s->d_blob, s->h_blob, blob, cudaMemcpyHostToDevice, s->stream));
+        /* A small group whose every problem takes the Hopper kernel sends
+         * its launch data with the launch (cuda_group.inline_*): no copy
+         * before the kernel. */
+        const int inl = blob <= CUDA_GEMM_INLINE_MAX && nfast == (int)g->nops && cuda_gemm_fast_available();
 
+        if (!inl)
+                CK(cudaMemcpyAsync(s->d_blob, s->h_blob, blob, cudaMemcpyHostToDevice, s->stream));
         memset(&cg, 0, sizeof(cg));
+        if (inl) {
+                cg.inline_host = s->h_blob;
+                cg.inline_dev = (uint64_t)(uintptr_t)s->d_blob;
+                cg.inline_bytes = (uint32_t)blob;
+        }
         cg.problems = s->d_blob;
         cg.nproblems = g->nops;
         cg.dtype = (int)(g->key & 3);
@@ -763,6 +779,7 @@ static int recover(struct backend *be)
         }
         log_warn("cuda %d: %s: rebuilding the context", cb->ordinal, cudaGetErrorString(e));
         cudaDeviceReset();
+        cuda_gemm_forget_attributes();
         for (struct cuda_slot *s = cb->slots; s; s = s->next_slot) {
                 s->h_blob = s->d_blob = NULL;
                 s->blob_cap = 0;

@@ -72,7 +72,25 @@ struct cuda_group {
         /* How many of them are SYR2Ks (cuda_gemm_tmaps_syr2k): a group
          * without any runs a fast-path kernel built without their code. */
         uint32_t nfast_syr2k;
+        /* Optional launch data sent with the launch itself (0 bytes: off).
+         * The pointers above (problems, plan_blob, tmaps) that lie in
+         * [inline_dev, inline_dev + inline_bytes) are read from the host
+         * copy inline_host (same offsets) passed as a kernel parameter, so
+         * the caller need not copy that range to the device first: no copy
+         * on the launch path of a small group. inline_dev must be 64-byte
+         * aligned, inline_bytes at most CUDA_GEMM_INLINE_MAX, and every
+         * problem must run on the Hopper fast path (nfast == nproblems on
+         * an sm_90a device): the other kernels read device memory only, and
+         * cuda_gemm_launch returns -EINVAL rather than launch them. */
+        const void *inline_host;
+        uint64_t inline_dev;
+        uint32_t inline_bytes;
 };
+
+/* Largest launch data cuda_gemm_launch sends as a kernel parameter. Every
+ * launch carries a parameter this big, so it is kept small: room for a
+ * lone request's problem, plan and tensor maps, or a few small ones. */
+#define CUDA_GEMM_INLINE_MAX 4096
 
 /*
  * Enqueues the group's kernel on `stream` (a cudaStream_t, NULL for the
@@ -82,6 +100,11 @@ struct cuda_group {
  * kernel runs surface at the next synchronization, as usual. Thread-safe.
  */
 int cuda_gemm_launch(const struct cuda_group *g, void *stream);
+
+/* The launchers set each kernel's shared-memory limit once per device; a
+ * caller that destroys a device's context (cudaDeviceReset) calls this so
+ * that they set it again in the new one. */
+void cuda_gemm_forget_attributes(void);
 
 /*
  * Hopper fast path. On a compute capability 9.0 device, f16, bf16 and

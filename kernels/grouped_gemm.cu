@@ -125,6 +125,38 @@ struct KParams {
         uint32_t want_fast;
 };
 
+/* The Hopper kernel's launch parameter: the group's pointers, and (inl_bytes > 0) the bytes
+ * of device range [inl_dev, inl_dev + inl_bytes) carried along, for the
+ * pointers into that range to read instead (cuda_group.inline_*). */
+struct KArgs {
+        KParams kp;
+        const char *tmaps;
+        uint64_t inl_dev;
+        uint32_t inl_bytes;
+        alignas(64) unsigned char inl[CUDA_GEMM_INLINE_MAX];
+};
+
+/* p, moved into the launch's own copy when it points into the carried
+ * range. The copy lives in kernel-parameter memory: generic loads and TMA
+ * (tensor maps must be 64-byte aligned there too) read it directly. */
+template <typename P> __device__ __forceinline__ P *rebase(const KArgs &a, P *p)
+{
+        const uint64_t off = (uint64_t)(uintptr_t)p - a.inl_dev;
+        return a.inl_bytes && p && off < a.inl_bytes ? (P *)(a.inl + off) : p;
+}
+
+__device__ __forceinline__ KParams kparams(const KArgs &a)
+{
+        KParams kp = a.kp;
+        kp.probs = rebase(a, kp.probs);
+        kp.cta_begin = rebase(a, kp.cta_begin);
+        kp.entries = rebase(a, kp.entries);
+        kp.split_parts = rebase(a, kp.split_parts);
+        kp.split_ws = rebase(a, kp.split_ws);
+        kp.fast = rebase(a, kp.fast);
+        return kp;
+}
+
 /* ---- PTX wrappers -------------------------------------------------------- */
 
 __device__ __forceinline__ uint32_t smem_u32(const void *p)
@@ -823,6 +855,37 @@ template <class C> __global__ void __launch_bounds__(C::THREADS, 1) grouped_kern
         }
 }
 
+/*
+ * The dynamic shared-memory limit is a per-function attribute of the
+ * current context. Setting it at every launch put one more driver call on
+ * the launch path of every group (a small group's launch cost the worker
+ * about 15 us of host time on the H100 machine), so each launcher sets it
+ * once per device and context generation (bumped by
+ * cuda_gemm_forget_attributes when a context is rebuilt). `done` is the
+ * launcher's own array: one per kernel.
+ */
+std::atomic<uint32_t> ctx_generation{1};
+
+template <typename K>
+int smem_attr_once(std::atomic<uint32_t> (&done)[64], K *kernel, int smem)
+{
+        int dev = -1;
+        if (cudaGetDevice(&dev) != cudaSuccess) {
+                cudaGetLastError();
+                return -EIO;
+        }
+        const uint32_t gen = ctx_generation.load(std::memory_order_acquire);
+        if (dev >= 0 && dev < 64 && done[dev].load(std::memory_order_acquire) == gen)
+                return 0;
+        if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem) != cudaSuccess) {
+                cudaGetLastError();
+                return -EIO;
+        }
+        if (dev >= 0 && dev < 64)
+                done[dev].store(gen, std::memory_order_release);
+        return 0;
+}
+
 #include "kernels/wgmma_gemm.cuh"
 
 bool device_sm90();
@@ -830,16 +893,11 @@ bool device_sm90();
 template <class C> int launch(const struct cuda_group *g, const KParams &kp, uint32_t grid, cudaStream_t st)
 {
         const int smem = C::smem_bytes(device_sm90());
-        /* The dynamic shared-memory limit is a per-function, per-device
-         * attribute; setting it each launch costs little and avoids state. */
-        cudaError_t err = cudaFuncSetAttribute(grouped_kernel<C>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                               smem);
-        if (err != cudaSuccess) {
-                cudaGetLastError();
+        static std::atomic<uint32_t> done[64];
+        if (smem_attr_once(done, grouped_kernel<C>, smem))
                 return -EIO;
-        }
         grouped_kernel<C><<<grid, C::THREADS, smem, st>>>(kp);
-        err = cudaGetLastError();
+        const cudaError_t err = cudaGetLastError();
         return err == cudaSuccess ? 0 : -EIO;
 }
 
@@ -977,6 +1035,11 @@ bool device_sm90()
 
 } /* namespace */
 
+extern "C" void cuda_gemm_forget_attributes(void)
+{
+        ctx_generation.fetch_add(1, std::memory_order_acq_rel);
+}
+
 extern "C" int cuda_gemm_fast_available(void)
 {
 #if GEMMD_WGMMA
@@ -1038,7 +1101,18 @@ extern "C" int cuda_gemm_launch(const struct cuda_group *g, void *stream)
         if (have.tm != want.tm || have.tn != want.tn || have.tk != want.tk || !g->problems)
                 return -EINVAL;
 
-        KParams kp = {};
+        if (g->inline_bytes > CUDA_GEMM_INLINE_MAX || (g->inline_bytes && (!g->inline_host || (g->inline_dev & 63))))
+                return -EINVAL;
+        /* Built per launch (a few KB, on this thread's stack): the runtime
+         * copies it into the launch. */
+        KArgs args;
+        KParams &kp = args.kp;
+        kp = KParams{};
+        args.tmaps = nullptr;
+        args.inl_dev = g->inline_dev;
+        args.inl_bytes = g->inline_bytes;
+        if (g->inline_bytes)
+                memcpy(args.inl, g->inline_host, g->inline_bytes);
         kp.probs = g->problems;
         kp.nprobs = g->nproblems;
         uint32_t grid;
@@ -1063,17 +1137,26 @@ extern "C" int cuda_gemm_launch(const struct cuda_group *g, void *stream)
         }
         cudaStream_t st = (cudaStream_t)stream;
         const bool wg = g->dtype == GEMMD_F16 || g->dtype == GEMMD_BF16 || g->tf32;
+        bool fast = false;
 #if GEMMD_WGMMA
-        if (wg && g->tmaps && g->nfast > 0 && ((uintptr_t)g->tmaps & 63) == 0 && device_sm90()) {
+        fast = wg && g->tmaps && g->nfast > 0 && ((uintptr_t)g->tmaps & 63) == 0 && device_sm90();
+#endif
+        /* Launch data carried with the launch: the Hopper kernel only (the
+         * sm_80 kernels read device memory). */
+        if (g->inline_bytes && !(fast && g->nfast == g->nproblems))
+                return -EINVAL;
+#if GEMMD_WGMMA
+        if (fast) {
                 const char *tm = (const char *)g->tmaps;
                 if (g->nfast < g->nproblems) {
                         kp.fast = (const uint8_t *)(tm + (size_t)g->nproblems * WCfg::TMAP_BYTES);
                         kp.want_fast = 1;
                 }
                 const bool syrk = g->nfast_syr2k > 0;
-                int rc = g->dtype == GEMMD_F16    ? launch_wgmma<__half>(kp, tm, grid, st, syrk)
-                         : g->dtype == GEMMD_BF16 ? launch_wgmma<__nv_bfloat16>(kp, tm, grid, st, syrk)
-                                                  : launch_wgmma<float>(kp, tm, grid, st, syrk);
+                args.tmaps = tm;
+                int rc = g->dtype == GEMMD_F16    ? launch_wgmma<__half>(args, grid, st, syrk)
+                         : g->dtype == GEMMD_BF16 ? launch_wgmma<__nv_bfloat16>(args, grid, st, syrk)
+                                                  : launch_wgmma<float>(args, grid, st, syrk);
                 if (rc || g->nfast == g->nproblems)
                         return rc;
                 kp.want_fast = 0; /* the rest of the group on the sm_80 kernel */

@@ -370,8 +370,10 @@ __device__ __forceinline__ void fold(float (&d)[64], float (&tot)[64], float *ws
 /* SYRK: the group has SYR2Ks on this kernel; without, the two-term loop and
  * the triangle masks compile away. */
 template <typename T, bool SYRK>
-__global__ void __launch_bounds__(WCfg::THREADS, 1) wgmma_kernel(const KParams kp, const char *tmaps)
+__global__ void __launch_bounds__(WCfg::THREADS, 1) wgmma_kernel(const __grid_constant__ KArgs args)
 {
+        const KParams kp = kparams(args);
+        const char *tmaps = rebase(args, args.tmaps);
 #ifdef GEMMD_SM90A
         extern __shared__ unsigned char wsmem[];
         __shared__ uint32_t s_flag;
@@ -697,20 +699,17 @@ __global__ void __launch_bounds__(WCfg::THREADS, 1) wgmma_kernel(const KParams k
 }
 
 template <typename T, bool SYRK>
-int launch_wgmma(const KParams &kp, const char *tmaps, uint32_t grid, cudaStream_t st)
+int launch_wgmma(const KArgs &args, uint32_t grid, cudaStream_t st)
 {
-        cudaError_t err = cudaFuncSetAttribute(wgmma_kernel<T, SYRK>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                               WCfg::SMEM);
-        if (err != cudaSuccess) {
-                cudaGetLastError();
+        static std::atomic<uint32_t> done[64];
+        if (smem_attr_once(done, wgmma_kernel<T, SYRK>, WCfg::SMEM))
                 return -EIO;
-        }
-        wgmma_kernel<T, SYRK><<<grid, WCfg::THREADS, WCfg::SMEM, st>>>(kp, tmaps);
-        err = cudaGetLastError();
+        wgmma_kernel<T, SYRK><<<grid, WCfg::THREADS, WCfg::SMEM, st>>>(args);
+        const cudaError_t err = cudaGetLastError();
         return err == cudaSuccess ? 0 : -EIO;
 }
 
-template <typename T> int launch_wgmma(const KParams &kp, const char *tmaps, uint32_t grid, cudaStream_t st, bool syrk)
+template <typename T> int launch_wgmma(const KArgs &args, uint32_t grid, cudaStream_t st, bool syrk)
 {
-        return syrk ? launch_wgmma<T, true>(kp, tmaps, grid, st) : launch_wgmma<T, false>(kp, tmaps, grid, st);
+        return syrk ? launch_wgmma<T, true>(args, grid, st) : launch_wgmma<T, false>(args, grid, st);
 }

@@ -224,6 +224,7 @@ static const char *pdesc(const struct gemmd_kproblem *p, char *buf, size_t n)
 }
 
 static int failures;
+static int inline_runs; /* launches whose data went as a kernel parameter */
 
 /* Runs one group under every mode and CTA count; returns nothing, counts
  * failures. */
@@ -335,9 +336,42 @@ static void run_group(const char *name, int dtype, int tf32, struct tprob *tp, u
                                                .cfg = cfg, .ws = ws, .arrivals = arr,
                                                .tmaps = tm, .nfast = (uint32_t)nfast,
                                                .nfast_syr2k = nsyr2k};
-                        for (int rep = 0; rep < 2; rep++) {
+                        /* A third run, where the group fits, sends problems,
+                         * plan and tensor maps with the launch
+                         * (cuda_group.inline_*): the device range they
+                         * name is poisoned and never written, so a kernel
+                         * reading it instead of its parameter fails. */
+                        struct cuda_group gi = g;
+                        void *din = NULL, *hin = NULL;
+                        const size_t o_bl = (np * sizeof(*kp) + 63) & ~(size_t)63;
+                        const size_t o_tm = o_bl + ((plan.blob_bytes + 63) & ~(size_t)63);
+                        const size_t inl = o_tm + (htm ? cuda_gemm_tmaps_bytes(np) : 0);
+                        const int reps = htm && nfast == (int)np && cuda_gemm_fast_available() &&
+                                                         inl <= CUDA_GEMM_INLINE_MAX
+                                                 ? 3
+                                                 : 2;
+                        if (reps == 3) {
+                                CK(cudaMalloc(&din, inl));
+                                CK(cudaMemset(din, 0xff, inl));
+                                if (posix_memalign(&hin, 64, inl)) {
+                                        fprintf(stderr, "out of memory\n");
+                                        exit(1);
+                                }
+                                memcpy(hin, kp, np * sizeof(*kp));
+                                if (plan.blob_bytes)
+                                        memcpy((char *)hin + o_bl, plan.blob, plan.blob_bytes);
+                                memcpy((char *)hin + o_tm, htm, cuda_gemm_tmaps_bytes(np));
+                                gi.problems = din;
+                                gi.plan_blob = blob ? (char *)din + o_bl : NULL;
+                                gi.tmaps = (char *)din + o_tm;
+                                gi.inline_host = hin;
+                                gi.inline_dev = (uint64_t)(uintptr_t)din;
+                                gi.inline_bytes = (uint32_t)inl;
+                        }
+                        for (int rep = 0; rep < reps; rep++) {
                                 CK(cudaMemcpy(d, c0, total * es, cudaMemcpyHostToDevice));
-                                rc = cuda_gemm_launch(&g, NULL);
+                                rc = cuda_gemm_launch(rep == 2 ? &gi : &g, NULL);
+                                inline_runs += rep == 2;
                                 if (rc) {
                                         printf("FAIL %s %s: launch = %d\n", name, sched_mode_name(cfg.mode), rc);
                                         failures++;
@@ -393,6 +427,8 @@ static void run_group(const char *name, int dtype, int tf32, struct tprob *tp, u
                         cudaFree(blob);
                         cudaFree(ws);
                         cudaFree(arr);
+                        cudaFree(din);
+                        free(hin);
                 }
         }
         sched_plan_deinit(&plan);
@@ -434,12 +470,22 @@ int main(int argc, char **argv)
                 /* Every config also gets groups of K-major problems only
                  * (the sm_90 fast path for 16-bit and tf32, the ldmatrix
                  * fragment path on sm_80) and a mix of both kinds. */
-                const int ngrp = 8;
+                const int ngrp = 9;
                 for (int grp = 0; grp < ngrp; grp++) {
                         struct tprob tp[80];
                         uint32_t np;
                         char name[64];
                         const int kmaj = grp >= 4 && grp != 7;
+                        if (grp == 8) {
+                                /* One or two small K-major problems: a
+                                 * group small enough to go with its launch. */
+                                np = 1 + rndu(2);
+                                for (uint32_t i = 0; i < np; i++)
+                                        draw(&tp[i], dts[c], tfs[c], 0, 1);
+                                snprintf(name, sizeof(name), "%s/kmaj-small", names[c]);
+                                run_group(name, dts[c], tfs[c], tp, np, nsm, 1);
+                                continue;
+                        }
                         if (grp < 3 || grp == 4 || grp == 5) {
                                 /* Edge sizes, many problems. */
                                 np = 40 + rndu(40);
@@ -461,6 +507,11 @@ int main(int argc, char **argv)
                         }
                         run_group(name, dts[c], tfs[c], tp, np, nsm, kmaj);
                 }
+        }
+        printf("launches with their data as a kernel parameter: %d\n", inline_runs);
+        if (cuda_gemm_fast_available() && inline_runs == 0) {
+                printf("FAIL: no group went with its launch data\n");
+                failures++;
         }
         printf("test_gpu_kernels: %s (%d failures)\n", failures ? "FAIL" : "PASS", failures);
         return failures ? 1 : 0;
