@@ -125,9 +125,10 @@ struct KParams {
         uint32_t want_fast;
 };
 
-/* The Hopper kernel's launch parameter: the group's pointers, and (inl_bytes > 0) the bytes
- * of device range [inl_dev, inl_dev + inl_bytes) carried along, for the
- * pointers into that range to read instead (cuda_group.inline_*). */
+/* The Hopper kernel's launch parameter: the group's pointers and, when
+ * inl_bytes > 0, the bytes of device range [inl_dev, inl_dev + inl_bytes)
+ * carried along, which the pointers into that range read instead
+ * (cuda_group.inline_*). */
 struct KArgs {
         KParams kp;
         const char *tmaps;
@@ -1101,7 +1102,8 @@ extern "C" int cuda_gemm_launch(const struct cuda_group *g, void *stream)
         if (have.tm != want.tm || have.tn != want.tn || have.tk != want.tk || !g->problems)
                 return -EINVAL;
 
-        if (g->inline_bytes > CUDA_GEMM_INLINE_MAX || (g->inline_bytes && (!g->inline_host || (g->inline_dev & 63))))
+        if (g->inline_bytes > CUDA_GEMM_INLINE_MAX ||
+            (g->inline_bytes && (!g->inline_host || (g->inline_dev & 63))))
                 return -EINVAL;
         /* Built per launch (a few KB, on this thread's stack): the runtime
          * copies it into the launch. */
