@@ -371,10 +371,22 @@ int dispatch_pack_completion(const struct request *r, uint8_t **buf, size_t *n)
 {
         Gemmd__V1__OpResult small[64], *res = small;
         uint32_t nres = r->nops;
+        uint64_t t_done = 0;
         int rc;
 
         if (nres == 0)
                 return -EINVAL; /* every request has an op (on_submit) */
+        /* How long a finished request waits for its reply: the part of a
+         * round trip between the device and the socket (gemmctl stats). */
+        for (uint32_t i = 0; i < nres; i++)
+                if (r->ops[i].t_done_ns > t_done)
+                        t_done = r->ops[i].t_done_ns;
+        if (t_done) {
+                uint64_t t = now_ns();
+
+                atomic_fetch_add(&r->s->srv->replies, 1);
+                atomic_fetch_add(&r->s->srv->reply_wait_ns, t > t_done ? t - t_done : 0);
+        }
         if (nres > sizeof(small) / sizeof(small[0])) {
                 res = malloc(nres * sizeof(*res));
                 if (!res)

@@ -126,6 +126,10 @@ struct server {
         struct session *dirty;   /* sessions with replies to write */
         int exit_code;          /* the daemon's exit status after the drain */
         atomic_int device_lost; /* set by a worker whose device broke */
+        /* Completions packed for the wire: how many, how many of them the
+         * completing thread wrote itself, and the summed time from the
+         * request's last op done to its reply packed (either thread). */
+        atomic_uint_fast64_t replies, replies_now, reply_wait_ns;
 
         uint64_t t_start_ns;
         uint64_t active_ns; /* when the loop last read or reaped (server_run) */

@@ -441,6 +441,7 @@ int session_reply_now(struct request *r)
                 return 0;
         }
         r->replied = 1;
+        atomic_fetch_add(&s->srv->replies_now, 1);
         /* On the completion queue before the reply is on the wire: whatever
          * the client sends in answer, the loop takes r in before acting on
          * it (server_reap after each read). From here on r is the loop's. */

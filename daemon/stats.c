@@ -50,6 +50,14 @@ static void render_text(struct server *srv, FILE *f, double up_s)
                 (unsigned long long)srv->sessions_total);
         fprintf(f, "requests: %llu admitted, %u ops unfinished\n",
                 (unsigned long long)srv->requests, srv->queued_ops);
+        {
+                uint64_t nr = atomic_load(&srv->replies), nn = atomic_load(&srv->replies_now);
+                uint64_t wait = atomic_load(&srv->reply_wait_ns);
+
+                fprintf(f, "replies: %llu after device work (%llu written by the completing thread), "
+                           "done to reply packed %.1f us mean\n",
+                        (unsigned long long)nr, (unsigned long long)nn, nr ? wait / 1e3 / nr : 0.0);
+        }
         fprintf(f, "rejections:");
         for (unsigned i = 1; i < NCODES; i++)
                 if (srv->rejections[i])
@@ -110,6 +118,10 @@ static void render_json(struct server *srv, FILE *f, double up_s)
         fprintf(f, "\"sessions_now\":%u,\"sessions_total\":%llu,\"requests\":%llu,\"queued_ops\":%u,",
                 srv->nsessions, (unsigned long long)srv->sessions_total,
                 (unsigned long long)srv->requests, srv->queued_ops);
+        fprintf(f, "\"replies\":%llu,\"replies_now\":%llu,\"reply_wait_s\":%.6f,",
+                (unsigned long long)atomic_load(&srv->replies),
+                (unsigned long long)atomic_load(&srv->replies_now),
+                atomic_load(&srv->reply_wait_ns) / 1e9);
         fprintf(f, "\"rejections\":{");
         for (unsigned i = 1, first = 1; i < NCODES; i++) {
                 if (!srv->rejections[i])

@@ -635,6 +635,13 @@ Test(e2e, gemmctl_status_stats_gemm_syr2k_and_errors)
         cr_assert_eq(x.stdout_text[0], '{', "%s", x.stdout_text);
         cr_assert(strstr(x.stdout_text, "\"devices\""), "%s", x.stdout_text);
         cr_assert_geq(json_number(x.stdout_text, "ops"), 12, "%s", x.stdout_text);
+        /* Every one of those requests was answered after device work, and
+         * waited a measured, sane time for its reply. */
+        cr_assert_geq(json_number(x.stdout_text, "replies"), 12, "%s", x.stdout_text);
+        cr_assert_leq(json_number(x.stdout_text, "replies_now"), json_number(x.stdout_text, "replies"), "%s",
+                      x.stdout_text);
+        cr_assert_geq(json_number(x.stdout_text, "reply_wait_s"), 0.0, "%s", x.stdout_text);
+        cr_assert_lt(json_number(x.stdout_text, "reply_wait_s"), 60.0, "%s", x.stdout_text);
 
         /* Failures: one line on stderr, non-zero exit. */
         a = path_in_dir("a.npy");
