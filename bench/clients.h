@@ -73,6 +73,10 @@ struct clients_result {
         /* gemmd mode: sums over the window's requests of the daemon's own
          * account (admitted -> launched, launched -> done, group size). */
         double queue_us_sum, run_us_sum, group_size_sum;
+        /* ... and of the hops around it, from the daemon's stamps (same
+         * clock): submit -> admitted, reply packed -> seen here. */
+        double in_us_sum, out_us_sum;
+        uint64_t stamped; /* requests whose completion carried the stamps */
         int32_t first_error;
         char first_error_msg[160];
         uint64_t nsamples;

@@ -278,6 +278,8 @@ static void ticket_complete(struct gemmd_client *c, struct ticket *t,
                 r->group_id = o->group_id;
                 r->group_size = o->group_size;
                 copy_str(r->kernel, sizeof(r->kernel), o->kernel);
+                r->admit_ns = o->admit_ns;
+                r->reply_ns = o->reply_ns;
                 if (r->status == 0 && t->outs[i].out && o->c_data.len) {
                         size_t n = o->c_data.len < t->outs[i].bytes ? o->c_data.len
                                                                      : t->outs[i].bytes;

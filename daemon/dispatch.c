@@ -371,7 +371,7 @@ int dispatch_pack_completion(const struct request *r, uint8_t **buf, size_t *n)
 {
         Gemmd__V1__OpResult small[64], *res = small;
         uint32_t nres = r->nops;
-        uint64_t t_done = 0;
+        uint64_t t_done = 0, t_reply = now_ns();
         int rc;
 
         if (nres == 0)
@@ -382,10 +382,8 @@ int dispatch_pack_completion(const struct request *r, uint8_t **buf, size_t *n)
                 if (r->ops[i].t_done_ns > t_done)
                         t_done = r->ops[i].t_done_ns;
         if (t_done) {
-                uint64_t t = now_ns();
-
                 atomic_fetch_add(&r->s->srv->replies, 1);
-                atomic_fetch_add(&r->s->srv->reply_wait_ns, t > t_done ? t - t_done : 0);
+                atomic_fetch_add(&r->s->srv->reply_wait_ns, t_reply > t_done ? t_reply - t_done : 0);
         }
         if (nres > sizeof(small) / sizeof(small[0])) {
                 res = malloc(nres * sizeof(*res));
@@ -412,6 +410,8 @@ int dispatch_pack_completion(const struct request *r, uint8_t **buf, size_t *n)
                 x->group_id = o->group_id;
                 x->group_size = o->group_size;
                 x->kernel = (char *)(o->kernel ? o->kernel : "");
+                x->admit_ns = r->t_admit_ns;
+                x->reply_ns = t_reply;
         }
         rc = frame_pack_completion(r->id, res, nres, offsetof(struct outbuf, data), UINT32_MAX, buf,
                                    n);

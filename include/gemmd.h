@@ -148,6 +148,12 @@ struct gemmd_result {
         uint64_t group_id;   /* the group the op ran in */
         uint32_t group_size; /* ops in that group */
         char kernel[32];     /* kernel config that ran it */
+        /* The daemon's CLOCK_MONOTONIC, ns, when it admitted the request
+         * and when it packed this reply (0 from a daemon that does not
+         * send them). On the daemon's host they compare with the caller's
+         * own clock_gettime(CLOCK_MONOTONIC): submit -> admit_ns and
+         * reply_ns -> wait's return are the socket hops. */
+        uint64_t admit_ns, reply_ns;
 };
 
 struct gemmd_info {

@@ -496,6 +496,10 @@ static size_t result_size(const Gemmd__V1__OpResult *r)
                 n += 1 + varint_size(r->group_size);
         if (r->kernel && (l = strlen(r->kernel)))
                 n += 1 + varint_size(l) + l;
+        if (r->admit_ns)
+                n += 1 + varint_size(r->admit_ns);
+        if (r->reply_ns)
+                n += 1 + varint_size(r->reply_ns);
         return n;
 }
 
@@ -539,6 +543,14 @@ static uint8_t *put_result(uint8_t *p, const Gemmd__V1__OpResult *r, size_t size
         }
         if (r->kernel && (l = strlen(r->kernel)))
                 p = put_bytes(p, 0x42, r->kernel, l);
+        if (r->admit_ns) {
+                *p++ = 0x48;
+                p = put_varint(p, r->admit_ns);
+        }
+        if (r->reply_ns) {
+                *p++ = 0x50;
+                p = put_varint(p, r->reply_ns);
+        }
         return p;
 }
 

@@ -197,6 +197,8 @@ static void mock_complete(struct mock *m, uint64_t id, size_t nops, const int *s
                 res[i].run_us = 20 + i;
                 res[i].group_id = 30 + i;
                 res[i].group_size = (uint32_t)nops;
+                res[i].admit_ns = 1000000000ull + i;
+                res[i].reply_ns = 2000000000ull + i;
                 res[i].kernel = "cpu-f32-test-kernel-name-that-is-longer-than-32";
                 ptrs[i] = &res[i];
         }
@@ -842,6 +844,8 @@ Test(lib, submit_carries_every_field)
         cr_assert_eq(res[1].group_id, 31);
         cr_assert_eq(res[0].group_size, 2);
         cr_assert_str_eq(res[0].kernel, "cpu-f32-test-kernel-name-that-i");
+        cr_assert_eq(res[0].admit_ns, 1000000000ull);
+        cr_assert_eq(res[1].reply_ns, 2000000001ull);
         cr_assert_eq(((unsigned char *)&res[2])[0], 0x5a, "only nops results are written");
         /* The 16-byte c_data was cut to the 12 bytes of `out`. */
         cr_assert_eq(out[0], 1);

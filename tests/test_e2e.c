@@ -9,6 +9,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "gemmd.h"
@@ -262,6 +263,43 @@ Test(e2e, inline_operands_and_inline_c_are_returned)
         cr_assert_eq(e2e_run_checked(c, p, n, 4, NULL, why, sizeof(why)), 0, "%s", why);
         for (size_t i = 0; i < n; i++)
                 e2e_prob_free(&p[i]);
+        gemmd_disconnect(c);
+        STOP(&d);
+}
+
+Test(e2e, completion_times_lie_between_submit_and_receipt)
+{
+        struct e2e_daemon d;
+        struct e2e_prob p;
+        struct e2e_spec g = {.kind = GEMMD_GEMM, .dtype = GEMMD_F32, .m = 7, .n = 5, .k = 3,
+                             .alpha = 1.0f};
+        struct gemmd_result res;
+        struct timespec t0, t1;
+        gemmd_ticket t;
+        gemmd_client *c;
+        uint64_t seed = 5, a0, a1;
+
+        START(&d, "--threads", "1", NULL);
+        c = e2e_connect(&d);
+        cr_assert_not_null(c);
+        cr_assert_eq(e2e_prob_inline(&p, &g, &seed), 0);
+        /* The daemon's stamps are its CLOCK_MONOTONIC: on one host they
+         * fall between the client's submit and the wait's return. */
+        for (int i = 0; i < 20; i++) {
+                clock_gettime(CLOCK_MONOTONIC, &t0);
+                cr_assert_eq(gemmd_submit(c, &p.op, 1, GEMMD_PRIO_NORMAL, &t), 0);
+                memset(&res, 0, sizeof(res));
+                cr_assert_eq(gemmd_wait(c, t, -1, &res, 1), 0);
+                clock_gettime(CLOCK_MONOTONIC, &t1);
+                a0 = (uint64_t)t0.tv_sec * 1000000000ull + (uint64_t)t0.tv_nsec;
+                a1 = (uint64_t)t1.tv_sec * 1000000000ull + (uint64_t)t1.tv_nsec;
+                cr_assert_eq(res.status, 0);
+                cr_assert(a0 <= res.admit_ns && res.admit_ns <= res.reply_ns && res.reply_ns <= a1,
+                          "submit %llu, admitted %llu, reply %llu, received %llu",
+                          (unsigned long long)a0, (unsigned long long)res.admit_ns,
+                          (unsigned long long)res.reply_ns, (unsigned long long)a1);
+        }
+        e2e_prob_free(&p);
         gemmd_disconnect(c);
         STOP(&d);
 }

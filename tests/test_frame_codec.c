@@ -75,6 +75,8 @@ Test(frame_codec, completion_encoder_matches_protobuf_c)
                         res[i].run_us = rv();
                         res[i].group_id = rv();
                         res[i].group_size = (uint32_t)rv();
+                        res[i].admit_ns = rnd() % 2 ? rv() : 0;
+                        res[i].reply_ns = rnd() % 2 ? rv() << 20 : 0;
                 }
                 c.n_results = n;
                 c.results = rp;

@@ -76,6 +76,8 @@ class Result(ctypes.Structure):
         ("group_id", ctypes.c_uint64),
         ("group_size", ctypes.c_uint32),
         ("kernel", ctypes.c_char * 32),
+        ("admit_ns", ctypes.c_uint64),
+        ("reply_ns", ctypes.c_uint64),
     ]
 
 
