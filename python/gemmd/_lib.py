@@ -114,7 +114,8 @@ class Device(ctypes.Structure):
 # not know. The library may write them (Info, Device, Result), and reads 0,
 # "the default", from any it expects in an Op.
 assert ctypes.sizeof(Operand) == 40 and ctypes.sizeof(Op) == 200
-assert ctypes.sizeof(Result) == 72 and ctypes.sizeof(Info) == 112
+# Result: 72 bytes first; 88 since admit_ns and reply_ns were appended.
+assert ctypes.sizeof(Result) == 88 and ctypes.sizeof(Info) == 112
 assert ctypes.sizeof(Device) == 96
 
 _SLACK = 1024
