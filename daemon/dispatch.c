@@ -176,6 +176,16 @@ static void free_request(struct request *r, uint32_t nvalid)
         free(r);
 }
 
+/* Whether n more ops would exceed a session, user or daemon cap. */
+static int over_caps(const struct session *s, uint32_t n)
+{
+        const struct limits *lim = &s->srv->cfg->lim;
+
+        return s->inflight_ops + n > lim->max_inflight_ops ||
+               s->user->inflight_ops + n > lim->max_user_inflight_ops ||
+               s->srv->queued_ops + n > lim->max_queue_ops;
+}
+
 static void on_submit(struct session *s, uint64_t rid, const Gemmd__V1__Submit *m)
 {
         struct server *srv = s->srv;
@@ -206,7 +216,13 @@ static void on_submit(struct session *s, uint64_t rid, const Gemmd__V1__Submit *
                                    m->priority);
                 return;
         }
-        /* Admission: reject rather than queue without bound. */
+        /* Admission: reject rather than queue without bound. The counts
+         * may still hold requests that are done and answered but not yet
+         * taken in by this thread (a completing thread answers small
+         * groups itself): those are reaped before any verdict, so a client
+         * is judged by counts that include every reply it has. */
+        if (over_caps(s, n))
+                server_reap(srv);
         if (s->inflight_ops + n > lim->max_inflight_ops) {
                 session_send_error(s, rid, GEMMD_EBUSY, -1,
                                    "session has %u ops in flight (at most %u)", s->inflight_ops,
@@ -320,6 +336,12 @@ void dispatch_frame(struct session *s, const uint8_t *buf, uint32_t len)
                 session_close_after_flush(s);
                 return;
         }
+        /* Anything but a submit (a buffer release, say) may answer a reply
+         * that a completing thread wrote: its request is taken in first.
+         * Submits do it only when a cap would refuse them (on_submit), so
+         * that a busy read is not held up packing other sessions' replies. */
+        if (env->body_case != GEMMD__V1__ENVELOPE__BODY_SUBMIT)
+                server_reap(s->srv);
         switch (env->body_case) {
         case GEMMD__V1__ENVELOPE__BODY_HELLO:
                 if (s->state != SESSION_HELLO) {

@@ -11,9 +11,13 @@
  * can (session_reply_now): the reply goes out without waiting for the loop
  * thread to wake. The request still goes back to the loop for everything
  * else (counts, limits, freeing), and the loop takes the completion queue
- * in after every read from a client, before acting on what it read
- * (server_reap), so a client that answers a reply at once is never judged
- * by counts that predate it.
+ * in (server_reap) before acting on anything a client sends that could
+ * depend on it: before every message but a submit, and before refusing a
+ * submit for a cap. So a client that answers a reply at once is never
+ * judged by counts that predate it, while a busy read of submits is not
+ * held up packing other sessions' replies. (Reaping used to follow every
+ * read; on the H100 at 8 clients x 8 in flight a submit then took about
+ * 100 us from the client's write to its admission.)
  */
 #ifndef GEMMD_SERVER_H
 #define GEMMD_SERVER_H

@@ -653,11 +653,10 @@ static void on_readable(struct session *s)
                 }
                 /* What was just read may answer a reply that another thread
                  * wrote (session_reply_now queued its request before writing
-                 * it): the request is taken in first, so that the client is
-                 * judged by counts that include it. */
-                server_reap(s->srv);
-                if (s->state == SESSION_CLOSED)
-                        return;
+                 * it): dispatch_frame takes such requests in before it acts
+                 * on anything that depends on them. A read keeps the loop
+                 * polling (server_run) as a reap does. */
+                s->srv->active_ns = now_ns();
                 if (s->body) {
                         s->body_got += (uint32_t)n;
                         if (s->body_got == s->body_len) {
