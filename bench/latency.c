@@ -54,6 +54,9 @@ struct lat_report {
         uint32_t n;
         uint64_t errors;
         double queue_us_sum, run_us_sum, group_size_sum;
+        /* From the daemon's stamps (same clock): submit -> admitted, reply
+         * packed -> the wait's return. */
+        double in_us_sum, out_us_sum;
         char msg[160];
 };
 
@@ -140,7 +143,8 @@ static int client_setup(struct lat_client *c)
 /* One request, from just before the submit to the wait's return. C is
  * poisoned first, so an unwritten element fails the check. Returns the
  * latency in microseconds, or -1. */
-static double one_request(struct lat_client *c, struct gemmd_result *res)
+static double one_request(struct lat_client *c, struct gemmd_result *res, uint64_t *t_sub,
+                          uint64_t *t_got)
 {
         int64_t d = c->o->dim;
         gemmd_ticket t;
@@ -157,7 +161,9 @@ static double one_request(struct lat_client *c, struct gemmd_result *res)
                 fail(c, err, "request");
                 return -1;
         }
-        double us = (double)(bench_now_ns() - t0) / 1000.0;
+        *t_sub = t0;
+        *t_got = bench_now_ns();
+        double us = (double)(*t_got - t0) / 1000.0;
 
         for (int64_t i = 0; i < d * d; i++)
                 if (!(fabs(c->c[i] - c->ref[i]) <= 1e-4 * (1.0 + fabs(c->ref[i])))) {
@@ -172,18 +178,19 @@ static int client_main(const struct lat_opts *o, int fd)
         struct lat_client c = {.o = o};
         struct gemmd_result res;
         float *samples = calloc((size_t)o->requests, sizeof(float));
+        uint64_t t_sub, t_got;
         char go = 0;
 
         if (!samples)
                 fail(&c, -ENOMEM, "calloc");
         else if (!client_setup(&c))
                 for (int i = 0; i < o->warmup && !c.rep.status; i++)
-                        one_request(&c, &res);
+                        one_request(&c, &res, &t_sub, &t_got);
         /* Ready (or failed); then wait for the common start. */
         if (bench_write_all(fd, &c.rep.status, sizeof(c.rep.status)) || bench_read_all(fd, &go, 1) || !go)
                 return 1;
         for (int i = 0; i < o->requests && !c.rep.status; i++) {
-                double us = one_request(&c, &res);
+                double us = one_request(&c, &res, &t_sub, &t_got);
 
                 if (us < 0)
                         break;
@@ -191,6 +198,8 @@ static int client_main(const struct lat_opts *o, int fd)
                 c.rep.queue_us_sum += (double)res.queue_us;
                 c.rep.run_us_sum += (double)res.run_us;
                 c.rep.group_size_sum += res.group_size;
+                c.rep.in_us_sum += res.admit_ns >= t_sub ? (double)(res.admit_ns - t_sub) / 1e3 : 0;
+                c.rep.out_us_sum += t_got >= res.reply_ns && res.reply_ns ? (double)(t_got - res.reply_ns) / 1e3 : 0;
         }
         gemmd_disconnect(c.gc);
         if (bench_write_all(fd, &c.rep, sizeof(c.rep)) ||
@@ -401,6 +410,8 @@ static int run_clients(const struct lat_opts *o, struct lat_report *sum, float *
                         sum->queue_us_sum += r.queue_us_sum;
                         sum->run_us_sum += r.run_us_sum;
                         sum->group_size_sum += r.group_size_sum;
+                        sum->in_us_sum += r.in_us_sum;
+                        sum->out_us_sum += r.out_us_sum;
                         if (r.status && !sum->status) {
                                 sum->status = r.status;
                                 memcpy(sum->msg, r.msg, sizeof(sum->msg));
@@ -436,11 +447,13 @@ static void report(const struct lat_opts *o, const struct lat_report *sum, const
                        "\"p50_us\":%.1f,\"p90_us\":%.1f,\"p99_us\":%.1f,\"p999_us\":%.1f,"
                        "\"min_us\":%.1f,\"max_us\":%.1f,\"mean_us\":%.1f,"
                        "\"queue_us_mean\":%.2f,\"run_us_mean\":%.2f,\"group_size_mean\":%.3f,"
+                       "\"submit_to_admit_us_mean\":%.2f,\"reply_to_client_us_mean\":%.2f,"
                        "\"errors\":%llu,\"clients_failed\":%d,\"daemon_exit\":%d,"
                        "\"first_error\":\"%s\"}\n",
                        o->nclients, o->dim, o->shm ? "shm" : "inline", n, q[0], q[1], q[2], q[3],
                        n ? s[0] : 0, n ? s[n - 1] : 0, mean, sum->queue_us_sum / k, sum->run_us_sum / k,
-                       sum->group_size_sum / k, (unsigned long long)sum->errors, failed,
+                       sum->group_size_sum / k, sum->in_us_sum / k, sum->out_us_sum / k,
+                       (unsigned long long)sum->errors, failed,
                        daemon_exit, sum->msg);
                 return;
         }
@@ -451,6 +464,8 @@ static void report(const struct lat_opts *o, const struct lat_report *sum, const
                n, q[0], q[1], q[2], q[3], n ? s[0] : 0, n ? s[n - 1] : 0, mean);
         printf("daemon's account: queue %.2f us, run %.2f us, group size %.3f (means)\n",
                sum->queue_us_sum / k, sum->run_us_sum / k, sum->group_size_sum / k);
+        printf("hops: submit to admitted %.2f us, reply packed to client %.2f us (means)\n",
+               sum->in_us_sum / k, sum->out_us_sum / k);
         if (sum->errors || failed || daemon_exit)
                 printf("errors %llu, clients failed %d, daemon exit %d: %s\n",
                        (unsigned long long)sum->errors, failed, daemon_exit, sum->msg);

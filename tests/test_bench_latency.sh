@@ -26,7 +26,11 @@ n = int(sys.argv[2])
 print("  %d client(s), %s: p50 %.1f us, p99 %.1f us" % (n, j["memory"], j["p50_us"], j["p99_us"]))
 ok = (j["requests"] == 300 * n and j["errors"] == 0 and j["clients_failed"] == 0 and
       j["daemon_exit"] == 0 and 0 < j["min_us"] <= j["p50_us"] <= j["p99_us"] <= j["max_us"] and
-      j["group_size_mean"] >= 1)
+      j["group_size_mean"] >= 1 and
+      # the daemon's stamps split the round trip: both hops measured, each
+      # shorter than the slowest round trip
+      0 < j["submit_to_admit_us_mean"] < j["max_us"] and
+      0 < j["reply_to_client_us_mean"] < j["max_us"])
 sys.exit(0 if ok else 1)
 PY
 done
