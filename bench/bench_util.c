@@ -2,6 +2,7 @@
  * bench_util.c - helpers of the client benchmarks (bench_util.h).
  */
 #include "bench/bench_util.h"
+#include "include/gemmd.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -162,4 +163,14 @@ int bench_read_all(int fd, void *p, size_t n)
                 n -= (size_t)r;
         }
         return 0;
+}
+
+int bench_hops(const struct gemmd_result *r, uint64_t t_submit, uint64_t t_got, double *in_us,
+               double *out_us)
+{
+        if (!r->admit_ns || r->admit_ns < t_submit || r->reply_ns < r->admit_ns || t_got < r->reply_ns)
+                return 0;
+        *in_us = (double)(r->admit_ns - t_submit) / 1e3;
+        *out_us = (double)(t_got - r->reply_ns) / 1e3;
+        return 1;
 }

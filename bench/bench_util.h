@@ -44,4 +44,14 @@ uint64_t bench_now_ns(void);
 int bench_write_all(int fd, const void *p, size_t n);
 int bench_read_all(int fd, void *p, size_t n);
 
+struct gemmd_result;
+
+/* The hops around the daemon of one request: submit -> admitted and reply
+ * packed -> received, in us, from the stamps in its result (the daemon's
+ * CLOCK_MONOTONIC) and the caller's bench_now_ns() at submit and at
+ * receipt. Returns 0, leaving both alone, when the result carries no
+ * usable stamps. */
+int bench_hops(const struct gemmd_result *r, uint64_t t_submit, uint64_t t_got, double *in_us,
+               double *out_us);
+
 #endif /* GEMMD_BENCH_UTIL_H */

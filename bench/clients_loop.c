@@ -252,10 +252,11 @@ static void complete(struct client *c, struct slot *s, uint64_t now, int status,
                                 c->r.queue_us_sum += (double)res->queue_us;
                                 c->r.run_us_sum += (double)res->run_us;
                                 c->r.group_size_sum += res->group_size;
-                                if (res->admit_ns >= s->t_submit && now >= res->reply_ns &&
-                                    res->reply_ns >= res->admit_ns) {
-                                        c->r.in_us_sum += (double)(res->admit_ns - s->t_submit) / 1e3;
-                                        c->r.out_us_sum += (double)(now - res->reply_ns) / 1e3;
+                                double in_us, out_us;
+
+                                if (bench_hops(res, s->t_submit, now, &in_us, &out_us)) {
+                                        c->r.in_us_sum += in_us;
+                                        c->r.out_us_sum += out_us;
                                         c->r.stamped++;
                                 }
                         }

@@ -15,7 +15,6 @@
 #include <errno.h>
 #include <pthread.h>
 #include <sys/mman.h>
-#include <time.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -203,14 +202,6 @@ static int grow_pair(struct cuda_backend *cb, void **h, void **d, size_t *cap, s
 /* How long the completion thread polls before it blocks. */
 #define DONE_SPIN_NS 200000ull
 
-static uint64_t mono_ns(void)
-{
-        struct timespec ts;
-
-        clock_gettime(CLOCK_MONOTONIC, &ts);
-        return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
-
 static void operand_dims(const struct op *o, int which, uint64_t *rows, uint64_t *cols);
 
 /* Copies the bounced Cs of a finished group from the pinned buffer to
@@ -250,11 +241,11 @@ static void *done_main(void *arg)
                 if (!s) {
                         if (cb->done_stop)
                                 break;
-                        if (cb->spin_ns && mono_ns() - active < cb->spin_ns) {
+                        if (cb->spin_ns && now_ns() - active < cb->spin_ns) {
                                 /* watch() stores done_head atomically. */
                                 pthread_mutex_unlock(&cb->done_lock);
                                 while (!__atomic_load_n(&cb->done_head, __ATOMIC_ACQUIRE) &&
-                                       mono_ns() - active < cb->spin_ns)
+                                       now_ns() - active < cb->spin_ns)
                                         cpu_relax();
                                 pthread_mutex_lock(&cb->done_lock);
                                 continue;
@@ -267,8 +258,8 @@ static void *done_main(void *arg)
                         cb->done_tail = NULL;
                 pthread_mutex_unlock(&cb->done_lock);
                 ev = cb->ev_end[s->seq % EVENT_RING];
-                t0 = mono_ns();
-                while ((st = cudaEventQuery(ev)) == cudaErrorNotReady && mono_ns() - t0 < DONE_SPIN_NS)
+                t0 = now_ns();
+                while ((st = cudaEventQuery(ev)) == cudaErrorNotReady && now_ns() - t0 < DONE_SPIN_NS)
                         ;
                 if (st == cudaErrorNotReady)
                         st = cudaEventSynchronize(ev);
@@ -280,7 +271,7 @@ static void *done_main(void *arg)
                 if (st == cudaSuccess)
                         unbounce(s);
                 worker_group_done(s->g, st == cudaSuccess ? 0 : GEMMD_EDEVICE);
-                active = mono_ns();
+                active = now_ns();
                 pthread_mutex_lock(&cb->done_lock);
         }
         pthread_mutex_unlock(&cb->done_lock);

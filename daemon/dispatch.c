@@ -176,14 +176,34 @@ static void free_request(struct request *r, uint32_t nvalid)
         free(r);
 }
 
-/* Whether n more ops would exceed a session, user or daemon cap. */
-static int over_caps(const struct session *s, uint32_t n)
+/* Whether n more ops would exceed a session, user or daemon cap; with
+ * `refuse` set, the client is told which. */
+static int over_caps(struct session *s, uint64_t rid, uint32_t n, int refuse)
 {
-        const struct limits *lim = &s->srv->cfg->lim;
+        const struct server *srv = s->srv;
+        const struct limits *lim = &srv->cfg->lim;
 
-        return s->inflight_ops + n > lim->max_inflight_ops ||
-               s->user->inflight_ops + n > lim->max_user_inflight_ops ||
-               s->srv->queued_ops + n > lim->max_queue_ops;
+        if (s->inflight_ops + n > lim->max_inflight_ops) {
+                if (refuse)
+                        session_send_error(s, rid, GEMMD_EBUSY, -1,
+                                           "session has %u ops in flight (at most %u)", s->inflight_ops,
+                                           lim->max_inflight_ops);
+                return 1;
+        }
+        if (s->user->inflight_ops + n > lim->max_user_inflight_ops) {
+                if (refuse)
+                        session_send_error(s, rid, GEMMD_EBUSY, -1,
+                                           "uid %d has %u ops in flight (at most %u)", (int)s->cred.uid,
+                                           s->user->inflight_ops, lim->max_user_inflight_ops);
+                return 1;
+        }
+        if (srv->queued_ops + n > lim->max_queue_ops) {
+                if (refuse)
+                        session_send_error(s, rid, GEMMD_EBUSY, -1, "daemon queue full (%u ops)",
+                                           srv->queued_ops);
+                return 1;
+        }
+        return 0;
 }
 
 static void on_submit(struct session *s, uint64_t rid, const Gemmd__V1__Submit *m)
@@ -221,24 +241,10 @@ static void on_submit(struct session *s, uint64_t rid, const Gemmd__V1__Submit *
          * taken in by this thread (a completing thread answers small
          * groups itself): those are reaped before any verdict, so a client
          * is judged by counts that include every reply it has. */
-        if (over_caps(s, n))
+        if (over_caps(s, rid, n, 0)) {
                 server_reap(srv);
-        if (s->inflight_ops + n > lim->max_inflight_ops) {
-                session_send_error(s, rid, GEMMD_EBUSY, -1,
-                                   "session has %u ops in flight (at most %u)", s->inflight_ops,
-                                   lim->max_inflight_ops);
-                return;
-        }
-        if (s->user->inflight_ops + n > lim->max_user_inflight_ops) {
-                session_send_error(s, rid, GEMMD_EBUSY, -1,
-                                   "uid %d has %u ops in flight (at most %u)", (int)s->cred.uid,
-                                   s->user->inflight_ops, lim->max_user_inflight_ops);
-                return;
-        }
-        if (srv->queued_ops + n > lim->max_queue_ops) {
-                session_send_error(s, rid, GEMMD_EBUSY, -1, "daemon queue full (%u ops)",
-                                   srv->queued_ops);
-                return;
+                if (over_caps(s, rid, n, 1))
+                        return;
         }
         r = calloc(1, sizeof(*r) + n * sizeof(struct op));
         if (!r) {

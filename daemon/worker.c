@@ -456,12 +456,15 @@ static void finish_group(struct worker *w, struct group *g)
         g->busy = 0;
 }
 
-/* Builds g's plan and launches it. Called with the lock released. */
-static int launch_group(struct worker *w, struct group *g)
+/* Builds g's plan and launches it. Called with the lock released; sets
+ * *launch_ns to the host time the backend's launch() took (0 when it was
+ * not called), for the caller to count under the lock it takes next. */
+static int launch_group(struct worker *w, struct group *g, uint64_t *launch_ns)
 {
         uint64_t t0 = now_ns();
         int rc;
 
+        *launch_ns = 0;
         if (w->broken)
                 return GEMMD_EDEVICE;
         g->cfg.mode = w->cfg->mode;
@@ -495,15 +498,7 @@ static int launch_group(struct worker *w, struct group *g)
         }
         pthread_mutex_unlock(&w->lock);
         rc = w->be->launch(w->be, g);
-        {
-                /* What the launch path costs the worker thread: with
-                 * device_ns and run_ns, where a group's time goes. */
-                uint64_t t_ns = now_ns() - g->t_launch_ns;
-
-                pthread_mutex_lock(&w->lock);
-                w->st.launch_ns += t_ns;
-                pthread_mutex_unlock(&w->lock);
-        }
+        *launch_ns = now_ns() - g->t_launch_ns;
         if (rc) {
                 pthread_mutex_lock(&w->lock);
                 if (--w->inflight == 0)
@@ -696,10 +691,16 @@ static void *worker_main(void *arg)
                                 if (g->nops == 0) {
                                         g->busy = 0;
                                 } else {
+                                        uint64_t launch_ns;
+
                                         pthread_mutex_unlock(&w->lock);
-                                        int rc = launch_group(w, g);
+                                        int rc = launch_group(w, g, &launch_ns);
                                         pthread_mutex_lock(&w->lock);
                                         w->active_ns = now_ns();
+                                        /* What the launch path costs the worker
+                                         * thread: with device_ns and run_ns, where
+                                         * a group's time goes. */
+                                        w->st.launch_ns += launch_ns;
                                         if (rc) {
                                                 struct done_list done = DONE_LIST_INIT(done);
 
