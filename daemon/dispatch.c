@@ -285,7 +285,10 @@ static void on_submit(struct session *s, uint64_t rid, const Gemmd__V1__Submit *
         srv->queued_ops += n;
         srv->requests++;
         w = server_pick_worker(srv, r);
-        worker_enqueue(w, &s->lanes[w->index * NPRIO], pp, n, r->priority);
+        /* Handed to the worker with the rest of this read's requests
+         * (session_hand_over): one lock for all of them. */
+        lane_stage(&s->lanes[w->index * NPRIO + r->priority], pp, n);
+        s->staged = 1;
         if (pp != ptrs)
                 free(pp);
 }
@@ -466,9 +469,9 @@ void dispatch_completion(struct request *r)
                 else if (answered)
                         s->ops_ok++;
         }
-        if (r->replied)
+        if (r->reply_sync)
                 session_reply_taken(s);
-        else if (s->state != SESSION_CLOSED)
+        else if (!r->replied && s->state != SESSION_CLOSED)
                 session_send_completion(s, r);
         free_request(r, n);
         session_unref(s);

@@ -7,17 +7,21 @@
  * uv_async_send (sends coalesce, so the callback drains the whole queue),
  * and a session's output queue (out_lock).
  *
- * A completed request is answered by the thread that completes it when it
- * can (session_reply_now): the reply goes out without waiting for the loop
- * thread to wake. The request still goes back to the loop for everything
- * else (counts, limits, freeing), and the loop takes the completion queue
- * in (server_reap) before acting on anything a client sends that could
- * depend on it: before every message but a submit, and before refusing a
- * submit for a cap. So a client that answers a reply at once is never
- * judged by counts that predate it, while a busy read of submits is not
- * held up packing other sessions' replies. (Reaping used to follow every
- * read; on the H100 at 8 clients x 8 in flight a submit then took about
- * 100 us from the client's write to its admission.)
+ * A completed request is answered by the thread that completes it
+ * (session_reply_now, one write per session and group): the reply goes out
+ * without waiting for the loop thread. The request still goes back to the
+ * loop for everything else (counts, limits, freeing), and the loop takes
+ * the completion queue in (server_reap) before acting on anything a client
+ * sends that could depend on it: before every message but a submit, and
+ * before refusing a submit for a cap. So a client that answers a reply at
+ * once is never judged by counts that predate it, while a busy read of
+ * submits is not held up by other sessions' replies. The loop is the one
+ * thread every request crosses twice; what it does per request is kept
+ * small: a read's submits reach the worker under one lock
+ * (session_hand_over). (On the H100 at 8 clients x 8 in flight, with the
+ * loop packing the replies of every group of more than four requests and
+ * taking the worker's lock per submit, it was busy nearly all the time and
+ * a submit waited 64 us for admission; bench/results/service-ab-loop.txt.)
  */
 #ifndef GEMMD_SERVER_H
 #define GEMMD_SERVER_H
@@ -84,18 +88,29 @@ struct session {
         pthread_mutex_t out_lock;
         struct outbuf *out_head, *out_tail;
         size_t out_off;
-        uint64_t out_bytes;
+        atomic_uint_fast64_t out_bytes; /* also read without the lock */
         int out_open;
         int out_err;
 
         struct gbuf_table bufs;
         struct user *user;  /* the peer's uid: what it holds over all its sessions */
         struct lane *lanes; /* nworkers * NPRIO */
+        int staged;         /* a lane holds ops not yet handed over */
         uint32_t inflight_ops;
 
         uint64_t submits, ops_ok, ops_failed, rejected;
         int dirty;                   /* on srv->dirty: replies to write */
         struct session *next_dirty;
+};
+
+/* Parts of the loop's busy time, for its account (stats.c). They nest:
+ * a reap can run inside a frame's handling. */
+enum loop_part {
+        LOOP_RECV,    /* recvmsg of client bytes */
+        LOOP_FRAMES,  /* decoding and acting on whole frames */
+        LOOP_ENQUEUE, /* handing admitted ops to a worker (its lock) */
+        LOOP_REAP,    /* taking completed requests in (server_reap) */
+        LOOP_PARTS
 };
 
 struct server {
@@ -137,6 +152,11 @@ struct server {
 
         uint64_t t_start_ns;
         uint64_t active_ns; /* when the loop last read or reaped (server_run) */
+        /* The loop's own account (server_loop_account): its callbacks, the
+         * time they held the thread, and their durations in log2 us
+         * buckets. A long callback delays every client's next read. */
+        uint64_t loop_callbacks, loop_busy_ns, loop_hist[HIST_BUCKETS];
+        uint64_t loop_part_ns[LOOP_PARTS]; /* where the busy time went */
         uint64_t sessions_total, requests, rejections[32];
 };
 
@@ -164,11 +184,18 @@ void server_post_completions(struct request *done, void *ctx);
 /* Appends r to the completion queue without waking the loop (the caller
  * does: uv_async_send). Any thread. */
 void server_queue_done(struct server *srv, struct request *r);
+/* The same for a list linked by next, head to tail, under one lock. */
+void server_queue_done_list(struct server *srv, struct request *head, struct request *tail);
 
 /* Loop thread: runs what the workers handed back (control tasks, completed
  * requests). Called by the async callback and after each read from a
  * session, before what was read is acted on. */
 void server_reap(struct server *srv);
+
+/* Adds one loop callback that started at t0 (now_ns()) to the loop's
+ * account. Called by the outermost callbacks only: client I/O, the
+ * completion wake-up and the listener. */
+void server_loop_account(struct server *srv, uint64_t t0);
 
 /* Called by a worker when a control task has run (worker thread). */
 void server_post_control(struct wctl *c, void *ctx);
@@ -184,20 +211,29 @@ int session_accept(struct server *srv, int fd);
 /* Closes sessions that sent no Hello within the timeout (a timer). */
 void session_sweep_hello(uv_timer_t *t);
 void session_set_state(struct session *s, enum session_state st);
+/* Hands the ops that the session's submits admitted (staged on its lanes)
+ * to the workers. Called after each read's frames and before a close. */
+void session_hand_over(struct session *s);
 /* Queues a frame for the client; closes the session on failure. */
 void session_send(struct session *s, const Gemmd__V1__Envelope *env);
 /* Queues the Completion of r (dispatch_pack_completion). */
 void session_send_completion(struct session *s, const struct request *r);
-/* Any thread, for a request whose last op is done: when nothing else is
- * queued for its session and the session is not closing, packs the
- * Completion, marks r replied, puts r on the completion queue
- * (server_queue_done) and writes the reply; what the socket does not take
- * at once stays queued for the loop thread. Returns 1 if it did, 0 when
- * the loop thread must answer r (then nothing was done). */
-int session_reply_now(struct request *r);
-/* Loop thread, when it takes in a request that session_reply_now answered:
- * waits until that thread is done with the session's output, then acts on
- * what the write left (a remainder to poll for, or an error to close on). */
+/* Any thread, for a list of requests whose last ops are done (linked by
+ * next): answers r and the requests after it of the same session, each
+ * packed and queued behind whatever is queued, then written with one
+ * system call. The answered requests are marked replied, the last of them
+ * reply_sync, and put on the completion queue (server_queue_done) before
+ * the write. What the socket does not take at once stays queued for the
+ * loop thread. Returns the first request it did not answer (the next
+ * session's, or NULL), and sets *stuck when that one is of this session
+ * and must be answered by the loop: it is closing, asked for Launched
+ * messages, or has a large inline result. */
+struct request *session_reply_now(struct request *r, int *stuck);
+/* Loop thread, when it takes in the last request of a write by
+ * session_reply_now (reply_sync): waits until that thread is done with the
+ * session's output, then acts on what the write left (a remainder to poll
+ * for, or an error to close on). The requests before it in that write need
+ * no call: that one still holds the session. */
 void session_reply_taken(struct session *s);
 /* Whether frames are queued for the client. */
 int session_has_output(struct session *s);

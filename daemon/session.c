@@ -212,6 +212,7 @@ void session_close(struct session *s)
                 log_info("session %llu: closed", (unsigned long long)s->id);
         /* Queued ops are dropped; running ones finish and are discarded by
          * dispatch_completion. */
+        session_hand_over(s);
         for (int i = 0; i < srv->nworkers; i++)
                 worker_cancel(&srv->workers[i], &s->lanes[i * NPRIO]);
         while (s->nfds)
@@ -268,12 +269,10 @@ static void parse_rbuf(struct session *s);
  * between frames, not only between reads. */
 static int output_full(struct session *s)
 {
-        int full;
-
-        pthread_mutex_lock(&s->out_lock);
-        full = s->out_bytes > s->srv->cfg->lim.max_output_bytes;
-        pthread_mutex_unlock(&s->out_lock);
-        return full;
+        /* Without the lock, which a thread answering completions may hold
+         * through its write: a count a moment old does as well here. */
+        return atomic_load_explicit(&s->out_bytes, memory_order_relaxed) >
+               s->srv->cfg->lim.max_output_bytes;
 }
 
 /* Appends o to the output queue. Called with out_lock held. */
@@ -421,40 +420,67 @@ void session_send_completion(struct session *s, const struct request *r)
  * for) a long time, and their transfer dwarfs a thread hop anyway. */
 #define REPLY_NOW_MAX_BYTES (64u << 10)
 
-int session_reply_now(struct request *r)
+/* Whether r can be answered by the thread that completed it. */
+static int reply_now_ok(const struct session *s, const struct request *r)
 {
-        struct session *s = r->s;
         uint64_t inline_bytes = 0;
-        uint8_t *buf = NULL;
-        size_t n = 0;
-        int rc;
 
+        /* A request that asked for Launched messages is answered by the
+         * loop, which sends those: its reply stays behind them. */
+        if (!s->out_open || r->notify_launch)
+                return 0;
         for (uint32_t i = 0; i < r->nops; i++)
                 if (r->ops[i].buf[2] && r->ops[i].buf[2]->kind == GBUF_INLINE)
                         inline_bytes += r->ops[i].span[2];
-        if (inline_bytes > REPLY_NOW_MAX_BYTES)
-                return 0;
+        return inline_bytes <= REPLY_NOW_MAX_BYTES;
+}
+
+struct request *session_reply_now(struct request *r, int *stuck)
+{
+        struct session *s = r->s;
+        struct request *head = NULL, *tail = NULL;
+        unsigned answered = 0;
+        int rc;
+
+        *stuck = 0;
         pthread_mutex_lock(&s->out_lock);
-        /* Frames queued before this one go first, and they are the loop's. */
-        if (!s->out_open || s->out_head || dispatch_pack_completion(r, &buf, &n)) {
-                pthread_mutex_unlock(&s->out_lock);
-                return 0;
+        /* Queued behind whatever the loop queued before: frames keep the
+         * order they were queued in, whichever thread writes them. */
+        while (r && r->s == s) {
+                uint8_t *buf = NULL;
+                size_t n = 0;
+
+                if (!reply_now_ok(s, r) || dispatch_pack_completion(r, &buf, &n)) {
+                        *stuck = 1;
+                        break;
+                }
+                r->replied = 1;
+                ((struct outbuf *)buf)->len = n;
+                enqueue(s, (struct outbuf *)buf);
+                answered++;
+                tail = r;
+                if (!head)
+                        head = r;
+                r = r->next;
         }
-        r->replied = 1;
-        atomic_fetch_add(&s->srv->replies_now, 1);
-        /* On the completion queue before the reply is on the wire: whatever
-         * the client sends in answer, the loop takes r in before acting on
-         * it (server_reap after each read). From here on r is the loop's. */
-        server_queue_done(s->srv, r);
-        ((struct outbuf *)buf)->len = n;
-        enqueue(s, (struct outbuf *)buf);
+        if (head) {
+                atomic_fetch_add(&s->srv->replies_now, answered);
+                /* On the completion queue before the replies are on the
+                 * wire: whatever the client sends in answer, the loop takes
+                 * them in before acting on it. From here on they are the
+                 * loop's; the last one holds the session until this lock is
+                 * let go (session_reply_taken). */
+                tail->reply_sync = 1;
+                server_queue_done_list(s->srv, head, tail);
+        }
+        /* One write for all of this session's replies. */
         rc = write_out(s);
         if (rc) {
                 s->out_err = rc;
                 s->out_open = 0;
         }
         pthread_mutex_unlock(&s->out_lock);
-        return 1;
+        return r;
 }
 
 void session_reply_taken(struct session *s)
@@ -577,7 +603,23 @@ static void check_stray_fds(struct session *s)
                            n);
 }
 
-/* Handles every whole frame in the read buffer; keeps the partial rest. */
+void session_hand_over(struct session *s)
+{
+        struct server *srv = s->srv;
+        uint64_t t0;
+
+        if (!s->staged)
+                return;
+        t0 = now_ns();
+        s->staged = 0;
+        for (int i = 0; i < srv->nworkers; i++)
+                for (int p = 0; p < NPRIO; p++)
+                        worker_enqueue(&srv->workers[i], &s->lanes[i * NPRIO + p], p);
+        srv->loop_part_ns[LOOP_ENQUEUE] += now_ns() - t0;
+}
+
+/* Handles every whole frame in the read buffer; keeps the partial rest,
+ * then hands what they admitted to the workers. */
 static void parse_rbuf(struct session *s)
 {
         uint32_t max = (uint32_t)s->srv->cfg->lim.max_frame_bytes;
@@ -621,6 +663,7 @@ static void parse_rbuf(struct session *s)
                 break;
         }
         s->parsing = 0;
+        session_hand_over(s);
         if (s->state == SESSION_CLOSED)
                 return;
         memmove(s->rbuf, s->rbuf + off, s->rlen - off);
@@ -634,12 +677,19 @@ static void on_readable(struct session *s)
         for (int i = 0; i < 16 && (s->state == SESSION_HELLO || s->state == SESSION_READY) &&
                         !output_full(s); i++) {
                 ssize_t n;
+                size_t want;
+                uint64_t t0 = now_ns();
 
                 if (s->body) {
-                        n = recv_some(s, s->body + s->body_got, s->body_len - s->body_got);
+                        want = s->body_len - s->body_got;
+                        n = recv_some(s, s->body + s->body_got, want);
                 } else {
-                        n = recv_some(s, s->rbuf + s->rlen, SESSION_RBUF - s->rlen);
+                        want = SESSION_RBUF - s->rlen;
+                        n = recv_some(s, s->rbuf + s->rlen, want);
                 }
+                uint64_t t1 = now_ns();
+
+                s->srv->loop_part_ns[LOOP_RECV] += t1 - t0;
                 if (n == -EAGAIN || n == -EWOULDBLOCK)
                         return;
                 if (n <= 0) {
@@ -656,7 +706,7 @@ static void on_readable(struct session *s)
                  * it): dispatch_frame takes such requests in before it acts
                  * on anything that depends on them. A read keeps the loop
                  * polling (server_run) as a reap does. */
-                s->srv->active_ns = now_ns();
+                s->srv->active_ns = t1;
                 if (s->body) {
                         s->body_got += (uint32_t)n;
                         if (s->body_got == s->body_len) {
@@ -664,6 +714,7 @@ static void on_readable(struct session *s)
 
                                 s->body = NULL;
                                 dispatch_frame(s, body, s->body_len);
+                                session_hand_over(s);
                                 free(body);
                                 if (s->state != SESSION_CLOSED)
                                         check_stray_fds(s);
@@ -672,12 +723,20 @@ static void on_readable(struct session *s)
                         s->rlen += (size_t)n;
                         parse_rbuf(s);
                 }
+                s->srv->loop_part_ns[LOOP_FRAMES] += now_ns() - t1;
+                /* A short read emptied the socket: another recvmsg would
+                 * only say EAGAIN. The poll is level-triggered, so bytes
+                 * that arrive meanwhile bring the loop back. */
+                if ((size_t)n < want)
+                        return;
         }
 }
 
 static void on_io(uv_poll_t *h, int status, int events)
 {
         struct session *s = h->data;
+        struct server *srv = s->srv;
+        uint64_t t0 = now_ns();
 
         s->refs++;
         if (status < 0) {
@@ -696,4 +755,5 @@ static void on_io(uv_poll_t *h, int status, int events)
                         session_close(s);
         }
         session_unref(s);
+        server_loop_account(srv, t0);
 }

@@ -58,6 +58,19 @@ static void render_text(struct server *srv, FILE *f, double up_s)
                            "done to reply packed %.1f us mean\n",
                         (unsigned long long)nr, (unsigned long long)nn, nr ? wait / 1e3 / nr : 0.0);
         }
+        {
+                const uint64_t *p = srv->loop_part_ns;
+                double busy = srv->loop_busy_ns ? (double)srv->loop_busy_ns : 1.0;
+
+                fprintf(f, "loop: %llu callbacks, busy %.1f%% of the time up; of that busy time, "
+                           "recv %.0f%%, frames %.0f%% (handing ops to workers %.0f%%), taking "
+                           "completions in %.0f%%\n",
+                        (unsigned long long)srv->loop_callbacks,
+                        up_s > 0 ? srv->loop_busy_ns / 1e7 / up_s : 0.0, 100.0 * p[LOOP_RECV] / busy,
+                        100.0 * p[LOOP_FRAMES] / busy, 100.0 * p[LOOP_ENQUEUE] / busy,
+                        100.0 * p[LOOP_REAP] / busy);
+        }
+        hist_text(f, "loop callback", "us ", srv->loop_hist);
         fprintf(f, "rejections:");
         for (unsigned i = 1; i < NCODES; i++)
                 if (srv->rejections[i])
@@ -122,6 +135,13 @@ static void render_json(struct server *srv, FILE *f, double up_s)
                 (unsigned long long)atomic_load(&srv->replies),
                 (unsigned long long)atomic_load(&srv->replies_now),
                 atomic_load(&srv->reply_wait_ns) / 1e9);
+        fprintf(f, "\"loop_callbacks\":%llu,\"loop_busy_s\":%.6f,\"loop_recv_s\":%.6f,"
+                   "\"loop_frames_s\":%.6f,\"loop_enqueue_s\":%.6f,\"loop_reap_s\":%.6f,",
+                (unsigned long long)srv->loop_callbacks, srv->loop_busy_ns / 1e9,
+                srv->loop_part_ns[LOOP_RECV] / 1e9, srv->loop_part_ns[LOOP_FRAMES] / 1e9,
+                srv->loop_part_ns[LOOP_ENQUEUE] / 1e9, srv->loop_part_ns[LOOP_REAP] / 1e9);
+        hist_json(f, "loop_callback_us_log2", srv->loop_hist);
+        fprintf(f, ",");
         fprintf(f, "\"rejections\":{");
         for (unsigned i = 1, first = 1; i < NCODES; i++) {
                 if (!srv->rejections[i])

@@ -51,6 +51,7 @@ struct request {
         int priority;
         int notify_launch; /* send Launched for each group of its ops */
         int replied; /* answered by the thread that completed it (session_reply_now) */
+        int reply_sync; /* replied, and the last of its session's in that write */
         uint64_t launch_gid; /* the worker's: last group that noticed it */
         uint64_t t_admit_ns;
         struct op ops[];

@@ -183,25 +183,23 @@ static void nudge(struct worker *w)
         atomic_fetch_add_explicit(&w->nudges, 1, memory_order_release);
 }
 
-void worker_enqueue(struct worker *w, struct lane *lanes, struct op **ops, uint32_t n, int prio)
+void worker_enqueue(struct worker *w, struct lane *l, int prio)
 {
-        struct lane *l = &lanes[prio];
-
+        if (!l->st_head)
+                return;
         pthread_mutex_lock(&w->lock);
-        for (uint32_t i = 0; i < n; i++) {
-                struct op *o = ops[i];
-
-                o->next = NULL;
-                if (l->tail)
-                        l->tail->next = o;
-                else
-                        l->head = o;
-                l->tail = o;
-                l->queued++;
-                w->pending_ops++;
+        for (struct op *o = l->st_head; o; o = o->next)
                 w->pending_tiles += op_tiles(w, o);
-        }
-        if (!l->linked && l->head)
+        if (l->tail)
+                l->tail->next = l->st_head;
+        else
+                l->head = l->st_head;
+        l->tail = l->st_tail;
+        l->queued += l->staged;
+        w->pending_ops += l->staged;
+        l->st_head = l->st_tail = NULL;
+        l->staged = 0;
+        if (!l->linked)
                 lane_link(w, prio, l);
         /* A busy worker finds the ops on its next turn: no wake-up call.
          * A sleeping one is signalled after the unlock, so that it does not

@@ -24,13 +24,16 @@
 struct ulane;
 
 /* One session's queue at one priority on one worker. Embedded in the
- * session; only touched under the worker's lock. */
+ * session; only touched under the worker's lock, except the staged ops,
+ * which are the loop thread's until worker_enqueue hands them over. */
 struct lane {
         struct op *head, *tail;
         struct lane *next, *prev; /* ring of its user's non-empty lanes of a priority */
         struct ulane *u;          /* its user's lanes at this priority */
         uint32_t queued;
         int linked;
+        struct op *st_head, *st_tail; /* admitted, not yet handed to the worker */
+        uint32_t staged;
 };
 
 /* One user's (uid's) standing on one worker, shared by its priorities:
@@ -157,9 +160,24 @@ int worker_start(struct worker *w, int index, struct backend *be, const struct g
 /* Queues a control task (see struct wctl). */
 void worker_control(struct worker *w, struct wctl *c);
 
-/* Queues ops (all of one request) on `lanes` (the session's NPRIO lanes of
- * this worker) at priority `prio`. Never blocks on the device. */
-void worker_enqueue(struct worker *w, struct lane *lanes, struct op **ops, uint32_t n, int prio);
+/* Hands the ops staged on lane l (the session's lane of this worker at
+ * priority prio, filled by lane_stage) to the worker, under one lock
+ * whatever their number. Never blocks on the device. */
+void worker_enqueue(struct worker *w, struct lane *l, int prio);
+
+/* Loop thread: appends the ops of one request to l's staged ops. */
+static inline void lane_stage(struct lane *l, struct op **ops, uint32_t n)
+{
+        for (uint32_t i = 0; i < n; i++) {
+                ops[i]->next = NULL;
+                if (l->st_tail)
+                        l->st_tail->next = ops[i];
+                else
+                        l->st_head = ops[i];
+                l->st_tail = ops[i];
+        }
+        l->staged += n;
+}
 
 /* Removes every op still queued on `lanes`, marks it GEMMD_ECANCELED and
  * completes its request if nothing else of it remains. Ops already in a

@@ -116,8 +116,8 @@ rows = [json.loads(l) for l in open(sys.argv[1])]
 points = sorted({(r["clients"], r["window"], r["max_dim"]) for r in rows})
 for c, w, d in points:
     print(f"## {c} clients x {w} in flight, max-dim {d}")
-    print("| variant | round | TF/s | req/s | p50 us | p99 us | errors | queue us | run us | ops/group | daemon threads CPU % |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    print("| variant | round | TF/s | req/s | p50 us | p99 us | errors | submit to admitted us | queue us | run us | ops/group | daemon threads CPU % |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         if (r["clients"], r["window"], r["max_dim"]) != (c, w, d):
             continue
@@ -125,7 +125,7 @@ for c, w, d in points:
         cpu = ", ".join(f"{k} {v:g}" for k, v in r["cpu"].items() if v >= 1)
         k = lambda n: "-" if g.get(n) is None else g[n]
         print(f"| {r['variant']} | {r['round']} | {k('tflops')} | {k('req_per_s')} | {k('lat_p50_us')} "
-              f"| {k('lat_p99_us')} | {k('errors')} | {k('daemon_queue_us_mean')} | {k('daemon_run_us_mean')} "
+              f"| {k('lat_p99_us')} | {k('errors')} | {k('submit_to_admit_us_mean')} | {k('daemon_queue_us_mean')} | {k('daemon_run_us_mean')} "
               f"| {k('group_size_mean')} | {cpu} |")
     print()
 EOF
