@@ -24,6 +24,7 @@ struct backend {
         uint32_t ctas;        /* CTAs (work lists) of a plan */
         uint64_t memory_bytes;
         int mixed_keys;       /* 1 if ops of any key can share one group */
+        uint32_t groups_inflight; /* --max-groups-inflight unless given */
 
         /* Tile shape for ops of kernel-config key `key`. */
         struct sched_shape (*shape)(struct backend *b, uint32_t key);

@@ -218,6 +218,9 @@ int backend_cpu_new(int threads, struct backend **out)
          * evens out what the plan could not know (preemption). */
         cb->b.ctas = (uint32_t)threads * 4;
         cb->b.mixed_keys = 1;
+        /* One group computing while the next is formed: more would only
+         * split the same threads. */
+        cb->b.groups_inflight = 2;
         cb->b.shape = shape;
         cb->b.kernel_name = kernel_name;
         cb->b.launch = launch;

@@ -921,6 +921,10 @@ int backend_cuda_new(int ordinal, const struct gemmd_config *cfg, struct backend
         cb->b.ctas = (uint32_t)prop.multiProcessorCount;
         cb->b.memory_bytes = prop.totalGlobalMem;
         cb->b.mixed_keys = 0;
+        /* Each in flight on a stream of its own. On the H100 at 8 clients x
+         * 8 requests, 2 -> 3 -> 4 gave 130-137 -> 152-155 -> 163-168 TF/s;
+         * 6 swung between 132 and 172 (bench/results/service-ab-groups.txt). */
+        cb->b.groups_inflight = 4;
         cb->b.shape = shape;
         cb->b.kernel_name = kernel_name;
         cb->b.launch = launch;

@@ -30,7 +30,7 @@ void config_defaults(struct gemmd_config *cfg)
          * large problem over it and lose L2 reuse (8192^3: 292 against 621
          * TF/s). lpt and split stay a flag away. */
         cfg->mode = SCHED_SORTED;
-        cfg->max_groups_inflight = 2;
+        cfg->max_groups_inflight = 0; /* the backend's (struct backend) */
         cfg->batch_window_us = 0;
         /* A lone request crosses three of the daemon's threads (loop,
          * worker, completion); waking one that slept costs 5-15 us on a
@@ -136,7 +136,8 @@ static void usage(FILE *f, const struct gemmd_config *d)
                 "      --threads N              CPU backend threads (default: %d, the online CPUs)\n"
                 "      --devices LIST           CUDA devices to use, e.g. 0,1 (default: all)\n"
                 "      --mode rr|sorted|lpt|split|device  tile schedule of each group (default: %s)\n"
-                "      --max-groups-inflight D  groups launched and unfinished per device (default: %u)\n"
+                "      --max-groups-inflight D  groups launched and unfinished per device (default: 4 on a GPU,\n"
+                "                               2 on the CPU backend)\n"
                 "      --batch-window-us US     an idle device waits this long for more requests (default: %u)\n"
                 "      --spin-us US             the daemon's threads poll this long after their last work before\n"
                 "                               they sleep (default: 50, or 0 with --backend cpu or under 4 CPUs)\n"
@@ -166,7 +167,7 @@ static void usage(FILE *f, const struct gemmd_config *d)
                 "\n"
                 "SIGTERM or SIGINT: stop accepting, finish in-flight work, reply, exit 0.\n",
                 GEMMD_DEFAULT_SOCKET, d->threads, sched_mode_name(d->mode),
-                d->max_groups_inflight, d->batch_window_us,
+                d->batch_window_us,
                 (unsigned long long)d->max_group_tiles, d->max_group_ops,
                 (unsigned long long)d->lim.max_frame_bytes, d->lim.max_ops_per_submit,
                 (unsigned long long)d->lim.max_inline_bytes, d->lim.max_inflight_ops,

@@ -36,7 +36,7 @@ struct gemmd_config {
         const char *devices;  /* CUDA devices, "0,1"; NULL: all */
         const char *metrics_listen; /* "unix:PATH" or "tcp:HOST:PORT"; NULL: no metrics */
         enum sched_mode mode; /* plan mode of every group */
-        uint32_t max_groups_inflight; /* D: groups launched and not done, per device */
+        uint32_t max_groups_inflight; /* D: groups launched and not done, per device; 0: the backend's */
         uint32_t batch_window_us;     /* wait this long on an idle device for company */
         uint32_t spin_us;             /* threads poll this long after work before sleeping */
 #define SPIN_AUTO UINT32_MAX          /* spin_us before parsing: decided by backend and cores */

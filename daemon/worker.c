@@ -658,7 +658,7 @@ static void *worker_main(void *arg)
                         }
                         continue;
                 }
-                if (w->pending_ops && w->inflight < cfg->max_groups_inflight && !w->recover_pending) {
+                if (w->pending_ops && w->inflight < w->max_inflight && !w->recover_pending) {
                         struct group *g = free_slot(w);
 
                         /* On an idle device, the batch window (if any) lets
@@ -739,7 +739,8 @@ int worker_start(struct worker *w, int index, struct backend *be, const struct g
         w->complete = complete;
         w->control_done = control_done;
         w->ctx = ctx;
-        w->nslots = cfg->max_groups_inflight + 1;
+        w->max_inflight = cfg->max_groups_inflight ? cfg->max_groups_inflight : be->groups_inflight;
+        w->nslots = w->max_inflight + 1;
         w->slots = calloc(w->nslots, sizeof(*w->slots));
         if (!w->slots)
                 return -ENOMEM;

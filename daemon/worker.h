@@ -6,7 +6,7 @@
  * session of the chosen user in turn; see form_group), builds each
  * group's plan while the previous group runs, launches it on its backend,
  * and hands every finished request back through the `complete` callback.
- * At most max_groups_inflight groups are launched and unfinished at once;
+ * At most max_inflight groups are launched and unfinished at once;
  * an idle device launches a lone request at once (or after the optional
  * batch window).
  */
@@ -54,7 +54,7 @@ struct ulane {
         int linked;
 };
 
-/* A group slot. A worker owns max_groups_inflight + 1 of them, so the next
+/* A group slot. A worker owns max_inflight + 1 of them, so the next
  * group's plan can be built while the others run. */
 struct group {
         struct worker *w;
@@ -146,6 +146,7 @@ struct worker {
         struct wctl *ctl_head, *ctl_tail;
         struct group *slots;
         uint32_t nslots;
+        uint32_t max_inflight; /* groups launched and unfinished at most */
         uint64_t next_group_id;
         struct worker_stats st;
         /* Bumped by every finished group and control task, read by the
