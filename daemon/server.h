@@ -188,13 +188,13 @@ void server_queue_done(struct server *srv, struct request *r);
 void server_queue_done_list(struct server *srv, struct request *head, struct request *tail);
 
 /* Loop thread: runs what the workers handed back (control tasks, completed
- * requests). Called by the async callback and after each read from a
- * session, before what was read is acted on. */
+ * requests). Called by the async callback, and before a frame that may
+ * depend on them is acted on (dispatch_frame, on_submit). */
 void server_reap(struct server *srv);
 
 /* Adds one loop callback that started at t0 (now_ns()) to the loop's
- * account. Called by the outermost callbacks only: client I/O, the
- * completion wake-up and the listener. */
+ * account. Called by the outermost callbacks only: client I/O and the
+ * completion wake-up (accepting connections, rare, is left out). */
 void server_loop_account(struct server *srv, uint64_t t0);
 
 /* Called by a worker when a control task has run (worker thread). */

@@ -529,3 +529,104 @@ Test(e2e, client_hanging_up_mid_frame_costs_nothing)
         raw_close(&r);
         stop_with_bystander(&d, &by);
 }
+
+/* Packs a 2 x 2 x 2 f32 GEMM with inline operands as one frame. */
+static void pack_inline_gemm(uint64_t id, uint8_t **buf, size_t *n)
+{
+        static const float a[4] = {1, 2, 3, 4}, b[4] = {5, 6, 7, 8};
+        Gemmd__V1__Envelope env = GEMMD__V1__ENVELOPE__INIT;
+        Gemmd__V1__Submit sub = GEMMD__V1__SUBMIT__INIT;
+        Gemmd__V1__Op op = GEMMD__V1__OP__INIT, *ops[1] = {&op};
+        Gemmd__V1__Operand oa = GEMMD__V1__OPERAND__INIT, ob = GEMMD__V1__OPERAND__INIT;
+        Gemmd__V1__Operand oc = GEMMD__V1__OPERAND__INIT;
+
+        oa.data = (ProtobufCBinaryData){sizeof(a), (uint8_t *)a};
+        ob.data = (ProtobufCBinaryData){sizeof(b), (uint8_t *)b};
+        oc.data = (ProtobufCBinaryData){sizeof(a), (uint8_t *)a};
+        op.kind = GEMMD__V1__OP_KIND__GEMM;
+        op.dtype = GEMMD__V1__DTYPE__F32;
+        op.m = op.n = op.k = 2;
+        op.lda = op.ldb = op.ldc = 2;
+        op.alpha = 1.0f;
+        op.a = &oa;
+        op.b = &ob;
+        op.c = &oc;
+        sub.n_ops = 1;
+        sub.ops = ops;
+        env.body_case = GEMMD__V1__ENVELOPE__BODY_SUBMIT;
+        env.submit = &sub;
+        env.request_id = id;
+        cr_assert_eq(frame_pack(&env, 0, UINT32_MAX, buf, n), 0);
+}
+
+/* Submits admitted from one read are handed to the worker together at the
+ * end of the read: a frame later in that read that ends the session must
+ * not strand them. The client gets the refusal (after any completion that
+ * was ready first, each at most once) and the end of the stream; the ops
+ * run or are dropped, and none stays counted as unfinished. */
+Test(e2e, submits_read_with_a_fatal_frame_are_not_stranded)
+{
+        enum { NSUB = 6 };
+        struct e2e_daemon d;
+        struct raw r;
+        uint8_t *all = NULL;
+        size_t len = 0;
+        uint32_t max;
+        int done[NSUB] = {0}, refused = 0;
+
+        START(&d, "--threads", "2", NULL);
+        raw_open(&r, &d);
+        max = raw_hello(&r, GEMMD_PROTOCOL_VERSION, 0)->limits->max_frame_bytes;
+        for (int i = 0; i < NSUB; i++) {
+                uint8_t *f;
+                size_t n;
+
+                pack_inline_gemm(100 + (uint64_t)i, &f, &n);
+                all = realloc(all, len + n + 4);
+                cr_assert_not_null(all);
+                memcpy(all + len, f, n);
+                len += n;
+                free(f);
+        }
+        put_le32(all + len, max + 1); /* a length past the limit: fatal */
+        len += 4;
+        raw_write(&r, all, len);
+        free(all);
+        while (!refused) {
+                Gemmd__V1__Envelope *env = raw_recv(&r);
+
+                if (env->body_case == GEMMD__V1__ENVELOPE__BODY_ERROR) {
+                        cr_assert_eq(env->error->code, GEMMD__V1__CODE__TOO_BIG, "error %d",
+                                     (int)env->error->code);
+                        refused = 1;
+                        continue;
+                }
+                cr_assert_eq(env->body_case, GEMMD__V1__ENVELOPE__BODY_COMPLETION, "body %d",
+                             (int)env->body_case);
+                cr_assert(env->request_id >= 100 && env->request_id < 100 + NSUB, "id %llu",
+                          (unsigned long long)env->request_id);
+                cr_assert_eq(env->completion->results[0]->status, GEMMD__V1__CODE__OK);
+                cr_assert_eq(++done[env->request_id - 100], 1, "request %llu answered twice",
+                             (unsigned long long)env->request_id);
+        }
+        expect_eof(&r, "after the refusal");
+        raw_close(&r);
+
+        /* The daemon counts none of them as unfinished. */
+        {
+                gemmd_client *c = e2e_connect(&d);
+                char *text = NULL;
+                int zero = 0;
+
+                for (int i = 0; i < 200 && !zero; i++) {
+                        cr_assert_eq(gemmd_stats(c, 0, &text), 0);
+                        zero = strstr(text, ", 0 ops unfinished") != NULL;
+                        free(text);
+                        if (!zero)
+                                usleep(10000);
+                }
+                cr_assert(zero, "ops left unfinished after the session ended");
+                gemmd_disconnect(c);
+        }
+        STOP(&d);
+}
