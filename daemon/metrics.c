@@ -305,6 +305,12 @@ static void render_server(FILE *f, struct server *srv, double up_s)
                    srv->queued_ops);
         metric_u64(f, "gemmd_queue_ops_limit", "gauge",
                    "Most ops admitted and not yet answered (--max-queue-ops)", lim->max_queue_ops);
+        /* Every request crosses the event loop thread: busy seconds that
+         * grow as fast as uptime mean it, not a device, sets the pace. */
+        metric_f(f, "gemmd_loop_busy_seconds_total", "counter",
+                 "Seconds the event loop thread spent in its callbacks (reading, admitting, taking "
+                 "completions in)",
+                 srv->loop_busy_ns / 1e9);
 
         for (struct session *s = srv->sessions; s; s = s->next)
                 for (uint32_t i = 0; i < s->bufs.n; i++) {

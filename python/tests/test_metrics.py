@@ -132,6 +132,12 @@ class TestMetricsTcp(DaemonTestCase):
         self.assertEqual(get(after, "gemmd_registered_buffers", kind="shm"), 0)
         self.assertEqual(d("gemmd_sessions_opened_total"), 1)
         self.assertGreater(d("gemmd_device_busy_seconds_total", device="0"), 0)
+        # The loop read and admitted those requests: it was busy, for less
+        # than the time that passed.
+        self.assertEqual(types["gemmd_loop_busy_seconds_total"], "counter")
+        self.assertGreater(d("gemmd_loop_busy_seconds_total"), 0)
+        self.assertLess(d("gemmd_loop_busy_seconds_total"),
+                        get(after, "gemmd_uptime_seconds") - get(before, "gemmd_uptime_seconds"))
         busy = get(after, "gemmd_device_busy_ratio", device="0")
         self.assertTrue(0 < busy <= 1, busy)
         self.assertGreater(get(after, "gemmd_device_flops_per_second", device="0"), 0)
