@@ -463,16 +463,18 @@ struct request *session_reply_now(struct request *r, int *stuck)
                         head = r;
                 r = r->next;
         }
-        if (head) {
-                atomic_fetch_add(&s->srv->replies_now, answered);
-                /* On the completion queue before the replies are on the
-                 * wire: whatever the client sends in answer, the loop takes
-                 * them in before acting on it. From here on they are the
-                 * loop's; the last one holds the session until this lock is
-                 * let go (session_reply_taken). */
-                tail->reply_sync = 1;
-                server_queue_done_list(s->srv, head, tail);
+        if (!head) {
+                /* The first one is the loop's: so is all that is queued. */
+                pthread_mutex_unlock(&s->out_lock);
+                return r;
         }
+        atomic_fetch_add(&s->srv->replies_now, answered);
+        /* On the completion queue before the replies are on the wire:
+         * whatever the client sends in answer, the loop takes them in before
+         * acting on it. From here on they are the loop's; the last one holds
+         * the session until this lock is let go (session_reply_taken). */
+        tail->reply_sync = 1;
+        server_queue_done_list(s->srv, head, tail);
         /* One write for all of this session's replies. */
         rc = write_out(s);
         if (rc) {
