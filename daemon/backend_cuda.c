@@ -97,10 +97,15 @@ struct cuda_slot {
         void *h_blob, *d_blob;   /* [kproblems | sproblems | plan blob], pinned and device */
         size_t blob_cap;
         char *d_stage;           /* device copies of host operands */
-        char *h_stage;           /* pinned bounce buffer, laid out like d_stage */
         size_t stage_cap;
+        /* Pinned bounce buffer: the part of the staging area from in_lo on
+         * (the bounced operands; pinned ones are copied from where they
+         * are), so only as much pinned memory as is bounced. */
+        char *h_bounce;
+        size_t bounce_cap;
+        uint64_t in_lo;
         uint64_t *stage_off;     /* per op and operand, or UINT64_MAX */
-        uint8_t *bounce;         /* per op: bit j set if operand j goes through h_stage */
+        uint8_t *bounce;         /* per op: bit j set if operand j goes through h_bounce */
         uint32_t stage_ops;
         uint64_t out_lo, out_hi; /* the bounced Cs, together at the end of the staging area */
         /* Each slot's groups go on a stream of their own, so that a group
@@ -170,6 +175,30 @@ static int grow_dev(struct cuda_backend *cb, void **p, size_t *cap, size_t need,
         return 0;
 }
 
+/* Grows a pinned host buffer to at least `need` bytes (geometrically). */
+static int grow_host(struct cuda_backend *cb, char **p, size_t *cap, size_t need)
+{
+        size_t n = *cap ? *cap : 1u << 16;
+
+        if (need <= *cap)
+                return 0;
+        while (n < need)
+                n *= 2;
+        if (*p)
+                CK(cudaFreeHost(*p));
+        *p = NULL;
+        *cap = 0;
+        CK(cudaMallocHost((void **)p, n));
+        *cap = n;
+        return 0;
+}
+
+/* The bounce buffer's copy of staging offset off (off >= s->in_lo). */
+static char *bounced(const struct cuda_slot *s, uint64_t off)
+{
+        return s->h_bounce + (off - s->in_lo);
+}
+
 /* Copies cols columns of `bytes` bytes, ld apart in both. */
 static void copy_cols(char *dst, const char *src, uint64_t ld, uint64_t bytes, uint64_t cols)
 {
@@ -220,7 +249,7 @@ static void unbounce(struct cuda_slot *s)
                 if (!(s->bounce[i] & 4))
                         continue;
                 operand_dims(o, 2, &rows, &cols);
-                copy_cols((char *)o->buf[2]->host + o->off[2], s->h_stage + s->stage_off[i * 3 + 2],
+                copy_cols((char *)o->buf[2]->host + o->off[2], bounced(s, s->stage_off[i * 3 + 2]),
                           o->kp.ldc * esz, rows * esz, cols);
         }
 }
@@ -404,7 +433,7 @@ static int launch(struct backend *be, struct group *g)
          * Host operands get a place in the staging area. Those in pinned
          * memory are copied straight from it. The others (inline data, and
          * shared memory that could not be pinned) go through the slot's
-         * pinned bounce buffer, at the same offsets: a copy from pageable
+         * pinned bounce buffer (bounced(), from in_lo on): a copy from pageable
          * memory holds the calling thread until the device has caught up
          * with the stream, and costs tens of microseconds even when small.
          * The bounced operands come after the pinned ones, As and Bs, then
@@ -429,6 +458,7 @@ static int launch(struct backend *be, struct group *g)
                 }
         }
         in_lo = stage;
+        s->in_lo = in_lo;
         for (int j = 0; j < 3; j++) {
                 if (j == 2)
                         s->out_lo = stage;
@@ -440,7 +470,8 @@ static int launch(struct backend *be, struct group *g)
         }
         s->out_hi = stage;
         if ((rc = grow_pair(cb, &s->h_blob, &s->d_blob, &s->blob_cap, blob)) ||
-            (rc = grow_pair(cb, (void **)&s->h_stage, (void **)&s->d_stage, &s->stage_cap, stage)))
+            (rc = grow_dev(cb, (void **)&s->d_stage, &s->stage_cap, stage, 0)) ||
+            (rc = grow_host(cb, &s->h_bounce, &s->bounce_cap, stage - in_lo)))
                 return rc;
         if (plan->nsplit) {
                 rc = grow_dev(cb, (void **)&s->d_ws, &s->ws_cap, cuda_gemm_ws_bytes(plan, g->cfg.shape), 0);
@@ -488,7 +519,7 @@ static int launch(struct backend *be, struct group *g)
                         ld = j == 0 ? o->kp.lda : j == 1 ? o->kp.ldb : o->kp.ldc;
                         src = (const char *)o->buf[j]->host + o->off[j];
                         if (s->bounce[i] & (1u << j)) {
-                                copy_cols(s->h_stage + off, src, ld * esz, rows * esz, cols);
+                                copy_cols(bounced(s, off), src, ld * esz, rows * esz, cols);
                                 if (off + o->span[j] > in_hi)
                                         in_hi = off + o->span[j];
                         } else {
@@ -501,7 +532,7 @@ static int launch(struct backend *be, struct group *g)
                 CK(cudaEventRecord(cb->ev_start[ring], s->stream));
         /* The bounced inputs, in one copy. */
         if (in_hi > in_lo)
-                CK(cudaMemcpyAsync(s->d_stage + in_lo, s->h_stage + in_lo, in_hi - in_lo,
+                CK(cudaMemcpyAsync(s->d_stage + in_lo, bounced(s, in_lo), in_hi - in_lo,
                                    cudaMemcpyHostToDevice, s->stream));
         memcpy((char *)s->h_blob + sp_off, g->sp, g->nops * sizeof(struct sched_problem));
         memcpy((char *)s->h_blob + plan_off, plan->blob, plan->blob_bytes);
@@ -562,7 +593,7 @@ static int launch(struct backend *be, struct group *g)
                                      cudaMemcpyDeviceToHost, s->stream));
         }
         if (s->out_hi > s->out_lo)
-                CK(cudaMemcpyAsync(s->h_stage + s->out_lo, s->d_stage + s->out_lo, s->out_hi - s->out_lo,
+                CK(cudaMemcpyAsync(bounced(s, s->out_lo), s->d_stage + s->out_lo, s->out_hi - s->out_lo,
                                    cudaMemcpyDeviceToHost, s->stream));
         CK(cudaEventRecord(cb->ev_end[ring], s->stream));
         /* The interprocess event only when a client will wait on it: each
@@ -774,8 +805,8 @@ static int recover(struct backend *be)
         for (struct cuda_slot *s = cb->slots; s; s = s->next_slot) {
                 s->h_blob = s->d_blob = NULL;
                 s->blob_cap = 0;
-                s->d_stage = s->h_stage = NULL;
-                s->stage_cap = 0;
+                s->d_stage = s->h_bounce = NULL;
+                s->stage_cap = s->bounce_cap = 0;
                 s->d_ws = NULL;
                 s->ws_cap = 0;
                 s->d_arr = NULL;
@@ -850,7 +881,7 @@ static void slot_deinit(struct backend *be, struct group *g)
         cudaFreeHost(s->h_blob);
         cudaFree(s->d_blob);
         cudaFree(s->d_stage);
-        cudaFreeHost(s->h_stage);
+        cudaFreeHost(s->h_bounce);
         cudaFree(s->d_ws);
         cudaFree(s->d_arr);
         cudaStreamDestroy(s->stream);
