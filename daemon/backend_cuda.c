@@ -154,29 +154,14 @@ static size_t align256(size_t v)
         return (v + 255) & ~(size_t)255;
 }
 
-/* Grows a device allocation to at least `need` bytes (geometrically). The
- * old one is freed, which waits for the device: rare after warm-up. */
-static int grow_dev(struct cuda_backend *cb, void **p, size_t *cap, size_t need, int zero)
-{
-        size_t n = *cap ? *cap : 1u << 20;
+enum mem_kind { MEM_DEVICE, MEM_PINNED };
 
-        if (need <= *cap)
-                return 0;
-        while (n < need)
-                n *= 2;
-        if (*p)
-                CK(cudaFree(*p));
-        *p = NULL;
-        *cap = 0;
-        CK(cudaMalloc(p, n));
-        if (zero)
-                CK(cudaMemset(*p, 0, n));
-        *cap = n;
-        return 0;
-}
-
-/* Grows a pinned host buffer to at least `need` bytes (geometrically). */
-static int grow_host(struct cuda_backend *cb, char **p, size_t *cap, size_t need)
+/* Grows a device or pinned host allocation to at least `need` bytes
+ * (geometrically, from 64 KB), zeroing a new device one if asked. The old
+ * one is freed, which for device memory waits for the device: rare after
+ * warm-up. */
+static int grow(struct cuda_backend *cb, void **p, size_t *cap, size_t need, enum mem_kind kind,
+                int zero)
 {
         size_t n = *cap ? *cap : 1u << 16;
 
@@ -184,11 +169,18 @@ static int grow_host(struct cuda_backend *cb, char **p, size_t *cap, size_t need
                 return 0;
         while (n < need)
                 n *= 2;
-        if (*p)
+        if (*p && kind == MEM_PINNED)
                 CK(cudaFreeHost(*p));
+        else if (*p)
+                CK(cudaFree(*p));
         *p = NULL;
         *cap = 0;
-        CK(cudaMallocHost((void **)p, n));
+        if (kind == MEM_PINNED)
+                CK(cudaMallocHost(p, n));
+        else
+                CK(cudaMalloc(p, n));
+        if (zero && kind == MEM_DEVICE)
+                CK(cudaMemset(*p, 0, n));
         *cap = n;
         return 0;
 }
@@ -207,25 +199,13 @@ static void copy_cols(char *dst, const char *src, uint64_t ld, uint64_t bytes, u
 }
 
 /* Grows a pinned host buffer and its device twin, which always have the
- * same size, to at least `need` bytes (geometrically). */
+ * same size, to at least `need` bytes. */
 static int grow_pair(struct cuda_backend *cb, void **h, void **d, size_t *cap, size_t need)
 {
-        size_t n = *cap ? *cap : 1u << 16;
+        size_t hcap = *cap; /* the twin's size until d has grown too */
+        int rc = grow(cb, h, &hcap, need, MEM_PINNED, 0);
 
-        if (need <= *cap)
-                return 0;
-        while (n < need)
-                n *= 2;
-        if (*h)
-                CK(cudaFreeHost(*h));
-        if (*d)
-                CK(cudaFree(*d));
-        *h = *d = NULL;
-        *cap = 0;
-        CK(cudaMallocHost(h, n));
-        CK(cudaMalloc(d, n));
-        *cap = n;
-        return 0;
+        return rc ? rc : grow(cb, d, cap, need, MEM_DEVICE, 0);
 }
 
 /* How long the completion thread polls before it blocks. */
@@ -470,14 +450,15 @@ static int launch(struct backend *be, struct group *g)
         }
         s->out_hi = stage;
         if ((rc = grow_pair(cb, &s->h_blob, &s->d_blob, &s->blob_cap, blob)) ||
-            (rc = grow_dev(cb, (void **)&s->d_stage, &s->stage_cap, stage, 0)) ||
-            (rc = grow_host(cb, &s->h_bounce, &s->bounce_cap, stage - in_lo)))
+            (rc = grow(cb, (void **)&s->d_stage, &s->stage_cap, stage, MEM_DEVICE, 0)) ||
+            (rc = grow(cb, (void **)&s->h_bounce, &s->bounce_cap, stage - in_lo, MEM_PINNED, 0)))
                 return rc;
         if (plan->nsplit) {
-                rc = grow_dev(cb, (void **)&s->d_ws, &s->ws_cap, cuda_gemm_ws_bytes(plan, g->cfg.shape), 0);
+                rc = grow(cb, (void **)&s->d_ws, &s->ws_cap, cuda_gemm_ws_bytes(plan, g->cfg.shape),
+                          MEM_DEVICE, 0);
                 if (!rc)
-                        rc = grow_dev(cb, (void **)&s->d_arr, &s->arr_cap,
-                                      cuda_gemm_arrivals_bytes(plan), 1);
+                        rc = grow(cb, (void **)&s->d_arr, &s->arr_cap,
+                                  cuda_gemm_arrivals_bytes(plan), MEM_DEVICE, 1);
                 if (rc)
                         return rc;
         }

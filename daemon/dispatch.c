@@ -238,8 +238,8 @@ static void on_submit(struct session *s, uint64_t rid, const Gemmd__V1__Submit *
         }
         /* Admission: reject rather than queue without bound. The counts
          * may still hold requests that are done and answered but not yet
-         * taken in by this thread (a completing thread answers small
-         * groups itself): those are reaped before any verdict, so a client
+         * taken in by this thread (the completing thread answers them
+         * itself): those are reaped before any verdict, so a client
          * is judged by counts that include every reply it has. */
         if (over_caps(s, rid, n, 0)) {
                 server_reap(srv);
