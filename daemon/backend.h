@@ -37,9 +37,10 @@ struct backend {
         /* Prepares a group slot's backend state; called once per slot. */
         int (*slot_init)(struct backend *b, struct group *g);
         void (*slot_deinit)(struct backend *b, struct group *g);
-        /* Optional: after g is done, its device time and the device's idle
-         * gap before it (0 when g was not launched back to back). Called by
-         * the worker thread. */
+        /* Optional: after a group that launch() marked g->timed is done,
+         * its device time and the device's idle gap before it (0 when the
+         * two overlapped; left alone when the group before was not timed).
+         * Called by the worker thread. */
         void (*collect)(struct backend *b, struct group *g, uint64_t *device_ns,
                         uint64_t *gap_ns);
         /* Optional, worker thread: opens device memory another process

@@ -62,8 +62,12 @@ struct cuda_backend {
         cudaStream_t stream;
         /* Start and end events per launch, in a ring indexed by launch
          * number: the gap before launch j needs the end of launch j - 1,
-         * which stays in the ring long after its slot is reused. */
-        cudaEvent_t ev_start[EVENT_RING], ev_end[EVENT_RING];
+         * which stays in the ring long after its slot is reused. Only the
+         * timed launches (2 in every timing_every) record them; the others
+         * record ev_done, which keeps no time and costs less to record. */
+        cudaEvent_t ev_start[EVENT_RING], ev_end[EVENT_RING], ev_done[EVENT_RING];
+        uint8_t timed[EVENT_RING]; /* whether launch j (at j % EVENT_RING) was */
+        uint32_t timing_every;
         /* Interprocess events recorded after each launch, with their IPC
          * handles, for clients that wait on the device (Launched). A client
          * that waits on a later recording of the same event only waits
@@ -86,6 +90,13 @@ struct cuda_backend {
          * long before it sleeps (cfg->spin_us), so a steady stream of
          * groups costs no wake-up each. */
         uint64_t spin_ns;
+
+        /* The pin thread (pin_main) and its queue of tasks. */
+        pthread_t pin_thread;
+        pthread_mutex_t pin_lock;
+        pthread_cond_t pin_cond;
+        struct pin_task *pin_head, *pin_tail;
+        int pin_stop;
 };
 
 struct cuda_slot {
@@ -94,6 +105,7 @@ struct cuda_slot {
         struct group *g;
         struct cuda_slot *done_next; /* completion thread's queue */
         uint64_t seq;
+        cudaEvent_t ev;          /* recorded last on the stream: the group is done */
         void *h_blob, *d_blob;   /* [kproblems | sproblems | plan blob], pinned and device */
         size_t blob_cap;
         char *d_stage;           /* device copies of host operands */
@@ -234,56 +246,84 @@ static void unbounce(struct cuda_slot *s)
         }
 }
 
+/* Hands a finished group back to its worker. */
+static void finish(struct cuda_backend *cb, struct cuda_slot *s, cudaError_t st)
+{
+        if (st != cudaSuccess) {
+                log_err("cuda %d: group %llu failed: %s", cb->ordinal, (unsigned long long)s->g->id,
+                        cudaGetErrorString(st));
+                cudaGetLastError();
+        } else {
+                unbounce(s);
+        }
+        worker_group_done(s->g, st == cudaSuccess ? 0 : GEMMD_EDEVICE);
+}
+
+/*
+ * The completion thread. It polls the end events of every group in flight,
+ * not only the oldest: groups run on streams of their own, and a small one
+ * launched after a large one finishes first, so its requests are answered
+ * without waiting for the large one. When none has finished for
+ * DONE_SPIN_NS, it blocks on the oldest.
+ */
 static void *done_main(void *arg)
 {
         struct cuda_backend *cb = arg;
-        uint64_t active = 0;
+        struct cuda_slot *watched = NULL, **wtail = &watched; /* in launch order */
+        uint64_t active = 0, since = 0;
 
         cudaSetDevice(cb->ordinal);
-        pthread_mutex_lock(&cb->done_lock);
         for (;;) {
-                struct cuda_slot *s = cb->done_head;
-                cudaEvent_t ev;
-                cudaError_t st;
-                uint64_t t0;
+                struct cuda_slot **pp;
+                int finished = 0;
 
-                if (!s) {
-                        if (cb->done_stop)
-                                break;
-                        if (cb->spin_ns && now_ns() - active < cb->spin_ns) {
-                                /* watch() stores done_head atomically. */
-                                pthread_mutex_unlock(&cb->done_lock);
-                                while (!__atomic_load_n(&cb->done_head, __ATOMIC_ACQUIRE) &&
-                                       now_ns() - active < cb->spin_ns)
-                                        cpu_relax();
-                                pthread_mutex_lock(&cb->done_lock);
+                if (!watched || __atomic_load_n(&cb->done_head, __ATOMIC_ACQUIRE)) {
+                        pthread_mutex_lock(&cb->done_lock);
+                        while (!watched && !cb->done_head && !cb->done_stop) {
+                                if (cb->spin_ns && now_ns() - active < cb->spin_ns) {
+                                        /* watch() stores done_head atomically. */
+                                        pthread_mutex_unlock(&cb->done_lock);
+                                        while (!__atomic_load_n(&cb->done_head, __ATOMIC_ACQUIRE) &&
+                                               now_ns() - active < cb->spin_ns)
+                                                cpu_relax();
+                                        pthread_mutex_lock(&cb->done_lock);
+                                        continue;
+                                }
+                                pthread_cond_wait(&cb->done_cond, &cb->done_lock);
+                        }
+                        if (cb->done_head) {
+                                if (!watched)
+                                        since = now_ns();
+                                *wtail = cb->done_head;
+                                wtail = &cb->done_tail->done_next;
+                                cb->done_head = cb->done_tail = NULL;
+                        }
+                        pthread_mutex_unlock(&cb->done_lock);
+                        if (!watched)
+                                break; /* stopping, nothing in flight */
+                }
+                for (pp = &watched; *pp;) {
+                        struct cuda_slot *s = *pp;
+                        cudaError_t st = cudaEventQuery(s->ev);
+
+                        if (st == cudaErrorNotReady) {
+                                pp = &s->done_next;
                                 continue;
                         }
-                        pthread_cond_wait(&cb->done_cond, &cb->done_lock);
-                        continue;
+                        *pp = s->done_next;
+                        if (!*pp)
+                                wtail = pp;
+                        finish(cb, s, st);
+                        finished = 1;
                 }
-                cb->done_head = s->done_next;
-                if (!cb->done_head)
-                        cb->done_tail = NULL;
-                pthread_mutex_unlock(&cb->done_lock);
-                ev = cb->ev_end[s->seq % EVENT_RING];
-                t0 = now_ns();
-                while ((st = cudaEventQuery(ev)) == cudaErrorNotReady && now_ns() - t0 < DONE_SPIN_NS)
-                        ;
-                if (st == cudaErrorNotReady)
-                        st = cudaEventSynchronize(ev);
-                if (st != cudaSuccess) {
-                        log_err("cuda %d: group %llu failed: %s", cb->ordinal,
-                                (unsigned long long)s->g->id, cudaGetErrorString(st));
-                        cudaGetLastError();
+                if (finished) {
+                        active = since = now_ns();
+                } else if (now_ns() - since >= DONE_SPIN_NS) {
+                        /* A long group: sleep until the oldest is done. */
+                        cudaEventSynchronize(watched->ev);
+                        since = now_ns();
                 }
-                if (st == cudaSuccess)
-                        unbounce(s);
-                worker_group_done(s->g, st == cudaSuccess ? 0 : GEMMD_EDEVICE);
-                active = now_ns();
-                pthread_mutex_lock(&cb->done_lock);
         }
-        pthread_mutex_unlock(&cb->done_lock);
         return NULL;
 }
 
@@ -320,56 +360,108 @@ static void operand_dims(const struct op *o, int which, uint64_t *rows, uint64_t
         }
 }
 
-/* Unlocks and unmaps shared memory that a group had page-locked. */
-struct unpin_task {
-        struct wctl c;
-        int ordinal;
+/* Shared memory to page-lock (buf, with a reference), or to unlock and
+ * unmap (host, bytes). */
+struct pin_task {
+        struct pin_task *next;
+        struct gbuf *buf;
         void *host;
         uint64_t bytes;
 };
 
-static void unpin_run(struct wctl *c, struct worker *w)
+static void pin_enqueue(struct cuda_backend *cb, struct pin_task *t)
 {
-        struct unpin_task *t = (struct unpin_task *)c;
-
-        cudaSetDevice(t->ordinal);
-        if (cudaHostUnregister(t->host) != cudaSuccess)
-                cudaGetLastError();
-        munmap(t->host, t->bytes);
-        free(t);
+        t->next = NULL;
+        pthread_mutex_lock(&cb->pin_lock);
+        if (cb->pin_tail)
+                cb->pin_tail->next = t;
+        else
+                cb->pin_head = t;
+        cb->pin_tail = t;
+        pthread_cond_signal(&cb->pin_cond);
+        pthread_mutex_unlock(&cb->pin_lock);
 }
 
+/* A buffer's last reference hands its mapping here (any thread). */
 static void unpin(void *ctx, void *host, uint64_t bytes)
 {
-        struct worker *w = ctx;
-        struct unpin_task *t = calloc(1, sizeof(*t));
+        struct cuda_backend *cb = ctx;
+        struct pin_task *t = calloc(1, sizeof(*t));
 
         if (!t) {
                 munmap(host, bytes); /* the driver drops the lock with the pages */
                 return;
         }
-        t->c.run = unpin_run;
-        t->ordinal = ((struct cuda_backend *)w->be)->ordinal;
         t->host = host;
         t->bytes = bytes;
-        worker_control(w, &t->c);
+        pin_enqueue(cb, t);
 }
 
-/* Page-locks a session's shared memory the first time a group stages it:
- * copies from and to it are then truly asynchronous, so the worker goes on
- * building the next group while the device copies, instead of waiting on a
- * pageable copy. Inline operands are short-lived and stay pageable. */
-static void pin(struct cuda_backend *cb, struct group *g, struct gbuf *b)
+/*
+ * The pin thread page-locks and unlocks shared memory. Locking a buffer of
+ * gigabytes takes the driver a long time (hundreds of milliseconds); on the
+ * worker thread that held up every client's groups. Until a buffer is
+ * locked its operands go through the bounce buffer.
+ */
+static void *pin_main(void *arg)
 {
-        if (b->kind != GBUF_SHM || b->pinned)
-                return;
-        if (cudaHostRegister(b->host, b->bytes, cudaHostRegisterPortable) != cudaSuccess) {
-                cudaGetLastError(); /* works unpinned, only slower */
-                return;
+        struct cuda_backend *cb = arg;
+
+        cudaSetDevice(cb->ordinal);
+        pthread_mutex_lock(&cb->pin_lock);
+        for (;;) {
+                struct pin_task *t;
+
+                while (!cb->pin_head && !cb->pin_stop)
+                        pthread_cond_wait(&cb->pin_cond, &cb->pin_lock);
+                if (!(t = cb->pin_head))
+                        break; /* stopping, and every task done */
+                cb->pin_head = t->next;
+                if (!cb->pin_head)
+                        cb->pin_tail = NULL;
+                pthread_mutex_unlock(&cb->pin_lock);
+                if (t->buf) {
+                        struct gbuf *b = t->buf;
+
+                        if (cudaHostRegister(b->host, b->bytes, cudaHostRegisterPortable) == cudaSuccess) {
+                                b->unpin = unpin;
+                                b->unpin_ctx = cb;
+                                __atomic_store_n(&b->pinned, 1, __ATOMIC_RELEASE);
+                        } else {
+                                cudaGetLastError(); /* works unpinned, only slower */
+                        }
+                        gbuf_unref(b);
+                } else {
+                        if (cudaHostUnregister(t->host) != cudaSuccess)
+                                cudaGetLastError();
+                        munmap(t->host, t->bytes);
+                }
+                free(t);
+                pthread_mutex_lock(&cb->pin_lock);
         }
-        b->unpin = unpin;
-        b->unpin_ctx = g->w;
-        b->pinned = 1;
+        pthread_mutex_unlock(&cb->pin_lock);
+        return NULL;
+}
+
+/* Asks for a session's shared memory to be page-locked the first time a
+ * group stages it: copies from and to it are then truly asynchronous, so
+ * the worker goes on building the next group while the device copies,
+ * instead of waiting on a pageable copy. Inline operands are short-lived
+ * and stay pageable. Returns whether b is locked now. */
+static int pin(struct cuda_backend *cb, struct gbuf *b)
+{
+        struct pin_task *t;
+
+        if (b->kind != GBUF_SHM)
+                return 0;
+        if (__atomic_load_n(&b->pinned, __ATOMIC_ACQUIRE))
+                return 1;
+        if (__atomic_exchange_n(&b->pin_asked, 1, __ATOMIC_ACQ_REL) || !(t = calloc(1, sizeof(*t))))
+                return 0;
+        gbuf_ref(b);
+        t->buf = b;
+        pin_enqueue(cb, t);
+        return 0;
 }
 
 static int launch(struct backend *be, struct group *g)
@@ -397,6 +489,11 @@ static int launch(struct backend *be, struct group *g)
         s->g = g;
         s->seq = cb->launches++;
         ring = (unsigned)(s->seq % EVENT_RING);
+        /* Launches j and j + 1 of every timing_every: the pair also gives
+         * the idle gap between them. */
+        g->timed = cb->timing_every <= 2 || s->seq % cb->timing_every < 2;
+        cb->timed[ring] = (uint8_t)g->timed;
+        s->ev = g->timed ? cb->ev_end[ring] : cb->ev_done[ring];
         if (s->stage_ops < g->nops) {
                 uint64_t *p = realloc(s->stage_off, (size_t)g->nops * 3 * sizeof(*p));
                 uint8_t *q = realloc(s->bounce, g->nops);
@@ -428,8 +525,7 @@ static int launch(struct backend *be, struct group *g)
                                 s->stage_off[i * 3 + j] = UINT64_MAX;
                                 continue;
                         }
-                        pin(cb, g, o->buf[j]);
-                        if (!o->buf[j]->pinned) {
+                        if (!pin(cb, o->buf[j])) {
                                 s->bounce[i] |= (uint8_t)(1u << j);
                                 continue; /* placed below */
                         }
@@ -466,7 +562,7 @@ static int launch(struct backend *be, struct group *g)
         /* The group's device time starts at its first copy or kernel, not
          * at the host work before them. Pinned host operands are copied as
          * their addresses are resolved, below. */
-        if (in_lo > 0)
+        if (in_lo > 0 && g->timed)
                 CK(cudaEventRecord(cb->ev_start[ring], s->stream));
         kp = s->h_blob;
         for (uint32_t i = 0; i < g->nops; i++) {
@@ -509,7 +605,7 @@ static int launch(struct backend *be, struct group *g)
                         }
                 }
         }
-        if (in_lo == 0)
+        if (in_lo == 0 && g->timed)
                 CK(cudaEventRecord(cb->ev_start[ring], s->stream));
         /* The bounced inputs, in one copy. */
         if (in_hi > in_lo)
@@ -576,7 +672,7 @@ static int launch(struct backend *be, struct group *g)
         if (s->out_hi > s->out_lo)
                 CK(cudaMemcpyAsync(bounced(s, s->out_lo), s->d_stage + s->out_lo, s->out_hi - s->out_lo,
                                    cudaMemcpyDeviceToHost, s->stream));
-        CK(cudaEventRecord(cb->ev_end[ring], s->stream));
+        CK(cudaEventRecord(s->ev, s->stream));
         /* The interprocess event only when a client will wait on it: each
          * record is an API call on the launch path. */
         for (uint32_t i = 0; i < g->nops; i++)
@@ -595,15 +691,17 @@ static void collect(struct backend *be, struct group *g, uint64_t *device_ns, ui
         struct cuda_backend *cb = (struct cuda_backend *)be;
         struct cuda_slot *s = g->bdata;
         unsigned ring = (unsigned)(s->seq % EVENT_RING);
+        unsigned prev = (ring + EVENT_RING - 1) % EVENT_RING;
         float ms;
 
-        *device_ns = *gap_ns = 0;
+        *device_ns = 0;
         if (cudaEventElapsedTime(&ms, cb->ev_start[ring], cb->ev_end[ring]) == cudaSuccess)
                 *device_ns = (uint64_t)(ms * 1e6);
-        if (s->seq > 0 &&
-            cudaEventElapsedTime(&ms, cb->ev_end[(ring + EVENT_RING - 1) % EVENT_RING],
-                                 cb->ev_start[ring]) == cudaSuccess && ms > 0)
-                *gap_ns = (uint64_t)(ms * 1e6);
+        /* Not measured when launch j - 1 was not timed, or has not finished
+         * yet (groups on different streams finish in any order). */
+        if (s->seq > 0 && cb->timed[prev] &&
+            cudaEventElapsedTime(&ms, cb->ev_end[prev], cb->ev_start[ring]) == cudaSuccess)
+                *gap_ns = ms > 0 ? (uint64_t)(ms * 1e6) : 0;
         cudaGetLastError();
 }
 
@@ -753,6 +851,7 @@ static int make_stream_events(struct cuda_backend *cb)
         for (int i = 0; i < EVENT_RING; i++) {
                 CK(cudaEventCreate(&cb->ev_start[i]));
                 CK(cudaEventCreate(&cb->ev_end[i]));
+                CK(cudaEventCreateWithFlags(&cb->ev_done[i], cudaEventDisableTiming));
                 CK(cudaEventCreateWithFlags(&cb->ev_ipc[i],
                                             cudaEventInterprocess | cudaEventDisableTiming));
                 CK(cudaIpcGetEventHandle(&cb->ev_ipc_handle[i], cb->ev_ipc[i]));
@@ -885,9 +984,19 @@ static void destroy(struct backend *be)
         pthread_join(cb->done_thread, NULL);
         pthread_cond_destroy(&cb->done_cond);
         pthread_mutex_destroy(&cb->done_lock);
+        /* Every buffer is released by now; the thread finishes the unlocks
+         * queued before it stops. */
+        pthread_mutex_lock(&cb->pin_lock);
+        cb->pin_stop = 1;
+        pthread_cond_signal(&cb->pin_cond);
+        pthread_mutex_unlock(&cb->pin_lock);
+        pthread_join(cb->pin_thread, NULL);
+        pthread_cond_destroy(&cb->pin_cond);
+        pthread_mutex_destroy(&cb->pin_lock);
         for (int i = 0; i < EVENT_RING; i++) {
                 cudaEventDestroy(cb->ev_start[i]);
                 cudaEventDestroy(cb->ev_end[i]);
+                cudaEventDestroy(cb->ev_done[i]);
                 cudaEventDestroy(cb->ev_ipc[i]);
         }
         cudaStreamDestroy(cb->stream);
@@ -903,6 +1012,7 @@ int backend_cuda_new(int ordinal, const struct gemmd_config *cfg, struct backend
                 return -ENOMEM;
         cb->ordinal = ordinal;
         cb->spin_ns = cfg->spin_us * 1000ull;
+        cb->timing_every = cfg->timing_every;
         /* Blocking waits sleep instead of spinning (make_stream_events sets
          * the flag): the completion thread spins only as long as it chooses. */
         if (cudaSetDevice(ordinal) != cudaSuccess ||
@@ -914,8 +1024,21 @@ int backend_cuda_new(int ordinal, const struct gemmd_config *cfg, struct backend
         }
         pthread_mutex_init(&cb->done_lock, NULL);
         pthread_cond_init(&cb->done_cond, NULL);
+        pthread_mutex_init(&cb->pin_lock, NULL);
+        pthread_cond_init(&cb->pin_cond, NULL);
+        if (pthread_create(&cb->pin_thread, NULL, pin_main, cb) != 0) {
+                log_err("cuda %d: cannot start the pin thread", ordinal);
+                cudaStreamDestroy(cb->stream);
+                free(cb);
+                return -EAGAIN;
+        }
         if (pthread_create(&cb->done_thread, NULL, done_main, cb) != 0) {
                 log_err("cuda %d: cannot start the completion thread", ordinal);
+                pthread_mutex_lock(&cb->pin_lock);
+                cb->pin_stop = 1;
+                pthread_cond_signal(&cb->pin_cond);
+                pthread_mutex_unlock(&cb->pin_lock);
+                pthread_join(cb->pin_thread, NULL);
                 cudaStreamDestroy(cb->stream);
                 free(cb);
                 return -EAGAIN;
@@ -925,6 +1048,8 @@ int backend_cuda_new(int ordinal, const struct gemmd_config *cfg, struct backend
 
                 snprintf(name, sizeof(name), "gemmd-done%d", ordinal);
                 pthread_setname_np(cb->done_thread, name);
+                snprintf(name, sizeof(name), "gemmd-pin%d", ordinal);
+                pthread_setname_np(cb->pin_thread, name);
         }
         cb->b.kind = "cuda";
         snprintf(cb->b.name, sizeof(cb->b.name), "%.63s", prop.name);

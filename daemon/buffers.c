@@ -14,7 +14,7 @@
 
 static void release_shm(struct gbuf *b)
 {
-        if (b->pinned && b->unpin)
+        if (__atomic_load_n(&b->pinned, __ATOMIC_ACQUIRE) && b->unpin)
                 b->unpin(b->unpin_ctx, b->host, b->bytes);
         else
                 munmap(b->host, b->bytes);

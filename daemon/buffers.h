@@ -29,11 +29,12 @@ struct gbuf {
         int dev_owned;       /* CUDA: allocated by the daemon, not a client's */
         /* Called with the last reference, from any thread. */
         void (*release)(struct gbuf *b);
-        /* Set by a GPU worker that page-locked this host memory (worker
-         * thread, before any op using it completes): the last reference
-         * then hands the mapping to unpin(), which unlocks and unmaps it
-         * on that worker, instead of unmapping it here. */
-        int pinned;
+        /* Set (atomically, after unpin and unpin_ctx) by a GPU backend
+         * that page-locked this host memory: the last reference then hands
+         * the mapping to unpin(), which unlocks and unmaps it off the
+         * caller's thread, instead of unmapping it here. pin_asked: a
+         * backend has asked for the lock (atomic). */
+        int pinned, pin_asked;
         void (*unpin)(void *ctx, void *host, uint64_t bytes);
         void *unpin_ctx;
 };

@@ -38,6 +38,11 @@ void config_defaults(struct gemmd_config *cfg)
          * the CPU backend, or with few cores, the cores are better left to
          * the compute threads and the clients. Resolved after parsing. */
         cfg->spin_us = SPIN_AUTO;
+        /* Timing events cost each launch about 2 us of host time and of
+         * round trip on the H100 (bench/results/launch-probe.txt), so a GPU
+         * times two consecutive groups in every 16 (the pair gives the idle
+         * gap between them) and the stats report the sample. */
+        cfg->timing_every = 16;
         cfg->max_group_tiles = 1u << 16;
         cfg->max_group_bytes = 8ull << 30;
         cfg->max_group_ops = 4096;
@@ -85,6 +90,7 @@ enum {
         OPT_USER_SESSIONS,
         OPT_HELLO_TIMEOUT,
         OPT_SPIN,
+        OPT_TIMING,
 };
 
 static const struct option options[] = {
@@ -120,6 +126,7 @@ static const struct option options[] = {
         {"max-user-sessions", required_argument, NULL, OPT_USER_SESSIONS},
         {"hello-timeout-ms", required_argument, NULL, OPT_HELLO_TIMEOUT},
         {"spin-us", required_argument, NULL, OPT_SPIN},
+        {"timing-every", required_argument, NULL, OPT_TIMING},
         {NULL, 0, NULL, 0},
 };
 
@@ -141,6 +148,8 @@ static void usage(FILE *f, const struct gemmd_config *d)
                 "      --batch-window-us US     an idle device waits this long for more requests (default: %u)\n"
                 "      --spin-us US             the daemon's threads poll this long after their last work before\n"
                 "                               they sleep (default: 50, or 0 with --backend cpu or under 4 CPUs)\n"
+                "      --timing-every N         a GPU measures device time and idle gaps on 2 groups in every N\n"
+                "                               (default: %u; 1: every group)\n"
                 "      --max-group-tiles N      tiles in one group (default: %llu)\n"
                 "      --max-group-ops N        ops in one group (default: %u)\n"
                 "      --max-frame-bytes N      largest frame accepted (default: %llu)\n"
@@ -167,7 +176,7 @@ static void usage(FILE *f, const struct gemmd_config *d)
                 "\n"
                 "SIGTERM or SIGINT: stop accepting, finish in-flight work, reply, exit 0.\n",
                 GEMMD_DEFAULT_SOCKET, d->threads, sched_mode_name(d->mode),
-                d->batch_window_us,
+                d->batch_window_us, d->timing_every,
                 (unsigned long long)d->max_group_tiles, d->max_group_ops,
                 (unsigned long long)d->lim.max_frame_bytes, d->lim.max_ops_per_submit,
                 (unsigned long long)d->lim.max_inline_bytes, d->lim.max_inflight_ops,
@@ -396,6 +405,10 @@ int config_parse_args(struct gemmd_config *cfg, int argc, char **argv)
                 case OPT_SPIN:
                         bad = parse_u64(optarg, 0, 100000, &v);
                         cfg->spin_us = (uint32_t)v;
+                        break;
+                case OPT_TIMING:
+                        bad = parse_u64(optarg, 1, 1u << 20, &v);
+                        cfg->timing_every = (uint32_t)v;
                         break;
                 case OPT_GROUP_TILES:
                         bad = parse_u64(optarg, 1, UINT32_MAX, &v);

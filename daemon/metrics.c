@@ -418,8 +418,11 @@ static void render_devices(FILE *f, struct server *srv, double up_s)
                    "Host seconds spent launching groups (copies, encoding, launch calls)", "%.9g",
                    st[i].launch_ns / 1e9);
         PER_DEVICE("gemmd_device_seconds_total", "counter",
-                   "Device seconds of the groups, where the backend measures it", "%.9g",
+                   "Device seconds of the timed groups, where the backend measures it", "%.9g",
                    st[i].device_ns / 1e9);
+        PER_DEVICE("gemmd_device_timed_groups_total", "counter",
+                   "Groups whose device time was measured (see --timing-every)", "%llu",
+                   (unsigned long long)st[i].timed_groups);
         PER_DEVICE("gemmd_device_idle_gaps_total", "counter",
                    "Idle gaps between groups while work was waiting", "%llu",
                    (unsigned long long)st[i].idle_gaps);

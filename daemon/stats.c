@@ -95,10 +95,11 @@ static void render_text(struct server *srv, FILE *f, double up_s)
                 /* Where a group's time goes: the worker's plan build and
                  * launch call, the device's time (where the backend measures
                  * it) and launch to done as the worker saw it. */
-                char dev[48] = "";
+                char dev[80] = "";
                 if (b->collect)
-                        snprintf(dev, sizeof(dev), ", device %.1f us",
-                                 st.groups ? st.device_ns / 1e3 / st.groups : 0.0);
+                        snprintf(dev, sizeof(dev), ", device %.1f us (%llu groups timed)",
+                                 st.timed_groups ? st.device_ns / 1e3 / st.timed_groups : 0.0,
+                                 (unsigned long long)st.timed_groups);
                 fprintf(f, "  per group: plan build %.1f us, launch %.1f us%s, launch to done seen "
                            "%.1f us; idle gaps %llu, mean %.1f us\n",
                         st.groups ? st.plan_ns / 1e3 / st.groups : 0.0,
@@ -160,13 +161,13 @@ static void render_json(struct server *srv, FILE *f, double up_s)
                 fprintf(f, "%s{\"index\":%d,\"backend\":\"%s\",\"name\":\"%s\",\"groups\":%llu,"
                            "\"ops\":%llu,\"ops_failed\":%llu,\"tiles\":%llu,\"flops\":%llu,"
                            "\"busy_s\":%.6f,\"plan_s\":%.6f,\"launch_s\":%.6f,\"device_s\":%.6f,"
-                           "\"run_s\":%.6f,\"idle_gaps\":%llu,\"idle_gap_s\":%.6f,"
+                           "\"timed_groups\":%llu,\"run_s\":%.6f,\"idle_gaps\":%llu,\"idle_gap_s\":%.6f,"
                            "\"queued\":%u,\"inflight_groups\":%u,",
                         i ? "," : "", i, b->kind, b->name, (unsigned long long)st.groups,
                         (unsigned long long)st.ops, (unsigned long long)st.ops_failed,
                         (unsigned long long)st.tiles, (unsigned long long)st.flops,
                         st.busy_ns / 1e9, st.plan_ns / 1e9, st.launch_ns / 1e9, st.device_ns / 1e9,
-                        st.run_ns / 1e9, (unsigned long long)st.idle_gaps,
+                        (unsigned long long)st.timed_groups, st.run_ns / 1e9, (unsigned long long)st.idle_gaps,
                         st.idle_gap_ns / 1e9, pending, inflight);
                 hist_json(f, "group_size_log2", st.group_size_hist);
                 fprintf(f, ",");

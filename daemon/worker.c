@@ -426,8 +426,8 @@ static void complete_ops(struct worker *w, struct group *g, struct done_list *do
 
 /* The worker's bookkeeping of a finished group (its ops are already
  * completed): device timings, histograms, and the slot freed. Called with
- * the lock held, on the worker thread when the backend has a collect()
- * (which runs there), else on the thread that completed the group. */
+ * the lock held, on the worker thread when the backend timed the group
+ * (its collect() runs there), else on the thread that completed it. */
 static void finish_group(struct worker *w, struct group *g)
 {
         uint64_t run_us = (g->t_done_ns - g->t_launch_ns) / 1000;
@@ -439,17 +439,20 @@ static void finish_group(struct worker *w, struct group *g)
         w->st.tiles += g->tiles;
         if (g->status == GEMMD_EDEVICE && w->be->recover)
                 w->recover_pending = 1;
-        if (w->be->collect) {
-                uint64_t dev_ns = 0, gap_ns = 0;
+        if (g->b2b)
+                w->st.b2b_groups++;
+        if (w->be->collect && g->timed) {
+                uint64_t dev_ns = 0, gap_ns = UINT64_MAX;
 
                 w->be->collect(w->be, g, &dev_ns, &gap_ns);
                 w->st.device_ns += dev_ns;
-                if (g->b2b) {
-                        w->st.b2b_groups++;
+                w->st.timed_groups++;
+                if (g->b2b && gap_ns != UINT64_MAX) {
                         w->st.idle_gap_ns += gap_ns;
                         w->st.idle_gaps++;
                 }
         }
+        g->timed = 0;
         g->nops = 0;
         g->busy = 0;
 }
@@ -537,7 +540,7 @@ void worker_group_done(struct group *g, int status)
         }
         atomic_fetch_add_explicit(&w->progress, 1, memory_order_relaxed);
         nudge(w);
-        if (w->be->collect) {
+        if (w->be->collect && g->timed) {
                 g->next_done = w->done;
                 w->done = g;
                 pthread_cond_signal(&w->cond);
@@ -703,6 +706,7 @@ static void *worker_main(void *arg)
                                                 struct done_list done = DONE_LIST_INIT(done);
 
                                                 g->status = GEMMD_EDEVICE;
+                                                g->timed = 0; /* nothing to measure */
                                                 g->t_done_ns = g->t_launch_ns = now_ns();
                                                 complete_ops(w, g, &done);
                                                 finish_group(w, g);

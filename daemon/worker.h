@@ -71,6 +71,9 @@ struct group {
         int status;
         int busy;
         int b2b; /* launched while another group was in flight */
+        /* Set by launch() when the backend times this group on the device
+         * (backend.collect): only those go back to the worker thread. */
+        int timed;
         struct group *next_done;
         void *bdata; /* the backend's per-slot state */
 };
@@ -89,7 +92,8 @@ struct worker_stats {
         uint64_t run_us_hist[HIST_BUCKETS];
         uint64_t idle_gap_ns;    /* idle time between back-to-back groups */
         uint64_t idle_gaps;      /* how many such gaps */
-        uint64_t device_ns;      /* device time of all groups (if the backend measures it) */
+        uint64_t device_ns;      /* device time of the timed groups (if the backend measures it) */
+        uint64_t timed_groups;   /* groups whose device time was measured */
         uint64_t b2b_groups;     /* groups launched while another was in flight */
 };
 

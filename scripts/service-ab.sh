@@ -9,8 +9,8 @@
 # Variants (AB_VARIANTS, ';'-separated): NAME|GEMMD ARGS|CLIENT ENV[|GEMMD],
 # the last an other daemon binary (default $GEMMD_BIN/gemmd), e.g.
 #   "spin|--spin-us=50|GEMMD_SPIN_US=50;nospin|--spin-us=0|GEMMD_SPIN_US=0"
-# Points (AB_POINTS): CLIENTS:WINDOW:MAXDIM ..., default "1:1:1024 8:1:1024
-# 8:8:1024 64:8:1024". AB_ROUNDS (default 2), AB_SECONDS (default 2),
+# Points (AB_POINTS): CLIENTS:WINDOW:MAXDIM[:MEMORY] ..., MEMORY ipc (the
+# default) or shm, default "1:1:1024 8:1:1024 8:8:1024 64:8:1024". AB_ROUNDS (default 2), AB_SECONDS (default 2),
 # AB_MPS=1 (default) also runs --mode mps once per round at each point of at
 # most 48 clients.
 #
@@ -67,10 +67,10 @@ print(json.dumps({k: round(100.0 * (b[k] - a.get(k, 0)) / hz / secs, 1) for k in
 EOF
 }
 
-run_point() { # variant round clients window dim env mode
-        local v=$1 r=$2 c=$3 w=$4 d=$5 env=$6 mode=$7 t0 t1 out cpu='{}' sock=()
+run_point() { # variant round clients window dim memory env mode
+        local v=$1 r=$2 c=$3 w=$4 d=$5 m=$6 env=$7 mode=$8 t0 t1 out cpu='{}' sock=()
         out=$tmp/run.json
-        [ "$mode" = gemmd ] && sock=(--socket "$tmp/gemmd.sock")
+        [ "$mode" = gemmd ] && sock=(--socket "$tmp/gemmd.sock" --memory "$m")
         [ -n "$dpid" ] && [ "$mode" = gemmd ] && thread_ticks "$dpid" >"$tmp/t0"
         t0=$(date +%s.%N)
         # shellcheck disable=SC2086
@@ -83,8 +83,8 @@ run_point() { # variant round clients window dim env mode
                 cpu=$(cpu_json "$tmp/t0" "$tmp/t1" "$(awk -v a="$t0" -v b="$t1" 'BEGIN { print b - a }')")
         fi
         [ -s "$out" ] || echo '{}' >"$out"
-        printf '{"variant":"%s","round":%d,"clients":%d,"window":%d,"max_dim":%d,"exit":%d,"cpu":%s,"run":%s}\n' \
-                "$v" "$r" "$c" "$w" "$d" "$rc" "$cpu" "$(tr -d '\n' <"$out")" >>"$jsonl"
+        printf '{"variant":"%s","round":%d,"clients":%d,"window":%d,"max_dim":%d,"memory":"%s","exit":%d,"cpu":%s,"run":%s}\n' \
+                "$v" "$r" "$c" "$w" "$d" "$m" "$rc" "$cpu" "$(tr -d '\n' <"$out")" >>"$jsonl"
 }
 
 IFS=';' read -r -a vars <<<"$VARIANTS"
@@ -95,8 +95,8 @@ for r in $(seq 1 "$ROUNDS"); do
                 start_daemon "${dbin:-$bin/gemmd}" "$log" $args ||
                         echo "service-ab: $name: gemmd did not start" >>"$log"
                 for p in $POINTS; do
-                        IFS=: read -r c w d <<<"$p"
-                        run_point "$name" "$r" "$c" "$w" "$d" "$env" gemmd
+                        IFS=: read -r c w d m <<<"$p"
+                        run_point "$name" "$r" "$c" "$w" "$d" "${m:-ipc}" "$env" gemmd
                 done
                 { echo "== $name, round $r"; "$bin/gemmctl" --socket "$tmp/gemmd.sock" stats; } \
                         >>"$OUT/ab-stats.txt" 2>&1
@@ -104,8 +104,8 @@ for r in $(seq 1 "$ROUNDS"); do
         done
         if [ "$MPS" = 1 ]; then
                 for p in $POINTS; do
-                        IFS=: read -r c w d <<<"$p"
-                        [ "$c" -le 48 ] && run_point mps "$r" "$c" "$w" "$d" "" mps
+                        IFS=: read -r c w d m <<<"$p"
+                        [ "$c" -le 48 ] && run_point mps "$r" "$c" "$w" "$d" "${m:-ipc}" "" mps
                 done
         fi
 done
@@ -113,13 +113,14 @@ done
 python3 - "$jsonl" >"$OUT/ab.txt" <<'EOF'
 import json, sys
 rows = [json.loads(l) for l in open(sys.argv[1])]
-points = sorted({(r["clients"], r["window"], r["max_dim"]) for r in rows})
-for c, w, d in points:
-    print(f"## {c} clients x {w} in flight, max-dim {d}")
+key = lambda r: (r["clients"], r["window"], r["max_dim"], r.get("memory", "ipc"))
+points = sorted({key(r) for r in rows})
+for c, w, d, m in points:
+    print(f"## {c} clients x {w} in flight, max-dim {d}, {m} operands")
     print("| variant | round | TF/s | req/s | p50 us | p99 us | errors | submit to admitted us | queue us | run us | ops/group | daemon threads CPU % |")
     print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
-        if (r["clients"], r["window"], r["max_dim"]) != (c, w, d):
+        if key(r) != (c, w, d, m):
             continue
         g = r["run"]
         cpu = ", ".join(f"{k} {v:g}" for k, v in r["cpu"].items() if v >= 1)

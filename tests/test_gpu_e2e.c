@@ -38,8 +38,22 @@ static int have_gpu(void)
 
 TestSuite(gpu_e2e, .init = e2e_setup, .fini = e2e_teardown, .timeout = 300);
 
+/* A number that follows `key` in the first device of a stats JSON text. */
+static long long device_number(const char *json, const char *key)
+{
+        const char *dev = strstr(json, "\"devices\":[");
+        char pat[64];
+        const char *p;
+
+        snprintf(pat, sizeof(pat), "\"%s\":", key);
+        p = dev ? strstr(dev, pat) : NULL;
+        return p ? strtoll(p + strlen(pat), NULL, 10) : -1;
+}
+
 /* Random problems of every kind, dtype, op and layout, through shared memory
- * and inline, several submits in flight so they share groups. */
+ * and inline, several submits in flight so they share groups. The shared
+ * memory is page-locked off the worker while the first groups bounce it,
+ * so both ways are checked. The device times a sample of the groups. */
 Test(gpu_e2e, shared_and_inline_operands)
 {
         struct e2e_daemon d;
@@ -64,6 +78,23 @@ Test(gpu_e2e, shared_and_inline_operands)
                         cr_assert_eq(e2e_prob_inline(&p[i], &s, &seed), 0);
         }
         cr_assert_eq(e2e_run_checked(c, p, 96, 4, NULL, why, sizeof(why)), 0, "%s", why);
+        /* Again, now that the arena has had time to be locked. */
+        for (int i = 0; i < 96; i++)
+                e2e_prob_reset(&p[i]);
+        cr_assert_eq(e2e_run_checked(c, p, 96, 4, NULL, why, sizeof(why)), 0, "%s", why);
+        {
+                char *json = NULL;
+                long long groups, timed;
+
+                cr_assert_eq(gemmd_stats(c, 1, &json), 0);
+                groups = device_number(json, "groups");
+                timed = device_number(json, "timed_groups");
+                cr_expect_gt(timed, 0, "%s", json);
+                cr_expect_leq(timed, groups, "%s", json);
+                /* --timing-every 16: 2 of the first 16 groups, 2 of every 16 after. */
+                cr_expect_leq(timed, 2 * ((groups + 15) / 16), "%s", json);
+                free(json);
+        }
         for (int i = 0; i < 96; i++)
                 e2e_prob_free(&p[i]);
         gemmd_disconnect(c);
