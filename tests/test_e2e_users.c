@@ -84,6 +84,7 @@ Test(e2e, config_file_mistakes_name_the_file_and_line)
                 "max-sessions = 7\nmax-user-share\n",
                 "max-sessions = 7\nverbose = maybe\n",
                 "max-sessions = 7\nconfig = /etc/passwd\n",
+                "max-sessions = 7\ntiming-every = 0\n",
         };
         char *bin = e2e_build_path("gemmd");
 
