@@ -4,8 +4,8 @@
  *
  * A group's launch is one sequence on its slot's stream: copy the host
  * operands in, copy the problems and the plan (one pinned blob, one copy),
- * run the kernel, copy host results out, and record the end event that the
- * completion thread watches. The worker builds the next group's plan into
+ * run the kernel and copy host results out; the completion thread watches
+ * the stream. The worker builds the next group's plan into
  * another slot's pinned blob while this one runs. Slots have streams of
  * their own: a group of a few small problems leaves most SMs idle, and the
  * next group then runs beside it rather than after it. Groups in flight
@@ -63,9 +63,10 @@ struct cuda_backend {
         /* Start and end events per launch, in a ring indexed by launch
          * number: the gap before launch j needs the end of launch j - 1,
          * which stays in the ring long after its slot is reused. Only the
-         * timed launches (2 in every timing_every) record them; the others
-         * record ev_done, which keeps no time and costs less to record. */
-        cudaEvent_t ev_start[EVENT_RING], ev_end[EVENT_RING], ev_done[EVENT_RING];
+         * timed launches (2 in every timing_every) record them: a group is
+         * done when its slot's stream is (each slot has one group at a
+         * time), which needs no event. */
+        cudaEvent_t ev_start[EVENT_RING], ev_end[EVENT_RING];
         uint8_t timed[EVENT_RING]; /* whether launch j (at j % EVENT_RING) was */
         uint32_t timing_every;
         /* Interprocess events recorded after each launch, with their IPC
@@ -76,10 +77,10 @@ struct cuda_backend {
         cudaIpcEventHandle_t ev_ipc_handle[EVENT_RING];
         uint64_t launches;
 
-        /* The completion thread: watches launched groups in launch order.
-         * It polls a group's end event for a short while (a small group's
+        /* The completion thread (done_main): watches the launched groups'
+         * streams. It polls them for a short while (a small group's
          * completion is then noticed within a microsecond or two) and then
-         * blocks in cudaEventSynchronize (the device is set to blocking
+         * blocks in cudaStreamSynchronize (the device is set to blocking
          * sync), so an idle or long-running device burns no core. */
         pthread_t done_thread;
         pthread_mutex_t done_lock;
@@ -105,7 +106,6 @@ struct cuda_slot {
         struct group *g;
         struct cuda_slot *done_next; /* completion thread's queue */
         uint64_t seq;
-        cudaEvent_t ev;          /* recorded last on the stream: the group is done */
         void *h_blob, *d_blob;   /* [kproblems | sproblems | plan blob], pinned and device */
         size_t blob_cap;
         char *d_stage;           /* device copies of host operands */
@@ -260,7 +260,7 @@ static void finish(struct cuda_backend *cb, struct cuda_slot *s, cudaError_t st)
 }
 
 /*
- * The completion thread. It polls the end events of every group in flight,
+ * The completion thread. It polls the streams of every group in flight,
  * not only the oldest: groups run on streams of their own, and a small one
  * launched after a large one finishes first, so its requests are answered
  * without waiting for the large one. When none has finished for
@@ -304,7 +304,7 @@ static void *done_main(void *arg)
                 }
                 for (pp = &watched; *pp;) {
                         struct cuda_slot *s = *pp;
-                        cudaError_t st = cudaEventQuery(s->ev);
+                        cudaError_t st = cudaStreamQuery(s->stream);
 
                         if (st == cudaErrorNotReady) {
                                 pp = &s->done_next;
@@ -320,7 +320,7 @@ static void *done_main(void *arg)
                         active = since = now_ns();
                 } else if (now_ns() - since >= DONE_SPIN_NS) {
                         /* A long group: sleep until the oldest is done. */
-                        cudaEventSynchronize(watched->ev);
+                        cudaStreamSynchronize(watched->stream);
                         since = now_ns();
                 }
         }
@@ -493,7 +493,6 @@ static int launch(struct backend *be, struct group *g)
          * the idle gap between them. */
         g->timed = cb->timing_every <= 2 || s->seq % cb->timing_every < 2;
         cb->timed[ring] = (uint8_t)g->timed;
-        s->ev = g->timed ? cb->ev_end[ring] : cb->ev_done[ring];
         if (s->stage_ops < g->nops) {
                 uint64_t *p = realloc(s->stage_off, (size_t)g->nops * 3 * sizeof(*p));
                 uint8_t *q = realloc(s->bounce, g->nops);
@@ -672,7 +671,8 @@ static int launch(struct backend *be, struct group *g)
         if (s->out_hi > s->out_lo)
                 CK(cudaMemcpyAsync(bounced(s, s->out_lo), s->d_stage + s->out_lo, s->out_hi - s->out_lo,
                                    cudaMemcpyDeviceToHost, s->stream));
-        CK(cudaEventRecord(s->ev, s->stream));
+        if (g->timed)
+                CK(cudaEventRecord(cb->ev_end[ring], s->stream));
         /* The interprocess event only when a client will wait on it: each
          * record is an API call on the launch path. */
         for (uint32_t i = 0; i < g->nops; i++)
@@ -851,7 +851,6 @@ static int make_stream_events(struct cuda_backend *cb)
         for (int i = 0; i < EVENT_RING; i++) {
                 CK(cudaEventCreate(&cb->ev_start[i]));
                 CK(cudaEventCreate(&cb->ev_end[i]));
-                CK(cudaEventCreateWithFlags(&cb->ev_done[i], cudaEventDisableTiming));
                 CK(cudaEventCreateWithFlags(&cb->ev_ipc[i],
                                             cudaEventInterprocess | cudaEventDisableTiming));
                 CK(cudaIpcGetEventHandle(&cb->ev_ipc_handle[i], cb->ev_ipc[i]));
@@ -996,7 +995,6 @@ static void destroy(struct backend *be)
         for (int i = 0; i < EVENT_RING; i++) {
                 cudaEventDestroy(cb->ev_start[i]);
                 cudaEventDestroy(cb->ev_end[i]);
-                cudaEventDestroy(cb->ev_done[i]);
                 cudaEventDestroy(cb->ev_ipc[i]);
         }
         cudaStreamDestroy(cb->stream);
