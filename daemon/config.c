@@ -43,7 +43,12 @@ void config_defaults(struct gemmd_config *cfg)
          * times two consecutive groups in every 16 (the pair gives the idle
          * gap between them) and the stats report the sample. */
         cfg->timing_every = 16;
-        cfg->max_group_tiles = 1u << 16;
+        /* 2048 tiles of 128 x 128 are some 15 waves of an H100: a larger
+         * group fills the device no better. Under a backlog a larger cap
+         * let groups grow to 100-300 ops, whose launches the worker then
+         * fell behind on (64 clients x 8 in flight: 91-124 TF/s at 65536
+         * against 139-150 at 2048; bench/results/service-ab-tiles.txt). */
+        cfg->max_group_tiles = 2048;
         cfg->max_group_bytes = 8ull << 30;
         cfg->max_group_ops = 4096;
         cfg->lim.max_frame_bytes = 20u << 20;
