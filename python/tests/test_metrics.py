@@ -132,6 +132,10 @@ class TestMetricsTcp(DaemonTestCase):
         self.assertEqual(get(after, "gemmd_registered_buffers", kind="shm"), 0)
         self.assertEqual(d("gemmd_sessions_opened_total"), 1)
         self.assertGreater(d("gemmd_device_busy_seconds_total", device="0"), 0)
+        # The CPU backend does not measure device time: no group is timed.
+        self.assertEqual(types["gemmd_device_timed_groups_total"], "counter")
+        self.assertEqual(get(after, "gemmd_device_timed_groups_total", device="0"), 0)
+        self.assertEqual(get(after, "gemmd_device_seconds_total", device="0"), 0)
         # The loop read and admitted those requests: it was busy, for less
         # than the time that passed.
         self.assertEqual(types["gemmd_loop_busy_seconds_total"], "counter")
