@@ -165,12 +165,12 @@ int bench_read_all(int fd, void *p, size_t n)
         return 0;
 }
 
-int bench_hops(const struct gemmd_result *r, uint64_t t_submit, uint64_t t_got, double *in_us,
-               double *out_us)
+void bench_hops_add(struct bench_hops *h, const struct gemmd_result *r, uint64_t t_submit,
+                    uint64_t t_got)
 {
         if (!r->admit_ns || r->admit_ns < t_submit || r->reply_ns < r->admit_ns || t_got < r->reply_ns)
-                return 0;
-        *in_us = (double)(r->admit_ns - t_submit) / 1e3;
-        *out_us = (double)(t_got - r->reply_ns) / 1e3;
-        return 1;
+                return;
+        h->in_us += (double)(r->admit_ns - t_submit) / 1e3;
+        h->out_us += (double)(t_got - r->reply_ns) / 1e3;
+        h->n++;
 }

@@ -46,12 +46,25 @@ int bench_read_all(int fd, void *p, size_t n);
 
 struct gemmd_result;
 
-/* The hops around the daemon of one request: submit -> admitted and reply
- * packed -> received, in us, from the stamps in its result (the daemon's
+/* The hops around the daemon, summed over n requests: submit -> admitted
+ * and reply packed -> received, in us. */
+struct bench_hops {
+        double in_us, out_us;
+        uint64_t n;
+};
+
+/* Adds one request's hops, from the stamps in its result (the daemon's
  * CLOCK_MONOTONIC) and the caller's bench_now_ns() at submit and at
- * receipt. Returns 0, leaving both alone, when the result carries no
- * usable stamps. */
-int bench_hops(const struct gemmd_result *r, uint64_t t_submit, uint64_t t_got, double *in_us,
-               double *out_us);
+ * receipt; a result without usable stamps adds nothing. */
+void bench_hops_add(struct bench_hops *h, const struct gemmd_result *r, uint64_t t_submit,
+                    uint64_t t_got);
+
+/* Adds the sums of b to a. */
+static inline void bench_hops_merge(struct bench_hops *a, const struct bench_hops *b)
+{
+        a->in_us += b->in_us;
+        a->out_us += b->out_us;
+        a->n += b->n;
+}
 
 #endif /* GEMMD_BENCH_UTIL_H */

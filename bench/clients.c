@@ -947,8 +947,7 @@ struct agg {
         double flops, tflops, rps;
         double p50, p90, p99, max, mean;
         double queue_us, run_us, group_size;
-        double in_us, out_us; /* submit -> admitted, reply packed -> seen (means) */
-        uint64_t stamped;
+        struct bench_hops hops; /* means once aggregated */
         const char *first_error;
         uint64_t nsamples;
 };
@@ -983,9 +982,7 @@ static void aggregate(struct run *r, struct agg *a)
                 a->queue_us += x->queue_us_sum;
                 a->run_us += x->run_us_sum;
                 a->group_size += x->group_size_sum;
-                a->in_us += x->in_us_sum;
-                a->out_us += x->out_us_sum;
-                a->stamped += x->stamped;
+                bench_hops_merge(&a->hops, &x->hops);
                 if (x->window_requests < a->req_min)
                         a->req_min = x->window_requests;
                 if (x->window_requests > a->req_max)
@@ -1007,9 +1004,9 @@ static void aggregate(struct run *r, struct agg *a)
                 a->run_us /= (double)a->requests;
                 a->group_size /= (double)a->requests;
         }
-        if (a->stamped) {
-                a->in_us /= (double)a->stamped;
-                a->out_us /= (double)a->stamped;
+        if (a->hops.n) {
+                a->hops.in_us /= (double)a->hops.n;
+                a->hops.out_us /= (double)a->hops.n;
         }
         a->nsamples = n;
         a->p50 = a->p90 = a->p99 = a->max = a->mean = NAN;
@@ -1100,8 +1097,8 @@ static void report(struct run *r, const struct agg *a)
                 jnum("daemon_queue_us_mean", a->queue_us, gemmd && a->requests);
                 jnum("daemon_run_us_mean", a->run_us, gemmd && a->requests);
                 jnum("group_size_mean", a->group_size, gemmd && a->requests);
-                jnum("submit_to_admit_us_mean", a->in_us, gemmd && a->stamped);
-                jnum("reply_to_client_us_mean", a->out_us, gemmd && a->stamped);
+                jnum("submit_to_admit_us_mean", a->hops.in_us, gemmd && a->hops.n);
+                jnum("reply_to_client_us_mean", a->hops.out_us, gemmd && a->hops.n);
                 if (gemmd)
                         printf(",\"daemon\":\"%s\",\"daemon_exit\":%d",
                                r->daemon_log[0] ? "started" : "external", r->daemon_exit);
@@ -1134,9 +1131,9 @@ static void report(struct run *r, const struct agg *a)
         if (gemmd && a->requests)
                 printf("  daemon      queue %.1f us, run %.1f us, group size %.2f (means)\n",
                        a->queue_us, a->run_us, a->group_size);
-        if (gemmd && a->stamped)
+        if (gemmd && a->hops.n)
                 printf("  hops        submit to admitted %.1f us, reply packed to client %.1f us (means)\n",
-                       a->in_us, a->out_us);
+                       a->hops.in_us, a->hops.out_us);
         if (*a->first_error)
                 printf("  first error %s\n", a->first_error);
         fflush(stdout);

@@ -24,6 +24,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "bench/bench_util.h"
+
 /* Problems each client owns; it cycles through them, so a window of at most
  * this many requests never has two in flight on the same C. */
 #define CLIENTS_PROBLEMS 64
@@ -75,8 +77,7 @@ struct clients_result {
         double queue_us_sum, run_us_sum, group_size_sum;
         /* ... and of the hops around it, from the daemon's stamps (same
          * clock): submit -> admitted, reply packed -> seen here. */
-        double in_us_sum, out_us_sum;
-        uint64_t stamped; /* requests whose completion carried the stamps */
+        struct bench_hops hops;
         int32_t first_error;
         char first_error_msg[160];
         uint64_t nsamples;

@@ -252,13 +252,7 @@ static void complete(struct client *c, struct slot *s, uint64_t now, int status,
                                 c->r.queue_us_sum += (double)res->queue_us;
                                 c->r.run_us_sum += (double)res->run_us;
                                 c->r.group_size_sum += res->group_size;
-                                double in_us, out_us;
-
-                                if (bench_hops(res, s->t_submit, now, &in_us, &out_us)) {
-                                        c->r.in_us_sum += in_us;
-                                        c->r.out_us_sum += out_us;
-                                        c->r.stamped++;
-                                }
+                                bench_hops_add(&c->r.hops, res, s->t_submit, now);
                         }
                 }
         }

@@ -56,8 +56,7 @@ struct lat_report {
         double queue_us_sum, run_us_sum, group_size_sum;
         /* From the daemon's stamps (same clock): submit -> admitted, reply
          * packed -> the wait's return. */
-        double in_us_sum, out_us_sum;
-        uint64_t stamped; /* requests whose result carried the stamps */
+        struct bench_hops hops;
         char msg[160];
 };
 
@@ -199,13 +198,7 @@ static int client_main(const struct lat_opts *o, int fd)
                 c.rep.queue_us_sum += (double)res.queue_us;
                 c.rep.run_us_sum += (double)res.run_us;
                 c.rep.group_size_sum += res.group_size;
-                double in_us, out_us;
-
-                if (bench_hops(&res, t_sub, t_got, &in_us, &out_us)) {
-                        c.rep.in_us_sum += in_us;
-                        c.rep.out_us_sum += out_us;
-                        c.rep.stamped++;
-                }
+                bench_hops_add(&c.rep.hops, &res, t_sub, t_got);
         }
         gemmd_disconnect(c.gc);
         if (bench_write_all(fd, &c.rep, sizeof(c.rep)) ||
@@ -416,9 +409,7 @@ static int run_clients(const struct lat_opts *o, struct lat_report *sum, float *
                         sum->queue_us_sum += r.queue_us_sum;
                         sum->run_us_sum += r.run_us_sum;
                         sum->group_size_sum += r.group_size_sum;
-                        sum->in_us_sum += r.in_us_sum;
-                        sum->out_us_sum += r.out_us_sum;
-                        sum->stamped += r.stamped;
+                        bench_hops_merge(&sum->hops, &r.hops);
                         if (r.status && !sum->status) {
                                 sum->status = r.status;
                                 memcpy(sum->msg, r.msg, sizeof(sum->msg));
@@ -436,7 +427,7 @@ static int run_clients(const struct lat_opts *o, struct lat_report *sum, float *
 static void report(const struct lat_opts *o, const struct lat_report *sum, const float *s,
                    size_t n, int failed, int daemon_exit)
 {
-        double mean = 0, k = n ? (double)n : 1, ks = sum->stamped ? (double)sum->stamped : 1;
+        double mean = 0, k = n ? (double)n : 1, ks = sum->hops.n ? (double)sum->hops.n : 1;
         /* p50, p90, p99, p99.9; 0 without samples, as the JSON has no NaN */
         double q[4] = {0, 0, 0, 0};
 
@@ -459,7 +450,7 @@ static void report(const struct lat_opts *o, const struct lat_report *sum, const
                        "\"first_error\":\"%s\"}\n",
                        o->nclients, o->dim, o->shm ? "shm" : "inline", n, q[0], q[1], q[2], q[3],
                        n ? s[0] : 0, n ? s[n - 1] : 0, mean, sum->queue_us_sum / k, sum->run_us_sum / k,
-                       sum->group_size_sum / k, sum->in_us_sum / ks, sum->out_us_sum / ks,
+                       sum->group_size_sum / k, sum->hops.in_us / ks, sum->hops.out_us / ks,
                        (unsigned long long)sum->errors, failed,
                        daemon_exit, sum->msg);
                 return;
@@ -472,7 +463,7 @@ static void report(const struct lat_opts *o, const struct lat_report *sum, const
         printf("daemon's account: queue %.2f us, run %.2f us, group size %.3f (means)\n",
                sum->queue_us_sum / k, sum->run_us_sum / k, sum->group_size_sum / k);
         printf("hops: submit to admitted %.2f us, reply packed to client %.2f us (means)\n",
-               sum->in_us_sum / ks, sum->out_us_sum / ks);
+               sum->hops.in_us / ks, sum->hops.out_us / ks);
         if (sum->errors || failed || daemon_exit)
                 printf("errors %llu, clients failed %d, daemon exit %d: %s\n",
                        (unsigned long long)sum->errors, failed, daemon_exit, sum->msg);

@@ -443,6 +443,16 @@ static void *pin_main(void *arg)
         return NULL;
 }
 
+/* Stops the pin thread once it has done every queued task. */
+static void pin_thread_stop(struct cuda_backend *cb)
+{
+        pthread_mutex_lock(&cb->pin_lock);
+        cb->pin_stop = 1;
+        pthread_cond_signal(&cb->pin_cond);
+        pthread_mutex_unlock(&cb->pin_lock);
+        pthread_join(cb->pin_thread, NULL);
+}
+
 /* Asks for a session's shared memory to be page-locked the first time a
  * group stages it: copies from and to it are then truly asynchronous, so
  * the worker goes on building the next group while the device copies,
@@ -985,11 +995,7 @@ static void destroy(struct backend *be)
         pthread_mutex_destroy(&cb->done_lock);
         /* Every buffer is released by now; the thread finishes the unlocks
          * queued before it stops. */
-        pthread_mutex_lock(&cb->pin_lock);
-        cb->pin_stop = 1;
-        pthread_cond_signal(&cb->pin_cond);
-        pthread_mutex_unlock(&cb->pin_lock);
-        pthread_join(cb->pin_thread, NULL);
+        pin_thread_stop(cb);
         pthread_cond_destroy(&cb->pin_cond);
         pthread_mutex_destroy(&cb->pin_lock);
         for (int i = 0; i < EVENT_RING; i++) {
@@ -1032,11 +1038,7 @@ int backend_cuda_new(int ordinal, const struct gemmd_config *cfg, struct backend
         }
         if (pthread_create(&cb->done_thread, NULL, done_main, cb) != 0) {
                 log_err("cuda %d: cannot start the completion thread", ordinal);
-                pthread_mutex_lock(&cb->pin_lock);
-                cb->pin_stop = 1;
-                pthread_cond_signal(&cb->pin_cond);
-                pthread_mutex_unlock(&cb->pin_lock);
-                pthread_join(cb->pin_thread, NULL);
+                pin_thread_stop(cb);
                 cudaStreamDestroy(cb->stream);
                 free(cb);
                 return -EAGAIN;

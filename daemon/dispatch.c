@@ -213,7 +213,6 @@ static void on_submit(struct session *s, uint64_t rid, const Gemmd__V1__Submit *
         uint32_t n = (uint32_t)m->n_ops;
         uint64_t inline_bytes = 0;
         struct request *r;
-        struct op *ptrs[64], **pp = ptrs;
         struct worker *w;
         char msg[256];
 
@@ -262,14 +261,6 @@ static void on_submit(struct session *s, uint64_t rid, const Gemmd__V1__Submit *
                 }
                 r->ops[i].req = r;
         }
-        if (n > sizeof(ptrs) / sizeof(ptrs[0])) {
-                pp = malloc(n * sizeof(*pp));
-                if (!pp) {
-                        free_request(r, n);
-                        session_send_error(s, rid, -ENOMEM, -1, "out of memory");
-                        return;
-                }
-        }
         r->s = s;
         r->id = rid;
         r->nops = n;
@@ -277,8 +268,6 @@ static void on_submit(struct session *s, uint64_t rid, const Gemmd__V1__Submit *
         r->notify_launch = m->notify_launch;
         r->t_admit_ns = now_ns();
         atomic_init(&r->remaining, n);
-        for (uint32_t i = 0; i < n; i++)
-                pp[i] = &r->ops[i];
         s->refs++;
         s->inflight_ops += n;
         s->user->inflight_ops += n;
@@ -287,10 +276,8 @@ static void on_submit(struct session *s, uint64_t rid, const Gemmd__V1__Submit *
         w = server_pick_worker(srv, r);
         /* Handed to the worker with the rest of this read's requests
          * (session_hand_over): one lock for all of them. */
-        lane_stage(&s->lanes[w->index * NPRIO + r->priority], pp, n);
+        lane_stage(&s->lanes[w->index * NPRIO + r->priority], r->ops, n);
         s->staged = 1;
-        if (pp != ptrs)
-                free(pp);
 }
 
 static void on_stats(struct session *s, uint64_t rid, const Gemmd__V1__StatsRequest *m)

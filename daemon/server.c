@@ -117,11 +117,6 @@ void server_queue_done_list(struct server *srv, struct request *head, struct req
         pthread_mutex_unlock(&srv->done_lock);
 }
 
-void server_queue_done(struct server *srv, struct request *r)
-{
-        server_queue_done_list(srv, r, r);
-}
-
 /* The thread that completes a group answers its requests itself, with
  * one write per session, and the loop thread only takes them in. (When
  * the loop packed and wrote the replies of every group of more than four
@@ -130,7 +125,7 @@ void server_queue_done(struct server *srv, struct request *r)
 void server_post_completions(struct request *done, void *ctx)
 {
         struct server *srv = ctx;
-        struct request *r = done, *next;
+        struct request *r = done, *tail;
         int stuck = 0;
 
         /* In order, while each can be answered here: once one must wait
@@ -138,9 +133,11 @@ void server_post_completions(struct request *done, void *ctx)
          * session overtakes one the loop still has to write. */
         while (r && !stuck)
                 r = session_reply_now(r, &stuck);
-        for (; r; r = next) {
-                next = r->next;
-                server_queue_done(srv, r);
+        /* The rest, for the loop, under one lock. */
+        if (r) {
+                for (tail = r; tail->next; tail = tail->next)
+                        ;
+                server_queue_done_list(srv, r, tail);
         }
         uv_async_send(&srv->async);
 }

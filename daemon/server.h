@@ -181,10 +181,9 @@ void server_drain(struct server *srv);
  * for the loop thread. */
 void server_post_completions(struct request *done, void *ctx);
 
-/* Appends r to the completion queue without waking the loop (the caller
+/* Appends the requests from head to tail (linked by next) to the
+ * completion queue, under one lock, without waking the loop (the caller
  * does: uv_async_send). Any thread. */
-void server_queue_done(struct server *srv, struct request *r);
-/* The same for a list linked by next, head to tail, under one lock. */
 void server_queue_done_list(struct server *srv, struct request *head, struct request *tail);
 
 /* Loop thread: runs what the workers handed back (control tasks, completed
@@ -222,7 +221,7 @@ void session_send_completion(struct session *s, const struct request *r);
  * next): answers r and the requests after it of the same session, each
  * packed and queued behind whatever is queued, then written with one
  * system call. The answered requests are marked replied, the last of them
- * reply_sync, and put on the completion queue (server_queue_done) before
+ * reply_sync, and put on the completion queue (server_queue_done_list) before
  * the write. What the socket does not take at once stays queued for the
  * loop thread. Returns the first request it did not answer (the next
  * session's, or NULL), and sets *stuck when that one is of this session

@@ -439,8 +439,6 @@ static void finish_group(struct worker *w, struct group *g)
         w->st.tiles += g->tiles;
         if (g->status == GEMMD_EDEVICE && w->be->recover)
                 w->recover_pending = 1;
-        if (g->b2b)
-                w->st.b2b_groups++;
         if (w->be->collect && g->timed) {
                 uint64_t dev_ns = 0, gap_ns = UINT64_MAX;
 

@@ -94,7 +94,6 @@ struct worker_stats {
         uint64_t idle_gaps;      /* how many such gaps */
         uint64_t device_ns;      /* device time of the timed groups (if the backend measures it) */
         uint64_t timed_groups;   /* groups whose device time was measured */
-        uint64_t b2b_groups;     /* groups launched while another was in flight */
 };
 
 /* Hands back requests whose last op has finished, linked through their
@@ -170,16 +169,17 @@ void worker_control(struct worker *w, struct wctl *c);
  * whatever their number. Never blocks on the device. */
 void worker_enqueue(struct worker *w, struct lane *l, int prio);
 
-/* Loop thread: appends the ops of one request to l's staged ops. */
-static inline void lane_stage(struct lane *l, struct op **ops, uint32_t n)
+/* Loop thread: appends the n ops of one request (its ops[] array) to l's
+ * staged ops. */
+static inline void lane_stage(struct lane *l, struct op *ops, uint32_t n)
 {
         for (uint32_t i = 0; i < n; i++) {
-                ops[i]->next = NULL;
+                ops[i].next = NULL;
                 if (l->st_tail)
-                        l->st_tail->next = ops[i];
+                        l->st_tail->next = &ops[i];
                 else
-                        l->st_head = ops[i];
-                l->st_tail = ops[i];
+                        l->st_head = &ops[i];
+                l->st_tail = &ops[i];
         }
         l->staged += n;
 }
