@@ -56,3 +56,32 @@ extern "C" int bench_fill(void *p, size_t n, int dtype, uint64_t seed)
                 fill_kernel<__nv_bfloat16><<<grid, block>>>((__nv_bfloat16 *)p, n, seed);
         return cudaGetLastError() == cudaSuccess ? 0 : -1;
 }
+
+/* One thread per element of C; plain loads (the operands stay in L1/L2:
+ * this is a reference, not a benchmark). */
+__global__ void ref_f64_kernel(const float *a, const float *b, double *c, uint32_t m, uint32_t n, uint32_t k,
+                               int syr2k)
+{
+        const uint32_t i = blockIdx.x * blockDim.x + threadIdx.x, j = blockIdx.y;
+        if (i >= m || j >= n)
+                return;
+        const float *ai = a + (size_t)i * k, *bj = b + (size_t)j * k;
+        double s = 0;
+        for (uint32_t q = 0; q < k; q++)
+                s = fma((double)ai[q], (double)bj[q], s);
+        if (syr2k) {
+                const float *bi = b + (size_t)i * k, *aj = a + (size_t)j * k;
+                for (uint32_t q = 0; q < k; q++)
+                        s = fma((double)bi[q], (double)aj[q], s);
+        }
+        c[i + (size_t)j * m] = s;
+}
+
+extern "C" int bench_ref_f64(const float *a, const float *b, double *c, uint32_t m, uint32_t n, uint32_t k,
+                             int syr2k)
+{
+        if (m == 0 || n == 0)
+                return 0;
+        ref_f64_kernel<<<dim3((m + 127) / 128, n), 128>>>(a, b, c, m, n, k, syr2k);
+        return cudaGetLastError() == cudaSuccess ? 0 : -1;
+}

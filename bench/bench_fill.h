@@ -14,6 +14,13 @@ extern "C" {
  * default stream. Returns 0 or -1 when the launch failed. */
 int bench_fill(void *p, size_t n, int dtype, uint64_t seed);
 
+/* The f64 reference of one f32 problem in gemmbench's layout (A m x k and
+ * B n x k, both contiguous along k; C m x n column-major, ldc = m): C = A
+ * B^T, or for a SYR2K (m == n) A B^T + B A^T, every product and sum in
+ * double, whole C. Device pointers, legacy default stream. Returns 0 or -1
+ * when the launch failed. */
+int bench_ref_f64(const float *a, const float *b, double *c, uint32_t m, uint32_t n, uint32_t k, int syr2k);
+
 #ifdef __cplusplus
 }
 #endif

@@ -31,11 +31,13 @@
  * operands when one copy fits in L2. A peer that does not apply to a set
  * prints "-" (null in --json): the GEMM peers never take SYR2Ks, and
  * cublasSsyr2k is f32 only, so a 16-bit SYR2K has no cuBLAS peer at all.
- * Plans are built on the host with sched_plan_build before timing. 16-bit
- * and TF32 sets carry tensor maps (cuda_gemm_tmaps_build), so on an sm_90 device
- * their K-major problems take the TMA + wgmma kernel; one more row per such
- * set, "lpt-80", times lpt with the maps left off (the sm_80 kernel) for
- * comparison.
+ * Plans are built on the host with sched_plan_build before timing. Every
+ * set carries tensor maps (cuda_gemm_tmaps_build), so on an sm_90 device
+ * its K-major problems take the TMA + wgmma kernel (exact f32: each operand
+ * split into two TF32 parts); one more row per such set, "lpt-80", times
+ * lpt with the maps left off (the sm_80 kernel; exact f32: fused
+ * multiply-adds) for comparison. Exact f32 sets also print how far both
+ * gemmd kernels and cuBLAS land from an f64 reference (bench_ref_f64).
  */
 #include <cublas_v2.h>
 #include <cuda_runtime_api.h>
@@ -333,7 +335,7 @@ static void set_init(struct set *s, const struct workload *w, int dtype, int tf3
                 CK(cudaMalloc((void **)&s->dkp[c], s->n * sizeof(*kp)));
                 CK(cudaMemcpy(s->dkp[c], kp, s->n * sizeof(*kp), cudaMemcpyHostToDevice));
                 s->dtm[c] = NULL;
-                if (dtype != GEMMD_F32 || tf32) {
+                {
                         size_t tb = cuda_gemm_tmaps_bytes(s->n);
                         void *htm = NULL;
                         if (posix_memalign(&htm, 64, tb)) {
@@ -715,6 +717,107 @@ static double verify(cublasHandle_t h, const struct set *s, const struct grouped
         return maxc > 0 ? maxd / maxc : maxd;
 }
 
+/* Worst and root-mean-square |x - ref| over the stored C elements of s,
+ * relative to the largest |ref|; x in dtype f32 (host), ref in double. */
+struct accuracy {
+        double max, rms;
+};
+
+static struct accuracy accuracy_of(const struct set *s, const float *x, const double *ref)
+{
+        double maxd = 0, sum2 = 0, maxc = 0;
+        size_t cnt = 0;
+        for (uint32_t i = 0; i < s->n; i++) {
+                const struct bprob *p = &s->p[i];
+                size_t o = s->coff[i] - s->coff[0];
+                for (uint32_t j = 0; j < p->n; j++)
+                        for (uint32_t r = 0; r < p->m; r++) {
+                                if (p->kind == SCHED_SYR2K && (p->uplo ? r > j : r < j))
+                                        continue;
+                                double d = fabs((double)x[o + r + (size_t)j * p->m] - ref[o + r + (size_t)j * p->m]);
+                                if (!(d <= maxd))
+                                        maxd = isnan(d) ? INFINITY : d;
+                                sum2 += d * d;
+                                cnt++;
+                                if (fabs(ref[o + r + (size_t)j * p->m]) > maxc)
+                                        maxc = fabs(ref[o + r + (size_t)j * p->m]);
+                        }
+        }
+        struct accuracy a = {maxd, cnt ? sqrt(sum2 / (double)cnt) : 0};
+        if (maxc > 0) {
+                a.max /= maxc;
+                a.rms /= maxc;
+        }
+        return a;
+}
+
+/* Exact f32 sets: how far gemmd's kernels (the fast path, which splits
+ * each operand into two TF32 parts, and the FMA kernel) and cuBLAS land
+ * from an f64 reference of the same inputs. Prints one comment line (text)
+ * or one JSON object. */
+static void f32_accuracy(cublasHandle_t h, const struct set *s, const struct grouped *gr, uint32_t ctas,
+                         const char *wname, int json)
+{
+        size_t n = s->elems - s->coff[0];
+        float *dC = (float *)copy_base(s, 0) + s->coff[0];
+        float *x = malloc(n * sizeof(float));
+        double *ref = malloc(n * sizeof(double)), *dref;
+        const float *base = (const float *)copy_base(s, 0);
+        struct accuracy acc[3];
+        static const char *names[3] = {"split-tf32", "ffma", "cublas"};
+        if (!x || !ref) {
+                fprintf(stderr, "out of memory\n");
+                exit(1);
+        }
+        CK(cudaMalloc((void **)&dref, n * sizeof(double)));
+        for (uint32_t i = 0; i < s->n; i++) {
+                const struct bprob *p = &s->p[i];
+                if (bench_ref_f64(base + s->aoff[i], base + s->boff[i], dref + (s->coff[i] - s->coff[0]), p->m,
+                                  p->n, p->k, p->kind == SCHED_SYR2K)) {
+                        fprintf(stderr, "gemmbench: reference launch failed\n");
+                        exit(1);
+                }
+        }
+        CK(cudaDeviceSynchronize());
+        CK(cudaMemcpy(ref, dref, n * sizeof(double), cudaMemcpyDeviceToHost));
+        CK(cudaFree(dref));
+        for (int v = 0; v < 3; v++) {
+                CK(cudaMemset(dC, 0xff, n * sizeof(float))); /* NaN: poison */
+                if (v < 2) {
+                        struct gplan gp;
+                        if (gplan_build(&gp, s, SCHED_LPT, ctas)) {
+                                fprintf(stderr, "gemmbench: plan build failed\n");
+                                exit(1);
+                        }
+                        gp.sm80 = v == 1;
+                        kern_run(s, &gp, 0);
+                        CK(cudaDeviceSynchronize());
+                        gplan_free(&gp);
+                } else {
+                        if (peer_run(h, s, gr, s->any_syr2k ? PEER_SYR2K : PEER_LOOP, 0)) {
+                                acc[v] = (struct accuracy){NAN, NAN}; /* no cuBLAS call covers the set */
+                                continue;
+                        }
+                        CK(cudaDeviceSynchronize());
+                }
+                CK(cudaMemcpy(x, dC, n * sizeof(float), cudaMemcpyDeviceToHost));
+                acc[v] = accuracy_of(s, x, ref);
+        }
+        if (json) {
+                printf("{\"workload\":\"%s\",\"config\":\"f32\",\"accuracy\":{", wname);
+                for (int v = 0; v < 3; v++)
+                        printf("%s\"%s\":{\"max\":%.3g,\"rms\":%.3g}", v ? "," : "", names[v], acc[v].max,
+                               acc[v].rms);
+                printf("}}\n");
+        } else {
+                printf("# %s f32 against an f64 reference, |error| / max |C| (max, rms):", wname);
+                for (int v = 0; v < 3; v++)
+                        printf(" %s %.2e %.2e%s", names[v], acc[v].max, acc[v].rms, v < 2 ? ";" : "\n");
+        }
+        free(x);
+        free(ref);
+}
+
 static const char *cfg_name(int dtype, int tf32)
 {
         return dtype == GEMMD_F32 ? (tf32 ? "tf32" : "f32") : dtype == GEMMD_F16 ? "f16" : "bf16";
@@ -794,6 +897,8 @@ static void bench_workload(cublasHandle_t h, const struct workload *w, int modes
                 struct grouped gr;
                 grouped_init(&gr, &s);
                 double err = verify(h, &s, &gr, SCHED_LPT, nsm);
+                if (s.dtype == GEMMD_F32 && !s.tf32 && s.nfast > 0)
+                        f32_accuracy(h, &s, &gr, nsm, w->name, json);
                 float peer_ms[NPEERS];
                 for (int p = 0; p < NPEERS; p++) {
                         struct prun pr = {h, &s, &gr, (enum peer)p};
@@ -903,8 +1008,8 @@ int main(int argc, char **argv)
         if (!json) {
                 printf("# %s, %d SMs, L2 %zu MB; median of %d runs; TF/s = 2mnk (SYR2K 2n^2k) / time\n",
                        prop.name, prop.multiProcessorCount, l2 >> 20, reps);
-                printf("# sm_90 fast path (TMA + wgmma) for K-major 16-bit and TF32 problems: %s; lpt-80 = lpt on the "
-                       "sm_80 kernel\n", cuda_gemm_fast_available() ? "on" : "off");
+                printf("# sm_90 fast path (TMA + wgmma; exact f32 split into TF32 parts) for K-major problems: %s; "
+                       "lpt-80 = lpt on the sm_80 kernel (exact f32: FFMA)\n", cuda_gemm_fast_available() ? "on" : "off");
                 printf("%-12s %-5s %-6s %9s %8s %8s %8s %8s %7s %7s %9s\n", "workload", "cfg", "mode", "gemmd_ms",
                        "TF/s", "loop", "grouped", "strided", "x_grp", "x_best", "max_err");
         }

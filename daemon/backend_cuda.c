@@ -69,6 +69,9 @@ struct cuda_backend {
         cudaEvent_t ev_start[EVENT_RING], ev_end[EVENT_RING];
         uint8_t timed[EVENT_RING]; /* whether launch j (at j % EVENT_RING) was */
         uint32_t timing_every;
+        /* Exact f32 groups run split into TF32 parts on the sm_90 kernel
+         * (they carry tensor maps); else on fused multiply-adds. */
+        int f32_split;
         /* Interprocess events recorded after each launch, with their IPC
          * handles, for clients that wait on the device (Launched). A client
          * that waits on a later recording of the same event only waits
@@ -158,6 +161,10 @@ static struct sched_shape shape(struct backend *b, uint32_t key)
 
 static const char *kernel_name(struct backend *b, uint32_t key)
 {
+        const struct cuda_backend *cb = (const struct cuda_backend *)b;
+
+        if (key == GEMMD_F32 && cb->f32_split)
+                return "f32-split-tf32-128x128x32";
         return cuda_gemm_kernel_name((int)(key & 3), (int)(key >> 2) & 1);
 }
 
@@ -484,8 +491,9 @@ static int launch(struct backend *be, struct group *g)
         size_t plan_off = sp_off + align256(g->nops * sizeof(struct sched_problem));
         /* Tensor maps of the Hopper path, 64-byte aligned (256 here). */
         size_t tm_off = plan_off + align256(plan->blob_bytes);
-        /* 16-bit and TF32 groups (key: dtype in bits 0-1, tf32 in bit 2). */
-        size_t tm_bytes = (g->key & 3) != GEMMD_F32 || (g->key & 4) ? cuda_gemm_tmaps_bytes(g->nops) : 0;
+        /* Every group but exact f32 on fused multiply-adds (key: dtype in
+         * bits 0-1, tf32 in bit 2). */
+        size_t tm_bytes = g->key != GEMMD_F32 || cb->f32_split ? cuda_gemm_tmaps_bytes(g->nops) : 0;
         size_t blob = tm_off + tm_bytes, stage = 0, in_lo, in_hi = 0;
         int nfast = 0;
         uint32_t nsyr2k = 0;
@@ -1026,6 +1034,7 @@ int backend_cuda_new(int ordinal, const struct gemmd_config *cfg, struct backend
                 free(cb);
                 return -EIO;
         }
+        cb->f32_split = !cfg->f32_ffma && cuda_gemm_fast_available();
         pthread_mutex_init(&cb->done_lock, NULL);
         pthread_cond_init(&cb->done_cond, NULL);
         pthread_mutex_init(&cb->pin_lock, NULL);

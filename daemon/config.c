@@ -96,6 +96,7 @@ enum {
         OPT_HELLO_TIMEOUT,
         OPT_SPIN,
         OPT_TIMING,
+        OPT_F32_KERNEL,
 };
 
 static const struct option options[] = {
@@ -132,6 +133,7 @@ static const struct option options[] = {
         {"hello-timeout-ms", required_argument, NULL, OPT_HELLO_TIMEOUT},
         {"spin-us", required_argument, NULL, OPT_SPIN},
         {"timing-every", required_argument, NULL, OPT_TIMING},
+        {"f32-kernel", required_argument, NULL, OPT_F32_KERNEL},
         {NULL, 0, NULL, 0},
 };
 
@@ -155,6 +157,8 @@ static void usage(FILE *f, const struct gemmd_config *d)
                 "                               they sleep (default: 50, or 0 with --backend cpu or under 4 CPUs)\n"
                 "      --timing-every N         a GPU measures device time and idle gaps on 2 groups in every N\n"
                 "                               (default: %u; 1: every group)\n"
+                "      --f32-kernel split|ffma  exact f32 on an sm_90 GPU: each operand split into two TF32\n"
+                "                               parts on tensor cores (default), or fused multiply-adds\n"
                 "      --max-group-tiles N      tiles in one group (default: %llu)\n"
                 "      --max-group-ops N        ops in one group (default: %u)\n"
                 "      --max-frame-bytes N      largest frame accepted (default: %llu)\n"
@@ -410,6 +414,10 @@ int config_parse_args(struct gemmd_config *cfg, int argc, char **argv)
                 case OPT_SPIN:
                         bad = parse_u64(optarg, 0, 100000, &v);
                         cfg->spin_us = (uint32_t)v;
+                        break;
+                case OPT_F32_KERNEL:
+                        bad = strcmp(optarg, "split") && strcmp(optarg, "ffma");
+                        cfg->f32_ffma = !strcmp(optarg, "ffma");
                         break;
                 case OPT_TIMING:
                         bad = parse_u64(optarg, 1, 1u << 20, &v);

@@ -41,6 +41,7 @@ struct gemmd_config {
         uint32_t spin_us;             /* threads poll this long after work before sleeping */
 #define SPIN_AUTO UINT32_MAX          /* spin_us before parsing: decided by backend and cores */
         uint32_t timing_every;        /* a GPU times 2 groups in every this many (1: all) */
+        int f32_ffma;                 /* exact f32 on FMA cores, not split into TF32 parts */
         uint64_t max_group_tiles;
         uint64_t max_group_bytes;
         uint32_t max_group_ops;

@@ -16,8 +16,9 @@
  * SYR2K, f32 accumulation, canonical K chunks of SCHED_KCHUNK summed in
  * order, deterministic split tiles), with these differences: f16 and bf16
  * products are formed by tensor cores (exact products, f32 sums), f32 with
- * tf32 set uses TF32 tensor cores, and exact f32 uses fused multiply-adds,
- * so bits differ from the CPU backend. For a given config and problem the
+ * tf32 set uses TF32 tensor cores, and exact f32 uses fused multiply-adds
+ * or, on the Hopper fast path, operands split into two TF32 parts (three
+ * tensor-core products each), so bits differ from the CPU backend. For a given config and problem the
  * bits never depend on the plan, the mode or the rest of the group.
  */
 #ifndef GEMMD_CUDA_GEMM_H
@@ -108,7 +109,7 @@ void cuda_gemm_forget_attributes(void);
 
 /*
  * Hopper fast path. On a compute capability 9.0 device, f16, bf16 and
- * TF32-allowed f32 GEMM and SYR2K problems with A stored m x k and B
+ * f32 GEMM and SYR2K problems with A stored m x k and B
  * stored n x k, both contiguous along K (GEMM: trans_a = 1, trans_b = 0;
  * SYR2K: trans_a = 1), A and B 16-byte
  * aligned and lda, ldb multiples of 16 bytes run on a TMA + wgmma kernel (same tile shape, plans and
@@ -121,6 +122,9 @@ void cuda_gemm_forget_attributes(void);
  *   copy buf to the device (64-byte aligned), set g.tmaps, g.nfast and
  *   g.nfast_syr2k.
  *
+ * Exact f32 problems with maps run split into TF32 parts (as close to an
+ * f64 reference as FMA, measured); leave their maps off (g.tmaps NULL) to
+ * run them on fused multiply-adds instead.
  * cuda_gemm_tmaps_build returns how many problems qualify (0..n) or
  * -EINVAL; it calls no kernel and may run while earlier groups execute.
  * The maps hold the operands' addresses: rebuild them when those change.

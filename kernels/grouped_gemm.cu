@@ -979,7 +979,7 @@ bool wgmma_qualifies(const struct gemmd_kproblem &p)
         const int vec = b16 ? 8 : 4; /* elements per 16 bytes */
         /* SYR2K: trans_a is the op of both A and B, trans_b unused. */
         const bool kmaj = p.trans_a == 1 && (p.kind == SCHED_SYR2K || p.trans_b == 0);
-        return (p.kind == SCHED_GEMM || p.kind == SCHED_SYR2K) && (b16 || (p.dtype == GEMMD_F32 && p.tf32)) &&
+        return (p.kind == SCHED_GEMM || p.kind == SCHED_SYR2K) && (b16 || p.dtype == GEMMD_F32) &&
                kmaj && p.m > 0 && p.n > 0 && p.k > 0 && (p.a & 15) == 0 && (p.b & 15) == 0 &&
                p.lda % vec == 0 && p.ldb % vec == 0 && p.lda >= (int64_t)p.k && p.ldb >= (int64_t)p.k &&
                p.lda < ((int64_t)1 << 37) && p.ldb < ((int64_t)1 << 37);
@@ -1017,7 +1017,7 @@ bool device_sm90_query(int dev)
         if (maj != 9 || min != 0)
                 return false;
         cudaFuncAttributes fa;
-        if (cudaFuncGetAttributes(&fa, wgmma_kernel<__nv_bfloat16, false>) != cudaSuccess) {
+        if (cudaFuncGetAttributes(&fa, wgmma_kernel<__nv_bfloat16, false, false>) != cudaSuccess) {
                 cudaGetLastError();
                 return false;
         }
@@ -1146,10 +1146,9 @@ extern "C" int cuda_gemm_launch(const struct cuda_group *g, void *stream)
                         return -EINVAL;
         }
         cudaStream_t st = (cudaStream_t)stream;
-        const bool wg = g->dtype == GEMMD_F16 || g->dtype == GEMMD_BF16 || g->tf32;
         bool fast = false;
 #if GEMMD_WGMMA
-        fast = wg && g->tmaps && g->nfast > 0 && ((uintptr_t)g->tmaps & 63) == 0 && device_sm90();
+        fast = g->tmaps && g->nfast > 0 && ((uintptr_t)g->tmaps & 63) == 0 && device_sm90();
 #endif
         /* Launch data carried with the launch: the Hopper kernel only (the
          * sm_80 kernels read device memory). */
@@ -1164,9 +1163,9 @@ extern "C" int cuda_gemm_launch(const struct cuda_group *g, void *stream)
                 }
                 const bool syrk = g->nfast_syr2k > 0;
                 args.tmaps = tm;
-                int rc = g->dtype == GEMMD_F16    ? launch_wgmma<__half>(args, grid, st, syrk)
-                         : g->dtype == GEMMD_BF16 ? launch_wgmma<__nv_bfloat16>(args, grid, st, syrk)
-                                                  : launch_wgmma<float>(args, grid, st, syrk);
+                int rc = g->dtype == GEMMD_F16    ? launch_wgmma<__half>(args, grid, st, syrk, false)
+                         : g->dtype == GEMMD_BF16 ? launch_wgmma<__nv_bfloat16>(args, grid, st, syrk, false)
+                                                  : launch_wgmma<float>(args, grid, st, syrk, !g->tf32);
                 if (rc || g->nfast == g->nproblems)
                         return rc;
                 kp.want_fast = 0; /* the rest of the group on the sm_80 kernel */
@@ -1176,7 +1175,6 @@ extern "C" int cuda_gemm_launch(const struct cuda_group *g, void *stream)
                 return launch<CfgF16>(g, kp, grid, st);
         if (g->dtype == GEMMD_BF16)
                 return launch<CfgBF16>(g, kp, grid, st);
-        (void)wg;
         if (g->tf32)
                 return launch<CfgTF32>(g, kp, grid, st);
         return launch<CfgF32>(g, kp, grid, st);

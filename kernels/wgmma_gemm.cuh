@@ -1,12 +1,12 @@
 /*
- * wgmma_gemm.cuh - the Hopper (sm_90a) fast path for 16-bit and TF32 GEMM
- * and SYR2K: TMA loads, an mbarrier pipeline and wgmma, in a persistent
+ * wgmma_gemm.cuh - the Hopper (sm_90a) fast path for 16-bit, TF32 and exact
+ * f32 GEMM and SYR2K: TMA loads, an mbarrier pipeline and wgmma, in a persistent
  * warp-specialized kernel.
  * Included by grouped_gemm.cu inside its anonymous namespace (it shares
  * KParams, the plan walk and the element conversions with the sm_80
  * kernels); the launcher is in grouped_gemm.cu.
  *
- * Problems: GEMM and SYR2K, f16, bf16 or f32 with TF32 allowed, A stored
+ * Problems: GEMM and SYR2K, f16, bf16 or f32, A stored
  * m x k and B stored n x k, both contiguous along K (GEMM: trans_a = T,
  * trans_b = N; SYR2K: op T, A and B n x k), A and B 16-byte aligned, lda
  * and ldb multiples of a 16-byte vector. The host encodes two tensor maps
@@ -23,10 +23,20 @@
  * TF32 kernel rounds to nearest). Which kernel computes a problem depends
  * only on the problem, so its bits still never depend on the group.
  *
+ * Exact f32 (X3): each operand is split into two TF32 parts, x = big +
+ * small (tf32_small), and each 32 bytes of K takes three wgmmas, a_s b +
+ * a b_s + a b, summed GEMMD_X3_FOLD k-tiles at a time (ktile_x3): results
+ * land as close to an f64 reference as cuBLAS's FMA SGEMM, at three times
+ * the TF32 work, which tensor cores still do faster than FMA cores. The
+ * producer warpgroup's idle warps 1-3 split each stage once its copy
+ * lands (the small parts into a second ring laid out like the first) and
+ * signal split[stage]; the consumers wait for that. Two rings fit three
+ * stages.
+ *
  * CTA: 384 threads. Warpgroup 0 is the producer (setmaxnreg lowers it to
  * 56 registers, 72 with SYR2Ks; warp 0 walks the CTA's work, reading plan
  * entries and their problems 32 at a time, one per lane, and lane 0 issues
- * the TMA copies), warpgroups 1 and 2 are the consumers (224 registers, 216
+ * the TMA copies; X3: warps 1-3 split), warpgroups 1 and 2 are the consumers (224 registers, 216
  * with SYR2Ks): each computes 64 rows of the 128 x 128 tile
  * with m64n128k16 (TF32: k8) wgmmas from the same B stage. STAGES stages
  * of 128 bytes of k (A 16 KiB + B 16 KiB each) cycle
@@ -56,7 +66,6 @@
 struct WCfg {
         static constexpr int BM = 128, BN = 128;
         static constexpr int ROW_BYTES = 128; /* bytes of K per k-tile row */
-        static constexpr int STAGES = 5;
         static constexpr int THREADS = 384;
         /* setmaxnreg: what the producer's walk needs without spilling (the
          * SYR2K walk keeps more state), the rest to the consumers; 128 *
@@ -71,11 +80,27 @@ struct WCfg {
         static constexpr int STAGE_BYTES = A_BYTES + B_BYTES;
         static constexpr int EPI_LD = 72; /* staged column stride, elements */
         static constexpr int EPI_BYTES = BN * EPI_LD * 2; /* per consumer warpgroup */
-        static constexpr int BAR_OFF = STAGES * STAGE_BYTES + 2 * EPI_BYTES;
-        static constexpr int HDR_OFF = BAR_OFF + 2 * STAGES * 8; /* per stage: 16 words of tile header */
-        static constexpr int SMEM = 1024 + HDR_OFF + STAGES * 64;
         static constexpr int TILE = BM * BN;
         static constexpr int TMAP_BYTES = 256; /* A's map, then B's */
+};
+
+/*
+ * Shared memory of one kernel, from a 1024-byte aligned base: the stage
+ * ring; with X3 (split f32, see below) each stage's small parts, laid out
+ * like the stage; the 16-bit epilogue's staging buffers (X3 is f32 only
+ * and stores from the fragments: none); the mbarriers full[STAGES],
+ * empty[STAGES] and, with X3, split[STAGES]; a 16-word tile header per
+ * stage; an end-of-work word per stage.
+ */
+template <bool X3> struct WLay {
+        static constexpr int STAGES = X3 ? 3 : 5;
+        static constexpr int SMALL_OFF = STAGES * WCfg::STAGE_BYTES;
+        static constexpr int EPI_OFF = SMALL_OFF + (X3 ? STAGES * WCfg::STAGE_BYTES : 0);
+        static constexpr int BAR_OFF = EPI_OFF + (X3 ? 0 : 2 * WCfg::EPI_BYTES);
+        static constexpr int HDR_OFF = BAR_OFF + (X3 ? 3 : 2) * STAGES * 8;
+        static constexpr int END_OFF = HDR_OFF + STAGES * 64;
+        static constexpr int SMEM = 1024 + END_OFF + STAGES * 4;
+        static_assert(SMEM <= 227 * 1024, "over the shared memory of an sm_90 CTA");
 };
 
 /* What depends on the element type: the k-tile depth (128 bytes of K). */
@@ -319,9 +344,10 @@ struct Pipe {
  * stage. */
 template <typename T, bool FRESH> __device__ __forceinline__ void ktile(Pipe &pp, float (&d)[64])
 {
+        using L = WLay<false>;
         mbar_wait(pp.bars + 8 * pp.stage, pp.phase);
-        const uint32_t sa = pp.a_off + pp.stage * WCfg::STAGE_BYTES;
-        const uint64_t da = wg_desc(sa), db = wg_desc(pp.b_off + pp.stage * WCfg::STAGE_BYTES);
+        const uint64_t da = wg_desc(pp.a_off + pp.stage * WCfg::STAGE_BYTES),
+                       db = wg_desc(pp.b_off + pp.stage * WCfg::STAGE_BYTES);
 #pragma unroll
         for (int r = 0; r < 64; r++)
                 reg_fence(d[r]);
@@ -332,20 +358,144 @@ template <typename T, bool FRESH> __device__ __forceinline__ void ktile(Pipe &pp
         wgmma_commit();
         wgmma_wait<1>();
         if (pp.lane == 0 && pp.pending >= 0)
-                mbar_arrive(pp.bars + 8 * (WCfg::STAGES + pp.pending));
+                mbar_arrive(pp.bars + 8 * (L::STAGES + pp.pending));
         pp.pending = (int)pp.stage;
-        if (++pp.stage == WCfg::STAGES) {
+        if (++pp.stage == L::STAGES) {
                 pp.stage = 0;
                 pp.phase ^= 1;
         }
 }
 
-/* A chunk's k-tiles into d: the first (fresh) one and nk - 1 more. */
-template <typename T> __device__ __forceinline__ void run_chunk(Pipe &pp, float (&d)[64], uint32_t nk)
+#ifndef GEMMD_X3_FOLD
+#define GEMMD_X3_FOLD 1
+#endif
+/*
+ * X3: one k-tile's products into d, once the transform warps have split
+ * its stage: the small parts' products first (a_s b, a b_s), then a b.
+ * FRESH: d starts from zero. DRAIN: waits for every wgmma in flight and
+ * frees the stage; else waits for the k-tile before (frees its stage) as
+ * ktile does. Tensor cores do not round their f32 sums to nearest, and the
+ * error grows with |d| and with the number of wgmmas summed into it, so
+ * run_chunk sums GEMMD_X3_FOLD k-tiles at a time into d, from zero, and
+ * adds those sums in f32.
+ */
+template <bool FRESH, bool DRAIN> __device__ __forceinline__ void ktile_x3(Pipe &pp, float (&d)[64])
 {
-        ktile<T, true>(pp, d);
-        for (uint32_t j = 1; j < nk; j++)
-                ktile<T, false>(pp, d);
+        using L = WLay<true>;
+        mbar_wait(pp.bars + 8 * pp.stage, pp.phase);
+        mbar_wait(pp.bars + 8 * (2 * L::STAGES + pp.stage), pp.phase);
+        const uint32_t sa = pp.a_off + pp.stage * WCfg::STAGE_BYTES, sb = pp.b_off + pp.stage * WCfg::STAGE_BYTES;
+        const uint64_t da = wg_desc(sa), db = wg_desc(sb);
+        const uint64_t das = wg_desc(sa + L::SMALL_OFF), dbs = wg_desc(sb + L::SMALL_OFF);
+#pragma unroll
+        for (int r = 0; r < 64; r++)
+                reg_fence(d[r]);
+        wgmma_fence();
+#pragma unroll
+        for (int kk = 0; kk < WCfg::ROW_BYTES / 32; kk++) {
+                wgmma_128<float>(d, das + 2 * kk, db + 2 * kk, (FRESH && kk == 0) ? 0u : 1u);
+                wgmma_128<float>(d, da + 2 * kk, dbs + 2 * kk, 1u);
+        }
+#pragma unroll
+        for (int kk = 0; kk < WCfg::ROW_BYTES / 32; kk++)
+                wgmma_128<float>(d, da + 2 * kk, db + 2 * kk, 1u);
+        wgmma_commit();
+        if (DRAIN) {
+                wgmma_wait<0>();
+#pragma unroll
+                for (int r = 0; r < 64; r++)
+                        reg_fence(d[r]);
+        } else {
+                wgmma_wait<1>();
+        }
+        if (pp.lane == 0 && pp.pending >= 0)
+                mbar_arrive(pp.bars + 8 * (L::STAGES + pp.pending));
+        pp.pending = (int)pp.stage;
+        if (DRAIN) {
+                if (pp.lane == 0)
+                        mbar_arrive(pp.bars + 8 * (L::STAGES + pp.stage));
+                pp.pending = -1;
+        }
+        if (++pp.stage == L::STAGES) {
+                pp.stage = 0;
+                pp.phase ^= 1;
+        }
+}
+
+/* A chunk's k-tiles: the first (fresh) one and nk - 1 more, into d; X3:
+ * GEMMD_X3_FOLD k-tiles at a time into d, and those sums in order into cs. */
+template <typename T, bool X3>
+__device__ __forceinline__ void run_chunk(Pipe &pp, float (&d)[64], float (&cs)[64], uint32_t nk)
+{
+        if constexpr (X3) {
+                constexpr uint32_t F = GEMMD_X3_FOLD;
+                for (uint32_t j = 0; j < nk; j += F) {
+                        const uint32_t n = min(F, nk - j);
+                        if (n == 1) {
+                                ktile_x3<true, true>(pp, d);
+                        } else {
+                                ktile_x3<true, false>(pp, d);
+                                for (uint32_t i = 1; i + 1 < n; i++)
+                                        ktile_x3<false, false>(pp, d);
+                                ktile_x3<false, true>(pp, d);
+                        }
+#pragma unroll
+                        for (int r = 0; r < 64; r++)
+                                cs[r] = j == 0 ? d[r] : cs[r] + d[r];
+                }
+        } else {
+                ktile<T, true>(pp, d);
+                for (uint32_t j = 1; j < nk; j++)
+                        ktile<T, false>(pp, d);
+        }
+}
+
+/*
+ * Split f32 (X3): x = big + small + e. big is x with its low 13 bits
+ * cleared, the TF32 part wgmma reads of x anyway (so the stage keeps x);
+ * small, x - big (exact in f32, |small| < 2^-10 |x|), rounded to nearest
+ * TF32 (ties away, on the magnitude bits), so that wgmma reads it whole:
+ * |e| <= 2^-22 |x|. The product a b is then a_s b + a b_s + a b, less
+ * a_s b_s (below 2^-20 |a b|) and the rounding of the small parts.
+ * Measured (gemmbench, f64 reference) this lands as close as cuBLAS's
+ * FMA SGEMM; rounding big too (rewriting the stage) was a little closer
+ * and 12-15 % slower. A non-finite x has small 0: an infinity times an
+ * operand whose small part is 0 gives NaN, where FMA gives an infinity.
+ */
+__device__ __forceinline__ uint32_t tf32_small(uint32_t x)
+{
+        const float rest = __fsub_rn(__uint_as_float(x), __uint_as_float(x & 0xffffe000u));
+        return (__float_as_uint(rest) + 0x1000u) & 0xffffe000u;
+}
+
+/* Writes the small parts of a stage's NT-thread share (thread t) into
+ * small, vector for vector; four vectors in flight per thread. */
+template <int NT> __device__ __forceinline__ void split_stage(const uint4 *x, uint4 *small, int t)
+{
+        constexpr int N = WCfg::STAGE_BYTES / 16, U = 4;
+        for (int v0 = t; v0 < N; v0 += U * NT) {
+                uint4 v[U];
+#pragma unroll
+                for (int u = 0; u < U; u++)
+                        if (v0 + u * NT < N)
+                                v[u] = x[v0 + u * NT];
+#pragma unroll
+                for (int u = 0; u < U; u++) {
+                        if (v0 + u * NT >= N)
+                                continue;
+                        uint4 sm = make_uint4(tf32_small(v[u].x), tf32_small(v[u].y), tf32_small(v[u].z),
+                                              tf32_small(v[u].w));
+                        const uint32_t m = max(max(v[u].x & 0x7fffffffu, v[u].y & 0x7fffffffu),
+                                               max(v[u].z & 0x7fffffffu, v[u].w & 0x7fffffffu));
+                        if (m >= 0x7f800000u) { /* rare: an infinity or NaN among them */
+                                sm.x = (v[u].x & 0x7f800000u) == 0x7f800000u ? 0u : sm.x;
+                                sm.y = (v[u].y & 0x7f800000u) == 0x7f800000u ? 0u : sm.y;
+                                sm.z = (v[u].z & 0x7f800000u) == 0x7f800000u ? 0u : sm.z;
+                                sm.w = (v[u].w & 0x7f800000u) == 0x7f800000u ? 0u : sm.w;
+                        }
+                        small[v0 + u * NT] = sm;
+                }
+        }
 }
 
 /* A finished chunk sum: into the running total, or to its workspace slot. */
@@ -369,9 +519,10 @@ __device__ __forceinline__ void fold(float (&d)[64], float (&tot)[64], float *ws
 
 /* SYRK: the group has SYR2Ks on this kernel; without, the two-term loop and
  * the triangle masks compile away. */
-template <typename T, bool SYRK>
+template <typename T, bool SYRK, bool X3>
 __global__ void __launch_bounds__(WCfg::THREADS, 1) wgmma_kernel(const __grid_constant__ KArgs args)
 {
+        using L = WLay<X3>;
         const KParams kp = kparams(args);
         const char *tmaps = rebase(args, args.tmaps);
 #ifdef GEMMD_SM90A
@@ -380,15 +531,18 @@ __global__ void __launch_bounds__(WCfg::THREADS, 1) wgmma_kernel(const __grid_co
         const uint32_t raw = smem_u32(wsmem);
         const uint32_t base = (raw + 1023u) & ~1023u;
         unsigned char *gbase = wsmem + (base - raw);
-        const uint32_t bars = base + WCfg::BAR_OFF; /* full[STAGES], then empty[STAGES] */
+        const uint32_t bars = base + L::BAR_OFF; /* full[STAGES], empty[STAGES], X3: split[STAGES] */
+        volatile uint32_t *endw = (volatile uint32_t *)(gbase + L::END_OFF); /* X3 */
         /* Warp-uniform roles (the shuffle tells the compiler so). */
         const int wg = __shfl_sync(0xffffffffu, (int)(threadIdx.x >> 7), 0);
         const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
 
         if (threadIdx.x == 0) {
-                for (int s = 0; s < WCfg::STAGES; s++) {
+                for (int s = 0; s < L::STAGES; s++) {
                         mbar_init(bars + 8 * s, 1);
-                        mbar_init(bars + 8 * (WCfg::STAGES + s), 8); /* one arrival per consumer warp */
+                        mbar_init(bars + 8 * (L::STAGES + s), 8); /* one arrival per consumer warp */
+                        if (X3)
+                                mbar_init(bars + 8 * (2 * L::STAGES + s), 3); /* one per transform warp */
                 }
                 asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
                 asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
@@ -398,6 +552,30 @@ __global__ void __launch_bounds__(WCfg::THREADS, 1) wgmma_kernel(const __grid_co
         if (wg == 0) {
                 /* Producer: warp 0; lane 0 issues the copies. */
                 asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(WCfg::producer_regs(SYRK)));
+                if (X3 && warp != 0) {
+                        /* Warps 1-3 split each stage: its small parts
+                         * (tf32_small) into the same place of the small
+                         * ring, made visible to wgmma (the async proxy),
+                         * then one arrival per warp on split[stage]. */
+                        const int t = threadIdx.x - 32;
+                        uint32_t stage = 0, phase = 0;
+                        for (;;) {
+                                mbar_wait(bars + 8 * stage, phase);
+                                if (endw[stage])
+                                        break;
+                                split_stage<96>((const uint4 *)(gbase + stage * WCfg::STAGE_BYTES),
+                                                (uint4 *)(gbase + L::SMALL_OFF + stage * WCfg::STAGE_BYTES), t);
+                                asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+                                __syncwarp();
+                                if (lane == 0)
+                                        mbar_arrive(bars + 8 * (2 * L::STAGES + stage));
+                                if (++stage == L::STAGES) {
+                                        stage = 0;
+                                        phase ^= 1;
+                                }
+                        }
+                        return;
+                }
                 if (warp != 0)
                         return;
                 uint32_t stage = 0, phase = 0, lastp = UINT32_MAX;
@@ -418,10 +596,12 @@ __global__ void __launch_bounds__(WCfg::THREADS, 1) wgmma_kernel(const __grid_co
                         for (uint32_t i = 0; i < x.niter * nterms; i++) {
                                 const uint32_t full = bars + 8 * stage;
                                 const uint32_t sa = base + stage * WCfg::STAGE_BYTES;
-                                mbar_wait(bars + 8 * (WCfg::STAGES + stage), phase ^ 1);
+                                mbar_wait(bars + 8 * (L::STAGES + stage), phase ^ 1);
+                                if (X3)
+                                        endw[stage] = 0;
                                 if (i == 0) {
                                         /* The tile's first stage tells the consumers what it is. */
-                                        volatile uint32_t *h = (volatile uint32_t *)(gbase + WCfg::HDR_OFF) + 16 * stage;
+                                        volatile uint32_t *h = (volatile uint32_t *)(gbase + L::HDR_OFF) + 16 * stage;
                                         h[0] = x.prob;
                                         h[1] = x.m0;
                                         h[2] = x.n0;
@@ -443,7 +623,7 @@ __global__ void __launch_bounds__(WCfg::THREADS, 1) wgmma_kernel(const __grid_co
                                 const int32_t k0 = (int32_t)(x.kbeg + (c0 + j) * WK<T>::BK);
                                 tma_load_2d(sa, term ? tb : ta, full, k0, (int32_t)x.m0);
                                 tma_load_2d(sa + WCfg::A_BYTES, term ? ta : tb, full, k0, (int32_t)x.n0);
-                                if (++stage == WCfg::STAGES) {
+                                if (++stage == L::STAGES) {
                                         stage = 0;
                                         phase ^= 1;
                                 }
@@ -510,8 +690,10 @@ __global__ void __launch_bounds__(WCfg::THREADS, 1) wgmma_kernel(const __grid_co
                 }
                 if (lane == 0) {
                         /* End of work: a stage that carries no data. */
-                        mbar_wait(bars + 8 * (WCfg::STAGES + stage), phase ^ 1);
-                        volatile uint32_t *h = (volatile uint32_t *)(gbase + WCfg::HDR_OFF) + 16 * stage;
+                        mbar_wait(bars + 8 * (L::STAGES + stage), phase ^ 1);
+                        if (X3)
+                                endw[stage] = 1;
+                        volatile uint32_t *h = (volatile uint32_t *)(gbase + L::HDR_OFF) + 16 * stage;
                         h[0] = UINT32_MAX;
                         mbar_arrive(bars + 8 * stage);
                 }
@@ -521,15 +703,15 @@ __global__ void __launch_bounds__(WCfg::THREADS, 1) wgmma_kernel(const __grid_co
         /* Consumers: warpgroup cw computes rows [64 cw, 64 cw + 64) of the tile. */
         asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(WCfg::consumer_regs(SYRK)));
         const int cw = wg - 1, ctid = threadIdx.x - 128, wt = threadIdx.x & 127, wi = wt >> 5;
-        const uint32_t epi = base + WCfg::STAGES * WCfg::STAGE_BYTES + cw * WCfg::EPI_BYTES;
+        const uint32_t epi = base + L::EPI_OFF + cw * WCfg::EPI_BYTES; /* 16-bit only */
         Pipe pp = {0, 0, -1, bars, base + cw * 64 * 128, base + WCfg::A_BYTES, lane};
-        float acc[64], tot[64];
+        float acc[64], tot[64], csum[64]; /* csum: X3 only */
 #pragma unroll
         for (int i = 0; i < 64; i++)
                 acc[i] = 0.f;
         for (;;) {
                 mbar_wait(bars + 8 * pp.stage, pp.phase);
-                const volatile uint32_t *h = (const volatile uint32_t *)(gbase + WCfg::HDR_OFF) + 16 * pp.stage;
+                const volatile uint32_t *h = (const volatile uint32_t *)(gbase + L::HDR_OFF) + 16 * pp.stage;
                 Work w;
                 w.prob = h[0];
                 if (w.prob == UINT32_MAX)
@@ -561,12 +743,12 @@ __global__ void __launch_bounds__(WCfg::THREADS, 1) wgmma_kernel(const __grid_co
                 const uint32_t nch = (niter + KPC - 1) / KPC;
                 for (uint32_t c = 0; c < nch; c++) {
                         const uint32_t nk = min(niter - c * KPC, KPC) * ((tri & TRI_SYR2K) ? 2u : 1u);
-                        run_chunk<T>(pp, acc, nk);
+                        run_chunk<T, X3>(pp, acc, csum, nk);
                         wgmma_wait<0>();
-                        fold(acc, tot, wsb ? wsb + (size_t)(w.kc0 + c) * WCfg::TILE + ctid : nullptr);
+                        fold(X3 ? csum : acc, tot, wsb ? wsb + (size_t)(w.kc0 + c) * WCfg::TILE + ctid : nullptr);
                 }
                 if (lane == 0 && pp.pending >= 0)
-                        mbar_arrive(bars + 8 * (WCfg::STAGES + pp.pending));
+                        mbar_arrive(bars + 8 * (L::STAGES + pp.pending));
                 pp.pending = -1;
 
                 if (wsb) {
@@ -698,18 +880,24 @@ __global__ void __launch_bounds__(WCfg::THREADS, 1) wgmma_kernel(const __grid_co
 #endif
 }
 
-template <typename T, bool SYRK>
+template <typename T, bool SYRK, bool X3>
 int launch_wgmma(const KArgs &args, uint32_t grid, cudaStream_t st)
 {
         static std::atomic<uint32_t> done[64];
-        if (smem_attr_once(done, wgmma_kernel<T, SYRK>, WCfg::SMEM))
+        if (smem_attr_once(done, wgmma_kernel<T, SYRK, X3>, WLay<X3>::SMEM))
                 return -EIO;
-        wgmma_kernel<T, SYRK><<<grid, WCfg::THREADS, WCfg::SMEM, st>>>(args);
+        wgmma_kernel<T, SYRK, X3><<<grid, WCfg::THREADS, WLay<X3>::SMEM, st>>>(args);
         const cudaError_t err = cudaGetLastError();
         return err == cudaSuccess ? 0 : -EIO;
 }
 
-template <typename T> int launch_wgmma(const KArgs &args, uint32_t grid, cudaStream_t st, bool syrk)
+/* x3: f32 split in two TF32 parts (exact f32 problems; T = float). */
+template <typename T> int launch_wgmma(const KArgs &args, uint32_t grid, cudaStream_t st, bool syrk, bool x3)
 {
-        return syrk ? launch_wgmma<T, true>(args, grid, st) : launch_wgmma<T, false>(args, grid, st);
+        if constexpr (sizeof(T) == 4) {
+                if (x3)
+                        return syrk ? launch_wgmma<T, true, true>(args, grid, st)
+                                    : launch_wgmma<T, false, true>(args, grid, st);
+        }
+        return syrk ? launch_wgmma<T, true, false>(args, grid, st) : launch_wgmma<T, false, false>(args, grid, st);
 }

@@ -51,6 +51,7 @@ Test(e2e, every_limit_comes_from_flags_or_config_file_and_is_in_the_handshake)
                                               "max-user-sessions = 5\n"
                                               "max-inflight-ops = 50\n"
                                               "max-buffer-bytes = 65536\n"
+                                              "f32-kernel = ffma\n"
                                               "verbose = yes\n");
         struct e2e_daemon d;
         struct gemmd_info info;
@@ -85,6 +86,7 @@ Test(e2e, config_file_mistakes_name_the_file_and_line)
                 "max-sessions = 7\nverbose = maybe\n",
                 "max-sessions = 7\nconfig = /etc/passwd\n",
                 "max-sessions = 7\ntiming-every = 0\n",
+                "max-sessions = 7\nf32-kernel = fast\n",
         };
         char *bin = e2e_build_path("gemmd");
 

@@ -280,7 +280,7 @@ static void run_group(const char *name, int dtype, int tf32, struct tprob *tp, u
         void *tm = NULL, *htm = NULL;
         int nfast = 0;
         uint32_t nsyr2k = 0;
-        if (dtype != GEMMD_F32 || tf32) {
+        {
                 size_t tb = cuda_gemm_tmaps_bytes(np);
                 if (posix_memalign(&htm, 64, tb)) {
                         fprintf(stderr, "out of memory\n");
