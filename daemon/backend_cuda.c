@@ -53,6 +53,13 @@ struct dev_mem {
         struct dev_mem *next;
 };
 
+/* An outgrown slot buffer, kept until the backend goes (see grow). */
+struct retired {
+        struct retired *next;
+        void *p;
+        int pinned;
+};
+
 struct cuda_backend {
         struct backend b;
         int ordinal;
@@ -69,6 +76,10 @@ struct cuda_backend {
         cudaEvent_t ev_start[EVENT_RING], ev_end[EVENT_RING];
         uint8_t timed[EVENT_RING]; /* whether launch j (at j % EVENT_RING) was */
         uint32_t timing_every;
+        /* Launch data of the largest group the config allows (plan, problems,
+         * tensor maps): what each slot's blob is allocated at to begin with. */
+        size_t blob_init;
+        struct retired *retired; /* worker thread only */
         /* Exact f32 groups run split into TF32 parts on the sm_90 kernel
          * (they carry tensor maps); else on fused multiply-adds. */
         int f32_split;
@@ -177,8 +188,13 @@ enum mem_kind { MEM_DEVICE, MEM_PINNED };
 
 /* Grows a device or pinned host allocation to at least `need` bytes
  * (geometrically, from 64 KB), zeroing a new device one if asked. The old
- * one is freed, which for device memory waits for the device: rare after
- * warm-up. */
+ * one is not freed here: cudaFree and cudaFreeHost wait for the whole
+ * device, every slot's group, and on the H100 a grow on the launch path
+ * then cost tens of milliseconds, long enough to lose a fifth of a 3 s
+ * service run to the first few groups of new sizes (and 90 % of one whose
+ * groups kept growing; bench/results/launch-grow.txt). It is retired, and
+ * freed with the backend: growing geometrically, the retired buffers hold
+ * less than the live ones. */
 static int grow(struct cuda_backend *cb, void **p, size_t *cap, size_t need, enum mem_kind kind,
                 int zero)
 {
@@ -188,10 +204,16 @@ static int grow(struct cuda_backend *cb, void **p, size_t *cap, size_t need, enu
                 return 0;
         while (n < need)
                 n *= 2;
-        if (*p && kind == MEM_PINNED)
-                CK(cudaFreeHost(*p));
-        else if (*p)
-                CK(cudaFree(*p));
+        if (*p) {
+                struct retired *r = malloc(sizeof(*r));
+
+                if (!r)
+                        return -ENOMEM;
+                r->p = *p;
+                r->pinned = kind == MEM_PINNED;
+                r->next = cb->retired;
+                cb->retired = r;
+        }
         *p = NULL;
         *cap = 0;
         if (kind == MEM_PINNED)
@@ -219,6 +241,22 @@ static void copy_cols(char *dst, const char *src, uint64_t ld, uint64_t bytes, u
 
 /* Grows a pinned host buffer and its device twin, which always have the
  * same size, to at least `need` bytes. */
+/* Frees the retired buffers (with nothing in flight: it waits for the
+ * device); after a context rebuild they are gone with it: forget them. */
+static void free_retired(struct cuda_backend *cb, int forget)
+{
+        while (cb->retired) {
+                struct retired *r = cb->retired;
+
+                cb->retired = r->next;
+                if (!forget && r->pinned)
+                        cudaFreeHost(r->p);
+                else if (!forget)
+                        cudaFree(r->p);
+                free(r);
+        }
+}
+
 static int grow_pair(struct cuda_backend *cb, void **h, void **d, size_t *cap, size_t need)
 {
         size_t hcap = *cap; /* the twin's size until d has grown too */
@@ -899,6 +937,7 @@ static int recover(struct backend *be)
         log_warn("cuda %d: %s: rebuilding the context", cb->ordinal, cudaGetErrorString(e));
         cudaDeviceReset();
         cuda_gemm_forget_attributes();
+        free_retired(cb, 1);
         for (struct cuda_slot *s = cb->slots; s; s = s->next_slot) {
                 s->h_blob = s->d_blob = NULL;
                 s->blob_cap = 0;
@@ -962,6 +1001,11 @@ static int slot_init(struct backend *be, struct group *g)
                 free(s);
                 return -EIO;
         }
+        /* Launch data of any group the limits allow, from the start: no
+         * allocation on the launch path (see grow). Best effort. */
+        if (grow_pair(s->cb, &s->h_blob, &s->d_blob, &s->blob_cap, s->cb->blob_init))
+                log_warn("cuda %d: cannot allocate %zu bytes of launch data ahead", s->cb->ordinal,
+                         s->cb->blob_init);
         s->next_slot = s->cb->slots;
         s->cb->slots = s;
         g->bdata = s;
@@ -994,6 +1038,7 @@ static void destroy(struct backend *be)
 
         cudaSetDevice(cb->ordinal);
         cudaDeviceSynchronize();
+        free_retired(cb, 0);
         pthread_mutex_lock(&cb->done_lock);
         cb->done_stop = 1;
         pthread_cond_signal(&cb->done_cond);
@@ -1025,6 +1070,21 @@ int backend_cuda_new(int ordinal, const struct gemmd_config *cfg, struct backend
         cb->ordinal = ordinal;
         cb->spin_ns = cfg->spin_us * 1000ull;
         cb->timing_every = cfg->timing_every;
+        {
+                /* Every op has a tile: a group has at most that many ops.
+                 * Its plan: a CTA index, an entry per tile, and at most as
+                 * many again for split mode's cut tiles. */
+                const size_t tiles = cfg->max_group_tiles, ops = tiles < cfg->max_group_ops ? tiles : cfg->max_group_ops;
+
+                cb->blob_init = align256(ops * sizeof(struct gemmd_kproblem)) +
+                                align256(ops * sizeof(struct sched_problem)) +
+                                align256((2 * tiles + 1024) * sizeof(struct sched_entry)) +
+                                cuda_gemm_tmaps_bytes((uint32_t)ops);
+                /* Past this (limits raised far beyond the defaults), the
+                 * rare larger group grows its slot's buffer. */
+                if (cb->blob_init > (64u << 20))
+                        cb->blob_init = 64u << 20;
+        }
         /* Blocking waits sleep instead of spinning (make_stream_events sets
          * the flag): the completion thread spins only as long as it chooses. */
         if (cudaSetDevice(ordinal) != cudaSuccess ||

@@ -97,6 +97,7 @@ enum {
         OPT_SPIN,
         OPT_TIMING,
         OPT_F32_KERNEL,
+        OPT_LOOPS,
 };
 
 static const struct option options[] = {
@@ -134,6 +135,7 @@ static const struct option options[] = {
         {"spin-us", required_argument, NULL, OPT_SPIN},
         {"timing-every", required_argument, NULL, OPT_TIMING},
         {"f32-kernel", required_argument, NULL, OPT_F32_KERNEL},
+        {"loops", required_argument, NULL, OPT_LOOPS},
         {NULL, 0, NULL, 0},
 };
 
@@ -157,6 +159,8 @@ static void usage(FILE *f, const struct gemmd_config *d)
                 "                               they sleep (default: 50, or 0 with --backend cpu or under 4 CPUs)\n"
                 "      --timing-every N         a GPU measures device time and idle gaps on 2 groups in every N\n"
                 "                               (default: %u; 1: every group)\n"
+                "      --loops N                event loops (threads) serving the connections, 1 to 64\n"
+                "                               (default: 4 on a GPU with 8 or more CPUs, else 1)\n"
                 "      --f32-kernel split|ffma  exact f32 on an sm_90 GPU: each operand split into two TF32\n"
                 "                               parts on tensor cores (default), or fused multiply-adds\n"
                 "      --max-group-tiles N      tiles in one group (default: %llu)\n"
@@ -415,6 +419,10 @@ int config_parse_args(struct gemmd_config *cfg, int argc, char **argv)
                         bad = parse_u64(optarg, 0, 100000, &v);
                         cfg->spin_us = (uint32_t)v;
                         break;
+                case OPT_LOOPS:
+                        bad = parse_u64(optarg, 1, LOOPS_MAX, &v);
+                        cfg->loops = (int)v;
+                        break;
                 case OPT_F32_KERNEL:
                         bad = strcmp(optarg, "split") && strcmp(optarg, "ffma");
                         cfg->f32_ffma = !strcmp(optarg, "ffma");
@@ -523,6 +531,15 @@ int config_parse_args(struct gemmd_config *cfg, int argc, char **argv)
                 long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
 
                 cfg->spin_us = cfg->backend != BACKEND_CPU && ncpu >= 4 ? 50 : 0;
+        }
+        if (cfg->loops == LOOPS_AUTO) {
+                long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+
+                /* The CPU backend's cores compute. On a GPU, four loops
+                 * served 16 clients x 8 in flight at 1.3x one loop's
+                 * TF/s, 64 clients at 1.5x, and 8 the same
+                 * (bench/results/service-ab-loops.txt). */
+                cfg->loops = cfg->backend != BACKEND_CPU && ncpu >= 8 ? 4 : 1;
         }
         if (!cfg->lim.max_user_sessions || cfg->lim.max_user_sessions > cfg->lim.max_sessions)
                 cfg->lim.max_user_sessions = cfg->lim.max_sessions;

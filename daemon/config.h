@@ -42,6 +42,9 @@ struct gemmd_config {
 #define SPIN_AUTO UINT32_MAX          /* spin_us before parsing: decided by backend and cores */
         uint32_t timing_every;        /* a GPU times 2 groups in every this many (1: all) */
         int f32_ffma;                 /* exact f32 on FMA cores, not split into TF32 parts */
+        int loops;                    /* event loops (threads) serving the sessions */
+#define LOOPS_AUTO 0                  /* loops before parsing: decided by backend and cores */
+#define LOOPS_MAX 64
         uint64_t max_group_tiles;
         uint64_t max_group_bytes;
         uint32_t max_group_ops;

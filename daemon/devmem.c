@@ -87,7 +87,15 @@ static void open_done(struct wctl *c)
         struct gbuf *b = NULL;
         int rc = t->rc;
 
-        srv->pending_controls--;
+        struct evloop *ev = s->ev;
+        int idle;
+
+        pthread_mutex_lock(&srv->lock);
+        idle = --srv->pending_controls == 0 && srv->queued_ops == 0;
+        pthread_mutex_unlock(&srv->lock);
+        /* The drain waits for this on every loop. */
+        if (idle && atomic_load(&srv->draining))
+                server_wake_all(srv);
         if (!rc && !(b = calloc(1, sizeof(*b)))) {
                 struct gbuf tmp = {.owner = t->w, .ipc_base = t->token, .dev_owned = t->owned};
 
@@ -107,15 +115,21 @@ static void open_done(struct wctl *c)
                 b->release = release_device;
                 /* The limits are checked again: other requests of the
                  * session may have used them up meanwhile. */
-                if (s->state == SESSION_CLOSED || s->bufs.n >= lim->max_buffers ||
-                    s->user->buffer_bytes + b->bytes > lim->max_user_buffer_bytes ||
-                    (rc = gbuf_table_add(&s->bufs, b)) != 0) {
+                int over;
+
+                /* Under the lock that the user's sessions on other loops,
+                 * and the metrics, take too. */
+                pthread_mutex_lock(&srv->lock);
+                over = s->state == SESSION_CLOSED || s->bufs.n >= lim->max_buffers ||
+                       s->user->buffer_bytes + b->bytes > lim->max_user_buffer_bytes;
+                if (!over && (rc = gbuf_table_add(&s->bufs, b)) == 0)
+                        s->user->buffer_bytes += b->bytes;
+                pthread_mutex_unlock(&srv->lock);
+                if (over || rc) {
                         gbuf_unref(b);
                         b = NULL;
                         if (!rc)
                                 rc = GEMMD_ELIMIT;
-                } else {
-                        s->user->buffer_bytes += b->bytes;
                 }
         }
         if (rc) {
@@ -134,9 +148,9 @@ static void open_done(struct wctl *c)
                 env.request_id = t->rid;
                 session_send(s, &env);
         }
-        session_unref(s);
+        session_unref(s); /* may free s */
         free(t);
-        server_maybe_finish(srv);
+        server_maybe_finish(ev);
 }
 
 /* The worker of device ordinal `device` whose backend can do `owned`'s
@@ -160,7 +174,10 @@ static void start(struct session *s, uint64_t rid, struct worker *w, struct dev_
         t->rid = rid;
         t->w = w;
         s->refs++;
+        pthread_mutex_lock(&s->srv->lock);
         s->srv->pending_controls++;
+        pthread_mutex_unlock(&s->srv->lock);
+        t->c.home = s->ev;
         worker_control(w, &t->c);
 }
 
@@ -209,8 +226,12 @@ void devmem_alloc(struct session *s, uint64_t rid, const Gemmd__V1__DeviceAlloc 
                                    (unsigned long long)lim->max_buffer_bytes);
                 return;
         }
-        if (s->bufs.n >= lim->max_buffers ||
-            s->user->buffer_bytes + m->bytes > lim->max_user_buffer_bytes) {
+        uint64_t held;
+
+        pthread_mutex_lock(&s->srv->lock);
+        held = s->user->buffer_bytes;
+        pthread_mutex_unlock(&s->srv->lock);
+        if (s->bufs.n >= lim->max_buffers || held + m->bytes > lim->max_user_buffer_bytes) {
                 session_send_error(s, rid, GEMMD_ELIMIT, -1,
                                    "over the buffer limits (%u per session, %llu bytes per user)",
                                    lim->max_buffers,

@@ -84,14 +84,18 @@ static void on_register(struct session *s, uint64_t rid, const Gemmd__V1__Buffer
         struct gbuf *b;
         int fd, rc;
 
-        if (m->bytes <= lim->max_buffer_bytes &&
-            s->user->buffer_bytes + m->bytes > lim->max_user_buffer_bytes) {
+        uint64_t held;
+
+        pthread_mutex_lock(&s->srv->lock);
+        held = s->user->buffer_bytes;
+        pthread_mutex_unlock(&s->srv->lock);
+        if (m->bytes <= lim->max_buffer_bytes && held + m->bytes > lim->max_user_buffer_bytes) {
                 /* The descriptor that came with it, if any, is not kept. */
                 if (m->kind == GEMMD__V1__BUFFER_REGISTER__KIND__SHM && (fd = session_take_fd(s)) >= 0)
                         close(fd);
                 session_send_error(s, rid, GEMMD_ELIMIT, -1,
                                    "uid %d has %llu bytes registered; %llu more exceed its %llu",
-                                   (int)s->cred.uid, (unsigned long long)s->user->buffer_bytes,
+                                   (int)s->cred.uid, (unsigned long long)held,
                                    (unsigned long long)m->bytes,
                                    (unsigned long long)lim->max_user_buffer_bytes);
                 return;
@@ -138,13 +142,28 @@ static void on_register(struct session *s, uint64_t rid, const Gemmd__V1__Buffer
                 session_send_error(s, rid, rc, -1, "cannot map the buffer: %s", gemmd_strerror(rc));
                 return;
         }
-        rc = gbuf_table_add(&s->bufs, b);
+        /* Checked again with the add, under the lock that the user's
+         * sessions on other loops, and the metrics, take too. */
+        pthread_mutex_lock(&s->srv->lock);
+        held = s->user->buffer_bytes;
+        rc = held + b->bytes > lim->max_user_buffer_bytes ? GEMMD_ELIMIT : gbuf_table_add(&s->bufs, b);
+        if (!rc)
+                s->user->buffer_bytes += b->bytes;
+        pthread_mutex_unlock(&s->srv->lock);
+        if (rc == GEMMD_ELIMIT) {
+                gbuf_unref(b);
+                session_send_error(s, rid, GEMMD_ELIMIT, -1,
+                                   "uid %d has %llu bytes registered; %llu more exceed its %llu",
+                                   (int)s->cred.uid, (unsigned long long)held,
+                                   (unsigned long long)m->bytes,
+                                   (unsigned long long)lim->max_user_buffer_bytes);
+                return;
+        }
         if (rc) {
                 gbuf_unref(b);
                 session_send_error(s, rid, rc, -1, "out of memory");
                 return;
         }
-        s->user->buffer_bytes += b->bytes;
         r.buffer_id = b->id;
         env.body_case = GEMMD__V1__ENVELOPE__BODY_BUFFER_REPLY;
         env.buffer_reply = &r;
@@ -156,10 +175,15 @@ static void on_release(struct session *s, uint64_t rid, const Gemmd__V1__BufferR
         Gemmd__V1__Envelope env = GEMMD__V1__ENVELOPE__INIT;
         Gemmd__V1__Ack ack = GEMMD__V1__ACK__INIT;
         struct gbuf *b = gbuf_table_find(&s->bufs, m->buffer_id);
+        int rc;
 
+        /* The table changes under the lock that the metrics read it with. */
+        pthread_mutex_lock(&s->srv->lock);
         if (b)
                 s->user->buffer_bytes -= b->bytes;
-        if (gbuf_table_remove(&s->bufs, m->buffer_id)) {
+        rc = gbuf_table_remove(&s->bufs, m->buffer_id);
+        pthread_mutex_unlock(&s->srv->lock);
+        if (rc) {
                 session_send_error(s, rid, GEMMD_ENOBUF, -1, "no buffer %llu in this session",
                                    (unsigned long long)m->buffer_id);
                 return;
@@ -180,8 +204,9 @@ static void free_request(struct request *r, uint32_t nvalid)
  * `refuse` set, the client is told which. */
 static int over_caps(struct session *s, uint64_t rid, uint32_t n, int refuse)
 {
-        const struct server *srv = s->srv;
+        struct server *srv = s->srv;
         const struct limits *lim = &srv->cfg->lim;
+        uint32_t user_ops, queued;
 
         if (s->inflight_ops + n > lim->max_inflight_ops) {
                 if (refuse)
@@ -190,20 +215,42 @@ static int over_caps(struct session *s, uint64_t rid, uint32_t n, int refuse)
                                            lim->max_inflight_ops);
                 return 1;
         }
-        if (s->user->inflight_ops + n > lim->max_user_inflight_ops) {
+        pthread_mutex_lock(&srv->lock);
+        user_ops = s->user->inflight_ops;
+        queued = srv->queued_ops;
+        pthread_mutex_unlock(&srv->lock);
+        if (user_ops + n > lim->max_user_inflight_ops) {
                 if (refuse)
                         session_send_error(s, rid, GEMMD_EBUSY, -1,
                                            "uid %d has %u ops in flight (at most %u)", (int)s->cred.uid,
-                                           s->user->inflight_ops, lim->max_user_inflight_ops);
+                                           user_ops, lim->max_user_inflight_ops);
                 return 1;
         }
-        if (srv->queued_ops + n > lim->max_queue_ops) {
+        if (queued + n > lim->max_queue_ops) {
                 if (refuse)
-                        session_send_error(s, rid, GEMMD_EBUSY, -1, "daemon queue full (%u ops)",
-                                           srv->queued_ops);
+                        session_send_error(s, rid, GEMMD_EBUSY, -1, "daemon queue full (%u ops)", queued);
                 return 1;
         }
         return 0;
+}
+
+/* Counts n more ops for the user and the daemon, unless that would pass a
+ * cap (another loop may have admitted ops since over_caps looked). */
+static int admit(struct session *s, uint32_t n)
+{
+        struct server *srv = s->srv;
+        const struct limits *lim = &srv->cfg->lim;
+        int ok;
+
+        pthread_mutex_lock(&srv->lock);
+        ok = s->user->inflight_ops + n <= lim->max_user_inflight_ops &&
+             srv->queued_ops + n <= lim->max_queue_ops;
+        if (ok) {
+                s->user->inflight_ops += n;
+                srv->queued_ops += n;
+        }
+        pthread_mutex_unlock(&srv->lock);
+        return ok;
 }
 
 static void on_submit(struct session *s, uint64_t rid, const Gemmd__V1__Submit *m)
@@ -241,7 +288,7 @@ static void on_submit(struct session *s, uint64_t rid, const Gemmd__V1__Submit *
          * itself): those are reaped before any verdict, so a client
          * is judged by counts that include every reply it has. */
         if (over_caps(s, rid, n, 0)) {
-                server_reap(srv);
+                server_reap(s->ev);
                 if (over_caps(s, rid, n, 1))
                         return;
         }
@@ -261,7 +308,13 @@ static void on_submit(struct session *s, uint64_t rid, const Gemmd__V1__Submit *
                 }
                 r->ops[i].req = r;
         }
+        if (!admit(s, n)) {
+                free_request(r, n);
+                over_caps(s, rid, n, 1);
+                return;
+        }
         r->s = s;
+        r->home = s->ev;
         r->id = rid;
         r->nops = n;
         r->priority = (int)m->priority;
@@ -270,9 +323,7 @@ static void on_submit(struct session *s, uint64_t rid, const Gemmd__V1__Submit *
         atomic_init(&r->remaining, n);
         s->refs++;
         s->inflight_ops += n;
-        s->user->inflight_ops += n;
-        srv->queued_ops += n;
-        srv->requests++;
+        atomic_fetch_add(&srv->requests, 1);
         w = server_pick_worker(srv, r);
         /* Handed to the worker with the rest of this read's requests
          * (session_hand_over): one lock for all of them. */
@@ -337,7 +388,7 @@ void dispatch_frame(struct session *s, const uint8_t *buf, uint32_t len)
          * Submits do it only when a cap would refuse them (on_submit), so
          * that a busy read is not held up packing other sessions' replies. */
         if (env->body_case != GEMMD__V1__ENVELOPE__BODY_SUBMIT)
-                server_reap(s->srv);
+                server_reap(s->ev);
         switch (env->body_case) {
         case GEMMD__V1__ENVELOPE__BODY_HELLO:
                 if (s->state != SESSION_HELLO) {
@@ -442,12 +493,19 @@ void dispatch_completion(struct request *r)
 {
         struct session *s = r->s;
         struct server *srv = s->srv;
+        struct evloop *ev = s->ev;
         uint32_t n = r->nops;
-        int answered = r->replied || s->state != SESSION_CLOSED;
+        int answered = r->replied || s->state != SESSION_CLOSED, idle;
 
         s->inflight_ops -= n;
+        pthread_mutex_lock(&srv->lock);
         s->user->inflight_ops -= n;
         srv->queued_ops -= n;
+        idle = srv->queued_ops == 0;
+        pthread_mutex_unlock(&srv->lock);
+        /* The drain waits for this on every loop. */
+        if (idle && atomic_load(&srv->draining))
+                server_wake_all(srv);
         metrics_count_request(r);
         /* A request dropped with its session counts only its failures. */
         for (uint32_t i = 0; i < n; i++) {
@@ -461,6 +519,6 @@ void dispatch_completion(struct request *r)
         else if (!r->replied && s->state != SESSION_CLOSED)
                 session_send_completion(s, r);
         free_request(r, n);
-        session_unref(s);
-        server_maybe_finish(srv);
+        session_unref(s); /* may free s */
+        server_maybe_finish(ev);
 }

@@ -91,6 +91,10 @@ static struct {
 
 /* ---- counters --------------------------------------------------------- */
 
+/* The per-uid counts and the run totals: every event loop counts, and
+ * loop 0 renders. */
+static pthread_mutex_t counts_lock = PTHREAD_MUTEX_INITIALIZER;
+
 /* The counts of `uid`, created on first use; NULL only when out of memory. */
 static struct uid_counts *uid_slot(uid_t uid)
 {
@@ -139,9 +143,11 @@ static unsigned code_index(int err)
 
 void metrics_count_request(const struct request *r)
 {
-        struct uid_counts *u = uid_slot(r->s->cred.uid);
+        struct uid_counts *u;
         int status = 0;
 
+        pthread_mutex_lock(&counts_lock);
+        u = uid_slot(r->s->cred.uid);
         for (uint32_t i = 0; i < r->nops; i++) {
                 const struct op *o = &r->ops[i];
                 unsigned kind = o->kp.kind == SCHED_SYR2K, dt = o->kp.dtype;
@@ -160,14 +166,18 @@ void metrics_count_request(const struct request *r)
         }
         if (u)
                 u->requests[code_index(status)]++;
+        pthread_mutex_unlock(&counts_lock);
 }
 
 void metrics_count_error(uid_t uid, int code)
 {
-        struct uid_counts *u = uid_slot(uid);
+        struct uid_counts *u;
 
+        pthread_mutex_lock(&counts_lock);
+        u = uid_slot(uid);
         if (u && code >= 0 && code < NCODES)
                 u->errors[code]++;
+        pthread_mutex_unlock(&counts_lock);
 }
 
 /* ---- rendering -------------------------------------------------------- */
@@ -293,6 +303,7 @@ static void render_server(FILE *f, struct server *srv, double up_s)
         metric_f(f, "gemmd_uptime_seconds", "gauge", "Seconds since the daemon started", up_s);
         metric_u64(f, "gemmd_draining", "gauge", "1 while the daemon finishes its work before exiting",
                    (uint64_t)srv->draining);
+        pthread_mutex_lock(&srv->lock);
         metric_u64(f, "gemmd_sessions", "gauge", "Open client sessions", srv->nsessions);
         metric_u64(f, "gemmd_sessions_opened_total", "counter", "Client sessions accepted",
                    srv->sessions_total);
@@ -303,23 +314,26 @@ static void render_server(FILE *f, struct server *srv, double up_s)
         metric_u64(f, "gemmd_queue_ops", "gauge",
                    "Ops admitted and not yet answered, all sessions (the queue depth)",
                    srv->queued_ops);
+        for (int l = 0; l < srv->nloops; l++)
+                for (struct session *s = srv->loops[l].sessions; s; s = s->next)
+                        for (uint32_t i = 0; i < s->bufs.n; i++) {
+                                const struct gbuf *b = s->bufs.v[i];
+                                int k = b->kind == GBUF_CUDA;
+
+                                nbuf[k]++;
+                                bytes[k] += b->bytes;
+                        }
+        pthread_mutex_unlock(&srv->lock);
         metric_u64(f, "gemmd_queue_ops_limit", "gauge",
                    "Most ops admitted and not yet answered (--max-queue-ops)", lim->max_queue_ops);
-        /* Every request crosses the event loop thread: busy seconds that
-         * grow as fast as uptime mean it, not a device, sets the pace. */
-        metric_f(f, "gemmd_loop_busy_seconds_total", "counter",
-                 "Seconds the event loop thread spent in its callbacks (reading, admitting, taking "
-                 "completions in)",
-                 srv->loop_busy_ns / 1e9);
-
-        for (struct session *s = srv->sessions; s; s = s->next)
-                for (uint32_t i = 0; i < s->bufs.n; i++) {
-                        const struct gbuf *b = s->bufs.v[i];
-                        int k = b->kind == GBUF_CUDA;
-
-                        nbuf[k]++;
-                        bytes[k] += b->bytes;
-                }
+        /* Every request crosses an event loop thread: busy seconds that
+         * grow as fast as uptime mean a loop, not a device, sets the pace. */
+        header(f, "gemmd_loop_busy_seconds_total", "counter",
+               "Seconds each event loop thread spent in its callbacks (reading, admitting, taking "
+               "completions in)");
+        for (int l = 0; l < srv->nloops; l++)
+                fprintf(f, "gemmd_loop_busy_seconds_total{loop=\"%d\"} %.6f\n", l,
+                        srv->loops[l].loop_busy_ns / 1e9);
         header(f, "gemmd_registered_buffers", "gauge", "Buffers registered by open sessions, by kind");
         fprintf(f, "gemmd_registered_buffers{kind=\"shm\"} %llu\n", (unsigned long long)nbuf[0]);
         fprintf(f, "gemmd_registered_buffers{kind=\"cuda\"} %llu\n", (unsigned long long)nbuf[1]);
@@ -336,7 +350,6 @@ static void render_server(FILE *f, struct server *srv, double up_s)
                 fprintf(f, "gemmd_rejections_total{code=\"%s\"} %llu\n", code,
                         (unsigned long long)srv->rejections[c]);
         }
-        render_counts(f);
 }
 
 /* Writes a log2 histogram (bucket i holds the values v with i ==
@@ -461,6 +474,9 @@ int metrics_render(struct server *srv, char **out, size_t *len)
                 return -ENOMEM;
         render_server(f, srv, up_s);
         render_devices(f, srv, up_s);
+        pthread_mutex_lock(&counts_lock);
+        render_counts(f);
+        pthread_mutex_unlock(&counts_lock);
         metric_u64(f, "gemmd_metrics_scrapes_total", "counter", "Answers of this endpoint",
                    M.scrapes);
         metric_u64(f, "gemmd_metrics_refused_total", "counter",

@@ -66,20 +66,50 @@ static int listen_unix(const char *path, int *out)
         return 0;
 }
 
+/* Hands an accepted connection to loop ev (loop 0's thread). */
+static void hand_to_loop(struct evloop *ev, int fd)
+{
+        if (ev->index == 0) {
+                session_accept(ev, fd);
+                return;
+        }
+        pthread_mutex_lock(&ev->done_lock);
+        if (ev->nnew == ev->capnew) {
+                uint32_t cap = ev->capnew ? 2 * ev->capnew : 16;
+                int *v = realloc(ev->newfds, cap * sizeof(*v));
+
+                if (!v) {
+                        pthread_mutex_unlock(&ev->done_lock);
+                        log_warn("out of memory: a connection is closed unserved");
+                        close(fd);
+                        return;
+                }
+                ev->newfds = v;
+                ev->capnew = cap;
+        }
+        ev->newfds[ev->nnew++] = fd;
+        pthread_mutex_unlock(&ev->done_lock);
+        uv_async_send(&ev->async);
+}
+
 static void on_listen(uv_poll_t *h, int status, int events)
 {
         struct server *srv = h->data;
 
         for (int i = 0; i < 64; i++) {
                 int fd = accept4(srv->listen_fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+                int full;
 
                 if (fd < 0) {
                         if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)
                                 log_warn("accept: %s", strerror(errno));
                         return;
                 }
-                if (srv->nsessions - srv->ndenied >= srv->cfg->lim.max_sessions &&
-                    srv->ndenied >= SESSION_MAX_DENIED) {
+                pthread_mutex_lock(&srv->lock);
+                full = srv->nsessions - srv->ndenied >= srv->cfg->lim.max_sessions &&
+                       srv->ndenied >= SESSION_MAX_DENIED;
+                pthread_mutex_unlock(&srv->lock);
+                if (full) {
                         /* Past the limit a session answers its Hello with
                          * LIMIT (session_accept). Past that many of them too:
                          * best effort, one Error frame, then end of stream. */
@@ -97,86 +127,119 @@ static void on_listen(uv_poll_t *h, int status, int events)
                                 (void)!send(fd, buf, n, MSG_NOSIGNAL | MSG_DONTWAIT);
                                 free(buf);
                         }
-                        srv->rejections[GEMMD__V1__CODE__LIMIT]++;
+                        atomic_fetch_add(&srv->rejections[GEMMD__V1__CODE__LIMIT], 1);
                         close(fd);
                         continue;
                 }
-                session_accept(srv, fd);
+                hand_to_loop(&srv->loops[srv->next_loop++ % (uint32_t)srv->nloops], fd);
         }
 }
 
-void server_queue_done_list(struct server *srv, struct request *head, struct request *tail)
+void server_queue_done_list(struct evloop *ev, struct request *head, struct request *tail)
 {
         tail->next = NULL;
-        pthread_mutex_lock(&srv->done_lock);
-        if (srv->done_tail)
-                srv->done_tail->next = head;
+        pthread_mutex_lock(&ev->done_lock);
+        if (ev->done_tail)
+                ev->done_tail->next = head;
         else
-                srv->done_head = head;
-        srv->done_tail = tail;
-        pthread_mutex_unlock(&srv->done_lock);
+                ev->done_head = head;
+        ev->done_tail = tail;
+        pthread_mutex_unlock(&ev->done_lock);
 }
 
 /* The thread that completes a group answers its requests itself, with
  * one write per session, and the loop thread only takes them in. (When
  * the loop packed and wrote the replies of every group of more than four
  * requests, on the H100 at 8 clients x 8 in flight it was busy for 94% of
- * the run in callbacks of 8-31 us, and a submit waited 64 us for it.) */
+ * the run in callbacks of 8-31 us, and a submit waited 64 us for it.)
+ * Each request goes back to its session's loop. */
 void server_post_completions(struct request *done, void *ctx)
 {
         struct server *srv = ctx;
-        struct request *r = done, *tail;
+        struct request *r = done, *tail, *next;
+        uint64_t woken = 0; /* loops to wake, by index */
         int stuck = 0;
 
-        /* In order, while each can be answered here: once one must wait
-         * for the loop, the ones after it wait too, so that no reply of a
-         * session overtakes one the loop still has to write. */
-        while (r && !stuck)
+        /* With one loop: in order, while each can be answered here: once
+         * one must wait for the loop, the ones after it wait too, so that
+         * no reply of a session overtakes one the loop still has to write.
+         * The loop of each is noted before it is handed over (it may be
+         * freed then). With several, the loops write every reply: this
+         * thread then only notices completions (writing the replies of a
+         * large group here took longer than the next group ran), and a
+         * reply goes out after its request's counts are released, which
+         * a submit on another loop is judged by. */
+        if (srv->nloops > 1)
+                stuck = 1;
+        while (r && !stuck) {
+                woken |= 1ull << r->s->ev->index;
                 r = session_reply_now(r, &stuck);
-        /* The rest, for the loop, under one lock. */
-        if (r) {
-                for (tail = r; tail->next; tail = tail->next)
-                        ;
-                server_queue_done_list(srv, r, tail);
         }
-        uv_async_send(&srv->async);
+        /* The rest, for their loops: one lock per run of the same loop. */
+        while (r) {
+                struct evloop *ev = r->s->ev;
+
+                for (tail = r; tail->next && tail->next->s->ev == ev; tail = tail->next)
+                        ;
+                next = tail->next;
+                woken |= 1ull << ev->index;
+                server_queue_done_list(ev, r, tail);
+                r = next;
+        }
+        for (int i = 0; woken; i++, woken >>= 1)
+                if (woken & 1)
+                        uv_async_send(&srv->loops[i].async);
 }
 
 void server_post_control(struct wctl *c, void *ctx)
 {
         struct server *srv = ctx;
+        struct evloop *ev = c->home ? c->home : &srv->loops[0];
 
         c->next = NULL;
-        pthread_mutex_lock(&srv->done_lock);
-        if (srv->ctl_tail)
-                srv->ctl_tail->next = c;
+        pthread_mutex_lock(&ev->done_lock);
+        if (ev->ctl_tail)
+                ev->ctl_tail->next = c;
         else
-                srv->ctl_head = c;
-        srv->ctl_tail = c;
-        pthread_mutex_unlock(&srv->done_lock);
-        uv_async_send(&srv->async);
+                ev->ctl_head = c;
+        ev->ctl_tail = c;
+        pthread_mutex_unlock(&ev->done_lock);
+        uv_async_send(&ev->async);
 }
 
-void server_reap(struct server *srv)
+void server_reap(struct evloop *ev)
 {
+        struct server *srv = ev->srv;
         struct request *r, *next;
         struct wctl *c, *cnext;
+        int *fds;
+        uint32_t nfds;
         uint64_t t0 = now_ns();
 
-        srv->active_ns = t0;
+        ev->active_ns = t0;
 
-        pthread_mutex_lock(&srv->done_lock);
-        r = srv->done_head;
-        srv->done_head = srv->done_tail = NULL;
-        c = srv->ctl_head;
-        srv->ctl_head = srv->ctl_tail = NULL;
-        pthread_mutex_unlock(&srv->done_lock);
-        srv->defer_flush++;
+        pthread_mutex_lock(&ev->done_lock);
+        r = ev->done_head;
+        ev->done_head = ev->done_tail = NULL;
+        c = ev->ctl_head;
+        ev->ctl_head = ev->ctl_tail = NULL;
+        fds = ev->newfds;
+        nfds = ev->nnew;
+        if (nfds) {
+                ev->newfds = NULL;
+                ev->nnew = ev->capnew = 0;
+        }
+        pthread_mutex_unlock(&ev->done_lock);
+        for (uint32_t i = 0; i < nfds; i++)
+                session_accept(ev, fds[i]);
+        if (nfds)
+                free(fds);
+        ev->defer_flush++;
         for (; c; c = cnext) {
                 cnext = c->next;
                 c->done(c);
         }
-        if (atomic_load(&srv->device_lost) && !srv->draining) {
+        if (ev->index == 0 && atomic_load(&srv->device_lost) && !atomic_load(&srv->draining)) {
                 log_err("a device is lost: finishing in-flight work, then exiting for a restart");
                 srv->exit_code = 1;
                 server_drain(srv);
@@ -186,38 +249,62 @@ void server_reap(struct server *srv)
                 dispatch_completion(r);
         }
         /* Inside a read, the replies go out with the read's. */
-        if (--srv->defer_flush == 0)
-                server_flush_dirty(srv);
-        srv->loop_part_ns[LOOP_REAP] += now_ns() - t0;
+        if (--ev->defer_flush == 0)
+                server_flush_dirty(ev);
+        ev->loop_part_ns[LOOP_REAP] += now_ns() - t0;
 }
 
-void server_run(struct server *srv)
+/* Runs loop ev until its handles are closed (loop 0) or it is told to
+ * stop (the others). */
+static void run_loop(struct evloop *ev)
 {
-        const uint64_t win = srv->cfg->spin_us * 1000ull;
+        const uint64_t win = ev->srv->cfg->spin_us * 1000ull;
 
-        for (;;) {
-                const int polling = win && now_ns() - srv->active_ns < win;
+        while (!atomic_load(&ev->stop)) {
+                const int polling = win && now_ns() - ev->active_ns < win;
 
-                if (!uv_run(srv->loop, polling ? UV_RUN_NOWAIT : UV_RUN_ONCE))
+                if (!uv_run(ev->loop, polling ? UV_RUN_NOWAIT : UV_RUN_ONCE))
                         break;
         }
 }
 
-void server_loop_account(struct server *srv, uint64_t t0)
+void server_run(struct server *srv)
+{
+        run_loop(&srv->loops[0]);
+}
+
+static void *loop_main(void *arg)
+{
+        run_loop(arg);
+        return NULL;
+}
+
+void server_loop_account(struct evloop *ev, uint64_t t0)
 {
         uint64_t dt = now_ns() - t0;
 
-        srv->loop_callbacks++;
-        srv->loop_busy_ns += dt;
-        srv->loop_hist[hist_bucket(dt / 1000)]++;
+        ev->loop_callbacks++;
+        ev->loop_busy_ns += dt;
+        ev->loop_hist[hist_bucket(dt / 1000)]++;
 }
 
 static void on_async(uv_async_t *h)
 {
+        struct evloop *ev = h->data;
         uint64_t t0 = now_ns();
 
-        server_reap(h->data);
-        server_loop_account(h->data, t0);
+        if (atomic_load(&ev->stop))
+                return;
+        server_reap(ev);
+        if (atomic_load(&ev->srv->draining))
+                server_maybe_finish(ev);
+        server_loop_account(ev, t0);
+}
+
+void server_wake_all(struct server *srv)
+{
+        for (int i = 0; i < srv->nloops; i++)
+                uv_async_send(&srv->loops[i].async);
 }
 
 struct worker *server_pick_worker(struct server *srv, const struct request *r)
@@ -250,7 +337,7 @@ static void device_lost(void *ctx)
         struct server *srv = ctx;
 
         atomic_store(&srv->device_lost, 1);
-        uv_async_send(&srv->async);
+        uv_async_send(&srv->loops[0].async);
 }
 
 static void on_signal(uv_signal_t *h, int signum)
@@ -274,38 +361,78 @@ static void close_listener(struct server *srv)
 
 void server_drain(struct server *srv)
 {
-        if (srv->draining)
+        if (atomic_load(&srv->draining))
                 return;
-        srv->draining = 1;
+        atomic_store(&srv->draining, 1);
         notify_send("STOPPING=1\nSTATUS=finishing in-flight work");
         close_listener(srv);
-        server_maybe_finish(srv);
+        server_wake_all(srv);
+        server_maybe_finish(&srv->loops[0]);
 }
 
-void server_maybe_finish(struct server *srv)
+/* Loop 0, once every loop has drained: stops the other loops' threads,
+ * then the workers, and closes every handle, so that server_run returns. */
+static void finish(struct server *srv)
 {
-        struct session *s, *next;
+        for (int i = 1; i < srv->nloops; i++) {
+                struct evloop *ev = &srv->loops[i];
 
-        if (!srv->draining || srv->queued_ops || srv->pending_controls)
+                atomic_store(&ev->stop, 1);
+                uv_async_send(&ev->async);
+                pthread_join(ev->thread, NULL);
+        }
+        /* Nothing is queued or running: the workers exit at once. */
+        for (int i = 0; i < srv->nworkers; i++)
+                worker_stop(&srv->workers[i]);
+        for (int i = 1; i < srv->nloops; i++) {
+                struct evloop *ev = &srv->loops[i];
+
+                uv_close((uv_handle_t *)&ev->async, NULL);
+                uv_close((uv_handle_t *)&ev->hello_timer, NULL);
+                uv_run(ev->loop, UV_RUN_DEFAULT);
+                if (uv_loop_close(ev->loop))
+                        log_warn("loop %d: handles left open", i);
+        }
+        uv_close((uv_handle_t *)&srv->sigterm, NULL);
+        uv_close((uv_handle_t *)&srv->sigint, NULL);
+        uv_close((uv_handle_t *)&srv->loops[0].async, NULL);
+        uv_close((uv_handle_t *)&srv->loops[0].hello_timer, NULL);
+        metrics_stop();
+        watchdog_stop();
+}
+
+void server_maybe_finish(struct evloop *ev)
+{
+        struct server *srv = ev->srv;
+        struct session *s, *next;
+        int busy;
+
+        if (!atomic_load(&srv->draining) || atomic_load(&ev->finished))
                 return;
-        for (s = srv->sessions; s; s = s->next)
+        pthread_mutex_lock(&srv->lock);
+        busy = srv->queued_ops || srv->pending_controls;
+        pthread_mutex_unlock(&srv->lock);
+        if (busy)
+                return;
+        for (s = ev->sessions; s; s = s->next)
                 if (session_has_output(s))
                         return; /* replies still being written */
-        for (s = srv->sessions; s; s = next) {
+        /* Set first: closing a session calls this again. */
+        atomic_store(&ev->finished, 1);
+        for (s = ev->sessions; s; s = next) {
                 next = s->next;
                 session_close(s);
         }
-        if (!uv_is_closing((uv_handle_t *)&srv->async)) {
-                /* Nothing is queued or running: the workers exit at once. */
-                for (int i = 0; i < srv->nworkers; i++)
-                        worker_stop(&srv->workers[i]);
-                uv_close((uv_handle_t *)&srv->sigterm, NULL);
-                uv_close((uv_handle_t *)&srv->sigint, NULL);
-                uv_close((uv_handle_t *)&srv->async, NULL);
-                uv_close((uv_handle_t *)&srv->hello_timer, NULL);
-                metrics_stop();
-                watchdog_stop();
+        if (ev->index > 0) {
+                uv_async_send(&srv->loops[0].async); /* loop 0 waits for every loop */
+                return;
         }
+        for (int i = 1; i < srv->nloops; i++)
+                if (!atomic_load(&srv->loops[i].finished)) {
+                        atomic_store(&ev->finished, 0); /* checked again when loop i is done */
+                        return;
+                }
+        finish(srv);
 }
 
 static int start_backends(struct server *srv)
@@ -375,6 +502,34 @@ static int start_backends(struct server *srv)
         return 0;
 }
 
+/* Sets up loop ev (index i; loop 0 is the main thread's `main`). */
+static int loop_init(struct server *srv, struct evloop *ev, int i, uv_loop_t *main)
+{
+        uint64_t every = srv->cfg->lim.hello_timeout_ms / 2;
+        int rc;
+
+        ev->srv = srv;
+        ev->index = i;
+        if (i == 0) {
+                ev->loop = main;
+        } else {
+                rc = uv_loop_init(&ev->own);
+                if (rc) {
+                        log_err("uv_loop_init: %s", uv_strerror(rc));
+                        return rc;
+                }
+                ev->loop = &ev->own;
+        }
+        pthread_mutex_init(&ev->done_lock, NULL);
+        uv_async_init(ev->loop, &ev->async, on_async);
+        ev->async.data = ev;
+        uv_timer_init(ev->loop, &ev->hello_timer);
+        ev->hello_timer.data = ev;
+        every = every > 1000 ? 1000 : every;
+        uv_timer_start(&ev->hello_timer, session_sweep_hello, every, every);
+        return 0;
+}
+
 int server_init(struct server *srv, uv_loop_t *loop, const struct gemmd_config *cfg)
 {
         int rc;
@@ -383,7 +538,12 @@ int server_init(struct server *srv, uv_loop_t *loop, const struct gemmd_config *
         srv->loop = loop;
         srv->cfg = cfg;
         srv->t_start_ns = now_ns();
-        pthread_mutex_init(&srv->done_lock, NULL);
+        pthread_mutex_init(&srv->lock, NULL);
+        srv->loops = calloc((size_t)cfg->loops, sizeof(*srv->loops));
+        if (!srv->loops) {
+                rc = -ENOMEM;
+                goto err;
+        }
         rc = start_backends(srv);
         if (rc)
                 goto err;
@@ -399,26 +559,42 @@ int server_init(struct server *srv, uv_loop_t *loop, const struct gemmd_config *
         rc = metrics_start(srv);
         if (rc)
                 goto err;
-        uv_async_init(loop, &srv->async, on_async);
-        srv->async.data = srv;
+        /* The loops: 0 here, the others each on a thread of its own. A
+         * loop that cannot start leaves the daemon with fewer. */
+        loop_init(srv, &srv->loops[0], 0, loop);
+        srv->nloops = 1;
+        for (int i = 1; i < cfg->loops; i++) {
+                struct evloop *ev = &srv->loops[i];
+
+                if (loop_init(srv, ev, i, loop))
+                        break;
+                if (pthread_create(&ev->thread, NULL, loop_main, ev) != 0) {
+                        log_err("cannot start event loop %d: serving with %d", i, srv->nloops);
+                        uv_close((uv_handle_t *)&ev->async, NULL);
+                        uv_close((uv_handle_t *)&ev->hello_timer, NULL);
+                        uv_run(ev->loop, UV_RUN_DEFAULT);
+                        uv_loop_close(ev->loop);
+                        break;
+                }
+                {
+                        char name[16];
+
+                        snprintf(name, sizeof(name), "gemmd-loop%u", (unsigned)i & 63u);
+                        pthread_setname_np(ev->thread, name);
+                }
+                srv->nloops = i + 1;
+        }
         uv_signal_init(loop, &srv->sigterm);
         uv_signal_init(loop, &srv->sigint);
         srv->sigterm.data = srv->sigint.data = srv;
         uv_signal_start(&srv->sigterm, on_signal, SIGTERM);
         uv_signal_start(&srv->sigint, on_signal, SIGINT);
-        uv_timer_init(loop, &srv->hello_timer);
-        srv->hello_timer.data = srv;
-        {
-                uint64_t every = cfg->lim.hello_timeout_ms / 2;
-
-                every = every > 1000 ? 1000 : every;
-                uv_timer_start(&srv->hello_timer, session_sweep_hello, every, every);
-        }
         uv_poll_init(loop, &srv->listen_poll, srv->listen_fd);
         srv->listen_poll.data = srv;
         uv_poll_start(&srv->listen_poll, UV_READABLE, on_listen);
         srv->listening = 1;
-        log_info("listening on %s", srv->listen_owned ? cfg->socket_path : "(socket activation)");
+        log_info("listening on %s (%d event loop%s)", srv->listen_owned ? cfg->socket_path : "(socket activation)",
+                 srv->nloops, srv->nloops == 1 ? "" : "s");
         return 0;
 err:
         server_deinit(srv);
@@ -437,5 +613,12 @@ void server_deinit(struct server *srv)
         srv->backends = NULL;
         srv->nworkers = 0;
         srv->nbackends = 0;
-        pthread_mutex_destroy(&srv->done_lock);
+        for (int i = 0; i < srv->nloops; i++) {
+                pthread_mutex_destroy(&srv->loops[i].done_lock);
+                free(srv->loops[i].newfds);
+        }
+        free(srv->loops);
+        srv->loops = NULL;
+        srv->nloops = 0;
+        pthread_mutex_destroy(&srv->lock);
 }

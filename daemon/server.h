@@ -1,27 +1,33 @@
 /*
- * server.h - the loop thread's world: the listener, the sessions, and the
+ * server.h - the event loops' world: the listener, the sessions, and the
  * hand-off of completed requests from the workers.
  *
- * Everything here belongs to the loop thread except the completion queue
- * (done_lock), which workers append to before waking the loop with
- * uv_async_send (sends coalesce, so the callback drains the whole queue),
- * and a session's output queue (out_lock).
+ * The daemon serves its sessions with one or more event loops (struct
+ * evloop, --loops), each on a thread of its own; a session stays on one
+ * loop, and everything of it belongs to that loop's thread except the
+ * loop's hand-off queues (done_lock), which workers append to before
+ * waking the loop with uv_async_send (sends coalesce, so the callback
+ * drains the whole queue), and a session's output queue (out_lock). What
+ * the loops share is under the server's lock or atomic.
  *
- * A completed request is answered by the thread that completes it
- * (session_reply_now, one write per session and group): the reply goes out
- * without waiting for the loop thread. The request still goes back to the
- * loop for everything else (counts, limits, freeing), and the loop takes
- * the completion queue in (server_reap) before acting on anything a client
- * sends that could depend on it: before every message but a submit, and
- * before refusing a submit for a cap. So a client that answers a reply at
- * once is never judged by counts that predate it, while a busy read of
- * submits is not held up by other sessions' replies. The loop is the one
- * thread every request crosses twice; what it does per request is kept
- * small: a read's submits reach the worker under one lock
- * (session_hand_over). (On the H100 at 8 clients x 8 in flight, with the
- * loop packing the replies of every group of more than four requests and
- * taking the worker's lock per submit, it was busy nearly all the time and
- * a submit waited 64 us for admission; bench/results/service-ab-loop.txt.)
+ * With one loop, a completed request is answered by the thread that
+ * completes it (session_reply_now, one write per session and group): the
+ * reply goes out without waiting for the loop thread. The request still
+ * goes back to the loop for everything else (counts, limits, freeing), and
+ * the loop takes the completion queue in (server_reap) before acting on
+ * anything a client sends that could depend on it: before every message
+ * but a submit, and before refusing a submit for a cap. So a client that
+ * answers a reply at once is never judged by counts that predate it, while
+ * a busy read of submits is not held up by other sessions' replies. (On
+ * the H100 at 8 clients x 8 in flight, with the loop packing the replies
+ * of every group of more than four requests and taking the worker's lock
+ * per submit, it was busy nearly all the time and a submit waited 64 us
+ * for admission; bench/results/service-ab-loop.txt.)
+ *
+ * With several loops, the loops write every reply, after releasing the
+ * request's counts: a submit on another loop is judged by those counts,
+ * and the completing thread, writing the replies of large groups, noticed
+ * the next group late (bench/results/service-ab-loops.txt).
  */
 #ifndef GEMMD_SERVER_H
 #define GEMMD_SERVER_H
@@ -57,7 +63,8 @@ struct outbuf {
 
 struct session {
         struct server *srv;
-        struct session *next, *prev;
+        struct evloop *ev; /* the event loop that serves it: only its thread touches it */
+        struct session *next, *prev; /* on ev->sessions */
         uint64_t id;
         int fd;
         uv_poll_t poll;
@@ -99,7 +106,7 @@ struct session {
         uint32_t inflight_ops;
 
         uint64_t submits, ops_ok, ops_failed, rejected;
-        int dirty;                   /* on srv->dirty: replies to write */
+        int dirty;                   /* on ev->dirty: replies to write */
         struct session *next_dirty;
 };
 
@@ -113,36 +120,77 @@ enum loop_part {
         LOOP_PARTS
 };
 
-struct server {
+/*
+ * One event loop and its thread. Loop 0 is the main one (main.c's loop,
+ * on the main thread): it also listens, handles signals, metrics and the
+ * watchdog, and hands each accepted connection to a loop in turn (itself
+ * included) through that loop's new-connection queue. Every other loop
+ * runs on a thread of its own. A session lives on one loop for good, and
+ * a request goes back to its session's loop (its `home`), so everything of
+ * a session stays on one thread as before; what the loops share is under
+ * the server's lock or atomic (struct server).
+ */
+struct evloop {
+        struct server *srv;
+        int index;
         uv_loop_t *loop;
+        uv_loop_t own; /* the loop of a thread of its own (index > 0) */
+        pthread_t thread;
+        uv_async_t async;
+        uv_timer_t hello_timer; /* closes connections that send no Hello */
+
+        /* Handed in by other threads: completed requests, control tasks,
+         * and accepted connections (index > 0). */
+        pthread_mutex_t done_lock;
+        struct request *done_head, *done_tail;
+        struct wctl *ctl_head, *ctl_tail;
+        int *newfds;
+        uint32_t nnew, capnew;
+
+        struct session *sessions; /* its sessions; the list changes under srv->lock */
+        int defer_flush;          /* > 0: replies wait for server_flush_dirty */
+        struct session *dirty;    /* sessions with replies to write */
+        atomic_int finished;      /* drained: its sessions are closed (index > 0) */
+        atomic_int stop;          /* told by loop 0 to leave its run (index > 0) */
+
+        uint64_t active_ns; /* when the loop last read or reaped (server_run) */
+        /* The loop's own account (server_loop_account): its callbacks, the
+         * time they held the thread, and their durations in log2 us
+         * buckets. A long callback delays every client's next read. */
+        uint64_t loop_callbacks, loop_busy_ns, loop_hist[HIST_BUCKETS];
+        uint64_t loop_part_ns[LOOP_PARTS]; /* where the busy time went */
+};
+
+struct server {
+        uv_loop_t *loop; /* loop 0's */
         const struct gemmd_config *cfg;
         int listen_fd;
         int listen_owned; /* we created the socket file (not socket activation) */
         uv_poll_t listen_poll;
         int listening;
         uv_signal_t sigterm, sigint;
-        uv_timer_t hello_timer; /* closes connections that send no Hello */
-        uv_async_t async;
 
-        pthread_mutex_t done_lock;
-        struct request *done_head, *done_tail;
-        struct wctl *ctl_head, *ctl_tail;
+        struct evloop *loops; /* nloops; loops[0] is the main one */
+        int nloops;
+        uint32_t next_loop; /* the loop the next connection goes to */
 
         struct backend **backends;
         int nbackends;
         struct worker *workers;
         int nworkers;
 
-        struct session *sessions;
+        /* The lock of what the loops share: the users and their counts,
+         * the session counts and every loop's session list, the daemon's
+         * queued ops and pending control tasks. Held briefly: admission
+         * and completion of a request take it once each. */
+        pthread_mutex_t lock;
         struct user *users; /* users with sessions (users.h) */
         uint32_t nsessions;
         uint32_t ndenied; /* sessions with `denied` set, counted in nsessions */
         uint64_t next_session_id;
         uint32_t queued_ops; /* admitted and not yet completed, all sessions */
         uint32_t pending_controls; /* control tasks whose done() has not run */
-        int draining;
-        int defer_flush;         /* > 0: replies wait for server_flush_dirty */
-        struct session *dirty;   /* sessions with replies to write */
+        atomic_int draining;
         int exit_code;          /* the daemon's exit status after the drain */
         atomic_int device_lost; /* set by a worker whose device broke */
         /* Completions packed for the wire: how many, how many of them the
@@ -151,23 +199,18 @@ struct server {
         atomic_uint_fast64_t replies, replies_now, reply_wait_ns;
 
         uint64_t t_start_ns;
-        uint64_t active_ns; /* when the loop last read or reaped (server_run) */
-        /* The loop's own account (server_loop_account): its callbacks, the
-         * time they held the thread, and their durations in log2 us
-         * buckets. A long callback delays every client's next read. */
-        uint64_t loop_callbacks, loop_busy_ns, loop_hist[HIST_BUCKETS];
-        uint64_t loop_part_ns[LOOP_PARTS]; /* where the busy time went */
-        uint64_t sessions_total, requests, rejections[32];
+        atomic_uint_fast64_t sessions_total, requests, rejections[32];
 };
 
 /* Starts listening, the workers and the signal handlers. Returns 0 or a
  * negative code (with a log line). */
 int server_init(struct server *srv, uv_loop_t *loop, const struct gemmd_config *cfg);
 
-/* Runs the loop until every handle is closed. For cfg->spin_us after
- * the last read or reap it polls (epoll with no timeout) instead of
- * sleeping, so that a client's next request, or a worker's completion,
- * costs no wake-up of the loop thread. */
+/* Runs loop 0 until every handle is closed (the other loops run on their
+ * threads, started by server_init). For cfg->spin_us after the last read
+ * or reap a loop polls (epoll with no timeout) instead of sleeping, so
+ * that a client's next request, or a worker's completion, costs no
+ * wake-up of the loop thread. */
 void server_run(struct server *srv);
 
 /* Releases what server_init acquired; the loop must have run empty. */
@@ -181,20 +224,20 @@ void server_drain(struct server *srv);
  * for the loop thread. */
 void server_post_completions(struct request *done, void *ctx);
 
-/* Appends the requests from head to tail (linked by next) to the
+/* Appends the requests from head to tail (linked by next) to loop ev's
  * completion queue, under one lock, without waking the loop (the caller
  * does: uv_async_send). Any thread. */
-void server_queue_done_list(struct server *srv, struct request *head, struct request *tail);
+void server_queue_done_list(struct evloop *ev, struct request *head, struct request *tail);
 
 /* Loop thread: runs what the workers handed back (control tasks, completed
  * requests). Called by the async callback, and before a frame that may
  * depend on them is acted on (dispatch_frame, on_submit). */
-void server_reap(struct server *srv);
+void server_reap(struct evloop *ev);
 
 /* Adds one loop callback that started at t0 (now_ns()) to the loop's
  * account. Called by the outermost callbacks only: client I/O and the
  * completion wake-up (accepting connections, rare, is left out). */
-void server_loop_account(struct server *srv, uint64_t t0);
+void server_loop_account(struct evloop *ev, uint64_t t0);
 
 /* Called by a worker when a control task has run (worker thread). */
 void server_post_control(struct wctl *c, void *ctx);
@@ -202,11 +245,17 @@ void server_post_control(struct wctl *c, void *ctx);
 /* Picks the worker for a request's ops (least pending on CUDA). */
 struct worker *server_pick_worker(struct server *srv, const struct request *r);
 
-/* Closes the drained daemon once nothing is left in flight. */
-void server_maybe_finish(struct server *srv);
+/* Loop ev's thread: once the daemon drains and nothing is left in flight,
+ * closes ev's sessions; loop 0 then stops the other loops and closes the
+ * daemon. */
+void server_maybe_finish(struct evloop *ev);
+
+/* Wakes every loop (uv_async_send): something they wait for in the drain
+ * changed. Any thread. */
+void server_wake_all(struct server *srv);
 
 /* session.c */
-int session_accept(struct server *srv, int fd);
+int session_accept(struct evloop *ev, int fd);
 /* Closes sessions that sent no Hello within the timeout (a timer). */
 void session_sweep_hello(uv_timer_t *t);
 void session_set_state(struct session *s, enum session_state st);
@@ -246,7 +295,7 @@ void session_unref(struct session *s);
 int session_take_fd(struct session *s);
 
 /* Writes the replies queued while defer_flush was set. */
-void server_flush_dirty(struct server *srv);
+void server_flush_dirty(struct evloop *ev);
 
 /* dispatch.c */
 void dispatch_frame(struct session *s, const uint8_t *buf, uint32_t len);

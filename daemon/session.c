@@ -55,8 +55,9 @@ static void update_poll(struct session *s)
                 uv_poll_stop(&s->poll);
 }
 
-int session_accept(struct server *srv, int fd)
+int session_accept(struct evloop *ev, int fd)
 {
+        struct server *srv = ev->srv;
         struct session *s = calloc(1, sizeof(*s));
         socklen_t len = sizeof(s->cred);
         int rc = -ENOMEM;
@@ -72,20 +73,22 @@ int session_accept(struct server *srv, int fd)
                 rc = -errno;
                 goto err_mem;
         }
+        pthread_mutex_lock(&srv->lock);
         s->user = users_get(srv, s->cred.uid);
+        pthread_mutex_unlock(&srv->lock);
         if (!s->user)
                 goto err_mem;
         for (int i = 0; i < srv->nworkers * NPRIO; i++)
                 s->lanes[i].u = &s->user->ulanes[i];
-        rc = uv_poll_init(srv->loop, &s->poll, fd);
+        rc = uv_poll_init(ev->loop, &s->poll, fd);
         if (rc)
                 goto err_user;
         s->poll.data = s;
         s->srv = srv;
+        s->ev = ev;
         s->fd = fd;
         s->out_open = 1;
         s->refs = 1;
-        s->id = ++srv->next_session_id;
         s->t_accept_ns = now_ns();
         session_set_state(s, SESSION_HELLO);
         /* A Submit's decoded form may be much larger than its frame (an
@@ -93,21 +96,27 @@ int session_accept(struct server *srv, int fd)
         frame_arena_init(&s->arena, 2 * srv->cfg->lim.max_frame_bytes +
                                             (size_t)srv->cfg->lim.max_ops_per_submit * 512);
         gbuf_table_init(&s->bufs);
-        s->next = srv->sessions;
-        if (srv->sessions)
-                srv->sessions->prev = s;
-        srv->sessions = s;
+        pthread_mutex_lock(&srv->lock);
+        s->id = ++srv->next_session_id;
+        s->next = ev->sessions;
+        if (ev->sessions)
+                ev->sessions->prev = s;
+        ev->sessions = s;
         srv->nsessions++;
-        srv->sessions_total++;
-        update_poll(s);
-        if (srv->cfg->verbose)
-                log_info("session %llu: connected (pid %d, uid %d)", (unsigned long long)s->id,
-                         (int)s->cred.pid, (int)s->cred.uid);
         if (srv->nsessions - srv->ndenied > srv->cfg->lim.max_sessions ||
             s->user->sessions - s->user->denied > srv->cfg->lim.max_user_sessions) {
                 s->denied = GEMMD_ELIMIT;
                 s->user->denied++;
                 srv->ndenied++;
+        }
+        pthread_mutex_unlock(&srv->lock);
+        atomic_fetch_add(&srv->sessions_total, 1);
+        update_poll(s);
+        if (srv->cfg->verbose)
+                log_info("session %llu: connected (pid %d, uid %d)", (unsigned long long)s->id,
+                         (int)s->cred.pid, (int)s->cred.uid);
+        if (s->denied) {
+                /* Its Hello is answered with LIMIT (dispatch.c). */
         } else if (!users_allowed(srv->cfg, fd, &s->cred)) {
                 static uint64_t last_log_ns;
 
@@ -118,14 +127,18 @@ int session_accept(struct server *srv, int fd)
                                  (int)s->cred.uid, (int)s->cred.gid, (int)s->cred.pid);
                 }
                 /* Its Hello is answered with PERMISSION (dispatch.c). */
+                pthread_mutex_lock(&srv->lock);
                 s->denied = GEMMD_EPERM;
                 s->user->denied++;
                 srv->ndenied++;
+                pthread_mutex_unlock(&srv->lock);
         }
         return 0;
 
 err_user:
+        pthread_mutex_lock(&srv->lock);
         users_put(srv, s->user);
+        pthread_mutex_unlock(&srv->lock);
 err_mem:
         pthread_mutex_destroy(&s->out_lock);
         free(s->lanes);
@@ -138,11 +151,12 @@ err:
 
 void session_sweep_hello(uv_timer_t *t)
 {
-        struct server *srv = t->data;
+        struct evloop *ev = t->data;
+        struct server *srv = ev->srv;
         uint64_t now = now_ns(), limit = srv->cfg->lim.hello_timeout_ms * 1000000ull;
         struct session *s, *next;
 
-        for (s = srv->sessions; s; s = next) {
+        for (s = ev->sessions; s; s = next) {
                 next = s->next;
                 if (s->state != SESSION_HELLO || now - s->t_accept_ns <= limit)
                         continue;
@@ -173,7 +187,9 @@ static void free_session(struct session *s)
                 free(o);
         }
         frame_arena_deinit(&s->arena);
+        pthread_mutex_lock(&s->srv->lock);
         users_put(s->srv, s->user);
+        pthread_mutex_unlock(&s->srv->lock);
         pthread_mutex_destroy(&s->out_lock);
         free(s->lanes);
         free(s->rbuf);
@@ -199,6 +215,7 @@ static void on_poll_closed(uv_handle_t *h)
 void session_close(struct session *s)
 {
         struct server *srv = s->srv;
+        struct gbuf_table dead;
 
         if (s->state == SESSION_CLOSED)
                 return;
@@ -217,12 +234,14 @@ void session_close(struct session *s)
                 worker_cancel(&srv->workers[i], &s->lanes[i * NPRIO]);
         while (s->nfds)
                 close(session_take_fd(s));
+        pthread_mutex_lock(&srv->lock);
         s->user->buffer_bytes -= s->bufs.bytes;
-        gbuf_table_deinit(&s->bufs);
+        dead = s->bufs; /* released below, out of the lock */
+        gbuf_table_init(&s->bufs);
         if (s->prev)
                 s->prev->next = s->next;
         else
-                srv->sessions = s->next;
+                s->ev->sessions = s->next;
         if (s->next)
                 s->next->prev = s->prev;
         srv->nsessions--;
@@ -230,8 +249,10 @@ void session_close(struct session *s)
                 srv->ndenied--;
                 s->user->denied--;
         }
+        pthread_mutex_unlock(&srv->lock);
+        gbuf_table_deinit(&dead);
         uv_close((uv_handle_t *)&s->poll, on_poll_closed);
-        server_maybe_finish(srv);
+        server_maybe_finish(s->ev);
 }
 
 void session_close_after_flush(struct session *s)
@@ -354,7 +375,7 @@ static void flush(struct session *s)
                 return;
         update_poll(s);
         if (!session_has_output(s))
-                server_maybe_finish(s->srv);
+                server_maybe_finish(s->ev);
 }
 
 /* Queues a frame packed (rc 0) into buf, n bytes after its outbuf header. */
@@ -375,14 +396,14 @@ static void queue_frame(struct session *s, int rc, uint8_t *buf, size_t n)
         enqueue(s, o);
         first = s->out_head == o;
         pthread_mutex_unlock(&s->out_lock);
-        if (s->srv->defer_flush) {
+        if (s->ev->defer_flush) {
                 /* Inside a batch (a read, a round of completions): one write
                  * at its end carries every reply. */
                 if (!s->dirty) {
                         s->dirty = 1;
                         s->refs++;
-                        s->next_dirty = s->srv->dirty;
-                        s->srv->dirty = s;
+                        s->next_dirty = s->ev->dirty;
+                        s->ev->dirty = s;
                 }
         } else if (first) {
                 flush(s);
@@ -474,7 +495,7 @@ struct request *session_reply_now(struct request *r, int *stuck)
          * acting on it. From here on they are the loop's; the last one holds
          * the session until this lock is let go (session_reply_taken). */
         tail->reply_sync = 1;
-        server_queue_done_list(s->srv, head, tail);
+        server_queue_done_list(s->ev, head, tail);
         /* One write for all of this session's replies. */
         rc = write_out(s);
         if (rc) {
@@ -502,12 +523,12 @@ void session_reply_taken(struct session *s)
                 update_poll(s); /* what the socket did not take, the loop writes */
 }
 
-void server_flush_dirty(struct server *srv)
+void server_flush_dirty(struct evloop *ev)
 {
-        while (srv->dirty) {
-                struct session *s = srv->dirty;
+        while (ev->dirty) {
+                struct session *s = ev->dirty;
 
-                srv->dirty = s->next_dirty;
+                ev->dirty = s->next_dirty;
                 s->dirty = 0;
                 if (s->state != SESSION_CLOSED)
                         flush(s);
@@ -533,7 +554,7 @@ void session_send_error(struct session *s, uint64_t request_id, int err, int op_
         env.body_case = GEMMD__V1__ENVELOPE__BODY_ERROR;
         env.error = &e;
         if ((unsigned)e.code < sizeof(s->srv->rejections) / sizeof(s->srv->rejections[0]))
-                s->srv->rejections[e.code]++;
+                atomic_fetch_add(&s->srv->rejections[e.code], 1);
         s->rejected++;
         metrics_count_error(s->cred.uid, e.code);
         session_send(s, &env);
@@ -617,7 +638,7 @@ void session_hand_over(struct session *s)
         for (int i = 0; i < srv->nworkers; i++)
                 for (int p = 0; p < NPRIO; p++)
                         worker_enqueue(&srv->workers[i], &s->lanes[i * NPRIO + p], p);
-        srv->loop_part_ns[LOOP_ENQUEUE] += now_ns() - t0;
+        s->ev->loop_part_ns[LOOP_ENQUEUE] += now_ns() - t0;
 }
 
 /* Handles every whole frame in the read buffer; keeps the partial rest,
@@ -692,7 +713,7 @@ static void on_readable(struct session *s)
                 }
                 uint64_t t1 = now_ns();
 
-                s->srv->loop_part_ns[LOOP_RECV] += t1 - t0;
+                s->ev->loop_part_ns[LOOP_RECV] += t1 - t0;
                 if (n == -EAGAIN || n == -EWOULDBLOCK)
                         return;
                 if (n <= 0) {
@@ -709,7 +730,7 @@ static void on_readable(struct session *s)
                  * it): dispatch_frame takes such requests in before it acts
                  * on anything that depends on them. A read keeps the loop
                  * polling (server_run) as a reap does. */
-                s->srv->active_ns = t1;
+                s->ev->active_ns = t1;
                 if (s->body) {
                         s->body_got += (uint32_t)n;
                         if (s->body_got == s->body_len) {
@@ -727,7 +748,7 @@ static void on_readable(struct session *s)
                         parse_rbuf(s);
                 }
                 t0 = now_ns();
-                s->srv->loop_part_ns[LOOP_FRAMES] += t0 - t1;
+                s->ev->loop_part_ns[LOOP_FRAMES] += t0 - t1;
                 /* A short read emptied the socket: another recvmsg would
                  * only say EAGAIN. The poll is level-triggered, so bytes
                  * that arrive meanwhile bring the loop back. */
@@ -739,7 +760,7 @@ static void on_readable(struct session *s)
 static void on_io(uv_poll_t *h, int status, int events)
 {
         struct session *s = h->data;
-        struct server *srv = s->srv;
+        struct evloop *ev = s->ev;
         uint64_t t0 = now_ns();
 
         s->refs++;
@@ -749,15 +770,15 @@ static void on_io(uv_poll_t *h, int status, int events)
                 if (events & UV_WRITABLE)
                         flush(s);
                 if ((events & UV_READABLE) && s->state != SESSION_CLOSED) {
-                        s->srv->defer_flush++;
+                        ev->defer_flush++;
                         on_readable(s);
-                        s->srv->defer_flush--;
-                        server_flush_dirty(s->srv);
+                        ev->defer_flush--;
+                        server_flush_dirty(ev);
                 }
                 if (events & UV_DISCONNECT && s->state != SESSION_CLOSED &&
                     !session_has_output(s))
                         session_close(s);
         }
         session_unref(s);
-        server_loop_account(srv, t0);
+        server_loop_account(ev, t0);
 }

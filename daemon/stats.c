@@ -5,6 +5,7 @@
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "daemon/server.h"
 #include "daemon/users.h"
@@ -42,14 +43,44 @@ static void hist_json(FILE *f, const char *name, const uint64_t *h)
         fprintf(f, "]");
 }
 
+/* The loops' accounts summed (each loop's thread writes its own; a read
+ * a moment old does here), and the busiest loop's busy time. */
+struct loop_sum {
+        uint64_t callbacks, busy_ns, busiest_ns, hist[HIST_BUCKETS], part_ns[LOOP_PARTS];
+};
+
+static struct loop_sum loop_sum(const struct server *srv)
+{
+        struct loop_sum a;
+
+        memset(&a, 0, sizeof(a));
+        for (int i = 0; i < srv->nloops; i++) {
+                const struct evloop *ev = &srv->loops[i];
+
+                a.callbacks += ev->loop_callbacks;
+                a.busy_ns += ev->loop_busy_ns;
+                if (ev->loop_busy_ns > a.busiest_ns)
+                        a.busiest_ns = ev->loop_busy_ns;
+                for (int j = 0; j < HIST_BUCKETS; j++)
+                        a.hist[j] += ev->loop_hist[j];
+                for (int j = 0; j < LOOP_PARTS; j++)
+                        a.part_ns[j] += ev->loop_part_ns[j];
+        }
+        return a;
+}
+
 static void render_text(struct server *srv, FILE *f, double up_s)
 {
+        const struct loop_sum ls = loop_sum(srv);
+
         fprintf(f, "gemmd %s, up %.1f s, %s\n", GEMMD_VERSION, up_s,
                 srv->draining ? "draining" : "serving");
+        pthread_mutex_lock(&srv->lock);
         fprintf(f, "sessions: %u now, %llu in all\n", srv->nsessions,
                 (unsigned long long)srv->sessions_total);
         fprintf(f, "requests: %llu admitted, %u ops unfinished\n",
                 (unsigned long long)srv->requests, srv->queued_ops);
+        pthread_mutex_unlock(&srv->lock);
         {
                 uint64_t nr = atomic_load(&srv->replies), nn = atomic_load(&srv->replies_now);
                 uint64_t wait = atomic_load(&srv->reply_wait_ns);
@@ -59,18 +90,18 @@ static void render_text(struct server *srv, FILE *f, double up_s)
                         (unsigned long long)nr, (unsigned long long)nn, nr ? wait / 1e3 / nr : 0.0);
         }
         {
-                const uint64_t *p = srv->loop_part_ns;
-                double busy = srv->loop_busy_ns ? (double)srv->loop_busy_ns : 1.0;
+                const uint64_t *p = ls.part_ns;
+                double busy = ls.busy_ns ? (double)ls.busy_ns : 1.0;
 
-                fprintf(f, "loop: %llu callbacks, busy %.1f%% of the time up; of that busy time, "
-                           "recv %.0f%%, frames %.0f%% (handing ops to workers %.0f%%), taking "
-                           "completions in %.0f%%\n",
-                        (unsigned long long)srv->loop_callbacks,
-                        up_s > 0 ? srv->loop_busy_ns / 1e7 / up_s : 0.0, 100.0 * p[LOOP_RECV] / busy,
+                fprintf(f, "loop: %d event loop%s, %llu callbacks, the busiest busy %.1f%% of the time up; "
+                           "of all their busy time, recv %.0f%%, frames %.0f%% (handing ops to workers "
+                           "%.0f%%), taking completions in %.0f%%\n",
+                        srv->nloops, srv->nloops == 1 ? "" : "s", (unsigned long long)ls.callbacks,
+                        up_s > 0 ? ls.busiest_ns / 1e7 / up_s : 0.0, 100.0 * p[LOOP_RECV] / busy,
                         100.0 * p[LOOP_FRAMES] / busy, 100.0 * p[LOOP_ENQUEUE] / busy,
                         100.0 * p[LOOP_REAP] / busy);
         }
-        hist_text(f, "loop callback", "us ", srv->loop_hist);
+        hist_text(f, "loop callback", "us ", ls.hist);
         fprintf(f, "rejections:");
         for (unsigned i = 1; i < NCODES; i++)
                 if (srv->rejections[i])
@@ -112,36 +143,45 @@ static void render_text(struct server *srv, FILE *f, double up_s)
                 hist_text(f, "run time", "us ", st.run_us_hist);
         }
         fprintf(f, "sessions:\n");
-        for (struct session *s = srv->sessions; s; s = s->next)
-                fprintf(f, "  %llu: pid %d uid %d, submits %llu, ops ok %llu failed %llu, "
-                           "rejected %llu, in flight %u, buffers %u (%llu bytes)\n",
-                        (unsigned long long)s->id, (int)s->cred.pid, (int)s->cred.uid,
-                        (unsigned long long)s->submits, (unsigned long long)s->ops_ok,
-                        (unsigned long long)s->ops_failed, (unsigned long long)s->rejected,
-                        s->inflight_ops, s->bufs.n, (unsigned long long)s->bufs.bytes);
+        pthread_mutex_lock(&srv->lock);
+        for (int i = 0; i < srv->nloops; i++) {
+                for (struct session *s = srv->loops[i].sessions; s; s = s->next)
+                        fprintf(f, "  %llu: pid %d uid %d, submits %llu, ops ok %llu failed %llu, "
+                                   "rejected %llu, in flight %u, buffers %u (%llu bytes)\n",
+                                (unsigned long long)s->id, (int)s->cred.pid, (int)s->cred.uid,
+                                (unsigned long long)s->submits, (unsigned long long)s->ops_ok,
+                                (unsigned long long)s->ops_failed, (unsigned long long)s->rejected,
+                                s->inflight_ops, s->bufs.n, (unsigned long long)s->bufs.bytes);
+        }
         fprintf(f, "users:\n");
         for (struct user *u = srv->users; u; u = u->next)
                 fprintf(f, "  uid %u: %u sessions, %u ops in flight, %llu bytes registered\n",
                         u->uid, u->sessions, u->inflight_ops, (unsigned long long)u->buffer_bytes);
+        pthread_mutex_unlock(&srv->lock);
 }
 
 static void render_json(struct server *srv, FILE *f, double up_s)
 {
+        const struct loop_sum ls = loop_sum(srv);
+        int first = 1;
+
         fprintf(f, "{\"version\":\"%s\",\"uptime_s\":%.3f,\"draining\":%s,", GEMMD_VERSION, up_s,
                 srv->draining ? "true" : "false");
+        pthread_mutex_lock(&srv->lock);
         fprintf(f, "\"sessions_now\":%u,\"sessions_total\":%llu,\"requests\":%llu,\"queued_ops\":%u,",
                 srv->nsessions, (unsigned long long)srv->sessions_total,
                 (unsigned long long)srv->requests, srv->queued_ops);
+        pthread_mutex_unlock(&srv->lock);
         fprintf(f, "\"replies\":%llu,\"replies_now\":%llu,\"reply_wait_s\":%.6f,",
                 (unsigned long long)atomic_load(&srv->replies),
                 (unsigned long long)atomic_load(&srv->replies_now),
                 atomic_load(&srv->reply_wait_ns) / 1e9);
-        fprintf(f, "\"loop_callbacks\":%llu,\"loop_busy_s\":%.6f,\"loop_recv_s\":%.6f,"
-                   "\"loop_frames_s\":%.6f,\"loop_enqueue_s\":%.6f,\"loop_reap_s\":%.6f,",
-                (unsigned long long)srv->loop_callbacks, srv->loop_busy_ns / 1e9,
-                srv->loop_part_ns[LOOP_RECV] / 1e9, srv->loop_part_ns[LOOP_FRAMES] / 1e9,
-                srv->loop_part_ns[LOOP_ENQUEUE] / 1e9, srv->loop_part_ns[LOOP_REAP] / 1e9);
-        hist_json(f, "loop_callback_us_log2", srv->loop_hist);
+        fprintf(f, "\"loops\":%d,\"loop_callbacks\":%llu,\"loop_busy_s\":%.6f,\"loop_busy_max_s\":%.6f,"
+                   "\"loop_recv_s\":%.6f,\"loop_frames_s\":%.6f,\"loop_enqueue_s\":%.6f,\"loop_reap_s\":%.6f,",
+                srv->nloops, (unsigned long long)ls.callbacks, ls.busy_ns / 1e9, ls.busiest_ns / 1e9,
+                ls.part_ns[LOOP_RECV] / 1e9, ls.part_ns[LOOP_FRAMES] / 1e9,
+                ls.part_ns[LOOP_ENQUEUE] / 1e9, ls.part_ns[LOOP_REAP] / 1e9);
+        hist_json(f, "loop_callback_us_log2", ls.hist);
         fprintf(f, ",");
         fprintf(f, "\"rejections\":{");
         for (unsigned i = 1, first = 1; i < NCODES; i++) {
@@ -177,20 +217,24 @@ static void render_json(struct server *srv, FILE *f, double up_s)
                 fprintf(f, "}");
         }
         fprintf(f, "],\"sessions\":[");
-        for (struct session *s = srv->sessions; s; s = s->next)
-                fprintf(f, "%s{\"id\":%llu,\"pid\":%d,\"uid\":%d,\"submits\":%llu,\"ops_ok\":%llu,"
-                           "\"ops_failed\":%llu,\"rejected\":%llu,\"inflight\":%u,\"buffers\":%u,"
-                           "\"buffer_bytes\":%llu}",
-                        s == srv->sessions ? "" : ",", (unsigned long long)s->id, (int)s->cred.pid,
-                        (int)s->cred.uid, (unsigned long long)s->submits,
-                        (unsigned long long)s->ops_ok, (unsigned long long)s->ops_failed,
-                        (unsigned long long)s->rejected, s->inflight_ops, s->bufs.n,
-                        (unsigned long long)s->bufs.bytes);
+        pthread_mutex_lock(&srv->lock);
+        for (int i = 0; i < srv->nloops; i++) {
+                for (struct session *s = srv->loops[i].sessions; s; s = s->next, first = 0)
+                        fprintf(f, "%s{\"id\":%llu,\"pid\":%d,\"uid\":%d,\"submits\":%llu,\"ops_ok\":%llu,"
+                                   "\"ops_failed\":%llu,\"rejected\":%llu,\"inflight\":%u,\"buffers\":%u,"
+                                   "\"buffer_bytes\":%llu}",
+                                first ? "" : ",", (unsigned long long)s->id, (int)s->cred.pid,
+                                (int)s->cred.uid, (unsigned long long)s->submits,
+                                (unsigned long long)s->ops_ok, (unsigned long long)s->ops_failed,
+                                (unsigned long long)s->rejected, s->inflight_ops, s->bufs.n,
+                                (unsigned long long)s->bufs.bytes);
+        }
         fprintf(f, "],\"users\":[");
         for (struct user *u = srv->users; u; u = u->next)
                 fprintf(f, "%s{\"uid\":%u,\"sessions\":%u,\"inflight\":%u,\"buffer_bytes\":%llu}",
                         u == srv->users ? "" : ",", u->uid, u->sessions, u->inflight_ops,
                         (unsigned long long)u->buffer_bytes);
+        pthread_mutex_unlock(&srv->lock);
         fprintf(f, "]}\n");
 }
 

@@ -8,8 +8,8 @@
  * its standing in each worker's fair queue (struct ushare, struct ulane:
  * see worker.h). A user lives while it has sessions; sessions outlive
  * their requests, so nothing that is queued or running can outlive it.
- * Loop thread only, except the ushare/ulane parts, which belong to the
- * workers' locks.
+ * Under the server's lock (struct server: the event loops share users),
+ * except the ushare/ulane parts, which belong to the workers' locks.
  */
 #ifndef GEMMD_USERS_H
 #define GEMMD_USERS_H
@@ -40,7 +40,7 @@ struct user {
 int users_allowed(const struct gemmd_config *cfg, int fd, const struct ucred *cred);
 
 /* The user of `uid`, created on first use, with one more session
- * reference. Returns NULL when out of memory. */
+ * reference. Returns NULL when out of memory. Both with srv->lock held. */
 struct user *users_get(struct server *srv, uint32_t uid);
 
 /* Drops a session reference; the last one frees the user. Accepts NULL. */

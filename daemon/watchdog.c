@@ -51,9 +51,14 @@ static void on_tick(uv_timer_t *t)
         uint64_t now = now_ns(), served = srv->requests;
         char msg[512];
         int healthy = 1, n;
+        uint32_t nsessions, queued;
 
+        pthread_mutex_lock(&srv->lock);
+        nsessions = srv->nsessions;
+        queued = srv->queued_ops;
+        pthread_mutex_unlock(&srv->lock);
         n = snprintf(msg, sizeof(msg), "STATUS=%s: %u sessions, %u ops in flight, %llu requests",
-                     srv->draining ? "draining" : "serving", srv->nsessions, srv->queued_ops,
+                     srv->draining ? "draining" : "serving", nsessions, queued,
                      (unsigned long long)served);
         for (int i = 0; i < srv->nworkers; i++) {
                 uint64_t progress;

@@ -53,6 +53,7 @@ struct request {
         int replied; /* answered by the thread that completed it (session_reply_now) */
         int reply_sync; /* replied, and the last of its session's in that write */
         uint64_t launch_gid; /* the worker's: last group that noticed it */
+        void *home; /* the event loop of its session (server.h), for its control tasks */
         uint64_t t_admit_ns;
         struct op ops[];
 };

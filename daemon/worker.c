@@ -844,6 +844,7 @@ void worker_notify_launch(struct group *g, const uint8_t handle[64], int device)
                 if (!n)
                         continue; /* the client then learns at completion */
                 n->c.done = launch_notice_send;
+                n->c.home = r->home;
                 n->r = r;
                 memcpy(n->handle, handle, 64);
                 n->device = device;

@@ -108,6 +108,7 @@ typedef void (*worker_complete_fn)(struct request *done, void *ctx);
  * loop thread. Whoever runs last frees the task. */
 struct wctl {
         struct wctl *next;
+        void *home; /* the event loop whose thread runs done (server.h); NULL: the first */
         void (*run)(struct wctl *c, struct worker *w);
         void (*done)(struct wctl *c);
 };

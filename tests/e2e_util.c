@@ -162,6 +162,9 @@ int e2e_daemon_start(struct e2e_daemon *d, ...)
         char *argv[MAX_FLAGS + 8];
         /* E2E_GEMMD names another daemon binary beside it (gemmd-fi). */
         const char *name = getenv("E2E_GEMMD");
+        /* E2E_LOOPS=N: every daemon serves with N event loops (make test
+         * runs the e2e suites once more so). */
+        const char *loops = getenv("E2E_LOOPS");
         char *bin = e2e_build_path(name && *name ? name : "gemmd");
         int argc = 0, slot = -1, n = ndaemons_started++;
         uint64_t deadline;
@@ -177,6 +180,10 @@ int e2e_daemon_start(struct e2e_daemon *d, ...)
         argv[argc++] = d->sock;
         argv[argc++] = "--backend";
         argv[argc++] = "cpu";
+        if (loops && *loops) {
+                argv[argc++] = "--loops";
+                argv[argc++] = (char *)loops;
+        }
         va_start(ap, d);
         while ((flag = va_arg(ap, const char *)) && argc < MAX_FLAGS + 6)
                 argv[argc++] = (char *)flag;
