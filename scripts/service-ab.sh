@@ -3,8 +3,9 @@
 # service points, interleaved, with MPS measured in the same call. For each
 # round, each variant gets a daemon of its own; every point runs
 # `gemmbench clients --socket` against it, and around each point the daemon's
-# threads' CPU time is read from /proc (thread names: gemmd = the loop,
-# gemmd-workN, gemmd-doneN), so a table shows which thread is saturated.
+# threads' CPU time is read from /proc (thread names: gemmd = event loop 0,
+# gemmd-loopN = the others, gemmd-workN, gemmd-doneN), so a table shows
+# which thread is saturated.
 #
 # Variants (AB_VARIANTS, ';'-separated): NAME|GEMMD ARGS|CLIENT ENV[|GEMMD],
 # the last an other daemon binary (default $GEMMD_BIN/gemmd), e.g.
