@@ -268,7 +268,7 @@ static void on_submit(struct session *s, uint64_t rid, const Gemmd__V1__Submit *
                 session_send_error(s, rid, GEMMD_EINVAL, -1, "a submit needs a nonzero request_id");
                 return;
         }
-        if (srv->draining) {
+        if (s->ev->draining) {
                 session_send_error(s, rid, GEMMD_ESHUTDOWN, -1, "the daemon is shutting down");
                 return;
         }

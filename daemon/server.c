@@ -295,6 +295,8 @@ static void on_async(uv_async_t *h)
 
         if (atomic_load(&ev->stop))
                 return;
+        if (atomic_load(&ev->srv->draining))
+                ev->draining = 1;
         server_reap(ev);
         if (atomic_load(&ev->srv->draining))
                 server_maybe_finish(ev);
@@ -364,6 +366,7 @@ void server_drain(struct server *srv)
         if (atomic_load(&srv->draining))
                 return;
         atomic_store(&srv->draining, 1);
+        srv->loops[0].draining = 1; /* this thread's; the others see it at their wake-up */
         notify_send("STOPPING=1\nSTATUS=finishing in-flight work");
         close_listener(srv);
         server_wake_all(srv);

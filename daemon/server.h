@@ -150,6 +150,11 @@ struct evloop {
         struct session *sessions; /* its sessions; the list changes under srv->lock */
         int defer_flush;          /* > 0: replies wait for server_flush_dirty */
         struct session *dirty;    /* sessions with replies to write */
+        /* The drain as this loop sees it: set by its own thread between
+         * callbacks (at a read's start, on_async, or server_drain on loop
+         * 0), so that a read under way when the drain starts finishes
+         * admitting what it reads, as with one loop. */
+        int draining;
         atomic_int finished;      /* drained: its sessions are closed (index > 0) */
         atomic_int stop;          /* told by loop 0 to leave its run (index > 0) */
 

@@ -770,6 +770,11 @@ static void on_io(uv_poll_t *h, int status, int events)
                 if (events & UV_WRITABLE)
                         flush(s);
                 if ((events & UV_READABLE) && s->state != SESSION_CLOSED) {
+                        /* A read that starts after the drain refuses
+                         * submits; one under way when it starts admits
+                         * the rest of what it reads. */
+                        if (atomic_load(&s->srv->draining))
+                                ev->draining = 1;
                         ev->defer_flush++;
                         on_readable(s);
                         ev->defer_flush--;
