@@ -533,6 +533,7 @@ int config_parse_args(struct gemmd_config *cfg, int argc, char **argv)
                 cfg->spin_us = cfg->backend != BACKEND_CPU && ncpu >= 4 ? 50 : 0;
         }
         if (cfg->loops == LOOPS_AUTO) {
+                cfg->loops_auto = 1;
                 long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
 
                 /* The CPU backend's cores compute. On a GPU, four loops

@@ -566,7 +566,10 @@ int server_init(struct server *srv, uv_loop_t *loop, const struct gemmd_config *
          * loop that cannot start leaves the daemon with fewer. */
         loop_init(srv, &srv->loops[0], 0, loop);
         srv->nloops = 1;
-        for (int i = 1; i < cfg->loops; i++) {
+        /* --backend auto that found no GPU: the CPU backend's cores compute. */
+        const int want = cfg->loops_auto && !strcmp(srv->backends[0]->kind, "cpu") ? 1 : cfg->loops;
+
+        for (int i = 1; i < want; i++) {
                 struct evloop *ev = &srv->loops[i];
 
                 if (loop_init(srv, ev, i, loop))
