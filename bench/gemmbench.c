@@ -643,8 +643,13 @@ static int prun_fn(void *arg, uint32_t c)
         return peer_run(r->h, r->s, r->g, r->peer, c);
 }
 
+/* An element type of a host copy that no set has: the f64 reference. */
+#define DT_F64 (-1)
+
 static double getv(const void *base, int dtype, size_t i)
 {
+        if (dtype == DT_F64)
+                return ((const double *)base)[i];
         if (dtype == GEMMD_F32)
                 return ((const float *)base)[i];
         uint16_t h = ((const uint16_t *)base)[i];
@@ -673,6 +678,42 @@ static void ref_gemmex(cublasHandle_t h, const struct set *s, float *ref)
                                         t, (int)p->k, a, t, (int)p->k, &one, c, CUDA_R_32F, (int)p->n,
                                         compute_type(s), CUBLAS_GEMM_DEFAULT));
         }
+}
+
+/* Worst and root-mean-square |x - ref| over the stored C elements of s
+ * (host copies laid out like the set's Cs from coff[0] on, of types xdt
+ * and rdt), relative to the largest |ref|. */
+struct accuracy {
+        double max, rms;
+};
+
+static struct accuracy accuracy_of(const struct set *s, const void *x, int xdt, const void *ref, int rdt)
+{
+        double maxd = 0, sum2 = 0, maxc = 0;
+        size_t cnt = 0;
+        for (uint32_t i = 0; i < s->n; i++) {
+                const struct bprob *p = &s->p[i];
+                size_t o = s->coff[i] - s->coff[0];
+                for (uint32_t j = 0; j < p->n; j++)
+                        for (uint32_t r = 0; r < p->m; r++) {
+                                if (p->kind == SCHED_SYR2K && (p->uplo ? r > j : r < j))
+                                        continue;
+                                const size_t e = o + r + (size_t)j * p->m;
+                                double b = getv(ref, rdt, e), d = fabs(getv(x, xdt, e) - b);
+                                if (!(d <= maxd))
+                                        maxd = isnan(d) ? INFINITY : d;
+                                sum2 += d * d;
+                                cnt++;
+                                if (fabs(b) > maxc)
+                                        maxc = fabs(b);
+                        }
+        }
+        struct accuracy a = {maxd, cnt ? sqrt(sum2 / (double)cnt) : 0};
+        if (maxc > 0) {
+                a.max /= maxc;
+                a.rms /= maxc;
+        }
+        return a;
 }
 
 /* Max |gemmd - cuBLAS| / max |cuBLAS| over every problem's stored C. */
@@ -707,61 +748,11 @@ static double verify(cublasHandle_t h, const struct set *s, const struct grouped
                 CK(cudaDeviceSynchronize());
                 CK(cudaMemcpy(c, dC, cbytes, cudaMemcpyDeviceToHost));
         }
-        double maxd = 0, maxc = 0;
-        for (uint32_t i = 0; i < s->n; i++) {
-                const struct bprob *p = &s->p[i];
-                size_t o = s->coff[i] - s->coff[0];
-                for (uint32_t j = 0; j < p->n; j++)
-                        for (uint32_t r = 0; r < p->m; r++) {
-                                if (p->kind == SCHED_SYR2K && (p->uplo ? r > j : r < j))
-                                        continue;
-                                double a = getv(g, s->dtype, o + r + (size_t)j * p->m);
-                                double b = getv(c, rdtype, o + r + (size_t)j * p->m);
-                                double d = fabs(a - b);
-                                if (!(d <= maxd))
-                                        maxd = isnan(d) ? INFINITY : d;
-                                if (fabs(b) > maxc)
-                                        maxc = fabs(b);
-                        }
-        }
+        const double err = accuracy_of(s, g, s->dtype, c, rdtype).max;
         gplan_free(&gp);
         free(g);
         free(c);
-        return maxc > 0 ? maxd / maxc : maxd;
-}
-
-/* Worst and root-mean-square |x - ref| over the stored C elements of s,
- * relative to the largest |ref|; x in dtype f32 (host), ref in double. */
-struct accuracy {
-        double max, rms;
-};
-
-static struct accuracy accuracy_of(const struct set *s, const float *x, const double *ref)
-{
-        double maxd = 0, sum2 = 0, maxc = 0;
-        size_t cnt = 0;
-        for (uint32_t i = 0; i < s->n; i++) {
-                const struct bprob *p = &s->p[i];
-                size_t o = s->coff[i] - s->coff[0];
-                for (uint32_t j = 0; j < p->n; j++)
-                        for (uint32_t r = 0; r < p->m; r++) {
-                                if (p->kind == SCHED_SYR2K && (p->uplo ? r > j : r < j))
-                                        continue;
-                                double d = fabs((double)x[o + r + (size_t)j * p->m] - ref[o + r + (size_t)j * p->m]);
-                                if (!(d <= maxd))
-                                        maxd = isnan(d) ? INFINITY : d;
-                                sum2 += d * d;
-                                cnt++;
-                                if (fabs(ref[o + r + (size_t)j * p->m]) > maxc)
-                                        maxc = fabs(ref[o + r + (size_t)j * p->m]);
-                        }
-        }
-        struct accuracy a = {maxd, cnt ? sqrt(sum2 / (double)cnt) : 0};
-        if (maxc > 0) {
-                a.max /= maxc;
-                a.rms /= maxc;
-        }
-        return a;
+        return err;
 }
 
 /* Exact f32 sets: how far gemmd's kernels (the fast path, which splits
@@ -814,7 +805,7 @@ static void f32_accuracy(cublasHandle_t h, const struct set *s, const struct gro
                         CK(cudaDeviceSynchronize());
                 }
                 CK(cudaMemcpy(x, dC, n * sizeof(float), cudaMemcpyDeviceToHost));
-                acc[v] = accuracy_of(s, x, ref);
+                acc[v] = accuracy_of(s, x, GEMMD_F32, ref, DT_F64);
         }
         if (json) {
                 printf("{\"workload\":\"%s\",\"config\":\"f32\",\"accuracy\":{", wname);

@@ -532,16 +532,6 @@ int config_parse_args(struct gemmd_config *cfg, int argc, char **argv)
 
                 cfg->spin_us = cfg->backend != BACKEND_CPU && ncpu >= 4 ? 50 : 0;
         }
-        if (cfg->loops == LOOPS_AUTO) {
-                cfg->loops_auto = 1;
-                long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
-
-                /* The CPU backend's cores compute. On a GPU, four loops
-                 * served 16 clients x 8 in flight at 1.3x one loop's
-                 * TF/s, 64 clients at 1.5x, and 8 the same
-                 * (bench/results/service-ab-loops.txt). */
-                cfg->loops = cfg->backend != BACKEND_CPU && ncpu >= 8 ? 4 : 1;
-        }
         if (!cfg->lim.max_user_sessions || cfg->lim.max_user_sessions > cfg->lim.max_sessions)
                 cfg->lim.max_user_sessions = cfg->lim.max_sessions;
         /* A frame must be able to carry the inline bytes it is allowed. */

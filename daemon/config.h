@@ -43,8 +43,7 @@ struct gemmd_config {
         uint32_t timing_every;        /* a GPU times 2 groups in every this many (1: all) */
         int f32_ffma;                 /* exact f32 on FMA cores, not split into TF32 parts */
         int loops;                    /* event loops (threads) serving the sessions */
-        int loops_auto;               /* loops not given: 1 if auto picks the CPU backend */
-#define LOOPS_AUTO 0                  /* loops before parsing: decided by backend and cores */
+#define LOOPS_AUTO 0                  /* not given: the server decides by backend and cores */
 #define LOOPS_MAX 64
         uint64_t max_group_tiles;
         uint64_t max_group_bytes;

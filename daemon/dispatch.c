@@ -76,15 +76,23 @@ static void on_hello(struct session *s, uint64_t rid, const Gemmd__V1__Hello *h)
         reply(s, rid, &env);
 }
 
+/* A registration of `bytes` more that the user's registered `held` leaves
+ * no room for. */
+static void refuse_user_bytes(struct session *s, uint64_t rid, uint64_t held, uint64_t bytes)
+{
+        session_send_error(s, rid, GEMMD_ELIMIT, -1, "uid %d has %llu bytes registered; %llu more exceed its %llu",
+                           (int)s->cred.uid, (unsigned long long)held, (unsigned long long)bytes,
+                           (unsigned long long)s->srv->cfg->lim.max_user_buffer_bytes);
+}
+
 static void on_register(struct session *s, uint64_t rid, const Gemmd__V1__BufferRegister *m)
 {
         const struct limits *lim = &s->srv->cfg->lim;
         Gemmd__V1__Envelope env = GEMMD__V1__ENVELOPE__INIT;
         Gemmd__V1__BufferReply r = GEMMD__V1__BUFFER_REPLY__INIT;
         struct gbuf *b;
-        int fd, rc;
-
         uint64_t held;
+        int fd, rc;
 
         pthread_mutex_lock(&s->srv->lock);
         held = s->user->buffer_bytes;
@@ -93,11 +101,7 @@ static void on_register(struct session *s, uint64_t rid, const Gemmd__V1__Buffer
                 /* The descriptor that came with it, if any, is not kept. */
                 if (m->kind == GEMMD__V1__BUFFER_REGISTER__KIND__SHM && (fd = session_take_fd(s)) >= 0)
                         close(fd);
-                session_send_error(s, rid, GEMMD_ELIMIT, -1,
-                                   "uid %d has %llu bytes registered; %llu more exceed its %llu",
-                                   (int)s->cred.uid, (unsigned long long)held,
-                                   (unsigned long long)m->bytes,
-                                   (unsigned long long)lim->max_user_buffer_bytes);
+                refuse_user_bytes(s, rid, held, m->bytes);
                 return;
         }
         if (m->kind == GEMMD__V1__BUFFER_REGISTER__KIND__CUDA_IPC) {
@@ -152,11 +156,7 @@ static void on_register(struct session *s, uint64_t rid, const Gemmd__V1__Buffer
         pthread_mutex_unlock(&s->srv->lock);
         if (rc == GEMMD_ELIMIT) {
                 gbuf_unref(b);
-                session_send_error(s, rid, GEMMD_ELIMIT, -1,
-                                   "uid %d has %llu bytes registered; %llu more exceed its %llu",
-                                   (int)s->cred.uid, (unsigned long long)held,
-                                   (unsigned long long)m->bytes,
-                                   (unsigned long long)lim->max_user_buffer_bytes);
+                refuse_user_bytes(s, rid, held, m->bytes);
                 return;
         }
         if (rc) {
@@ -200,13 +200,18 @@ static void free_request(struct request *r, uint32_t nvalid)
         free(r);
 }
 
-/* Whether n more ops would exceed a session, user or daemon cap; with
- * `refuse` set, the client is told which. */
-static int over_caps(struct session *s, uint64_t rid, uint32_t n, int refuse)
+/*
+ * Counts n more ops for the session, its user and the daemon, unless that
+ * would pass one of their caps: then returns 1 and, with `refuse` set,
+ * tells the client which. One lock for the check and the count: the user's
+ * other sessions, and the daemon's queue, are also counted by other loops.
+ */
+static int admit(struct session *s, uint64_t rid, uint32_t n, int refuse)
 {
         struct server *srv = s->srv;
         const struct limits *lim = &srv->cfg->lim;
         uint32_t user_ops, queued;
+        int over;
 
         if (s->inflight_ops + n > lim->max_inflight_ops) {
                 if (refuse)
@@ -218,39 +223,41 @@ static int over_caps(struct session *s, uint64_t rid, uint32_t n, int refuse)
         pthread_mutex_lock(&srv->lock);
         user_ops = s->user->inflight_ops;
         queued = srv->queued_ops;
-        pthread_mutex_unlock(&srv->lock);
-        if (user_ops + n > lim->max_user_inflight_ops) {
-                if (refuse)
-                        session_send_error(s, rid, GEMMD_EBUSY, -1,
-                                           "uid %d has %u ops in flight (at most %u)", (int)s->cred.uid,
-                                           user_ops, lim->max_user_inflight_ops);
-                return 1;
-        }
-        if (queued + n > lim->max_queue_ops) {
-                if (refuse)
-                        session_send_error(s, rid, GEMMD_EBUSY, -1, "daemon queue full (%u ops)", queued);
-                return 1;
-        }
-        return 0;
-}
-
-/* Counts n more ops for the user and the daemon, unless that would pass a
- * cap (another loop may have admitted ops since over_caps looked). */
-static int admit(struct session *s, uint32_t n)
-{
-        struct server *srv = s->srv;
-        const struct limits *lim = &srv->cfg->lim;
-        int ok;
-
-        pthread_mutex_lock(&srv->lock);
-        ok = s->user->inflight_ops + n <= lim->max_user_inflight_ops &&
-             srv->queued_ops + n <= lim->max_queue_ops;
-        if (ok) {
+        over = user_ops + n > lim->max_user_inflight_ops || queued + n > lim->max_queue_ops;
+        if (!over) {
                 s->user->inflight_ops += n;
                 srv->queued_ops += n;
         }
         pthread_mutex_unlock(&srv->lock);
-        return ok;
+        if (!over) {
+                s->inflight_ops += n;
+                return 0;
+        }
+        if (!refuse)
+                return 1;
+        if (user_ops + n > lim->max_user_inflight_ops)
+                session_send_error(s, rid, GEMMD_EBUSY, -1, "uid %d has %u ops in flight (at most %u)",
+                                   (int)s->cred.uid, user_ops, lim->max_user_inflight_ops);
+        else
+                session_send_error(s, rid, GEMMD_EBUSY, -1, "daemon queue full (%u ops)", queued);
+        return 1;
+}
+
+/* Takes back what admit counted for n ops; once the drain starts, wakes
+ * every loop when the daemon's queue empties (they wait for it). */
+static void uncount(struct session *s, uint32_t n)
+{
+        struct server *srv = s->srv;
+        int idle;
+
+        s->inflight_ops -= n;
+        pthread_mutex_lock(&srv->lock);
+        s->user->inflight_ops -= n;
+        srv->queued_ops -= n;
+        idle = srv->queued_ops == 0;
+        pthread_mutex_unlock(&srv->lock);
+        if (idle && atomic_load(&srv->draining))
+                server_wake_all(srv);
 }
 
 static void on_submit(struct session *s, uint64_t rid, const Gemmd__V1__Submit *m)
@@ -287,13 +294,14 @@ static void on_submit(struct session *s, uint64_t rid, const Gemmd__V1__Submit *
          * taken in by this thread (the completing thread answers them
          * itself): those are reaped before any verdict, so a client
          * is judged by counts that include every reply it has. */
-        if (over_caps(s, rid, n, 0)) {
+        if (admit(s, rid, n, 0)) {
                 server_reap(s->ev);
-                if (over_caps(s, rid, n, 1))
+                if (admit(s, rid, n, 1))
                         return;
         }
         r = calloc(1, sizeof(*r) + n * sizeof(struct op));
         if (!r) {
+                uncount(s, n);
                 session_send_error(s, rid, -ENOMEM, -1, "out of memory");
                 return;
         }
@@ -303,15 +311,11 @@ static void on_submit(struct session *s, uint64_t rid, const Gemmd__V1__Submit *
 
                 if (rc) {
                         free_request(r, i);
+                        uncount(s, n);
                         session_send_error(s, rid, rc, (int)i, "op %u: %s", i, msg);
                         return;
                 }
                 r->ops[i].req = r;
-        }
-        if (!admit(s, n)) {
-                free_request(r, n);
-                over_caps(s, rid, n, 1);
-                return;
         }
         r->s = s;
         r->home = s->ev;
@@ -322,7 +326,6 @@ static void on_submit(struct session *s, uint64_t rid, const Gemmd__V1__Submit *
         r->t_admit_ns = now_ns();
         atomic_init(&r->remaining, n);
         s->refs++;
-        s->inflight_ops += n;
         atomic_fetch_add(&srv->requests, 1);
         w = server_pick_worker(srv, r);
         /* Handed to the worker with the rest of this read's requests
@@ -492,20 +495,11 @@ int dispatch_pack_completion(const struct request *r, uint8_t **buf, size_t *n)
 void dispatch_completion(struct request *r)
 {
         struct session *s = r->s;
-        struct server *srv = s->srv;
         struct evloop *ev = s->ev;
         uint32_t n = r->nops;
-        int answered = r->replied || s->state != SESSION_CLOSED, idle;
+        int answered = r->replied || s->state != SESSION_CLOSED;
 
-        s->inflight_ops -= n;
-        pthread_mutex_lock(&srv->lock);
-        s->user->inflight_ops -= n;
-        srv->queued_ops -= n;
-        idle = srv->queued_ops == 0;
-        pthread_mutex_unlock(&srv->lock);
-        /* The drain waits for this on every loop. */
-        if (idle && atomic_load(&srv->draining))
-                server_wake_all(srv);
+        uncount(s, n);
         metrics_count_request(r);
         /* A request dropped with its session counts only its failures. */
         for (uint32_t i = 0; i < n; i++) {

@@ -115,9 +115,8 @@ int session_accept(struct evloop *ev, int fd)
         if (srv->cfg->verbose)
                 log_info("session %llu: connected (pid %d, uid %d)", (unsigned long long)s->id,
                          (int)s->cred.pid, (int)s->cred.uid);
-        if (s->denied) {
-                /* Its Hello is answered with LIMIT (dispatch.c). */
-        } else if (!users_allowed(srv->cfg, fd, &s->cred)) {
+        /* A session denied above answers its Hello with LIMIT (dispatch.c). */
+        if (!s->denied && !users_allowed(srv->cfg, fd, &s->cred)) {
                 static uint64_t last_log_ns;
 
                 /* One line a second at most: refusals may come in floods. */
