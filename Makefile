@@ -92,8 +92,8 @@ test: deps
 	$(Q)$(MAKE) --no-print-directory -j$(NPROC) bins tests
 	$(Q)GEMMD_BIN=$(abspath $(BUILD)) GEMMD_LIBRARY=$(abspath $(BUILD))/libgemmd.so \
 		scripts/run-tests.sh $(TESTS)
-	@echo "== the daemon's suites once more, each daemon serving with 3 event loops"
-	$(Q)E2E_LOOPS=3 GEMMD_BIN=$(abspath $(BUILD)) GEMMD_LIBRARY=$(abspath $(BUILD))/libgemmd.so \
+	@echo "== the daemon's suites once more, each daemon serving with 3 event loops and a device process"
+	$(Q)E2E_LOOPS=3 E2E_DEVPROC=yes GEMMD_BIN=$(abspath $(BUILD)) GEMMD_LIBRARY=$(abspath $(BUILD))/libgemmd.so \
 		scripts/run-tests.sh $(filter-out %/test_systemd,$(E2E_SUITES) $(HARD_SUITES))
 
 test-gpu: bins $(GPU_TESTS)

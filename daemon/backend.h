@@ -67,6 +67,14 @@ struct backend {
 /* Creates the CPU backend with `threads` threads. */
 int backend_cpu_new(int threads, struct backend **out);
 
+/* Creates a backend of `kind` (BACKEND_CPU or BACKEND_CUDA, device
+ * `ordinal`) that runs in a device process of its own (devproc.h). */
+int backend_proc_new(int kind, int ordinal, const struct gemmd_config *cfg, struct backend **out);
+/* Of such a backend: how many times its process was replaced, and the
+ * pid of the one now; 0 for other backends. */
+uint64_t backend_proc_restarts(const struct backend *be);
+int backend_proc_pid(const struct backend *be);
+
 #ifdef GEMMD_WITH_CUDA
 /* Number of usable CUDA devices (0 when there is no driver or GPU). */
 int backend_cuda_count(void);

@@ -10,6 +10,7 @@
  * in its slot.
  */
 #include <errno.h>
+#include <signal.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -17,6 +18,9 @@
 #include <string.h>
 
 #include "daemon/backend.h"
+#include "daemon/devproc.h"
+#include "daemon/log.h"
+#include "gemmd.h"
 #include "daemon/worker.h"
 #include "kernels/cpu_gemm.h"
 
@@ -109,6 +113,19 @@ static int launch(struct backend *be, struct group *g)
 
         if (rc)
                 return rc;
+#ifdef GEMMD_FAULT_INJECTION
+        /* The CPU's device fault: in a device process, the process dies
+         * (as one whose CUDA context broke ends); in the daemon, the
+         * group fails. */
+        for (uint32_t i = 0; i < g->nops; i++)
+                if (g->ops[i]->debug_fault) {
+                        if (devhost_active) {
+                                log_warn("cpu: injecting a device fault: the device process dies");
+                                raise(SIGKILL);
+                        }
+                        return GEMMD_EDEVICE;
+                }
+#endif
         for (uint32_t c = 0; c < g->plan.nctas; c++)
                 work += cta_has_work(g, c) != 0;
         if (!work)

@@ -4,16 +4,26 @@
 #include "daemon/buffers.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "gemmd.h"
 
+int gbuf_keep_fds;
+void (*gbuf_forget)(struct gbuf *b);
+
 static void release_shm(struct gbuf *b)
 {
+        if (b->fd >= 0) {
+                if (gbuf_forget)
+                        gbuf_forget(b);
+                close(b->fd);
+        }
         if (__atomic_load_n(&b->pinned, __ATOMIC_ACQUIRE) && b->unpin)
                 b->unpin(b->unpin_ctx, b->host, b->bytes);
         else
@@ -41,6 +51,14 @@ int gbuf_new_shm(int fd, uint64_t bytes, struct gbuf **out)
         if (!b) {
                 munmap(p, bytes);
                 return -ENOMEM;
+        }
+        b->fd = -1;
+        if (gbuf_keep_fds && (b->fd = fcntl(fd, F_DUPFD_CLOEXEC, 3)) < 0) {
+                int rc = -errno;
+
+                munmap(p, bytes);
+                free(b);
+                return rc;
         }
         atomic_init(&b->refs, 1);
         b->kind = GBUF_SHM;
@@ -72,6 +90,7 @@ int gbuf_new_inline(uint64_t bytes, const void *init, struct gbuf **out)
                 memcpy((char *)b + head, init, bytes);
         }
         b->host = (char *)b + head;
+        b->fd = -1;
         atomic_init(&b->refs, 1);
         b->kind = GBUF_INLINE;
         b->bytes = bytes;

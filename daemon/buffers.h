@@ -15,6 +15,8 @@
 
 enum gbuf_kind { GBUF_SHM = 0, GBUF_CUDA = 1, GBUF_INLINE = 2 };
 
+#define GBUF_XPROCS 16 /* device processes a buffer can be mapped in */
+
 struct gbuf {
         atomic_int refs;
         uint64_t id;
@@ -37,7 +39,21 @@ struct gbuf {
         int pinned, pin_asked;
         void (*unpin)(void *ctx, void *host, uint64_t bytes);
         void *unpin_ctx;
+        /* SHM, when gbuf_keep_fds: the memory's descriptor, kept so that
+         * a device process (backend_proc.c) can map it, and map it again
+         * after a restart; else -1. xgen[i]: the generation of device
+         * process i that mapped it (0: none), xref[i] its handle there;
+         * written by that process's worker thread only. */
+        int fd;
+        uint32_t xgen[GBUF_XPROCS];
+        uint64_t xref[GBUF_XPROCS];
 };
+
+/* Set before the first buffer when device processes serve: shared memory
+ * then keeps its descriptor, and gbuf_forget (backend_proc.c) hears of
+ * every such buffer's last reference, before it is unmapped. */
+extern int gbuf_keep_fds;
+extern void (*gbuf_forget)(struct gbuf *b);
 
 /* Maps `bytes` of the memfd `fd` (which the caller keeps ownership of).
  * Returns 0 and a buffer with one reference, or a negative code. */

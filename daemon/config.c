@@ -32,6 +32,7 @@ void config_defaults(struct gemmd_config *cfg)
         cfg->mode = SCHED_SORTED;
         cfg->max_groups_inflight = 0; /* the backend's (struct backend) */
         cfg->batch_window_us = 0;
+        cfg->device_process = DEVPROC_AUTO;
         /* A lone request crosses three of the daemon's threads (loop,
          * worker, completion); waking one that slept costs 5-15 us on a
          * server, so each keeps polling a while after its last work. On
@@ -98,6 +99,7 @@ enum {
         OPT_TIMING,
         OPT_F32_KERNEL,
         OPT_LOOPS,
+        OPT_DEVPROC,
 };
 
 static const struct option options[] = {
@@ -136,6 +138,7 @@ static const struct option options[] = {
         {"timing-every", required_argument, NULL, OPT_TIMING},
         {"f32-kernel", required_argument, NULL, OPT_F32_KERNEL},
         {"loops", required_argument, NULL, OPT_LOOPS},
+        {"device-process", required_argument, NULL, OPT_DEVPROC},
         {NULL, 0, NULL, 0},
 };
 
@@ -161,6 +164,8 @@ static void usage(FILE *f, const struct gemmd_config *d)
                 "                               (default: %u; 1: every group)\n"
                 "      --loops N                event loops (threads) serving the connections, 1 to 64\n"
                 "                               (default: 4 on a GPU with 8 or more CPUs, else 1)\n"
+                "      --device-process yes|no  drive each device from a process of its own, replaced after a\n"
+                "                               fault its context cannot survive (default: yes on a GPU)\n"
                 "      --f32-kernel split|ffma  exact f32 on an sm_90 GPU: each operand split into two TF32\n"
                 "                               parts on tensor cores (default), or fused multiply-adds\n"
                 "      --max-group-tiles N      tiles in one group (default: %llu)\n"
@@ -422,6 +427,10 @@ int config_parse_args(struct gemmd_config *cfg, int argc, char **argv)
                 case OPT_LOOPS:
                         bad = parse_u64(optarg, 1, LOOPS_MAX, &v);
                         cfg->loops = (int)v;
+                        break;
+                case OPT_DEVPROC:
+                        bad = strcmp(optarg, "yes") && strcmp(optarg, "no");
+                        cfg->device_process = !strcmp(optarg, "yes");
                         break;
                 case OPT_F32_KERNEL:
                         bad = strcmp(optarg, "split") && strcmp(optarg, "ffma");

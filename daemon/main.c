@@ -10,6 +10,7 @@
 #include <uv.h>
 
 #include "daemon/config.h"
+#include "daemon/devproc.h"
 #include "daemon/log.h"
 #include "daemon/notify.h"
 #include "daemon/server.h"
@@ -23,6 +24,9 @@ int main(int argc, char **argv)
         uv_loop_t loop;
         int rc, exit_code = 0;
 
+        /* The daemon starts its device processes as itself (devproc.h). */
+        if (argc == 3 && strcmp(argv[1], "--device-host") == 0)
+                return devhost_main(atoi(argv[2]));
         config_defaults(&cfg);
         rc = config_parse_args(&cfg, argc, argv);
         if (rc)

@@ -412,6 +412,9 @@ static void render_devices(FILE *f, struct server *srv, double up_s)
                    (unsigned long long)st[i].ops);
         PER_DEVICE("gemmd_device_ops_failed_total", "counter", "Ops whose group failed", "%llu",
                    (unsigned long long)st[i].ops_failed);
+        PER_DEVICE("gemmd_device_process_restarts_total", "counter",
+                   "Times the device's process was replaced (after a fault it could not survive)",
+                   "%llu", (unsigned long long)backend_proc_restarts(srv->backends[i]));
         PER_DEVICE("gemmd_device_tiles_total", "counter", "Tiles computed", "%llu",
                    (unsigned long long)st[i].tiles);
         PER_DEVICE("gemmd_device_flops_total", "counter",

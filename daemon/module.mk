@@ -1,7 +1,7 @@
 # daemon/: the gemmd binary.
 DAEMON_OBJS += $(addprefix $(BUILD)/daemon/, main.o config.o log.o server.o session.o \
                dispatch.o devmem.o unixsock.o validate.o buffers.o worker.o backend_cpu.o stats.o notify.o \
-               metrics.o users.o watchdog.o)
+               metrics.o users.o watchdog.o backend_proc.o devhost.o)
 
 ifeq ($(WITH_CUDA),1)
 DAEMON_OBJS += $(BUILD)/daemon/backend_cuda.o
@@ -17,12 +17,13 @@ $(BUILD)/gemmd: $(DAEMON_OBJS) $(PROTO_OBJS) $(SCHED_OBJS) $(KERN_OBJS) $(CUDA_O
 
 BIN += $(BUILD)/gemmd
 
-# build/gemmd-fi: gemmd with fault injection compiled in, for the GPU tests
-# of recovery from a broken CUDA context; never installed. Only the files
-# that look at GEMMD_FAULT_INJECTION are compiled a second time.
-ifeq ($(WITH_CUDA),1)
-FI_OBJS := $(BUILD)/fi/daemon/validate.o $(BUILD)/fi/daemon/backend_cuda.o $(BUILD)/daemon/fault_cuda.o
-FI_BASE := $(filter-out $(BUILD)/daemon/validate.o $(BUILD)/daemon/backend_cuda.o,$(DAEMON_OBJS))
+# build/gemmd-fi: gemmd with fault injection compiled in, for the tests of
+# recovery from a broken device (a CUDA context with a sticky error; on the
+# CPU backend, a device process that dies); never installed. Only the
+# files that look at GEMMD_FAULT_INJECTION are compiled a second time.
+FI_SRCS := validate backend_cpu $(if $(filter 1,$(WITH_CUDA)),backend_cuda)
+FI_OBJS := $(FI_SRCS:%=$(BUILD)/fi/daemon/%.o) $(if $(filter 1,$(WITH_CUDA)),$(BUILD)/daemon/fault_cuda.o)
+FI_BASE := $(filter-out $(FI_SRCS:%=$(BUILD)/daemon/%.o),$(DAEMON_OBJS))
 
 $(BUILD)/fi/daemon/%.o: daemon/%.c | $(BUILD)/proto/gemmd.pb-c.h
 	$(call say,CC,$< [fault injection])
@@ -32,5 +33,4 @@ $(BUILD)/fi/daemon/%.o: daemon/%.c | $(BUILD)/proto/gemmd.pb-c.h
 $(BUILD)/gemmd-fi: $(FI_BASE) $(FI_OBJS) $(PROTO_OBJS) $(SCHED_OBJS) $(KERN_OBJS) $(CUDA_OBJS) $(BUILD)/libgemmd.a
 	$(call say,LD,$@)
 	$(Q)$(CC) -o $@ $(FI_BASE) $(FI_OBJS) $(PROTO_OBJS) $(SCHED_OBJS) $(KERN_OBJS) $(CUDA_OBJS) \
-		$(BUILD)/libgemmd.a $(UV_A) $(PBC_A) $(CUDA_LDLIBS) $(LDLIBS)
-endif
+		$(BUILD)/libgemmd.a $(UV_A) $(PBC_A) $(if $(CUDA_OBJS),$(CUDA_LDLIBS)) $(LDLIBS)

@@ -461,7 +461,9 @@ static int start_backends(struct server *srv)
                         snprintf(want, sizeof(want), "%d", d);
                         if (cfg->devices && !strstr(cfg->devices, want))
                                 continue;
-                        rc = backend_cuda_new(d, cfg, &srv->backends[n]);
+                        rc = cfg->device_process
+                                     ? backend_proc_new(BACKEND_CUDA, d, cfg, &srv->backends[n])
+                                     : backend_cuda_new(d, cfg, &srv->backends[n]);
                         if (rc)
                                 return rc;
                         srv->nbackends = ++n;
@@ -482,7 +484,10 @@ static int start_backends(struct server *srv)
                 srv->backends = calloc(1, sizeof(*srv->backends));
                 if (!srv->backends)
                         return -ENOMEM;
-                rc = backend_cpu_new(cfg->threads, &srv->backends[0]);
+                /* Off unless asked for: the CPU has no context to lose. */
+                rc = cfg->device_process == 1
+                             ? backend_proc_new(BACKEND_CPU, 0, cfg, &srv->backends[0])
+                             : backend_cpu_new(cfg->threads, &srv->backends[0]);
                 if (rc)
                         return rc;
                 srv->nbackends = n = 1;

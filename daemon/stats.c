@@ -117,6 +117,9 @@ static void render_text(struct server *srv, FILE *f, double up_s)
                 double tfs = st.busy_ns ? st.flops / (st.busy_ns / 1e9) / 1e12 : 0;
 
                 fprintf(f, "device %d (%s, %s):\n", i, b->kind, b->name);
+                if (backend_proc_pid(b))
+                        fprintf(f, "  device process %d, started again %llu times\n",
+                                backend_proc_pid(b), (unsigned long long)backend_proc_restarts(b));
                 fprintf(f, "  groups %llu, ops %llu (failed %llu), tiles %llu, mean group %.1f ops\n",
                         (unsigned long long)st.groups, (unsigned long long)st.ops,
                         (unsigned long long)st.ops_failed, (unsigned long long)st.tiles,
@@ -202,13 +205,15 @@ static void render_json(struct server *srv, FILE *f, double up_s)
                            "\"ops\":%llu,\"ops_failed\":%llu,\"tiles\":%llu,\"flops\":%llu,"
                            "\"busy_s\":%.6f,\"plan_s\":%.6f,\"launch_s\":%.6f,\"device_s\":%.6f,"
                            "\"timed_groups\":%llu,\"run_s\":%.6f,\"idle_gaps\":%llu,\"idle_gap_s\":%.6f,"
-                           "\"queued\":%u,\"inflight_groups\":%u,",
+                           "\"queued\":%u,\"inflight_groups\":%u,\"process_pid\":%d,"
+                           "\"process_restarts\":%llu,",
                         i ? "," : "", i, b->kind, b->name, (unsigned long long)st.groups,
                         (unsigned long long)st.ops, (unsigned long long)st.ops_failed,
                         (unsigned long long)st.tiles, (unsigned long long)st.flops,
                         st.busy_ns / 1e9, st.plan_ns / 1e9, st.launch_ns / 1e9, st.device_ns / 1e9,
                         (unsigned long long)st.timed_groups, st.run_ns / 1e9, (unsigned long long)st.idle_gaps,
-                        st.idle_gap_ns / 1e9, pending, inflight);
+                        st.idle_gap_ns / 1e9, pending, inflight, backend_proc_pid(b),
+                        (unsigned long long)backend_proc_restarts(b));
                 hist_json(f, "group_size_log2", st.group_size_hist);
                 fprintf(f, ",");
                 hist_json(f, "queue_us_log2", st.queue_us_hist);

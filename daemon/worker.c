@@ -528,6 +528,10 @@ void worker_group_done(struct group *g, int status)
         struct worker *w = g->w;
         struct done_list done = DONE_LIST_INIT(done);
 
+        if (w->hosted_done) {
+                w->hosted_done(g, status);
+                return;
+        }
         pthread_mutex_lock(&w->lock);
         g->status = status;
         g->t_done_ns = now_ns();
@@ -830,6 +834,10 @@ void worker_notify_launch(struct group *g, const uint8_t handle[64], int device)
 {
         struct worker *w = g->w;
 
+        if (w->hosted_launched) {
+                w->hosted_launched(g, handle, device);
+                return;
+        }
         for (uint32_t i = 0; i < g->nops; i++) {
                 struct request *r = g->ops[i]->req;
                 struct launch_notice *n;

@@ -144,6 +144,11 @@ struct worker {
         int broken;            /* the device cannot run anything any more */
         /* Called (worker thread) once when the device is found broken. */
         void (*device_lost)(void *ctx);
+        /* Set in a device process (devhost.c), whose backend runs groups
+         * for a worker in another process: worker_group_done and
+         * worker_notify_launch go to these instead. */
+        void (*hosted_done)(struct group *g, int status);
+        void (*hosted_launched)(struct group *g, const uint8_t handle[64], int device);
         uint64_t busy_since_ns;
         uint64_t last_done_ns; /* when the device last became idle */
         struct group *done;    /* finished groups for the worker thread's collect() */

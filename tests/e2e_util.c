@@ -165,6 +165,9 @@ int e2e_daemon_start(struct e2e_daemon *d, ...)
         /* E2E_LOOPS=N: every daemon serves with N event loops (make test
          * runs the e2e suites once more so). */
         const char *loops = getenv("E2E_LOOPS");
+        /* E2E_DEVPROC=yes: every daemon drives its device from a device
+         * process (make test's second pass). */
+        const char *devproc = getenv("E2E_DEVPROC");
         char *bin = e2e_build_path(name && *name ? name : "gemmd");
         int argc = 0, slot = -1, n = ndaemons_started++;
         uint64_t deadline;
@@ -183,6 +186,10 @@ int e2e_daemon_start(struct e2e_daemon *d, ...)
         if (loops && *loops) {
                 argv[argc++] = "--loops";
                 argv[argc++] = (char *)loops;
+        }
+        if (devproc && *devproc) {
+                argv[argc++] = "--device-process";
+                argv[argc++] = (char *)devproc;
         }
         va_start(ap, d);
         while ((flag = va_arg(ap, const char *)) && argc < MAX_FLAGS + 6)

@@ -52,8 +52,10 @@ int hard_res_read(pid_t pid, struct hard_res *r)
         f = fopen(path, "re");
         if (!f)
                 return -1;
+        /* Clients' memory; not the launch slots the daemon shares with its
+         * device process (memfd "gemmd-slot"). */
         while (fgets(line, sizeof(line), f))
-                if (strstr(line, "/memfd:"))
+                if (strstr(line, "/memfd:") && !strstr(line, "/memfd:gemmd-slot"))
                         r->shm_maps++;
         fclose(f);
         return r->rss_kb < 0 ? -1 : 0;

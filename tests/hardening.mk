@@ -13,7 +13,7 @@ $(HARD_SUITES:=.o) $(HARD_UTIL) $(BUILD)/tests/soak.o: | $(BUILD)/proto/gemmd.pb
 $(BUILD)/tests/test_systemd.o: CFLAGS += -DGEMMD_SRCDIR='"$(CURDIR)"'
 
 $(HARD_SUITES): $(BUILD)/tests/%: $(BUILD)/tests/%.o $(HARD_UTIL) $(BUILD)/libgemmd.a \
-                | $(BUILD)/gemmd $(BUILD)/gemmctl $(BUILD)/soak
+                | $(BUILD)/gemmd $(BUILD)/gemmd-fi $(BUILD)/gemmctl $(BUILD)/soak
 	$(call say,LD,$@)
 	$(Q)$(CC) -o $@ $< $(HARD_UTIL) $(BUILD)/libgemmd.a $(PBC_A) $(CRITERION_LIBS) -lm -lpthread
 

@@ -357,3 +357,138 @@ Test(faults, a_dead_or_restarted_daemon_gives_edisconnect_then_clients_reconnect
         kill(pid, SIGTERM);
         cr_expect_eq(e2e_wait_child(pid, 30000), 0);
 }
+
+/* ---- the device process ------------------------------------------------------ */
+
+static long long device_number(gemmd_client *c, const char *key)
+{
+        char *json = NULL;
+        long long v = -1;
+
+        if (gemmd_stats(c, 1, &json) == 0) {
+                const char *dev = strstr(json, "\"devices\":");
+
+                v = dev ? hard_json_number(dev, key) : -1;
+        }
+        free(json);
+        return v;
+}
+
+/* Runs n random problems placed in the client's shared buffer `ar` and
+ * checks every result. */
+static void run_shared_checked(gemmd_client *c, struct e2e_arena *ar, uint64_t *seed, size_t n)
+{
+        struct e2e_prob p[8];
+        struct e2e_spec s;
+        char why[256];
+
+        cr_assert_leq(n, 8);
+        for (size_t i = 0; i < n; i++) {
+                e2e_spec_random(&s, seed, 48);
+                cr_assert_eq(e2e_prob_place(&p[i], &s, ar, seed), 0, "arena full");
+        }
+        cr_assert_eq(e2e_run_checked(c, p, n, 2, NULL, why, sizeof(why)), 0, "%s", why);
+        for (size_t i = 0; i < n; i++)
+                e2e_prob_free(&p[i]);
+}
+
+/* The device process dies (here: SIGKILL from outside) with groups in
+ * flight and more queued: the groups it had fail with GEMMD_EDEVICE, the
+ * queued ones run in the next device process, the session stays, and the
+ * shared memory it registered before serves again without a new
+ * registration. The old process is reaped; the daemon stops cleanly. */
+Test(faults, a_killed_device_process_fails_its_groups_then_another_serves_the_same_sessions)
+{
+        struct e2e_daemon d;
+        struct e2e_arena ar;
+        struct gemmd_op slow;
+        gemmd_ticket t[4];
+        gemmd_client *c;
+        uint64_t seed = 41;
+        long long pid0, pid1;
+
+        cr_assert_eq(e2e_daemon_start(&d, "--device-process", "yes", "--threads", "1",
+                                      "--max-groups-inflight", "1", NULL), 0);
+        c = e2e_connect(&d);
+        cr_assert_not_null(c);
+        cr_assert_eq(e2e_arena_init(&ar, c, 8u << 20), 0);
+        run_shared_checked(c, &ar, &seed, 8);
+        pid0 = device_number(c, "process_pid");
+        cr_assert_gt(pid0, 0, "no device process in the stats");
+        cr_assert_eq(device_number(c, "process_restarts"), 0);
+
+        /* One op running (about a second on one thread), three queued
+         * behind it, which form the next group. */
+        cr_assert_eq(e2e_timed_op(c, 2048, 2048, 1024, &slow), 0);
+        cr_assert_eq(gemmd_submit(c, &slow, 1, GEMMD_PRIO_NORMAL, &t[0]), 0);
+        for (int tries = 0; tries < 1000 && device_number(c, "inflight_groups") != 1; tries++)
+                usleep(1000);
+        for (int i = 1; i < 4; i++)
+                cr_assert_eq(gemmd_submit(c, &slow, 1, GEMMD_PRIO_NORMAL, &t[i]), 0);
+        usleep(20000);
+        cr_assert_eq(kill((pid_t)pid0, SIGKILL), 0);
+        for (int i = 0; i < 4; i++) {
+                int rc = gemmd_wait(c, t[i], 120000, NULL, 0);
+
+                if (i == 0)
+                        cr_expect_eq(rc, GEMMD_EDEVICE, "the running op: %s", gemmd_strerror(rc));
+                else
+                        cr_expect_eq(rc, 0, "queued op %d: %s", i, gemmd_strerror(rc));
+        }
+
+        run_shared_checked(c, &ar, &seed, 8);
+        pid1 = device_number(c, "process_pid");
+        cr_expect(pid1 > 0 && pid1 != pid0, "device process %lld, before %lld", pid1, pid0);
+        cr_expect_eq(device_number(c, "process_restarts"), 1);
+        cr_expect(kill((pid_t)pid0, 0) < 0 && errno == ESRCH, "the old device process was not reaped");
+        gemmd_disconnect(c);
+        cr_assert_eq(e2e_daemon_stop(&d), 0);
+        cr_expect(kill((pid_t)pid1, 0) < 0 && errno == ESRCH, "the device process outlived the daemon");
+}
+
+/* A device fault injected by a debug op (a fault-injection build; on the
+ * CPU backend the device process dies of it) fails that op's group with
+ * GEMMD_EDEVICE and nothing else: another client connected before the
+ * fault, and the faulting client itself, go on with the buffers they
+ * registered, inline operands too, in a new device process. */
+Test(faults, an_injected_device_fault_fails_its_group_and_the_sessions_go_on)
+{
+        struct e2e_daemon d;
+        struct e2e_arena ar1, ar2;
+        struct e2e_spec s;
+        struct e2e_prob p;
+        gemmd_client *c1, *c2;
+        uint64_t seed = 43;
+        char *fi = e2e_build_path("gemmd-fi");
+        int rc;
+
+        cr_assert(fi && access(fi, X_OK) == 0, "no gemmd-fi beside gemmd");
+        free(fi);
+        setenv("E2E_GEMMD", "gemmd-fi", 1);
+        rc = e2e_daemon_start(&d, "--device-process", "yes", "--threads", "2", NULL);
+        unsetenv("E2E_GEMMD");
+        cr_assert_eq(rc, 0);
+        c1 = e2e_connect(&d);
+        c2 = e2e_connect(&d);
+        cr_assert(c1 && c2);
+        cr_assert_eq(e2e_arena_init(&ar1, c1, 4u << 20), 0);
+        cr_assert_eq(e2e_arena_init(&ar2, c2, 4u << 20), 0);
+        run_shared_checked(c1, &ar1, &seed, 4);
+        run_shared_checked(c2, &ar2, &seed, 4);
+
+        e2e_spec_random(&s, &seed, 32);
+        cr_assert_eq(e2e_prob_inline(&p, &s, &seed), 0);
+        p.op.flags |= GEMMD_OPF_DEBUG_FAULT;
+        rc = gemmd_run(c1, &p.op, 1, NULL);
+        cr_expect_eq(rc, GEMMD_EDEVICE, "the faulting op: %s", gemmd_strerror(rc));
+        e2e_prob_free(&p);
+
+        run_shared_checked(c2, &ar2, &seed, 4);
+        run_shared_checked(c1, &ar1, &seed, 4);
+        run_one_checked(c1, &seed);
+        cr_expect_eq(device_number(c1, "process_restarts"), 1);
+        cr_expect_eq(device_number(c1, "ops_failed"), 1);
+        gemmd_disconnect(c1);
+        gemmd_disconnect(c2);
+        cr_assert_eq(e2e_daemon_stop(&d), 0);
+}
