@@ -38,6 +38,10 @@
  * large GPU takes about a second). */
 #define START_TIMEOUT_MS 120000
 
+/* How long the reader polls for a group in flight before it sleeps: a
+ * longer group costs a wake-up, which it can afford. */
+#define DONE_POLL_NS 200000ull
+
 /* A group slot's launch data, shared with the device process. */
 struct pslot {
         struct group *g;
@@ -70,6 +74,8 @@ struct proc_backend {
         const struct gemmd_config *cfg;
         pid_t pid;
         int chan; /* under send_lock; -1 between processes */
+        struct xshared *sh; /* the rings shared with the process */
+        _Atomic uint32_t ninflight; /* slots in flight: the reader polls while any is */
         /* Bumped by every new device process; read by gbuf_forget on any
          * thread, under send_lock. */
         uint32_t gen;
@@ -172,6 +178,29 @@ static void finish(struct pslot *s, int status, int timed, uint64_t dev_ns, uint
         worker_group_done(g, status);
 }
 
+/* A message up the ring: a launch notice or a finished group. */
+static void handle_up(struct proc_backend *p, const struct xmsg *m)
+{
+        struct pslot *s;
+        int mine;
+
+        if (m->slot >= p->nslots)
+                return;
+        s = p->slots[m->slot];
+        if (m->type == X_LAUNCHED) {
+                worker_notify_launch(s->g, m->handle, m->rc);
+        } else if (m->type == X_DONE) {
+                pthread_mutex_lock(&p->lock);
+                mine = s->inflight;
+                s->inflight = 0;
+                pthread_mutex_unlock(&p->lock);
+                if (mine) {
+                        atomic_fetch_sub_explicit(&p->ninflight, 1, memory_order_relaxed);
+                        finish(s, m->rc, (int)m->c, m->a, m->b);
+                }
+        }
+}
+
 /* The reader thread: completions, launch notices and replies, until the
  * device process is gone; then its groups fail. */
 static void *reader_main(void *arg)
@@ -184,12 +213,39 @@ static void *reader_main(void *arg)
         const uint64_t spin_ns = p->cfg->spin_us * 1000ull;
         uint64_t active = 0;
 
-        for (;;) {
+        for (uint32_t idle = 0;;) {
                 struct xmsg m;
-                struct iovec iov = {&m, sizeof(m)};
-                struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1};
-                ssize_t n = xrecv_polled(p->chan, &mh, 0, spin_ns, active);
+                ssize_t n;
 
+                if (xring_pop(&p->sh->up, &m)) {
+                        handle_up(p, &m);
+                        active = now_ns();
+                        idle = 0;
+                        continue;
+                }
+                /* Polls while groups are in flight (their completions come
+                 * within DONE_POLL_NS, or the group is a long one) and for
+                 * spin_ns after the last message; looks at the socket every
+                 * so often meanwhile (replies, and the end of the process). */
+                uint64_t since = now_ns() - active;
+                int polling = since < spin_ns ||
+                              (atomic_load_explicit(&p->ninflight, memory_order_relaxed) &&
+                               since < DONE_POLL_NS);
+
+                if (polling && ++idle % 64) {
+                        cpu_relax();
+                        continue;
+                }
+                if (polling) {
+                        n = recv(p->chan, &m, sizeof(m), MSG_DONTWAIT);
+                } else {
+                        if (!xring_sleep(&p->sh->up))
+                                continue; /* a message came: the process kicks no more */
+                        n = recv(p->chan, &m, sizeof(m), 0);
+                        xring_awake(&p->sh->up);
+                }
+                if (n < 0 && (errno == EAGAIN || errno == EINTR))
+                        continue;
                 if (n != (ssize_t)sizeof(m))
                         break;
                 active = now_ns();
@@ -199,23 +255,6 @@ static void *reader_main(void *arg)
                         p->have_reply = 1;
                         pthread_cond_broadcast(&p->cond);
                         pthread_mutex_unlock(&p->lock);
-                        continue;
-                }
-                if (m.slot >= p->nslots)
-                        continue;
-                struct pslot *s = p->slots[m.slot];
-
-                if (m.type == X_LAUNCHED) {
-                        worker_notify_launch(s->g, m.handle, m.rc);
-                } else if (m.type == X_DONE) {
-                        int mine;
-
-                        pthread_mutex_lock(&p->lock);
-                        mine = s->inflight;
-                        s->inflight = 0;
-                        pthread_mutex_unlock(&p->lock);
-                        if (mine)
-                                finish(s, m.rc, (int)m.c, m.a, m.b);
                 }
         }
         pthread_mutex_lock(&p->lock);
@@ -225,6 +264,7 @@ static void *reader_main(void *arg)
                         p->slots[i]->inflight = 0;
                         failed[nfailed++] = p->slots[i];
                 }
+        atomic_store_explicit(&p->ninflight, 0, memory_order_relaxed);
         pthread_cond_broadcast(&p->cond);
         pthread_mutex_unlock(&p->lock);
         while (waitpid(p->pid, &st, 0) < 0 && errno == EINTR)
@@ -251,12 +291,31 @@ static int spawn(struct proc_backend *p, struct xready *r)
         char fdarg[16];
         pid_t parent = getpid(), pid;
         struct pollfd pfd;
+        struct xshared *sh;
+        int shfd, rc;
 
         /* A device reads only numbers of the config. */
         in.cfg.socket_path = in.cfg.devices = in.cfg.metrics_listen = in.cfg.config_file = NULL;
         in.cfg.allow_uids = in.cfg.allow_gids = NULL;
-        if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) < 0)
+        /* The rings, fresh for each process. */
+        shfd = memfd_create("gemmd-rings", MFD_CLOEXEC);
+        if (shfd < 0)
                 return -errno;
+        if (ftruncate(shfd, sizeof(struct xshared)) < 0 ||
+            (sh = mmap(NULL, sizeof(struct xshared), PROT_READ | PROT_WRITE, MAP_SHARED, shfd, 0)) ==
+                    MAP_FAILED) {
+                int rc = -errno;
+
+                close(shfd);
+                return rc;
+        }
+        if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) < 0) {
+                int rc = -errno;
+
+                munmap(sh, sizeof(*sh));
+                close(shfd);
+                return rc;
+        }
         snprintf(fdarg, sizeof(fdarg), "%d", sv[1]);
         pid = fork();
         if (pid < 0) {
@@ -264,6 +323,8 @@ static int spawn(struct proc_backend *p, struct xready *r)
 
                 close(sv[0]);
                 close(sv[1]);
+                munmap(sh, sizeof(*sh));
+                close(shfd);
                 return rc;
         }
         if (pid == 0) {
@@ -288,8 +349,11 @@ static int spawn(struct proc_backend *p, struct xready *r)
         close(sv[1]);
         __atomic_store_n(&p->pid, pid, __ATOMIC_RELAXED);
         p->chan = sv[0];
+        p->sh = sh;
         memset(r, 0, sizeof(*r));
-        if (send(sv[0], &in, sizeof(in), MSG_NOSIGNAL) != (ssize_t)sizeof(in))
+        rc = xsend(p, &in, sizeof(in), shfd);
+        close(shfd);
+        if (rc)
                 goto fail;
         pfd.fd = sv[0];
         pfd.events = POLLIN;
@@ -308,6 +372,8 @@ fail:
 fail_rc:
         close(sv[0]);
         p->chan = -1;
+        munmap(sh, sizeof(*sh));
+        p->sh = NULL;
         kill(pid, SIGKILL);
         waitpid(pid, NULL, 0);
         return r->rc;
@@ -334,6 +400,9 @@ static int restart(struct proc_backend *p)
         p->chan = -1;
         __atomic_add_fetch(&p->gen, 1, __ATOMIC_RELEASE); /* every mapping of the old one is stale */
         pthread_mutex_unlock(&p->send_lock);
+        if (p->sh)
+                munmap(p->sh, sizeof(*p->sh));
+        p->sh = NULL;
 
         rc = spawn(p, &r);
         if (rc)
@@ -521,9 +590,10 @@ static int launch(struct backend *be, struct group *g)
                 s->ops_cap = g->nops;
         }
         if (s->gen != p->gen) {
-                struct xmsg q = {.type = X_SLOT_MAP, .slot = s->index, .a = s->cap};
+                /* Answered, so that the launch (on the ring) finds it mapped. */
+                struct xmsg q = {.type = X_SLOT_MAP, .slot = s->index, .a = s->cap}, a;
 
-                if (xsend(p, &q, sizeof(q), s->fd))
+                if (call(p, &q, s->fd, &a) || a.rc)
                         return GEMMD_EDEVICE;
                 s->gen = p->gen;
         }
@@ -571,15 +641,24 @@ static int launch(struct backend *be, struct group *g)
                 return GEMMD_EDEVICE;
         }
         s->inflight = 1;
+        atomic_fetch_add_explicit(&p->ninflight, 1, memory_order_relaxed);
         pthread_mutex_unlock(&p->lock);
-        if (!xsend(p, &m, sizeof(m), -1))
+        if (!xring_push(&p->sh->down, &m))
                 return 0;
+        {
+                struct xmsg k = {.type = X_KICK};
+
+                if (!xsend(p, &k, sizeof(k), -1))
+                        return 0;
+        }
         /* The process went: the reader fails the group, unless it had
          * already looked at the slots. */
         pthread_mutex_lock(&p->lock);
         was = s->inflight;
         s->inflight = 0;
         pthread_mutex_unlock(&p->lock);
+        if (was)
+                atomic_fetch_sub_explicit(&p->ninflight, 1, memory_order_relaxed);
         return was ? GEMMD_EDEVICE : 0;
 }
 
@@ -758,6 +837,8 @@ static void destroy(struct backend *be)
                 close(p->chan);
         p->chan = -1;
         pthread_mutex_unlock(&p->send_lock);
+        if (p->sh)
+                munmap(p->sh, sizeof(*p->sh));
         procs[p->index] = NULL;
         while (p->mems) {
                 struct pmem *m = p->mems;

@@ -32,7 +32,6 @@ void config_defaults(struct gemmd_config *cfg)
         cfg->mode = SCHED_SORTED;
         cfg->max_groups_inflight = 0; /* the backend's (struct backend) */
         cfg->batch_window_us = 0;
-        cfg->device_process = DEVPROC_AUTO;
         /* A lone request crosses three of the daemon's threads (loop,
          * worker, completion); waking one that slept costs 5-15 us on a
          * server, so each keeps polling a while after its last work. On
@@ -165,7 +164,7 @@ static void usage(FILE *f, const struct gemmd_config *d)
                 "      --loops N                event loops (threads) serving the connections, 1 to 64\n"
                 "                               (default: 4 on a GPU with 8 or more CPUs, else 1)\n"
                 "      --device-process yes|no  drive each device from a process of its own, replaced after a\n"
-                "                               fault its context cannot survive (default: yes on a GPU)\n"
+                "                               fault its context cannot survive (default: no)\n"
                 "      --f32-kernel split|ffma  exact f32 on an sm_90 GPU: each operand split into two TF32\n"
                 "                               parts on tensor cores (default), or fused multiply-adds\n"
                 "      --max-group-tiles N      tiles in one group (default: %llu)\n"

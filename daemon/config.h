@@ -43,9 +43,11 @@ struct gemmd_config {
         uint32_t timing_every;        /* a GPU times 2 groups in every this many (1: all) */
         int f32_ffma;                 /* exact f32 on FMA cores, not split into TF32 parts */
         /* Each device driven by a process of its own, replaced after a
-         * fault that its context cannot survive (devproc.h). */
+         * fault that its context cannot survive (devproc.h). Off by
+         * default: the two extra thread hops per group cost 15-30% of
+         * the service's throughput on the H100
+         * (bench/results/service-ab-devproc.txt). */
         int device_process;
-#define DEVPROC_AUTO (-1)             /* not given: yes on a GPU, no with --backend cpu */
         int loops;                    /* event loops (threads) serving the sessions */
 #define LOOPS_AUTO 0                  /* not given: the server decides by backend and cores */
 #define LOOPS_MAX 64

@@ -11,6 +11,7 @@
  * end of file on the socket, or the parent-death signal.
  */
 #include <errno.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -41,11 +42,14 @@ struct hslot {
 
 static struct {
         int fd;
+        struct xshared *sh; /* the rings (devproc.h) */
+        pthread_mutex_t up_lock; /* the up ring has a producer per backend thread */
         struct backend *be;
         struct worker w; /* only what a backend reads of its worker */
         struct hslot **slots;
         uint32_t nslots;
-        uint64_t spin_ns, active_ns; /* polling window after the last message */
+        uint64_t spin_ns;
+        _Atomic uint64_t active_ns; /* the last message in or out: polling goes on spin_ns after */
 } H;
 
 int devhost_active; /* read by backends that act differently in a device process */
@@ -71,6 +75,24 @@ static struct hslot *slot_of(const struct group *g)
         return (struct hslot *)((char *)g - offsetof(struct hslot, g));
 }
 
+/* Any thread: a message up the ring, and a kick if the daemon's reader
+ * sleeps. */
+static void up(const struct xmsg *m)
+{
+        int kick;
+
+        pthread_mutex_lock(&H.up_lock);
+        kick = xring_push(&H.sh->up, m);
+        pthread_mutex_unlock(&H.up_lock);
+        atomic_store_explicit(&H.active_ns, now_ns(), memory_order_relaxed);
+        if (kick) {
+                struct xmsg k = {.type = X_KICK};
+
+                if (xsend(&k, sizeof(k)))
+                        _exit(0); /* the daemon is gone */
+        }
+}
+
 /* A backend thread: the group is done. Its device time is collected here,
  * where the daemon's worker would have asked for it. */
 static void hosted_done(struct group *g, int status)
@@ -81,8 +103,7 @@ static void hosted_done(struct group *g, int status)
                 H.be->collect(H.be, g, &m.a, &m.b);
                 m.c = 1;
         }
-        if (xsend(&m, sizeof(m)))
-                _exit(0); /* the daemon is gone */
+        up(&m);
 }
 
 static void hosted_launched(struct group *g, const uint8_t handle[64], int device)
@@ -90,13 +111,13 @@ static void hosted_launched(struct group *g, const uint8_t handle[64], int devic
         struct xmsg m = {.type = X_LAUNCHED, .slot = slot_of(g)->index, .rc = device};
 
         memcpy(m.handle, handle, 64);
-        xsend(&m, sizeof(m));
+        up(&m);
 }
 
 /* Receives one message into buf (len bytes at most) and the descriptor
  * that came with it, if any (*fd, else -1). Returns its length, 0 at end
- * of file, or a negative code. */
-static ssize_t xrecv(void *buf, size_t len, int *fd)
+ * of file, or a negative code (-EAGAIN: none waiting, with MSG_DONTWAIT). */
+static ssize_t xrecv(void *buf, size_t len, int *fd, int flags)
 {
         char cbuf[CMSG_SPACE(sizeof(int))];
         struct iovec iov = {buf, len};
@@ -105,8 +126,9 @@ static ssize_t xrecv(void *buf, size_t len, int *fd)
         ssize_t n;
 
         *fd = -1;
-        n = xrecv_polled(H.fd, &mh, MSG_CMSG_CLOEXEC, H.spin_ns, H.active_ns);
-        H.active_ns = now_ns();
+        do
+                n = recvmsg(H.fd, &mh, MSG_CMSG_CLOEXEC | flags);
+        while (n < 0 && errno == EINTR);
         if (n < 0)
                 return -errno;
         for (struct cmsghdr *c = CMSG_FIRSTHDR(&mh); c; c = CMSG_NXTHDR(&mh, c))
@@ -289,12 +311,15 @@ static int start(void)
         struct xinit in;
         struct xready r = {.type = X_READY, .pid = getpid()};
         int fd, rc;
-        ssize_t n = xrecv(&in, sizeof(in), &fd);
+        ssize_t n = xrecv(&in, sizeof(in), &fd, 0);
 
-        if (fd >= 0)
-                close(fd);
-        if (n != (ssize_t)sizeof(in) || in.type != X_INIT)
+        if (n != (ssize_t)sizeof(in) || in.type != X_INIT || fd < 0)
                 return -EPROTO;
+        H.sh = mmap(NULL, sizeof(struct xshared), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+        close(fd);
+        if (H.sh == MAP_FAILED)
+                return -EPROTO;
+        pthread_mutex_init(&H.up_lock, NULL);
         {
                 char name[16];
 
@@ -331,6 +356,84 @@ static int start(void)
         return rc;
 }
 
+/* One message from the daemon (a descriptor with it in fd, else -1). */
+static void handle(const struct xmsg *m, int xfd)
+{
+        int rc;
+
+        switch (m->type) {
+        case X_SLOT_MAP:
+                rc = slot_map(m, xfd);
+                if (rc)
+                        log_err("device process: cannot map slot %u: %s", m->slot,
+                                gemmd_strerror(rc));
+                reply(m, rc, 0, 0, NULL);
+                break;
+        case X_SHM_MAP: {
+                struct gbuf *b = NULL;
+
+                rc = xfd >= 0 ? gbuf_new_shm(xfd, m->a, &b) : -EINVAL;
+                reply(m, rc, (uint64_t)(uintptr_t)b, 0, NULL);
+                break;
+        }
+        case X_SHM_UNMAP:
+                gbuf_unref((struct gbuf *)(uintptr_t)m->a);
+                break;
+        case X_LAUNCH: {
+                struct hslot *s = m->slot < H.nslots ? H.slots[m->slot] : NULL;
+
+                rc = s ? launch(s) : -EINVAL;
+                if (rc) {
+                        struct xmsg d = {.type = X_DONE, .slot = m->slot, .b = UINT64_MAX,
+                                         .rc = rc > 0 ? rc : GEMMD_EDEVICE};
+
+                        log_err("device process: launch of group %llu failed: %s",
+                                s ? (unsigned long long)s->g.id : 0ull, gemmd_strerror(rc));
+                        up(&d);
+                }
+                break;
+        }
+        case X_IPC_OPEN: {
+                uint64_t addr = 0;
+                void *token = NULL;
+
+                rc = H.be->ipc_open ? H.be->ipc_open(H.be, m->handle, m->a, m->b, &addr, &token)
+                                    : GEMMD_EUNSUPPORTED;
+                reply(m, rc, addr, (uint64_t)(uintptr_t)token, NULL);
+                break;
+        }
+        case X_IPC_CLOSE:
+                if (H.be->ipc_close)
+                        H.be->ipc_close(H.be, (void *)(uintptr_t)m->a);
+                break;
+        case X_DEV_ALLOC: {
+                uint64_t addr = 0;
+                void *token = NULL;
+                uint8_t exported[64] = {0};
+
+                rc = H.be->dev_alloc ? H.be->dev_alloc(H.be, m->a, &addr, exported, &token)
+                                     : GEMMD_EUNSUPPORTED;
+                reply(m, rc, addr, (uint64_t)(uintptr_t)token, exported);
+                break;
+        }
+        case X_DEV_FREE:
+                if (H.be->dev_free)
+                        H.be->dev_free(H.be, (void *)(uintptr_t)m->a);
+                break;
+        case X_RECOVER:
+                rc = H.be->recover ? H.be->recover(H.be) : 0;
+                reply(m, rc, 0, 0, NULL);
+                if (rc)
+                        _exit(3); /* the daemon starts another */
+                break;
+        case X_KICK:
+                break; /* the ring is looked at next */
+        default:
+                log_err("device process: unknown message %u", m->type);
+                _exit(1);
+        }
+}
+
 int devhost_main(int fd)
 {
         H.fd = fd;
@@ -341,87 +444,43 @@ int devhost_main(int fd)
                 return 1;
         if (start())
                 return 1;
-        for (;;) {
+        for (uint32_t idle = 0;;) {
                 struct xmsg m;
-                int xfd, rc = 0;
-                ssize_t n = xrecv(&m, sizeof(m), &xfd);
+                int xfd = -1;
+                ssize_t n;
 
+                /* Launches come up the ring; the socket is looked at every
+                 * so often while polling (it carries nothing urgent), and
+                 * blocked on once the polling window is over. */
+                if (xring_pop(&H.sh->down, &m)) {
+                        atomic_store_explicit(&H.active_ns, now_ns(), memory_order_relaxed);
+                        handle(&m, -1);
+                        idle = 0;
+                        continue;
+                }
+                if (++idle % 64 && now_ns() - atomic_load_explicit(&H.active_ns, memory_order_relaxed) <
+                                           H.spin_ns) {
+                        cpu_relax();
+                        continue;
+                }
+                n = xrecv(&m, sizeof(m), &xfd, MSG_DONTWAIT);
+                if (n == -EAGAIN &&
+                    now_ns() - atomic_load_explicit(&H.active_ns, memory_order_relaxed) < H.spin_ns)
+                        continue;
+                if (n == -EAGAIN) {
+                        if (!xring_sleep(&H.sh->down))
+                                continue;
+                        n = xrecv(&m, sizeof(m), &xfd, 0);
+                        xring_awake(&H.sh->down);
+                }
                 if (n <= 0)
                         break; /* the daemon closed its end, or is gone */
                 if (n != (ssize_t)sizeof(m)) {
                         log_err("device process: a message of %zd bytes", n);
                         break;
                 }
-                switch (m.type) {
-                case X_SLOT_MAP:
-                        rc = slot_map(&m, xfd);
-                        if (rc) {
-                                log_err("device process: cannot map slot %u: %s", m.slot,
-                                        gemmd_strerror(rc));
-                                _exit(1); /* the daemon sees it gone and fails the group */
-                        }
-                        break;
-                case X_SHM_MAP: {
-                        struct gbuf *b = NULL;
-
-                        rc = xfd >= 0 ? gbuf_new_shm(xfd, m.a, &b) : -EINVAL;
-                        reply(&m, rc, (uint64_t)(uintptr_t)b, 0, NULL);
-                        break;
-                }
-                case X_SHM_UNMAP:
-                        gbuf_unref((struct gbuf *)(uintptr_t)m.a);
-                        break;
-                case X_LAUNCH: {
-                        struct hslot *s = m.slot < H.nslots ? H.slots[m.slot] : NULL;
-
-                        rc = s ? launch(s) : -EINVAL;
-                        if (rc) {
-                                struct xmsg d = {.type = X_DONE, .slot = m.slot, .b = UINT64_MAX,
-                                                 .rc = rc > 0 ? rc : GEMMD_EDEVICE};
-
-                                log_err("device process: launch of group %llu failed: %s",
-                                        s ? (unsigned long long)s->g.id : 0ull, gemmd_strerror(rc));
-                                xsend(&d, sizeof(d));
-                        }
-                        break;
-                }
-                case X_IPC_OPEN: {
-                        uint64_t addr = 0;
-                        void *token = NULL;
-
-                        rc = H.be->ipc_open ? H.be->ipc_open(H.be, m.handle, m.a, m.b, &addr, &token)
-                                            : GEMMD_EUNSUPPORTED;
-                        reply(&m, rc, addr, (uint64_t)(uintptr_t)token, NULL);
-                        break;
-                }
-                case X_IPC_CLOSE:
-                        if (H.be->ipc_close)
-                                H.be->ipc_close(H.be, (void *)(uintptr_t)m.a);
-                        break;
-                case X_DEV_ALLOC: {
-                        uint64_t addr = 0;
-                        void *token = NULL;
-                        uint8_t handle[64] = {0};
-
-                        rc = H.be->dev_alloc ? H.be->dev_alloc(H.be, m.a, &addr, handle, &token)
-                                             : GEMMD_EUNSUPPORTED;
-                        reply(&m, rc, addr, (uint64_t)(uintptr_t)token, handle);
-                        break;
-                }
-                case X_DEV_FREE:
-                        if (H.be->dev_free)
-                                H.be->dev_free(H.be, (void *)(uintptr_t)m.a);
-                        break;
-                case X_RECOVER:
-                        rc = H.be->recover ? H.be->recover(H.be) : 0;
-                        reply(&m, rc, 0, 0, NULL);
-                        if (rc)
-                                _exit(3); /* the daemon starts another */
-                        break;
-                default:
-                        log_err("device process: unknown message %u", m.type);
-                        _exit(1);
-                }
+                atomic_store_explicit(&H.active_ns, now_ns(), memory_order_relaxed);
+                handle(&m, xfd);
                 if (xfd >= 0)
                         close(xfd);
         }

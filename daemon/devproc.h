@@ -19,9 +19,8 @@
 #ifndef GEMMD_DEVPROC_H
 #define GEMMD_DEVPROC_H
 
-#include <errno.h>
+#include <stdatomic.h>
 #include <stdint.h>
-#include <sys/socket.h>
 
 #include "daemon/config.h"
 #include "daemon/work.h"
@@ -29,9 +28,9 @@
 #include "scheduler/plan.h"
 
 enum xtype {
-        X_INIT = 1,  /* daemon: struct xinit; answered by X_READY (struct xready) */
+        X_INIT = 1,  /* daemon, fd of struct xshared: struct xinit; answered by X_READY */
         X_READY,
-        X_SLOT_MAP,  /* daemon, fd: slot `slot`'s launch data is now this memory, a bytes */
+        X_SLOT_MAP,  /* daemon, fd: slot `slot`'s launch data is now this memory, a bytes; replied */
         X_SHM_MAP,   /* daemon, fd: map a bytes of shared memory; reply a = its handle */
         X_SHM_UNMAP, /* daemon: a = the handle; its last use is done */
         X_LAUNCH,    /* daemon: launch the group in slot `slot` */
@@ -43,6 +42,7 @@ enum xtype {
         X_DEV_FREE,  /* daemon: a = token */
         X_RECOVER,   /* daemon, nothing in flight: repair the device or say it cannot */
         X_REPLY,     /* device: the answer to the request numbered seq */
+        X_KICK,      /* either: look at your ring (you said you would sleep) */
 };
 
 struct xmsg {
@@ -54,6 +54,81 @@ struct xmsg {
         uint64_t a, b, c;
         uint8_t handle[64];
 };
+
+/*
+ * The hot messages, X_LAUNCH down and X_DONE and X_LAUNCHED up, go through
+ * two rings in memory the two processes share instead of the socket: a
+ * thread that polls (--spin-us) then sees one within a few hundred
+ * nanoseconds and no system call is made. A consumer that goes to sleep
+ * says so (sleeping) and blocks on the socket; a producer that sees it
+ * sends X_KICK there. Everything else, rare and needing descriptors or a
+ * reply, stays on the socket; the daemon sends X_LAUNCH only after the
+ * slot it names is mapped (X_SLOT_MAP is answered), so the two paths need
+ * no order between them.
+ */
+#define XRING 256
+
+struct xring {
+        _Atomic uint64_t head; /* the producer's */
+        char pad0[56];
+        _Atomic uint64_t tail; /* the consumer's */
+        char pad1[56];
+        _Atomic uint32_t sleeping; /* the consumer blocks (or is about to) on the socket */
+        char pad2[60];
+        struct xmsg m[XRING];
+};
+
+struct xshared {
+        struct xring down; /* daemon to device: X_LAUNCH */
+        struct xring up;   /* device to daemon: X_DONE, X_LAUNCHED */
+};
+
+/* Producer (one thread at a time): appends m; returns 1 when the consumer
+ * sleeps and must be kicked. */
+static inline int xring_push(struct xring *r, const struct xmsg *m)
+{
+        uint64_t h = atomic_load_explicit(&r->head, memory_order_relaxed);
+
+        while (h - atomic_load_explicit(&r->tail, memory_order_acquire) >= XRING)
+                cpu_relax(); /* never with a slot per group in flight */
+        r->m[h % XRING] = *m;
+        atomic_store_explicit(&r->head, h + 1, memory_order_release);
+        /* Against the consumer's sleeping store then head load: one of the
+         * two sees the other's. */
+        atomic_thread_fence(memory_order_seq_cst);
+        return atomic_load_explicit(&r->sleeping, memory_order_relaxed) != 0;
+}
+
+/* Consumer: takes the oldest message into *m; 0 when there is none. */
+static inline int xring_pop(struct xring *r, struct xmsg *m)
+{
+        uint64_t t = atomic_load_explicit(&r->tail, memory_order_relaxed);
+
+        if (t == atomic_load_explicit(&r->head, memory_order_acquire))
+                return 0;
+        *m = r->m[t % XRING];
+        atomic_store_explicit(&r->tail, t + 1, memory_order_release);
+        return 1;
+}
+
+/* Consumer, before it blocks on the socket: 1 if it may (the ring is
+ * empty and a producer will kick), 0 if a message came meanwhile. */
+static inline int xring_sleep(struct xring *r)
+{
+        atomic_store_explicit(&r->sleeping, 1, memory_order_relaxed);
+        atomic_thread_fence(memory_order_seq_cst);
+        if (atomic_load_explicit(&r->head, memory_order_relaxed) !=
+            atomic_load_explicit(&r->tail, memory_order_relaxed)) {
+                atomic_store_explicit(&r->sleeping, 0, memory_order_relaxed);
+                return 0;
+        }
+        return 1;
+}
+
+static inline void xring_awake(struct xring *r)
+{
+        atomic_store_explicit(&r->sleeping, 0, memory_order_relaxed);
+}
 
 #define XKEYS 8 /* kernel-config keys: dtype in bits 0-1, tf32 in bit 2 */
 
@@ -119,27 +194,6 @@ struct xlaunch {
         uint64_t blob_bytes;
         uint64_t ops_off, sp_off, blob_off; /* from the start of the slot */
 };
-
-/* Receives one message. Within spin_ns of `since` (the reader's last
- * message) it polls rather than sleeps: at a steady rate of groups the
- * next one is then taken without the 5-15 us of a wake-up, as the
- * daemon's other threads do (--spin-us). */
-static inline ssize_t xrecv_polled(int fd, struct msghdr *mh, int flags, uint64_t spin_ns,
-                                   uint64_t since)
-{
-        ssize_t n;
-
-        while (spin_ns && now_ns() - since < spin_ns) {
-                n = recvmsg(fd, mh, flags | MSG_DONTWAIT);
-                if (n >= 0 || (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR))
-                        return n;
-                cpu_relax();
-        }
-        do
-                n = recvmsg(fd, mh, flags);
-        while (n < 0 && errno == EINTR);
-        return n;
-}
 
 /* The device process's main: serves the daemon on descriptor fd. */
 int devhost_main(int fd);

@@ -484,8 +484,7 @@ static int start_backends(struct server *srv)
                 srv->backends = calloc(1, sizeof(*srv->backends));
                 if (!srv->backends)
                         return -ENOMEM;
-                /* Off unless asked for: the CPU has no context to lose. */
-                rc = cfg->device_process == 1
+                rc = cfg->device_process
                              ? backend_proc_new(BACKEND_CPU, 0, cfg, &srv->backends[0])
                              : backend_cpu_new(cfg->threads, &srv->backends[0]);
                 if (rc)

@@ -53,9 +53,9 @@ int hard_res_read(pid_t pid, struct hard_res *r)
         if (!f)
                 return -1;
         /* Clients' memory; not the launch slots the daemon shares with its
-         * device process (memfd "gemmd-slot"). */
+         * device process (memfds "gemmd-slot", "gemmd-rings"). */
         while (fgets(line, sizeof(line), f))
-                if (strstr(line, "/memfd:") && !strstr(line, "/memfd:gemmd-slot"))
+                if (strstr(line, "/memfd:") && !strstr(line, "/memfd:gemmd-"))
                         r->shm_maps++;
         fclose(f);
         return r->rss_kb < 0 ? -1 : 0;

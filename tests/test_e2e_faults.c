@@ -407,8 +407,9 @@ Test(faults, a_killed_device_process_fails_its_groups_then_another_serves_the_sa
         uint64_t seed = 41;
         long long pid0, pid1;
 
+        /* Polling (--spin-us) as on a GPU: both ends of the rings poll. */
         cr_assert_eq(e2e_daemon_start(&d, "--device-process", "yes", "--threads", "1",
-                                      "--max-groups-inflight", "1", NULL), 0);
+                                      "--max-groups-inflight", "1", "--spin-us", "50", NULL), 0);
         c = e2e_connect(&d);
         cr_assert_not_null(c);
         cr_assert_eq(e2e_arena_init(&ar, c, 8u << 20), 0);

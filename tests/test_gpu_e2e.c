@@ -415,4 +415,3 @@ Test(gpu_e2e, device_fault_without_a_device_process_drains_for_a_restart)
 {
         fault_run("no", 11);
 }
-}
