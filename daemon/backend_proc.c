@@ -75,6 +75,7 @@ struct proc_backend {
         pid_t pid;
         int chan; /* under send_lock; -1 between processes */
         struct xshared *sh; /* the rings shared with the process */
+        uint64_t launches;  /* X_LAUNCHes sent to it (worker thread) */
         _Atomic uint32_t ninflight; /* slots in flight: the reader polls while any is */
         /* Bumped by every new device process; read by gbuf_forget on any
          * thread, under send_lock. */
@@ -258,7 +259,7 @@ static void *reader_main(void *arg)
                 }
         }
         pthread_mutex_lock(&p->lock);
-        p->dead = 1;
+        __atomic_store_n(&p->dead, 1, __ATOMIC_RELEASE); /* read unlocked by wait_launched */
         for (uint32_t i = 0; i < p->nslots; i++)
                 if (p->slots[i]->inflight && nfailed < 64) {
                         p->slots[i]->inflight = 0;
@@ -350,6 +351,7 @@ static int spawn(struct proc_backend *p, struct xready *r)
         __atomic_store_n(&p->pid, pid, __ATOMIC_RELAXED);
         p->chan = sv[0];
         p->sh = sh;
+        p->launches = 0;
         memset(r, 0, sizeof(*r));
         rc = xsend(p, &in, sizeof(in), shfd);
         close(shfd);
@@ -560,6 +562,22 @@ static int place(struct proc_backend *p, struct pslot *s, const struct op *o, in
         return -EINVAL;
 }
 
+/* Waits until the device process has carried out every launch sent (see
+ * xshared.launched), or is gone. Polls: a launch takes some 10 us. */
+static void wait_launched(struct proc_backend *p)
+{
+        const uint64_t t0 = now_ns();
+
+        while (atomic_load_explicit(&p->sh->launched, memory_order_acquire) < p->launches) {
+                if (__atomic_load_n(&p->dead, __ATOMIC_ACQUIRE))
+                        return;
+                if (now_ns() - t0 < 2000000)
+                        cpu_relax();
+                else
+                        usleep(50); /* a first launch loads the kernels */
+        }
+}
+
 static int launch(struct backend *be, struct group *g)
 {
         struct proc_backend *p = (struct proc_backend *)be;
@@ -643,14 +661,16 @@ static int launch(struct backend *be, struct group *g)
         s->inflight = 1;
         atomic_fetch_add_explicit(&p->ninflight, 1, memory_order_relaxed);
         pthread_mutex_unlock(&p->lock);
-        if (!xring_push(&p->sh->down, &m))
-                return 0;
-        {
+        p->launches++;
+        if (xring_push(&p->sh->down, &m)) {
                 struct xmsg k = {.type = X_KICK};
 
-                if (!xsend(p, &k, sizeof(k), -1))
-                        return 0;
+                if (xsend(p, &k, sizeof(k), -1))
+                        goto gone;
         }
+        wait_launched(p);
+        return 0;
+gone:
         /* The process went: the reader fails the group, unless it had
          * already looked at the slots. */
         pthread_mutex_lock(&p->lock);

@@ -455,6 +455,7 @@ int devhost_main(int fd)
                 if (xring_pop(&H.sh->down, &m)) {
                         atomic_store_explicit(&H.active_ns, now_ns(), memory_order_relaxed);
                         handle(&m, -1);
+                        atomic_fetch_add_explicit(&H.sh->launched, 1, memory_order_release);
                         idle = 0;
                         continue;
                 }

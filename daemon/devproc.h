@@ -81,6 +81,13 @@ struct xring {
 struct xshared {
         struct xring down; /* daemon to device: X_LAUNCH */
         struct xring up;   /* device to daemon: X_DONE, X_LAUNCHED */
+        /* X_LAUNCHes the device process has carried out (launched on the
+         * device, or failed): the daemon's worker waits for its launch to
+         * be counted, as it would wait for its own launch calls, so that
+         * it forms the next group no sooner than in the daemon's process
+         * (a group formed sooner is smaller, and waits all the same). */
+        _Atomic uint64_t launched;
+        char pad[56];
 };
 
 /* Producer (one thread at a time): appends m; returns 1 when the consumer
