@@ -207,12 +207,11 @@ static void handle_up(struct proc_backend *p, const struct xmsg *m)
 static void *reader_main(void *arg)
 {
         struct proc_backend *p = arg;
+        const uint64_t spin_ns = p->cfg->spin_us * 1000ull;
         struct pslot *failed[64];
         uint32_t nfailed = 0;
-        int st = 0;
-
-        const uint64_t spin_ns = p->cfg->spin_us * 1000ull;
         uint64_t active = 0;
+        int st = 0;
 
         for (uint32_t idle = 0;;) {
                 struct xmsg m;
@@ -417,6 +416,8 @@ static int restart(struct proc_backend *p)
                 waitpid(p->pid, NULL, 0);
                 close(p->chan);
                 p->chan = -1;
+                munmap(p->sh, sizeof(*p->sh));
+                p->sh = NULL;
                 return rc;
         }
         p->reader_started = 1;
@@ -946,6 +947,7 @@ int backend_proc_new(int kind, int ordinal, const struct gemmd_config *cfg, stru
                 kill(p->pid, SIGKILL);
                 waitpid(p->pid, NULL, 0);
                 close(p->chan);
+                munmap(p->sh, sizeof(*p->sh));
                 free(p);
                 return rc;
         }

@@ -10,11 +10,12 @@
  * daemon replaces the device process instead, and keeps its sessions.
  *
  * The two talk over a SOCK_SEQPACKET socket pair, one message per packet,
- * descriptors of shared memory riding along (SCM_RIGHTS). A group's launch
- * data (problems, plan, operand descriptors, inline operands) is written
- * by the daemon into its slot's shared memory, which the device process
- * maps once; the launch message itself only names the slot. Both ends are
- * the same binary, so structs travel as they are.
+ * descriptors of shared memory riding along (SCM_RIGHTS), and, for the
+ * launches and completions, through two rings in memory they share (struct
+ * xshared). A group's launch data (problems, plan, operand descriptors,
+ * inline operands) is written by the daemon into its slot's shared memory,
+ * which the device process maps once; the launch message itself only names
+ * the slot. Both ends are the same binary, so structs travel as they are.
  */
 #ifndef GEMMD_DEVPROC_H
 #define GEMMD_DEVPROC_H

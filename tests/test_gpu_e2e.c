@@ -415,3 +415,142 @@ Test(gpu_e2e, device_fault_without_a_device_process_drains_for_a_restart)
 {
         fault_run("no", 11);
 }
+
+/* ---- a fault under load ------------------------------------------------------ */
+
+struct load {
+        const struct e2e_daemon *d;
+        uint64_t seed;
+        int ms;
+};
+
+/* A client that keeps four requests of random problems in flight (shared
+ * memory registered once) for ctx->ms and checks every result; an op that
+ * fails with GEMMD_EDEVICE (its group was on the device at the fault) is
+ * counted, any other failure is an error. Writes "ok failed" to fd. */
+static int load_client(void *arg, int fd)
+{
+        struct load *l = arg;
+        gemmd_client *c = e2e_connect(l->d);
+        struct e2e_arena ar;
+        uint64_t seed = l->seed, deadline = e2e_now_us() + (uint64_t)l->ms * 1000, ok = 0, failed = 0;
+        char why[256];
+
+        if (!c || e2e_arena_init(&ar, c, 16u << 20))
+                return 2;
+        while (e2e_now_us() < deadline) {
+                struct e2e_prob p[4];
+                gemmd_ticket t[4];
+                struct e2e_spec s;
+                double err;
+
+                ar.used = 0; /* the last round's ops are done */
+                for (int i = 0; i < 4; i++) {
+                        e2e_spec_random(&s, &seed, 256);
+                        if (e2e_prob_place(&p[i], &s, &ar, &seed) ||
+                            gemmd_submit(c, &p[i].op, 1, GEMMD_PRIO_NORMAL, &t[i]))
+                                return 3;
+                }
+                for (int i = 0; i < 4; i++) {
+                        int rc = gemmd_wait(c, t[i], 120000, NULL, 0);
+
+                        if (rc == GEMMD_EDEVICE) {
+                                failed++;
+                        } else if (rc) {
+                                fprintf(stderr, "load client: %s\n", gemmd_strerror(rc));
+                                return 4;
+                        } else if (e2e_prob_check(&p[i], &err, why, sizeof(why))) {
+                                fprintf(stderr, "load client: wrong result: %s\n", why);
+                                return 5;
+                        } else {
+                                ok++;
+                        }
+                        e2e_prob_free(&p[i]);
+                }
+        }
+        dprintf(fd, "%llu %llu\n", (unsigned long long)ok, (unsigned long long)failed);
+        gemmd_disconnect(c);
+        return 0;
+}
+
+/* Four clients keep the device busy; a fifth injects a device fault. Only
+ * ops of the groups on the device at that moment fail (GEMMD_EDEVICE);
+ * every other result is right, before and after; the clients keep their
+ * sessions and buffers; the device process is replaced once. Prints how
+ * long the device was away: from the faulting op's answer to the next
+ * op served. */
+Test(gpu_e2e, device_fault_under_load_fails_only_the_groups_in_flight)
+{
+        struct e2e_daemon d;
+        struct load l[4];
+        pid_t kid[4];
+        int fd[4];
+        char *fi = e2e_build_path("gemmd-fi"), *json = NULL;
+        uint64_t seed = 61, ok = 0, failed = 0, t0, t1;
+        struct e2e_spec s;
+        struct e2e_prob p;
+        gemmd_client *c;
+        int rc;
+
+        SKIP_WITHOUT_GPU();
+        if (!fi || access(fi, X_OK) != 0)
+                cr_skip_test("no gemmd-fi (fault-injection build) beside the tests");
+        free(fi);
+        setenv("E2E_GEMMD", "gemmd-fi", 1);
+        rc = e2e_daemon_start(&d, "--backend", "cuda", "--device-process", "yes", NULL);
+        unsetenv("E2E_GEMMD");
+        cr_assert_eq(rc, 0);
+        for (int i = 0; i < 4; i++) {
+                l[i] = (struct load){.d = &d, .seed = 100 + (uint64_t)i, .ms = 5000};
+                kid[i] = e2e_fork(load_client, &l[i], &fd[i]);
+                cr_assert_gt(kid[i], 0);
+        }
+        usleep(1500000);
+        /* Inline operands: this process owns no CUDA context. */
+        c = e2e_connect(&d);
+        cr_assert_not_null(c);
+        e2e_spec_random(&s, &seed, 64);
+        cr_assert_eq(e2e_prob_inline(&p, &s, &seed), 0);
+        p.op.flags |= GEMMD_OPF_DEBUG_FAULT;
+        rc = gemmd_run(c, &p.op, 1, NULL);
+        t0 = e2e_now_us();
+        cr_expect_eq(rc, GEMMD_EDEVICE, "the faulting op: %s", gemmd_strerror(rc));
+        e2e_prob_free(&p);
+        for (;;) {
+                char why[256];
+
+                e2e_spec_random(&s, &seed, 64);
+                cr_assert_eq(e2e_prob_inline(&p, &s, &seed), 0);
+                rc = e2e_run_checked(c, &p, 1, 1, NULL, why, sizeof(why));
+                e2e_prob_free(&p);
+                if (rc == 0)
+                        break;
+                cr_assert_lt(e2e_now_us() - t0, 60000000ull, "not served again: %s", why);
+        }
+        t1 = e2e_now_us();
+        for (int i = 0; i < 4; i++) {
+                char buf[64] = {0};
+                unsigned long long a = 0, b = 0;
+
+                cr_expect_eq(e2e_wait_child(kid[i], 120000), 0, "load client %d failed", i);
+                if (read(fd[i], buf, sizeof(buf) - 1) > 0 && sscanf(buf, "%llu %llu", &a, &b) == 2) {
+                        ok += a;
+                        failed += b;
+                }
+                close(fd[i]);
+        }
+        cr_assert_eq(gemmd_stats(c, 1, &json), 0);
+        fprintf(stderr,
+                "fault under load: 4 clients, %llu ops right, %llu failed with the fault's groups; "
+                "served again %.1f ms after the faulting op was answered; device process "
+                "started again %lld times\n",
+                (unsigned long long)ok, (unsigned long long)failed, (t1 - t0) / 1e3,
+                device_number(json, "process_restarts"));
+        cr_expect_eq(device_number(json, "process_restarts"), 1);
+        /* At most what was in flight: 4 clients x 4 requests. */
+        cr_expect_leq(failed, 16);
+        cr_expect_gt(ok, 100);
+        free(json);
+        gemmd_disconnect(c);
+        cr_assert_eq(e2e_daemon_stop(&d), 0);
+}
