@@ -44,6 +44,16 @@ int gbuf_new_shm(int fd, uint64_t bytes, struct gbuf **out)
                 return -errno;
         if (!S_ISREG(st.st_mode) || (uint64_t)st.st_size < bytes)
                 return GEMMD_EBOUNDS;
+        /* Nor may it shrink later: a client that truncated the file under
+         * the mapping would make the daemon's next touch of it SIGBUS. A
+         * memfd sealed against shrinking (as libgemmd seals them) is safe;
+         * anything else is refused. */
+        {
+                int seals = fcntl(fd, F_GET_SEALS);
+
+                if (seals < 0 || !(seals & F_SEAL_SHRINK))
+                        return GEMMD_EINVAL;
+        }
         p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
         if (p == MAP_FAILED)
                 return -errno;

@@ -143,7 +143,10 @@ static void on_register(struct session *s, uint64_t rid, const Gemmd__V1__Buffer
         rc = gbuf_new_shm(fd, m->bytes, &b);
         close(fd);
         if (rc) {
-                session_send_error(s, rid, rc, -1, "cannot map the buffer: %s", gemmd_strerror(rc));
+                session_send_error(s, rid, rc, -1, "cannot map the buffer: %s",
+                                   rc == GEMMD_EINVAL ? "shared memory must be a memfd sealed against "
+                                                        "shrinking (F_SEAL_SHRINK)"
+                                                      : gemmd_strerror(rc));
                 return;
         }
         /* Checked again with the add, under the lock that the user's

@@ -356,11 +356,11 @@ int hard_raw_hello(struct hard_raw *r)
 
 int hard_memfd(uint64_t bytes)
 {
-        int fd = memfd_create("hard", MFD_CLOEXEC);
+        int fd = memfd_create("hard", MFD_CLOEXEC | MFD_ALLOW_SEALING);
 
         if (fd < 0)
                 return -1;
-        if (ftruncate(fd, (off_t)bytes) < 0) {
+        if (ftruncate(fd, (off_t)bytes) < 0 || fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK) < 0) {
                 close(fd);
                 return -1;
         }

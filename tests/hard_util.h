@@ -94,7 +94,8 @@ int hard_raw_hello(struct hard_raw *r);
  * memfd is closed before returning. */
 int64_t hard_raw_register(struct hard_raw *r, uint64_t rid, uint64_t bytes, uint64_t file_bytes);
 
-/* A memfd of `bytes` bytes, or -1. */
+/* A memfd of `bytes` bytes, sealed against shrinking as libgemmd seals
+ * them, or -1. */
 int hard_memfd(uint64_t bytes);
 
 #endif

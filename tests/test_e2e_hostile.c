@@ -19,6 +19,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -279,6 +280,35 @@ static void c_register_more_than_the_file(struct hctx *x)
         cr_expect_eq(hard_raw_register(&x->r, 61, 0, 4096), -GEMMD__V1__CODE__INVALID);
         cr_expect_eq(hard_raw_register(&x->r, 62, 1ull << 62, 4096), -GEMMD__V1__CODE__LIMIT);
         expect_session_alive(x, 63);
+}
+
+/* Memory that could be cut short under the daemon's mapping (a memfd not
+ * sealed against shrinking) would let its owner crash the daemon with
+ * SIGBUS: it is refused, with words. A sealed one cannot be shrunk. */
+static void c_register_unsealed_memory(struct hctx *x)
+{
+        Gemmd__V1__Envelope env = GEMMD__V1__ENVELOPE__INIT, *e;
+        Gemmd__V1__BufferRegister reg = GEMMD__V1__BUFFER_REGISTER__INIT;
+        int fd = memfd_create("unsealed", MFD_CLOEXEC), sealed = hard_memfd(8192);
+
+        cr_assert_geq(fd, 0);
+        cr_assert_geq(sealed, 0);
+        cr_assert_eq(ftruncate(fd, 8192), 0);
+        reg.kind = GEMMD__V1__BUFFER_REGISTER__KIND__SHM;
+        reg.bytes = 8192;
+        env.body_case = GEMMD__V1__ENVELOPE__BODY_BUFFER_REGISTER;
+        env.buffer_register = &reg;
+        cr_assert_eq(hard_raw_send(&x->r, 75, &env, &fd, 1, 0), 0);
+        close(fd);
+        e = hard_raw_recv(&x->r, TIMEOUT_MS);
+        cr_assert(e && e->request_id == 75 && e->body_case == GEMMD__V1__ENVELOPE__BODY_ERROR,
+                  "an unsealed memfd was not refused");
+        cr_expect_eq(e->error->code, GEMMD__V1__CODE__INVALID);
+        cr_expect(e->error->message && strstr(e->error->message, "sealed"), "message: %s",
+                  e->error->message ? e->error->message : "(none)");
+        cr_expect(ftruncate(sealed, 4096) < 0 && errno == EPERM, "a sealed memfd shrank");
+        close(sealed);
+        expect_session_alive(x, 76);
 }
 
 static void c_register_a_pipe(struct hctx *x)
@@ -597,6 +627,7 @@ static struct hcase cases[] = {
         {"register without an fd", c_register_without_fd},
         {"register more than the file", c_register_more_than_the_file},
         {"register a pipe", c_register_a_pipe},
+        {"register memory not sealed against shrinking", c_register_unsealed_memory},
         {"too many fds", c_too_many_fds},
         {"zero-length frame", c_zero_length_frame},
         {"garbage frame", c_garbage_frame},
