@@ -493,3 +493,44 @@ Test(faults, an_injected_device_fault_fails_its_group_and_the_sessions_go_on)
         gemmd_disconnect(c2);
         cr_assert_eq(e2e_daemon_stop(&d), 0);
 }
+
+/* The device process maps a client's shared memory when a group first
+ * uses it, and unmaps it with the daemon: after the session closes (or
+ * the client is killed), nothing of it stays mapped there, and the device
+ * process's descriptors are back where they were. */
+Test(faults, the_device_process_lets_go_of_a_closed_sessions_memory)
+{
+        struct e2e_daemon d;
+        struct hard_res base, busy, after;
+        struct e2e_arena ar;
+        gemmd_client *mon, *c;
+        uint64_t seed = 47;
+        long long dev;
+
+        cr_assert_eq(e2e_daemon_start(&d, "--device-process", "yes", "--threads", "2", NULL), 0);
+        mon = e2e_connect(&d);
+        cr_assert_not_null(mon);
+        dev = device_number(mon, "process_pid");
+        cr_assert_gt(dev, 0);
+        cr_assert_eq(hard_res_settled((pid_t)dev, &base, 5000), 0);
+
+        c = e2e_connect(&d);
+        cr_assert_not_null(c);
+        cr_assert_eq(e2e_arena_init(&ar, c, 4u << 20), 0);
+        run_shared_checked(c, &ar, &seed, 4);
+        cr_assert_eq(hard_res_read((pid_t)dev, &busy), 0);
+        cr_expect_eq(busy.shm_maps, base.shm_maps + 1, "the device process maps %d, before %d",
+                     busy.shm_maps, base.shm_maps);
+        gemmd_disconnect(c);
+        for (int tries = 0; tries < 500; tries++) {
+                cr_assert_eq(hard_res_read((pid_t)dev, &after), 0);
+                if (after.shm_maps == base.shm_maps && after.fds == base.fds)
+                        break;
+                usleep(10000);
+        }
+        cr_expect_eq(after.shm_maps, base.shm_maps, "the closed session's memory stayed mapped");
+        cr_expect_eq(after.fds, base.fds, "device process descriptors %d, before %d", after.fds,
+                     base.fds);
+        gemmd_disconnect(mon);
+        cr_assert_eq(e2e_daemon_stop(&d), 0);
+}
