@@ -60,12 +60,6 @@ struct backend {
          * failed on the device; repairs the device if it can (a CUDA
          * context with a sticky error is rebuilt). Returns 0 when usable. */
         int (*recover)(struct backend *b);
-        /* Optional, worker thread: takes in finished groups (calls
-         * worker_group_done) for a backend that has no thread of its own
-         * polling for them. The worker calls it while it polls for work,
-         * and polls on while groups are in flight: with phase 1 first,
-         * 0 in between, and -1 last. */
-        void (*poll)(struct backend *b, int phase);
         /* Waits for nothing: all groups are done when it is called. */
         void (*destroy)(struct backend *b);
 };

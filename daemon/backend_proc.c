@@ -38,6 +38,9 @@
  * large GPU takes about a second). */
 #define START_TIMEOUT_MS 120000
 
+/* How long the reader polls for a group in flight before it sleeps: a
+ * longer group costs a wake-up, which it can afford. */
+#define DONE_POLL_NS 200000ull
 
 /* A group slot's launch data, shared with the device process. */
 struct pslot {
@@ -72,10 +75,8 @@ struct proc_backend {
         pid_t pid;
         int chan; /* under send_lock; -1 between processes */
         struct xshared *sh; /* the rings shared with the process */
-        /* The up ring has two consumers, one at a time: the reader, and
-         * the worker while it polls (drain). */
-        pthread_mutex_t pop_lock;
         uint64_t launches;  /* X_LAUNCHes sent to it (worker thread) */
+        _Atomic uint32_t ninflight; /* slots in flight: the reader polls while any is */
         /* Bumped by every new device process; read by gbuf_forget on any
          * thread, under send_lock. */
         uint32_t gen;
@@ -194,59 +195,60 @@ static void handle_up(struct proc_backend *p, const struct xmsg *m)
                 mine = s->inflight;
                 s->inflight = 0;
                 pthread_mutex_unlock(&p->lock);
-                if (mine)
+                if (mine) {
+                        atomic_fetch_sub_explicit(&p->ninflight, 1, memory_order_relaxed);
                         finish(s, m->rc, (int)m->c, m->a, m->b);
+                }
         }
 }
 
-/* Takes in what came up the ring, unless another thread is at it. */
-static void drain(struct proc_backend *p)
-{
-        struct xmsg m;
-
-        if (pthread_mutex_trylock(&p->pop_lock))
-                return;
-        while (xring_pop(&p->sh->up, &m))
-                handle_up(p, &m);
-        pthread_mutex_unlock(&p->pop_lock);
-}
-
-/* The worker thread, while it polls for work (backend.poll): it polls the
- * up ring too, and the device process kicks the reader meanwhile no more. */
-static void poll_up(struct backend *be, int phase)
-{
-        struct proc_backend *p = (struct proc_backend *)be;
-
-        if (phase > 0)
-                xring_polled(&p->sh->up, 1);
-        if (phase < 0)
-                xring_polled(&p->sh->up, -1);
-        drain(p);
-}
-
-/* The reader thread: completions and launch notices when nobody polls for
- * them (the device process kicks it), replies, and the end of the device
- * process, after which the groups it had fail. */
+/* The reader thread: completions, launch notices and replies, until the
+ * device process is gone; then its groups fail. */
 static void *reader_main(void *arg)
 {
         struct proc_backend *p = arg;
+        const uint64_t spin_ns = p->cfg->spin_us * 1000ull;
         struct pslot *failed[64];
         uint32_t nfailed = 0;
+        uint64_t active = 0;
         int st = 0;
 
-        for (;;) {
+        for (uint32_t idle = 0;;) {
                 struct xmsg m;
                 ssize_t n;
 
-                drain(p);
-                if (!xring_sleep(&p->sh->up))
-                        continue; /* a message came: the process kicks no more */
-                n = recv(p->chan, &m, sizeof(m), 0);
-                xring_awake(&p->sh->up);
-                if (n < 0 && errno == EINTR)
+                if (xring_pop(&p->sh->up, &m)) {
+                        handle_up(p, &m);
+                        active = now_ns();
+                        idle = 0;
+                        continue;
+                }
+                /* Polls while groups are in flight (their completions come
+                 * within DONE_POLL_NS, or the group is a long one) and for
+                 * spin_ns after the last message; looks at the socket every
+                 * so often meanwhile (replies, and the end of the process). */
+                uint64_t since = now_ns() - active;
+                int polling = since < spin_ns ||
+                              (atomic_load_explicit(&p->ninflight, memory_order_relaxed) &&
+                               since < DONE_POLL_NS);
+
+                if (polling && ++idle % 64) {
+                        cpu_relax();
+                        continue;
+                }
+                if (polling) {
+                        n = recv(p->chan, &m, sizeof(m), MSG_DONTWAIT);
+                } else {
+                        if (!xring_sleep(&p->sh->up))
+                                continue; /* a message came: the process kicks no more */
+                        n = recv(p->chan, &m, sizeof(m), 0);
+                        xring_awake(&p->sh->up);
+                }
+                if (n < 0 && (errno == EAGAIN || errno == EINTR))
                         continue;
                 if (n != (ssize_t)sizeof(m))
                         break;
+                active = now_ns();
                 if (m.type == X_REPLY) {
                         pthread_mutex_lock(&p->lock);
                         p->reply = m;
@@ -262,6 +264,7 @@ static void *reader_main(void *arg)
                         p->slots[i]->inflight = 0;
                         failed[nfailed++] = p->slots[i];
                 }
+        atomic_store_explicit(&p->ninflight, 0, memory_order_relaxed);
         pthread_cond_broadcast(&p->cond);
         pthread_mutex_unlock(&p->lock);
         while (waitpid(p->pid, &st, 0) < 0 && errno == EINTR)
@@ -566,19 +569,14 @@ static void wait_launched(struct proc_backend *p)
 {
         const uint64_t t0 = now_ns();
 
-        /* Polling anyway: the completions too. */
-        xring_polled(&p->sh->up, 1);
         while (atomic_load_explicit(&p->sh->launched, memory_order_acquire) < p->launches) {
                 if (__atomic_load_n(&p->dead, __ATOMIC_ACQUIRE))
-                        break;
-                drain(p);
+                        return;
                 if (now_ns() - t0 < 2000000)
                         cpu_relax();
                 else
                         usleep(50); /* a first launch loads the kernels */
         }
-        xring_polled(&p->sh->up, -1);
-        drain(p);
 }
 
 static int launch(struct backend *be, struct group *g)
@@ -662,6 +660,7 @@ static int launch(struct backend *be, struct group *g)
                 return GEMMD_EDEVICE;
         }
         s->inflight = 1;
+        atomic_fetch_add_explicit(&p->ninflight, 1, memory_order_relaxed);
         pthread_mutex_unlock(&p->lock);
         p->launches++;
         if (xring_push(&p->sh->down, &m)) {
@@ -679,6 +678,8 @@ gone:
         was = s->inflight;
         s->inflight = 0;
         pthread_mutex_unlock(&p->lock);
+        if (was)
+                atomic_fetch_sub_explicit(&p->ninflight, 1, memory_order_relaxed);
         return was ? GEMMD_EDEVICE : 0;
 }
 
@@ -871,7 +872,6 @@ static void destroy(struct backend *be)
         free(p->slots);
         pthread_mutex_destroy(&p->lock);
         pthread_mutex_destroy(&p->send_lock);
-        pthread_mutex_destroy(&p->pop_lock);
         pthread_cond_destroy(&p->cond);
         free(p);
 }
@@ -908,7 +908,6 @@ int backend_proc_new(int kind, int ordinal, const struct gemmd_config *cfg, stru
         p->index = nprocs;
         pthread_mutex_init(&p->lock, NULL);
         pthread_mutex_init(&p->send_lock, NULL);
-        pthread_mutex_init(&p->pop_lock, NULL);
         pthread_cond_init(&p->cond, NULL);
         /* The first process: its description becomes the backend's. */
         p->gen = 1;
@@ -943,7 +942,6 @@ int backend_proc_new(int kind, int ordinal, const struct gemmd_config *cfg, stru
         p->b.dev_alloc = r.has_alloc ? dev_alloc : NULL;
         p->b.dev_free = r.has_alloc ? close_mem : NULL;
         p->b.recover = recover; /* a process can always be replaced */
-        p->b.poll = poll_up;
         p->b.destroy = destroy;
         if ((rc = -pthread_create(&p->reader, NULL, reader_main, p)) != 0) {
                 kill(p->pid, SIGKILL);

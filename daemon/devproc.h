@@ -75,11 +75,7 @@ struct xring {
         _Atomic uint64_t tail; /* the consumer's */
         char pad1[56];
         _Atomic uint32_t sleeping; /* the consumer blocks (or is about to) on the socket */
-        /* Threads polling the ring for the consumer meanwhile: a producer
-         * kicks the sleeper only when none is (the daemon's worker polls
-         * the up ring while it polls for work: backend_proc.c). */
-        _Atomic uint32_t polled;
-        char pad2[56];
+        char pad2[60];
         struct xmsg m[XRING];
 };
 
@@ -96,7 +92,7 @@ struct xshared {
 };
 
 /* Producer (one thread at a time): appends m; returns 1 when the consumer
- * sleeps, nobody polls for it, and it must be kicked. */
+ * sleeps and must be kicked. */
 static inline int xring_push(struct xring *r, const struct xmsg *m)
 {
         uint64_t h = atomic_load_explicit(&r->head, memory_order_relaxed);
@@ -108,17 +104,7 @@ static inline int xring_push(struct xring *r, const struct xmsg *m)
         /* Against the consumer's sleeping store then head load: one of the
          * two sees the other's. */
         atomic_thread_fence(memory_order_seq_cst);
-        return atomic_load_explicit(&r->sleeping, memory_order_relaxed) != 0 &&
-               atomic_load_explicit(&r->polled, memory_order_relaxed) == 0;
-}
-
-/* A thread that takes over polling for the sleeping consumer (+1) or
- * stops (-1); after stopping it must look at the ring once more, for
- * messages pushed while it was counted. */
-static inline void xring_polled(struct xring *r, int delta)
-{
-        atomic_fetch_add_explicit(&r->polled, (uint32_t)delta, memory_order_seq_cst);
-        atomic_thread_fence(memory_order_seq_cst);
+        return atomic_load_explicit(&r->sleeping, memory_order_relaxed) != 0;
 }
 
 /* Consumer: takes the oldest message into *m; 0 when there is none. */

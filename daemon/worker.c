@@ -592,40 +592,24 @@ static uint64_t oldest_pending(struct worker *w)
  * held again) when the caller should look at its state once more, 0 when
  * the window is over and it should sleep.
  */
-#define POLL_INFLIGHT_NS 200000ull
-
 static int spin(struct worker *w)
 {
         const uint64_t win = w->cfg->spin_us * 1000ull;
         const uint_fast32_t seen = atomic_load_explicit(&w->nudges, memory_order_acquire);
-        void (*poll)(struct backend *, int) = w->be->poll;
         uint64_t now = now_ns();
         int moved = 0;
 
-        /* A backend that needs the worker to notice its finished groups
-         * (poll) keeps it polling while they run, up to POLL_INFLIGHT_NS
-         * after its last work, as a completion thread would. */
-#define POLLING(now) ((now) - w->active_ns < win || \
-                      (poll && __atomic_load_n(&w->inflight, __ATOMIC_RELAXED) && \
-                       (now) - w->active_ns < POLL_INFLIGHT_NS))
-        if (!win || !POLLING(now))
+        if (!win || now - w->active_ns >= win)
                 return 0;
         pthread_mutex_unlock(&w->lock);
-        if (poll)
-                poll(w->be, 1);
-        while (POLLING(now)) {
+        while (now - w->active_ns < win) {
                 if (atomic_load_explicit(&w->nudges, memory_order_acquire) != seen) {
                         moved = 1;
                         break;
                 }
-                if (poll)
-                        poll(w->be, 0);
                 cpu_relax();
                 now = now_ns();
         }
-#undef POLLING
-        if (poll)
-                poll(w->be, -1);
         pthread_mutex_lock(&w->lock);
         if (moved)
                 w->active_ns = now_ns();
