@@ -3,9 +3,11 @@
  *
  * The worker sees an ordinary backend. Each call goes to the device
  * process: a launch as the group written into its slot's shared memory
- * and one message naming the slot; completions come back to a reader
- * thread, which hands them to the worker as a backend's completion thread
- * would. When the device process dies (a sticky CUDA error makes it exit
+ * and one message naming the slot, on a ring; the worker then waits until
+ * the device process has launched it, as it would wait on its own launch
+ * calls. Completions come back to a reader thread, which polls for them
+ * while groups are in flight and hands them to the worker as a backend's
+ * completion thread would. When the device process dies (a sticky CUDA error makes it exit
  * after the repair it is asked for fails, or anything kills it), the
  * groups it had are failed with GEMMD_EDEVICE, and the worker's repair
  * starts another: shared memory and slots are mapped there again as they

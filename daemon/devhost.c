@@ -1,14 +1,16 @@
 /*
  * devhost.c - the device process: one backend (CPU or CUDA) serving the
- * daemon's worker over a socket (devproc.h).
+ * daemon's worker over a socket and two rings (devproc.h).
  *
- * Its main thread reads the daemon's messages and makes every backend
- * call a worker would make (launch, opening and allocating device memory,
- * repair). A group is rebuilt from its slot's shared memory into the same
- * struct group a worker hands its backend, with this process's addresses;
- * the backend's own threads report the group done, which goes back as a
- * message (worker.hosted_done). When the daemon goes, so does this process:
- * end of file on the socket, or the parent-death signal.
+ * Its main thread takes the daemon's messages (launches from the down
+ * ring, polled while there is work; the rest from the socket) and makes
+ * every backend call a worker would make (launch, opening and allocating
+ * device memory, repair). A group is rebuilt from its slot's shared memory
+ * into the same struct group a worker hands its backend, with this
+ * process's addresses; the backend's own threads report the group done,
+ * which goes up the other ring (worker.hosted_done). When the daemon goes,
+ * so does this process: end of file on the socket, or the parent-death
+ * signal.
  */
 #include <errno.h>
 #include <pthread.h>
