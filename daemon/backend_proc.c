@@ -24,7 +24,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
-#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
@@ -336,7 +335,10 @@ static int spawn(struct proc_backend *p, struct xready *r)
                 char *argv[] = {"gemmd", "--device-host", fdarg, NULL};
                 sigset_t all;
 
-                prctl(PR_SET_PDEATHSIG, SIGKILL);
+                /* No parent-death signal: it follows the forking thread,
+                 * and a worker thread that restarted a device process ends
+                 * before the daemon does. The process ends at end of file
+                 * on its socket instead, which the daemon's death closes. */
                 if (getppid() != parent)
                         _exit(127);
                 fcntl(sv[1], F_SETFD, 0);

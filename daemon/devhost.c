@@ -9,8 +9,8 @@
  * into the same struct group a worker hands its backend, with this
  * process's addresses; the backend's own threads report the group done,
  * which goes up the other ring (worker.hosted_done). When the daemon goes,
- * so does this process: end of file on the socket, or the parent-death
- * signal.
+ * so does this process: at end of file on the socket, which it looks at
+ * even while it polls the ring.
  */
 #include <errno.h>
 #include <pthread.h>
@@ -441,9 +441,6 @@ int devhost_main(int fd)
         H.fd = fd;
         devhost_active = 1;
         signal(SIGPIPE, SIG_IGN);
-        /* The daemon may have died before this process asked to be told. */
-        if (getppid() == 1)
-                return 1;
         if (start())
                 return 1;
         for (uint32_t idle = 0;;) {

@@ -343,6 +343,10 @@ int e2e_wait_child(pid_t pid, int timeout_ms)
                 }
                 sleep_ms(2);
         }
+        /* A daemon waited for here is reaped: the fixture no longer stops it. */
+        for (int i = 0; i < MAX_DAEMONS; i++)
+                if (running[i].pid == pid)
+                        running[i].pid = 0;
         if (WIFEXITED(st))
                 return WEXITSTATUS(st);
         return 128 + WTERMSIG(st);

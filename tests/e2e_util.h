@@ -87,7 +87,8 @@ int e2e_run(char *const argv[], const char *out_path, const char *err_path, int 
  * file); without, fd is -1. Returns the child's pid, or -1. */
 pid_t e2e_fork(int (*fn)(void *ctx, int fd), void *ctx, int *parent_fd);
 
-/* Waits up to timeout_ms for a child. Returns its exit status, 128 + the
+/* Waits up to timeout_ms for a child (a daemon of e2e_daemon_start too,
+ * which the fixture then forgets). Returns its exit status, 128 + the
  * signal that killed it, or -1 on timeout (the child is then killed). */
 int e2e_wait_child(pid_t pid, int timeout_ms);
 

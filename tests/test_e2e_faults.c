@@ -534,3 +534,46 @@ Test(faults, the_device_process_lets_go_of_a_closed_sessions_memory)
         gemmd_disconnect(mon);
         cr_assert_eq(e2e_daemon_stop(&d), 0);
 }
+
+/* Whether process pid has ended: gone, or a zombie nobody reaps yet (its
+ * parent died, and PID 1 of a container may not reap). */
+static int process_ended(pid_t pid)
+{
+        char path[64], buf[256];
+        FILE *f;
+        const char *p;
+
+        if (kill(pid, 0) < 0 && errno == ESRCH)
+                return 1;
+        snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+        if (!(f = fopen(path, "re")))
+                return 1;
+        p = fgets(buf, sizeof(buf), f) ? strrchr(buf, ')') : NULL;
+        fclose(f);
+        return p && p[1] == ' ' && p[2] == 'Z';
+}
+
+/* A daemon that dies (SIGKILL) takes its device process along: the device
+ * process sees the end of its socket and exits. */
+Test(faults, a_killed_daemon_leaves_no_device_process_behind)
+{
+        struct e2e_daemon d;
+        gemmd_client *c;
+        long long dev;
+        int ended = 0;
+
+        cr_assert_eq(e2e_daemon_start(&d, "--device-process", "yes", "--threads", "1", NULL), 0);
+        c = e2e_connect(&d);
+        cr_assert_not_null(c);
+        dev = device_number(c, "process_pid");
+        cr_assert_gt(dev, 0);
+        gemmd_disconnect(c);
+        kill(d.pid, SIGKILL);
+        cr_assert_eq(e2e_wait_child(d.pid, 10000), 128 + SIGKILL);
+        d.pid = 0;
+        for (int tries = 0; tries < 500 && !(ended = process_ended((pid_t)dev)); tries++)
+                usleep(10000);
+        cr_expect(ended, "device process %lld outlived its daemon", dev);
+        if (!ended)
+                kill((pid_t)dev, SIGKILL);
+}
