@@ -2,7 +2,13 @@
  * gemmbench.c - times gemmd's grouped kernels against cuBLAS in one process.
  *
  *   gemmbench kernels [--mode MODE|all] [--workload NAME|all|FILE] [--json] [--reps N]
+ *                     [--cost SPEC]
+ *   gemmbench calibrate [--reps N] [--json]
  *   gemmbench list [NAME|FILE]
+ *
+ * `calibrate` (calibrate.c) measures the scheduler's cost model on this
+ * GPU and prints it as a SPEC, which --cost takes (plans are then built
+ * with it), as does gemmd --cost.
  *
  * Workloads are those of BENCHMARKS.md, plus "syr2k-bf16" (syr2k in bf16),
  * "syr2k-gemm" (the bf16 GEMM m = n = 4096, k = 512: the GEMM of the same n
@@ -50,40 +56,13 @@
 #include <time.h>
 
 #include "bench/bench_fill.h"
+#include "bench/kbench.h"
 #include "include/gemmd.h"
 #include "kernels/cuda_gemm.h"
 #include "kernels/half.h"
+#include "scheduler/cost.h"
 #include "scheduler/plan.h"
 
-#define CK(x)                                                                                    \
-        do {                                                                                     \
-                cudaError_t e_ = (x);                                                            \
-                if (e_ != cudaSuccess) {                                                         \
-                        fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #x,               \
-                                cudaGetErrorString(e_));                                         \
-                        exit(1);                                                                 \
-                }                                                                                \
-        } while (0)
-#define CB(x)                                                                                    \
-        do {                                                                                     \
-                cublasStatus_t s_ = (x);                                                         \
-                if (s_ != CUBLAS_STATUS_SUCCESS) {                                               \
-                        fprintf(stderr, "%s:%d: %s: cuBLAS status %d\n", __FILE__, __LINE__, #x, \
-                                (int)s_);                                                        \
-                        exit(1);                                                                 \
-                }                                                                                \
-        } while (0)
-
-struct bprob {
-        int kind, dtype, tf32, uplo;
-        uint32_t m, n, k;
-};
-
-struct workload {
-        char name[64];
-        struct bprob *p;
-        uint32_t n, cap;
-};
 
 static uint64_t rng = 0x2545f4914f6cdd1dull;
 
@@ -95,7 +74,7 @@ static uint32_t rndu(uint32_t n)
         return (uint32_t)(rng % n);
 }
 
-static void add(struct workload *w, int kind, int dtype, int tf32, int uplo, uint32_t m, uint32_t n,
+void workload_add(struct workload *w, int kind, int dtype, int tf32, int uplo, uint32_t m, uint32_t n,
                 uint32_t k)
 {
         if (w->n == w->cap) {
@@ -121,36 +100,36 @@ static int make_builtin(const char *name, struct workload *w)
         rng = 0x2545f4914f6cdd1dull;
         if (!strcmp(name, "seed002")) {
                 for (int i = 0; i < 256; i++)
-                        add(w, SCHED_GEMM, GEMMD_BF16, 0, 0, 128, 512, 7168);
+                        workload_add(w, SCHED_GEMM, GEMMD_BF16, 0, 0, 128, 512, 7168);
         } else if (!strcmp(name, "cutlassdoc")) {
-                add(w, SCHED_GEMM, GEMMD_BF16, 0, 0, 1152, 768, 128);
-                add(w, SCHED_GEMM, GEMMD_BF16, 0, 0, 1152, 768, 1024);
-                add(w, SCHED_GEMM, GEMMD_BF16, 0, 0, 768, 1152, 128);
-                add(w, SCHED_GEMM, GEMMD_BF16, 0, 0, 768, 1152, 1024);
+                workload_add(w, SCHED_GEMM, GEMMD_BF16, 0, 0, 1152, 768, 128);
+                workload_add(w, SCHED_GEMM, GEMMD_BF16, 0, 0, 1152, 768, 1024);
+                workload_add(w, SCHED_GEMM, GEMMD_BF16, 0, 0, 768, 1152, 128);
+                workload_add(w, SCHED_GEMM, GEMMD_BF16, 0, 0, 768, 1152, 1024);
         } else if (!strcmp(name, "varied")) {
                 for (int i = 0; i < 512; i++)
-                        add(w, SCHED_GEMM, GEMMD_BF16, 0, 0, 64 * (1 + rndu(16)), 64 * (1 + rndu(16)),
+                        workload_add(w, SCHED_GEMM, GEMMD_BF16, 0, 0, 64 * (1 + rndu(16)), 64 * (1 + rndu(16)),
                             64 * (1 + rndu(16)));
         } else if (!strcmp(name, "tiny")) {
                 for (int i = 0; i < 1024; i++)
-                        add(w, SCHED_GEMM, GEMMD_BF16, 0, 0, 64, 64, 64);
+                        workload_add(w, SCHED_GEMM, GEMMD_BF16, 0, 0, 64, 64, 64);
         } else if (!strcmp(name, "moe")) {
                 for (int i = 0; i < 64; i++)
-                        add(w, SCHED_GEMM, GEMMD_BF16, 0, 0, 64 * (1 + rndu(8)), 2816, 2048);
+                        workload_add(w, SCHED_GEMM, GEMMD_BF16, 0, 0, 64 * (1 + rndu(8)), 2816, 2048);
         } else if (!strcmp(name, "varied-f32") || !strcmp(name, "varied-tf32")) {
                 int tf = !strcmp(name, "varied-tf32");
                 for (int i = 0; i < 256; i++)
-                        add(w, SCHED_GEMM, GEMMD_F32, tf, 0, 64 * (1 + rndu(8)), 64 * (1 + rndu(8)),
+                        workload_add(w, SCHED_GEMM, GEMMD_F32, tf, 0, 64 * (1 + rndu(8)), 64 * (1 + rndu(8)),
                             64 * (1 + rndu(8)));
         } else if (!strcmp(name, "syr2k")) {
-                add(w, SCHED_SYR2K, GEMMD_F32, 0, 0, 4096, 4096, 512);
+                workload_add(w, SCHED_SYR2K, GEMMD_F32, 0, 0, 4096, 4096, 512);
         } else if (!strcmp(name, "syr2k-bf16")) {
-                add(w, SCHED_SYR2K, GEMMD_BF16, 0, 0, 4096, 4096, 512);
+                workload_add(w, SCHED_SYR2K, GEMMD_BF16, 0, 0, 4096, 4096, 512);
         } else if (!strcmp(name, "syr2k-gemm")) {
                 /* As many flops as syr2k-bf16 (2 n^2 k), in one GEMM. */
-                add(w, SCHED_GEMM, GEMMD_BF16, 0, 0, 4096, 4096, 512);
+                workload_add(w, SCHED_GEMM, GEMMD_BF16, 0, 0, 4096, 4096, 512);
         } else if (!strcmp(name, "big")) {
-                add(w, SCHED_GEMM, GEMMD_BF16, 0, 0, 8192, 8192, 8192);
+                workload_add(w, SCHED_GEMM, GEMMD_BF16, 0, 0, 8192, 8192, 8192);
         } else {
                 return -1;
         }
@@ -200,7 +179,7 @@ static int load_file(const char *path, struct workload *w)
                         nf = sscanf(line, "%*s %lu %lu %lu %15s", &x, &y, &z, a1);
                         if (nf < 3 || (nf == 4 && parse_dtype(a1, &dtype, &tf32)))
                                 goto bad;
-                        add(w, SCHED_GEMM, dtype, tf32, 0, x, y, z);
+                        workload_add(w, SCHED_GEMM, dtype, tf32, 0, x, y, z);
                 } else if (!strcmp(op, "syr2k")) {
                         nf = sscanf(line, "%*s %lu %lu %15s %15s", &x, &y, a1, a2);
                         if (nf < 2 || (nf >= 3 && parse_dtype(a1, &dtype, &tf32)))
@@ -208,7 +187,7 @@ static int load_file(const char *path, struct workload *w)
                         if (nf == 4 && strcmp(a2, "lower") && strcmp(a2, "upper"))
                                 goto bad;
                         uplo = nf == 4 && !strcmp(a2, "upper");
-                        add(w, SCHED_SYR2K, dtype, tf32, uplo, x, x, y);
+                        workload_add(w, SCHED_SYR2K, dtype, tf32, uplo, x, x, y);
                 } else {
                         goto bad;
                 }
@@ -225,7 +204,7 @@ bad:
         return -1;
 }
 
-static size_t esize(int dtype) { return dtype == GEMMD_F32 ? 4 : 2; }
+size_t esize(int dtype) { return dtype == GEMMD_F32 ? 4 : 2; }
 
 static cudaDataType_t cuda_type(int dtype)
 {
@@ -238,22 +217,6 @@ static double flops(const struct bprob *p)
 }
 
 /* The device-side state of one config's problems of a workload. */
-struct set {
-        int dtype, tf32;
-        uint32_t n, copies;
-        struct bprob *p;
-        size_t *aoff, *boff, *coff; /* element offsets inside each copy */
-        size_t elems;               /* elements of one copy */
-        char *dbuf;                 /* copies * elems elements */
-        struct gemmd_kproblem **dkp; /* per copy, device */
-        void **dtm;                  /* per copy: tensor maps (cuda_gemm_tmaps_build), device */
-        int nfast;                   /* problems on the sm_90 fast path */
-        double tmaps_us;             /* host time of cuda_gemm_tmaps_build for the set */
-        uint32_t nfast_syr2k;        /* of which SYR2Ks */
-        struct sched_problem *sp;
-        double flops;
-        int all_equal, any_syr2k;
-};
 
 static void set_lda(const struct bprob *p, int64_t *lda, int64_t *ldb, int64_t *ldc)
 {
@@ -262,7 +225,7 @@ static void set_lda(const struct bprob *p, int64_t *lda, int64_t *ldb, int64_t *
         *ldc = p->m;
 }
 
-static void set_init(struct set *s, const struct workload *w, int dtype, int tf32, size_t l2)
+void set_init(struct set *s, const struct workload *w, int dtype, int tf32, size_t l2)
 {
         memset(s, 0, sizeof(*s));
         s->dtype = dtype;
@@ -366,7 +329,7 @@ static void set_init(struct set *s, const struct workload *w, int dtype, int tf3
         CK(cudaDeviceSynchronize());
 }
 
-static void set_free(struct set *s)
+void set_free(struct set *s)
 {
         if (s->n) {
                 for (uint32_t c = 0; c < s->copies; c++) {
@@ -386,17 +349,8 @@ static void set_free(struct set *s)
 
 static char *copy_base(const struct set *s, uint32_t c) { return s->dbuf + c * s->elems * esize(s->dtype); }
 
-/* A gemmd launch ready to time. */
-struct gplan {
-        struct sched_plan plan;
-        struct sched_config cfg;
-        void *blob;
-        float *ws;
-        uint32_t *arr;
-        int sm80; /* leave the sm_90 fast path off (comparison rows) */
-};
 
-static int gplan_build(struct gplan *g, const struct set *s, enum sched_mode mode, uint32_t ctas)
+int gplan_build(struct gplan *g, const struct set *s, enum sched_mode mode, uint32_t ctas)
 {
         memset(g, 0, sizeof(*g));
         sched_plan_init(&g->plan);
@@ -418,7 +372,7 @@ static int gplan_build(struct gplan *g, const struct set *s, enum sched_mode mod
         return 0;
 }
 
-static void gplan_free(struct gplan *g)
+void gplan_free(struct gplan *g)
 {
         cudaFree(g->blob);
         cudaFree(g->ws);
@@ -426,7 +380,7 @@ static void gplan_free(struct gplan *g)
         sched_plan_deinit(&g->plan);
 }
 
-static void kern_run(const struct set *s, const struct gplan *g, uint32_t copy)
+void kern_run(const struct set *s, const struct gplan *g, uint32_t copy)
 {
         struct cuda_group grp = {.problems = s->dkp[copy], .nproblems = s->n, .dtype = s->dtype,
                                  .tf32 = s->tf32, .plan_blob = g->blob, .plan = &g->plan,
@@ -581,10 +535,7 @@ static int cmpf(const void *a, const void *b)
         return (x > y) - (x < y);
 }
 
-/* Median milliseconds of `reps` timed runs of fn(arg, copy) after warm-ups. */
-typedef int (*runfn)(void *arg, uint32_t copy);
-
-static float time_median(runfn fn, void *arg, uint32_t copies, int reps)
+float time_median(runfn fn, void *arg, uint32_t copies, int reps)
 {
         cudaEvent_t e0, e1;
         CK(cudaEventCreate(&e0));
@@ -618,12 +569,8 @@ static float time_median(runfn fn, void *arg, uint32_t copies, int reps)
         return med;
 }
 
-struct grun {
-        const struct set *s;
-        const struct gplan *g;
-};
 
-static int grun_fn(void *arg, uint32_t c)
+int grun_fn(void *arg, uint32_t c)
 {
         struct grun *r = arg;
         kern_run(r->s, r->g, c);
@@ -841,7 +788,8 @@ static const char *num_or_dash(char *buf, size_t len, int ok, const char *fmt, d
 static int usage(void)
 {
         fprintf(stderr, "usage: gemmbench kernels [--mode MODE|all] [--workload NAME|all|FILE] [--json] "
-                        "[--reps N]\n"
+                        "[--reps N] [--cost SPEC]\n"
+                        "       gemmbench calibrate [--reps N] [--json]   (the cost model measured here)\n"
                         "       gemmbench list [NAME|FILE]   (a workload's problem list, `gemmctl plan` format)\n"
                         "       gemmbench clients [options]  (--help lists them)\n"
                         "workloads:");
@@ -977,6 +925,8 @@ int main(int argc, char **argv)
         if (argc >= 2 && !strcmp(argv[1], "clients")) { extern int bench_clients_main(int, char **); return bench_clients_main(argc - 1, argv + 1); }
         if (argc >= 2 && !strcmp(argv[1], "list"))
                 return list_main(argc - 1, argv + 1);
+        if (argc >= 2 && !strcmp(argv[1], "calibrate"))
+                return calibrate_main(argc - 1, argv + 1);
         if (argc < 2 || strcmp(argv[1], "kernels"))
                 return usage();
         for (int i = 2; i < argc; i++) {
@@ -988,7 +938,13 @@ int main(int argc, char **argv)
                         json = 1;
                 else if (!strcmp(argv[i], "--reps") && i + 1 < argc)
                         reps = atoi(argv[++i]);
-                else
+                else if (!strcmp(argv[i], "--cost") && i + 1 < argc) {
+                        /* Plans built with another cost model (gemmbench calibrate). */
+                        struct sched_cost c = *sched_cost_get();
+
+                        if (sched_cost_parse(&c, argv[++i]) || sched_cost_set(&c))
+                                return usage();
+                } else
                         return usage();
         }
         if (reps < 1)

@@ -2,7 +2,8 @@
 # and gemmbench-latency (needs only libgemmd).
 ifeq ($(WITH_CUDA),1)
 ifneq ($(wildcard $(CUDA_HOME)/lib64/libcublas.so),)
-BENCH_OBJS := $(BUILD)/bench/gemmbench.o $(BUILD)/bench/bench_fill.o $(BUILD)/kernels/grouped_gemm.o
+BENCH_OBJS := $(BUILD)/bench/gemmbench.o $(BUILD)/bench/calibrate.o $(BUILD)/bench/bench_fill.o \
+              $(BUILD)/kernels/grouped_gemm.o
 
 $(BUILD)/gemmbench: $(BENCH_OBJS) $(SCHED_OBJS)
 	$(call say,LD,$@)

@@ -297,6 +297,7 @@ static int spawn(struct proc_backend *p, struct xready *r)
 
         /* A device reads only numbers of the config. */
         in.cfg.socket_path = in.cfg.devices = in.cfg.metrics_listen = in.cfg.config_file = NULL;
+        in.cfg.cost = NULL;
         in.cfg.allow_uids = in.cfg.allow_gids = NULL;
         /* The rings, fresh for each process. */
         shfd = memfd_create("gemmd-rings", MFD_CLOEXEC);

@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "gemmd.h"
+#include "scheduler/cost.h"
 
 void config_defaults(struct gemmd_config *cfg)
 {
@@ -99,6 +100,7 @@ enum {
         OPT_F32_KERNEL,
         OPT_LOOPS,
         OPT_DEVPROC,
+        OPT_COST,
 };
 
 static const struct option options[] = {
@@ -138,6 +140,7 @@ static const struct option options[] = {
         {"f32-kernel", required_argument, NULL, OPT_F32_KERNEL},
         {"loops", required_argument, NULL, OPT_LOOPS},
         {"device-process", required_argument, NULL, OPT_DEVPROC},
+        {"cost", required_argument, NULL, OPT_COST},
         {NULL, 0, NULL, 0},
 };
 
@@ -165,6 +168,8 @@ static void usage(FILE *f, const struct gemmd_config *d)
                 "                               (default: 4 on a GPU with 8 or more CPUs, else 1)\n"
                 "      --device-process yes|no  drive each device from a process of its own, replaced after a\n"
                 "                               fault its context cannot survive (default: no)\n"
+                "      --cost SPEC              the scheduler's cost model, name=value,... (what `gemmbench\n"
+                "                               calibrate` measures; default: the built-in H100 figures)\n"
                 "      --f32-kernel split|ffma  exact f32 on an sm_90 GPU: each operand split into two TF32\n"
                 "                               parts on tensor cores (default), or fused multiply-adds\n"
                 "      --max-group-tiles N      tiles in one group (default: %llu)\n"
@@ -431,6 +436,16 @@ int config_parse_args(struct gemmd_config *cfg, int argc, char **argv)
                         bad = strcmp(optarg, "yes") && strcmp(optarg, "no");
                         cfg->device_process = !strcmp(optarg, "yes");
                         break;
+                case OPT_COST: {
+                        /* Installed at once: plans are built only once the
+                         * server runs. */
+                        struct sched_cost c = *sched_cost_get();
+
+                        bad = sched_cost_parse(&c, optarg) || sched_cost_set(&c);
+                        if (!bad)
+                                cfg->cost = optarg;
+                        break;
+                }
                 case OPT_F32_KERNEL:
                         bad = strcmp(optarg, "split") && strcmp(optarg, "ffma");
                         cfg->f32_ffma = !strcmp(optarg, "ffma");

@@ -48,6 +48,7 @@ struct gemmd_config {
          * the service's throughput on the H100
          * (bench/results/service-ab-devproc.txt). */
         int device_process;
+        const char *cost;             /* --cost: the cost model installed (sched_cost_set), or NULL */
         int loops;                    /* event loops (threads) serving the sessions */
 #define LOOPS_AUTO 0                  /* not given: the server decides by backend and cores */
 #define LOOPS_MAX 64

@@ -53,6 +53,8 @@ int main(int argc, char **argv)
         }
         log_info("gemmd %s ready (protocol %d, mode %s)", GEMMD_VERSION, GEMMD_PROTOCOL_VERSION,
                  sched_mode_name(cfg.mode));
+        if (cfg.cost)
+                log_info("cost model: %s", cfg.cost);
         notify_send("READY=1\nSTATUS=serving");
         if (watchdog_start(&srv))
                 log_warn("no STATUS or WATCHDOG notifications: out of memory");

@@ -52,6 +52,7 @@ Test(e2e, every_limit_comes_from_flags_or_config_file_and_is_in_the_handshake)
                                               "max-inflight-ops = 50\n"
                                               "max-buffer-bytes = 65536\n"
                                               "f32-kernel = ffma\n"
+                                              "cost = kiter_f32=6,tile_fixed=3\n"
                                               "verbose = yes\n");
         struct e2e_daemon d;
         struct gemmd_info info;
@@ -74,6 +75,14 @@ Test(e2e, every_limit_comes_from_flags_or_config_file_and_is_in_the_handshake)
         cr_expect_eq(gemmd_buffer_alloc(c, 65537, &id, &ptr), GEMMD_ELIMIT);
         gemmd_disconnect(c);
         STOP(&d);
+        {
+                /* The cost model the file gave is the one installed. */
+                char *log = e2e_read_file(d.log, NULL);
+
+                cr_expect(log && strstr(log, "cost model: kiter_f32=6,tile_fixed=3"), "log: %s",
+                          log ? log : "(none)");
+                free(log);
+        }
         free(conf);
 }
 
@@ -87,6 +96,8 @@ Test(e2e, config_file_mistakes_name_the_file_and_line)
                 "max-sessions = 7\nconfig = /etc/passwd\n",
                 "max-sessions = 7\ntiming-every = 0\n",
                 "max-sessions = 7\nf32-kernel = fast\n",
+                "max-sessions = 7\ncost = tile_fixed=-1\n",
+                "max-sessions = 7\ncost = no_such_cost=1\n",
         };
         char *bin = e2e_build_path("gemmd");
 

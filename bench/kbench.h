@@ -1,0 +1,108 @@
+/*
+ * kbench.h - what gemmbench's kernel benchmarks share (gemmbench.c: the
+ * workloads against cuBLAS; calibrate.c: the cost model's figures).
+ */
+#ifndef GEMMD_BENCH_KBENCH_H
+#define GEMMD_BENCH_KBENCH_H
+
+#include <cuda_runtime_api.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "include/gemmd.h"
+#include "kernels/cuda_gemm.h"
+#include "scheduler/plan.h"
+
+#define CK(x)                                                                                    \
+        do {                                                                                     \
+                cudaError_t e_ = (x);                                                            \
+                if (e_ != cudaSuccess) {                                                         \
+                        fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #x,               \
+                                cudaGetErrorString(e_));                                         \
+                        exit(1);                                                                 \
+                }                                                                                \
+        } while (0)
+#define CB(x)                                                                                    \
+        do {                                                                                     \
+                cublasStatus_t s_ = (x);                                                         \
+                if (s_ != CUBLAS_STATUS_SUCCESS) {                                               \
+                        fprintf(stderr, "%s:%d: %s: cuBLAS status %d\n", __FILE__, __LINE__, #x, \
+                                (int)s_);                                                        \
+                        exit(1);                                                                 \
+                }                                                                                \
+        } while (0)
+
+struct bprob {
+        int kind, dtype, tf32, uplo;
+        uint32_t m, n, k;
+};
+
+struct workload {
+        char name[64];
+        struct bprob *p;
+        uint32_t n, cap;
+};
+
+/* Appends a problem to w. */
+void workload_add(struct workload *w, int kind, int dtype, int tf32, int uplo, uint32_t m, uint32_t n,
+                  uint32_t k);
+
+/* The problems of one dtype/TF32 config, on the device: several copies of
+ * the operands when one fits in L2, each with its problems and tensor maps. */
+struct set {
+        int dtype, tf32;
+        uint32_t n, copies;
+        struct bprob *p;
+        size_t *aoff, *boff, *coff; /* element offsets inside each copy */
+        size_t elems;               /* elements of one copy */
+        char *dbuf;                 /* copies * elems elements */
+        struct gemmd_kproblem **dkp; /* per copy, device */
+        void **dtm;                  /* per copy: tensor maps (cuda_gemm_tmaps_build), device */
+        int nfast;                   /* problems on the sm_90 fast path */
+        double tmaps_us;             /* host time of cuda_gemm_tmaps_build for the set */
+        uint32_t nfast_syr2k;        /* of which SYR2Ks */
+        struct sched_problem *sp;
+        double flops;
+        int all_equal, any_syr2k;
+};
+
+size_t esize(int dtype);
+/* Takes w's problems of (dtype, tf32) into s, on the device (l2: the L2
+ * size, which sets the number of copies). */
+void set_init(struct set *s, const struct workload *w, int dtype, int tf32, size_t l2);
+void set_free(struct set *s);
+
+/* A gemmd launch ready to time. */
+struct gplan {
+        struct sched_plan plan;
+        struct sched_config cfg;
+        void *blob;
+        float *ws;
+        uint32_t *arr;
+        int sm80; /* leave the sm_90 fast path off (comparison rows) */
+};
+
+/* Builds s's plan in `mode` for `ctas` CTAs, on the device. Returns 0 or
+ * sched_plan_build's code. */
+int gplan_build(struct gplan *g, const struct set *s, enum sched_mode mode, uint32_t ctas);
+void gplan_free(struct gplan *g);
+/* Launches the plan on copy `copy` of the set's operands (default stream). */
+void kern_run(const struct set *s, const struct gplan *g, uint32_t copy);
+
+/* Median milliseconds of `reps` timed runs of fn(arg, copy) after warm-ups,
+ * rotating over `copies`; -1 when fn fails. */
+typedef int (*runfn)(void *arg, uint32_t copy);
+float time_median(runfn fn, void *arg, uint32_t copies, int reps);
+
+/* A gemmd launch as a runfn. */
+struct grun {
+        const struct set *s;
+        const struct gplan *g;
+};
+int grun_fn(void *arg, uint32_t c);
+
+/* gemmbench calibrate (calibrate.c). */
+int calibrate_main(int argc, char **argv);
+
+#endif
