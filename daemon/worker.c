@@ -12,6 +12,7 @@
 
 #include "daemon/log.h"
 #include "gemmd.h"
+#include "scheduler/cost.h"
 
 uint64_t now_ns(void)
 {
@@ -117,16 +118,19 @@ static uint64_t op_tiles(struct worker *w, const struct op *o)
         return sched_tile_count(&o->sp, s);
 }
 
-/* An op's estimated device time in cost units, which is what users are
- * given equal shares of: per tile, one unit per tile_k step of K (two for
- * SYR2K, whose tiles run two products) plus one for the tile's fixed costs.
- * The plan's cost model is finer; this only has to weigh users fairly. */
+/* An op's estimated device time, which is what users are given equal
+ * shares of: its tiles at the plan's cost model (scheduler/cost.h), in
+ * sixteenths of a unit. The model weighs the data types as the device
+ * runs them; counting tile_k steps alone charged an exact f32 op on the
+ * H100 about half of its device time next to a bf16 op (its steps are 16
+ * of K against 64, and each costs about 3 bf16 steps there:
+ * bench/results/calibrate.txt). */
 static uint64_t op_cost(struct worker *w, const struct op *o)
 {
         struct sched_shape s = w->be->shape(w->be, o->key);
-        uint64_t kiters = ((uint64_t)o->kp.k + s.tk - 1) / s.tk;
+        double tile = sched_cost_entry(sched_cost_get(), &o->sp, s, 0, sched_kchunks(o->kp.k), 0);
 
-        return op_tiles(w, o) * (kiters * (o->kp.kind == SCHED_SYR2K ? 2 : 1) + 1);
+        return (uint64_t)((double)op_tiles(w, o) * tile * 16.0 + 0.5);
 }
 
 #define SHARE_HALFLIFE_NS 1e9

@@ -11,14 +11,17 @@
 #include "scheduler/cost.h"
 
 /* The defaults, in units of one bf16 mainloop iteration of a 128x128x64
- * tile (about 0.28 us on an H100 SXM). Exact f32 runs on the FMA units at
- * about 1/15 of the bf16 tensor rate, TF32 at half of it. The fixed cost
- * covers the pipeline fill (a first TMA round trip, about 1 us) and an
- * epilogue that the next tile's mainloop only partly hides. A split part
+ * tile, as `gemmbench calibrate` measured them on the H100
+ * (bench/results/calibrate.txt: 0.33 us a bf16 iteration on every SM at
+ * once). A TF32 iteration (32 of K) costs about one, an exact f32 one (16
+ * of K, three TF32 products on the sm_90 kernel) about three; the FFMA
+ * kernel of other GPUs is slower (pass --cost there). The fixed cost, 1.4
+ * us, covers the pipeline fill and an epilogue that the next tile's
+ * mainloop only partly hides. The split costs are estimates: a split part
  * stores 64 KiB of f32 per chunk and the last CTA reads them all back. */
 static const struct sched_cost cost_defaults = {
-        .kiter = {[SCHED_COST_F32] = 16.0,
-                  [SCHED_COST_TF32] = 2.0,
+        .kiter = {[SCHED_COST_F32] = 3.0,
+                  [SCHED_COST_TF32] = 1.0,
                   [SCHED_COST_F16] = 1.0,
                   [SCHED_COST_BF16] = 1.0},
         .syr2k_mainloops = 2.0,

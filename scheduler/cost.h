@@ -18,10 +18,12 @@
  * atomics, fences); the CTA that finishes a split tile last reads and adds
  * all its chunk sums (split_reduce per chunk of the tile).
  *
- * The defaults (sched_cost_default) are rough figures for an H100-class
- * GPU with 128x128x64 tiles and are meant to be replaced by measured ones:
+ * The defaults (sched_cost_default) are what `gemmbench calibrate`
+ * measured on the H100, the split costs estimated
+ * (bench/results/calibrate.txt); on another GPU, measure there:
  * sched_cost_parse() reads "name=value,..." overrides (the same names as
- * the fields), sched_cost_set() installs a model for every later build.
+ * the fields, what calibrate prints and gemmd --cost takes),
+ * sched_cost_set() installs a model for every later build.
  */
 #ifndef GEMMD_SCHED_COST_H
 #define GEMMD_SCHED_COST_H

@@ -320,8 +320,14 @@ Test(cost, model)
 
         tf.tf32 = 1;
         cr_assert_eq(sched_cost_validate(&c), 0);
-        cr_assert(sched_cost_entry(&c, &f32, s, 0, 2, 0) > sched_cost_entry(&c, &tf, s, 0, 2, 0));
-        cr_assert(sched_cost_entry(&c, &tf, s, 0, 2, 0) > sched_cost_entry(&c, &h, s, 0, 2, 0));
+        /* Each class at its kernel's tile (K steps of 16, 32 and 64): the
+         * same K costs exact f32 more than TF32, and TF32 more than f16. */
+        {
+                struct sched_shape s16 = {128, 128, 16}, s32 = {128, 128, 32};
+
+                cr_assert(sched_cost_entry(&c, &f32, s16, 0, 2, 0) > sched_cost_entry(&c, &tf, s32, 0, 2, 0));
+                cr_assert(sched_cost_entry(&c, &tf, s32, 0, 2, 0) > sched_cost_entry(&c, &h, s, 0, 2, 0));
+        }
         cr_assert_float_eq(sched_cost_entry(&c, &h, s, 0, 2, 0),
                            sched_cost_entry(&c, &bf, s, 0, 2, 0), 1e-12);
         e = sched_cost_entry(&c, &bf, s, 0, 2, 0);
