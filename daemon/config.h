@@ -44,8 +44,8 @@ struct gemmd_config {
         int f32_ffma;                 /* exact f32 on FMA cores, not split into TF32 parts */
         /* Each device driven by a process of its own, replaced after a
          * fault that its context cannot survive (devproc.h). Off by
-         * default: the two extra thread hops per group cost 15-30% of
-         * the service's throughput on the H100
+         * default: on the H100 it cost up to 20% of the service's
+         * throughput at 8 clients of 8 in flight, 15-35% at 64
          * (bench/results/service-ab-devproc.txt). */
         int device_process;
         const char *cost;             /* --cost: the cost model installed (sched_cost_set), or NULL */
