@@ -25,7 +25,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "bench/bench_fill.h"
 #include "bench/kbench.h"
 #include "scheduler/cost.h"
 #include "scheduler/tiles.h"
@@ -45,72 +44,6 @@ static const struct {
         {GEMMD_F32, 1, SCHED_COST_TF32, "tf32"},
         {GEMMD_F32, 0, SCHED_COST_F32, "f32"},
 };
-
-/* n problems of one tile each, tm x tn x k, sharing A and B (in L2), each
- * with a C of its own; set up as a one-copy struct set for kern_run. */
-static void tile_set(struct set *s, int dtype, int tf32, uint32_t n, uint32_t k)
-{
-        const struct sched_shape sh = cuda_gemm_shape(dtype, tf32);
-        const size_t es = esize(dtype), ab = (size_t)(sh.tm + sh.tn) * k, c = (size_t)sh.tm * sh.tn;
-        struct gemmd_kproblem *kp = calloc(n, sizeof(*kp));
-        size_t tb = cuda_gemm_tmaps_bytes(n);
-        void *htm = NULL;
-
-        memset(s, 0, sizeof(*s));
-        s->dtype = dtype;
-        s->tf32 = tf32;
-        s->n = n;
-        s->copies = 1;
-        s->elems = ab + n * c;
-        s->sp = calloc(n, sizeof(*s->sp));
-        s->dkp = calloc(1, sizeof(*s->dkp));
-        s->dtm = calloc(1, sizeof(*s->dtm));
-        if (!kp || !s->sp || !s->dkp || !s->dtm || posix_memalign(&htm, 64, tb)) {
-                fprintf(stderr, "gemmbench calibrate: out of memory\n");
-                exit(1);
-        }
-        CK(cudaMalloc((void **)&s->dbuf, s->elems * es));
-        CK(cudaMemset(s->dbuf, 0, s->elems * es));
-        if (bench_fill(s->dbuf, ab, dtype, 777)) {
-                fprintf(stderr, "gemmbench calibrate: fill failed\n");
-                exit(1);
-        }
-        for (uint32_t i = 0; i < n; i++) {
-                kp[i].a = (uint64_t)(uintptr_t)s->dbuf;
-                kp[i].b = (uint64_t)(uintptr_t)(s->dbuf + (size_t)sh.tm * k * es);
-                kp[i].c = (uint64_t)(uintptr_t)(s->dbuf + (ab + i * c) * es);
-                kp[i].lda = kp[i].ldb = k;
-                kp[i].ldc = sh.tm;
-                kp[i].m = sh.tm;
-                kp[i].n = sh.tn;
-                kp[i].k = k;
-                kp[i].alpha = 1.f;
-                kp[i].kind = SCHED_GEMM;
-                kp[i].dtype = (uint8_t)dtype;
-                kp[i].trans_a = 1;
-                kp[i].tf32 = (uint8_t)tf32;
-                s->sp[i] = (struct sched_problem){.kind = SCHED_GEMM, .dtype = (uint8_t)dtype,
-                                                  .tf32 = (uint8_t)tf32, .m = sh.tm, .n = sh.tn, .k = k};
-        }
-        s->nfast = cuda_gemm_tmaps_build(kp, n, htm);
-        s->nfast_syr2k = 0;
-        CK(cudaMalloc((void **)&s->dkp[0], n * sizeof(*kp)));
-        CK(cudaMemcpy(s->dkp[0], kp, n * sizeof(*kp), cudaMemcpyHostToDevice));
-        CK(cudaMalloc(&s->dtm[0], tb));
-        CK(cudaMemcpy(s->dtm[0], htm, tb, cudaMemcpyHostToDevice));
-        free(htm);
-        free(kp);
-}
-
-static void tile_set_free(struct set *s)
-{
-        cudaFree(s->dkp[0]);
-        cudaFree(s->dtm[0]);
-        cudaFree(s->dbuf);
-        free(s->dkp);
-        free(s->dtm);
-        free(s->sp);
-}
 
 /* Solves the 3 x 3 system m x = v in place (Gaussian elimination with
  * partial pivoting). Returns 0, or -1 when it is singular. */
@@ -193,14 +126,21 @@ int calibrate_main(int argc, char **argv)
                                 const double it = sched_kiters(k, sh.tk, 0, sched_kchunks(k));
                                 const double n = per_cta[ti];
 
-                                tile_set(&s, classes[c].dtype, classes[c].tf32, per_cta[ti] * sms, k);
+                                struct workload w = {.n = 0};
+
+                                /* One-tile problems sharing A and B (in L2). */
+                                for (uint32_t i = 0; i < per_cta[ti] * sms; i++)
+                                        workload_add(&w, SCHED_GEMM, classes[c].dtype, classes[c].tf32, 0,
+                                                     sh.tm, sh.tn, k);
+                                set_init(&s, &w, classes[c].dtype, classes[c].tf32, 0, 1);
+                                free(w.p);
                                 if (gplan_build(&g, &s, SCHED_ROUND_ROBIN, sms)) {
                                         fprintf(stderr, "gemmbench calibrate: plan failed\n");
                                         return 1;
                                 }
                                 t_us[c][ki][ti] = 1e3 * time_median(grun_fn, &r, 1, reps);
                                 gplan_free(&g);
-                                tile_set_free(&s);
+                                set_free(&s);
                                 /* Least squares on (1, n, n * it). */
                                 const double f[3] = {1, n, n * it};
 

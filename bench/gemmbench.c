@@ -225,7 +225,7 @@ static void set_lda(const struct bprob *p, int64_t *lda, int64_t *ldb, int64_t *
         *ldc = p->m;
 }
 
-void set_init(struct set *s, const struct workload *w, int dtype, int tf32, size_t l2)
+void set_init(struct set *s, const struct workload *w, int dtype, int tf32, size_t l2, int shared_ab)
 {
         memset(s, 0, sizeof(*s));
         s->dtype = dtype;
@@ -248,8 +248,14 @@ void set_init(struct set *s, const struct workload *w, int dtype, int tf32, size
                         const struct bprob *p = &s->p[i];
                         size_t e = o == 0 ? (size_t)p->m * p->k : o == 1 ? (size_t)p->n * p->k
                                                                          : (size_t)p->m * p->n;
+                        size_t *at = o == 0 ? s->aoff : o == 1 ? s->boff : s->coff;
+
+                        if (shared_ab && o < 2 && i > 0) {
+                                at[i] = at[0];
+                                continue;
+                        }
                         off = (off + align - 1) / align * align;
-                        (o == 0 ? s->aoff : o == 1 ? s->boff : s->coff)[i] = off;
+                        at[i] = off;
                         off += e;
                 }
         s->elems = (off + align - 1) / align * align;
@@ -841,7 +847,7 @@ static void bench_workload(cublasHandle_t h, const struct workload *w, int modes
         static const int cfgs[4][2] = {{GEMMD_BF16, 0}, {GEMMD_F16, 0}, {GEMMD_F32, 1}, {GEMMD_F32, 0}};
         for (int ci = 0; ci < 4; ci++) {
                 struct set s;
-                set_init(&s, w, cfgs[ci][0], cfgs[ci][1], l2);
+                set_init(&s, w, cfgs[ci][0], cfgs[ci][1], l2, 0);
                 if (!s.n) {
                         set_free(&s);
                         continue;

@@ -69,8 +69,10 @@ struct set {
 
 size_t esize(int dtype);
 /* Takes w's problems of (dtype, tf32) into s, on the device (l2: the L2
- * size, which sets the number of copies). */
-void set_init(struct set *s, const struct workload *w, int dtype, int tf32, size_t l2);
+ * size, which sets the number of copies; 0: one copy). shared_ab: every
+ * problem reads the first one's A and B (problems of one shape), which
+ * then stay in L2; each still writes a C of its own. */
+void set_init(struct set *s, const struct workload *w, int dtype, int tf32, size_t l2, int shared_ab);
 void set_free(struct set *s);
 
 /* A gemmd launch ready to time. */

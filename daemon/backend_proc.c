@@ -64,8 +64,9 @@ struct pmem {
         uint8_t handle[64];
         uint64_t offset, bytes;
         int owned; /* allocated by the daemon: lost with its process */
-        int lost;
-        uint32_t gen;    /* of the process its xtoken belongs to */
+        /* Of the process its xtoken belongs to: memory of an earlier one
+         * (not opened again, or the daemon's own) is lost. */
+        uint32_t gen;
         uint64_t xtoken; /* that process's token */
 };
 
@@ -209,8 +210,6 @@ static void *reader_main(void *arg)
 {
         struct proc_backend *p = arg;
         const uint64_t spin_ns = p->cfg->spin_us * 1000ull;
-        struct pslot *failed[64];
-        uint32_t nfailed = 0;
         uint64_t active = 0;
         int st = 0;
 
@@ -258,14 +257,10 @@ static void *reader_main(void *arg)
                         pthread_mutex_unlock(&p->lock);
                 }
         }
+        /* Under the lock a launch checks it before it marks its slot:
+         * no slot goes in flight after this. */
         pthread_mutex_lock(&p->lock);
         __atomic_store_n(&p->dead, 1, __ATOMIC_RELEASE); /* read unlocked by wait_launched */
-        for (uint32_t i = 0; i < p->nslots; i++)
-                if (p->slots[i]->inflight && nfailed < 64) {
-                        p->slots[i]->inflight = 0;
-                        failed[nfailed++] = p->slots[i];
-                }
-        atomic_store_explicit(&p->ninflight, 0, memory_order_relaxed);
         pthread_cond_broadcast(&p->cond);
         pthread_mutex_unlock(&p->lock);
         while (waitpid(p->pid, &st, 0) < 0 && errno == EINTR)
@@ -276,10 +271,20 @@ static void *reader_main(void *arg)
         else if (WEXITSTATUS(st))
                 log_err("device %d: its process %d exited with %d", p->ordinal, (int)p->pid,
                         WEXITSTATUS(st));
-        for (uint32_t i = 0; i < nfailed; i++) {
+        for (uint32_t i = 0; i < p->nslots; i++) {
+                struct pslot *s = p->slots[i];
+                int mine;
+
+                pthread_mutex_lock(&p->lock);
+                mine = s->inflight;
+                s->inflight = 0;
+                pthread_mutex_unlock(&p->lock);
+                if (!mine)
+                        continue;
+                atomic_fetch_sub_explicit(&p->ninflight, 1, memory_order_relaxed);
                 log_err("device %d: group %llu failed with its device process", p->ordinal,
-                        (unsigned long long)failed[i]->g->id);
-                finish(failed[i], GEMMD_EDEVICE, 0, 0, UINT64_MAX);
+                        (unsigned long long)s->g->id);
+                finish(s, GEMMD_EDEVICE, 0, 0, UINT64_MAX);
         }
         return NULL;
 }
@@ -439,14 +444,10 @@ static int restart(struct proc_backend *p)
                 for (struct pmem *m = p->mems; m; m = m->next) {
                         struct xmsg q = {.type = X_IPC_OPEN, .a = m->offset, .b = m->bytes}, a;
 
-                        if (m->owned || m->lost) {
-                                lost += !m->lost;
-                                m->lost = 1;
-                                continue;
-                        }
+                        if (m->gen != p->gen - 1)
+                                continue; /* lost before */
                         memcpy(q.handle, m->handle, 64);
-                        if (call(p, &q, -1, &a) || a.rc) {
-                                m->lost = 1;
+                        if (m->owned || call(p, &q, -1, &a) || a.rc) {
                                 lost++;
                                 continue;
                         }
@@ -548,7 +549,7 @@ static int place(struct proc_backend *p, struct pslot *s, const struct op *o, in
         case GBUF_CUDA: {
                 const struct pmem *m = b->ipc_base;
 
-                if (m->lost) {
+                if (m->gen != p->gen) {
                         log_warn("device %d: an operand's device memory was lost with an "
                                  "earlier device process", p->ordinal);
                         return GEMMD_EDEVICE;
@@ -751,7 +752,7 @@ static void close_mem(struct backend *be, void *token)
         struct proc_backend *p = (struct proc_backend *)be;
         struct pmem *m = token;
 
-        if (!m->lost && m->gen == p->gen) {
+        if (m->gen == p->gen) {
                 struct xmsg q = {.type = m->owned ? X_DEV_FREE : X_IPC_CLOSE, .a = m->xtoken};
 
                 xsend(p, &q, sizeof(q), -1); /* a process that is gone took it along */

@@ -22,7 +22,8 @@
 
 TestSuite(faults, .init = e2e_setup, .fini = e2e_teardown, .timeout = 180);
 
-static long long device_ops(gemmd_client *c)
+/* A number of the first device in the daemon's stats (JSON), or -1. */
+static long long device_number(gemmd_client *c, const char *key)
 {
         char *json = NULL;
         long long v = -1;
@@ -30,7 +31,7 @@ static long long device_ops(gemmd_client *c)
         if (gemmd_stats(c, 1, &json) == 0) {
                 const char *dev = strstr(json, "\"devices\":");
 
-                v = dev ? hard_json_number(dev, "ops") : -1;
+                v = dev ? hard_json_number(dev, key) : -1;
         }
         free(json);
         return v;
@@ -155,7 +156,7 @@ Test(faults, clients_killed_mid_flight_cost_others_nothing_and_resources_return)
         kill_one(&d, 0); /* warm-up */
         cr_assert_eq(hard_wait_sessions(mon, 1, 20000, &got), 0, "%lld sessions", got);
         cr_assert_eq(hard_res_settled(d.pid, &base, 5000), 0);
-        ops0 = device_ops(mon);
+        ops0 = device_number(mon, "ops");
 
         cr_assert_eq(pipe(stop) | pipe(out), 0);
         fflush(NULL);
@@ -179,7 +180,7 @@ Test(faults, clients_killed_mid_flight_cost_others_nothing_and_resources_return)
 
         cr_assert_eq(hard_wait_sessions(mon, 1, 20000, &got), 0, "%lld sessions", got);
         cr_assert_eq(hard_res_settled(d.pid, &after, 5000), 0);
-        ops1 = device_ops(mon);
+        ops1 = device_number(mon, "ops");
         fprintf(stderr, "12 clients killed with %d ops queued each; bystander ran %llu ops, all "
                         "right; the device ran %lld of the killed clients' ops; daemon before %s, "
                         "after %s\n",
@@ -360,19 +361,6 @@ Test(faults, a_dead_or_restarted_daemon_gives_edisconnect_then_clients_reconnect
 
 /* ---- the device process ------------------------------------------------------ */
 
-static long long device_number(gemmd_client *c, const char *key)
-{
-        char *json = NULL;
-        long long v = -1;
-
-        if (gemmd_stats(c, 1, &json) == 0) {
-                const char *dev = strstr(json, "\"devices\":");
-
-                v = dev ? hard_json_number(dev, key) : -1;
-        }
-        free(json);
-        return v;
-}
 
 /* Runs n random problems placed in the client's shared buffer `ar` and
  * checks every result. */
