@@ -281,6 +281,8 @@ void set_init(struct set *s, const struct workload *w, int dtype, int tf32, size
         }
         s->dkp = malloc(s->copies * sizeof(*s->dkp));
         s->dtm = malloc(s->copies * sizeof(*s->dtm));
+        s->dtm_wide = calloc(s->copies, sizeof(*s->dtm_wide));
+        const struct sched_shape base_shape = cuda_gemm_shape(dtype, tf32), wide = cuda_gemm_shape_wide(dtype, tf32);
         struct gemmd_kproblem *kp = malloc(s->n * sizeof(*kp));
         for (uint32_t c = 0; c < s->copies; c++) {
                 char *base = s->dbuf + c * bytes;
@@ -319,7 +321,7 @@ void set_init(struct set *s, const struct workload *w, int dtype, int tf32, size
                                 struct timespec t0, t1;
 
                                 clock_gettime(CLOCK_MONOTONIC, &t0);
-                                s->nfast = cuda_gemm_tmaps_build(kp, s->n, htm);
+                                s->nfast = cuda_gemm_tmaps_build(kp, s->n, base_shape, htm);
                                 clock_gettime(CLOCK_MONOTONIC, &t1);
                                 double us = (t1.tv_sec - t0.tv_sec) * 1e6 + (t1.tv_nsec - t0.tv_nsec) / 1e3;
                                 if (t == 0 || us < s->tmaps_us)
@@ -328,6 +330,12 @@ void set_init(struct set *s, const struct workload *w, int dtype, int tf32, size
                         s->nfast_syr2k = cuda_gemm_tmaps_syr2k(htm, s->n);
                         CK(cudaMalloc(&s->dtm[c], tb));
                         CK(cudaMemcpy(s->dtm[c], htm, tb, cudaMemcpyHostToDevice));
+                        /* The wide tile's maps, when every problem takes them. */
+                        s->wide_ok = wide.tn && cuda_gemm_tmaps_build(kp, s->n, wide, htm) == (int)s->n;
+                        if (s->wide_ok) {
+                                CK(cudaMalloc(&s->dtm_wide[c], tb));
+                                CK(cudaMemcpy(s->dtm_wide[c], htm, tb, cudaMemcpyHostToDevice));
+                        }
                         free(htm);
                 }
         }
@@ -341,10 +349,12 @@ void set_free(struct set *s)
                 for (uint32_t c = 0; c < s->copies; c++) {
                         cudaFree(s->dkp[c]);
                         cudaFree(s->dtm[c]);
+                        cudaFree(s->dtm_wide[c]);
                 }
                 cudaFree(s->dbuf);
                 free(s->dkp);
                 free(s->dtm);
+                free(s->dtm_wide);
                 free(s->aoff);
                 free(s->boff);
                 free(s->coff);
@@ -356,11 +366,15 @@ void set_free(struct set *s)
 static char *copy_base(const struct set *s, uint32_t c) { return s->dbuf + c * s->elems * esize(s->dtype); }
 
 
-int gplan_build(struct gplan *g, const struct set *s, enum sched_mode mode, uint32_t ctas)
+static int plan_with(struct gplan *g, const struct set *s, enum sched_mode mode, uint32_t ctas, int wide)
 {
         memset(g, 0, sizeof(*g));
         sched_plan_init(&g->plan);
-        g->cfg = (struct sched_config){.mode = mode, .shape = cuda_gemm_shape(s->dtype, s->tf32), .ctas = ctas};
+        g->wide = wide;
+        g->cfg = (struct sched_config){.mode = mode,
+                                       .shape = wide ? cuda_gemm_shape_wide(s->dtype, s->tf32)
+                                                     : cuda_gemm_shape(s->dtype, s->tf32),
+                                       .ctas = ctas};
         int rc = sched_plan_build(&g->plan, s->sp, s->n, &g->cfg);
         if (rc)
                 return rc;
@@ -378,6 +392,16 @@ int gplan_build(struct gplan *g, const struct set *s, enum sched_mode mode, uint
         return 0;
 }
 
+int gplan_build(struct gplan *g, const struct set *s, enum sched_mode mode, uint32_t ctas)
+{
+        return plan_with(g, s, mode, ctas, 0);
+}
+
+int gplan_build_wide(struct gplan *g, const struct set *s, enum sched_mode mode, uint32_t ctas)
+{
+        return s->wide_ok ? plan_with(g, s, mode, ctas, 1) : -EINVAL;
+}
+
 void gplan_free(struct gplan *g)
 {
         cudaFree(g->blob);
@@ -391,7 +415,7 @@ void kern_run(const struct set *s, const struct gplan *g, uint32_t copy)
         struct cuda_group grp = {.problems = s->dkp[copy], .nproblems = s->n, .dtype = s->dtype,
                                  .tf32 = s->tf32, .plan_blob = g->blob, .plan = &g->plan,
                                  .cfg = g->cfg, .ws = g->ws, .arrivals = g->arr,
-                                 .tmaps = g->sm80 ? NULL : s->dtm[copy],
+                                 .tmaps = g->sm80 ? NULL : g->wide ? s->dtm_wide[copy] : s->dtm[copy],
                                  .nfast = g->sm80 ? 0 : (uint32_t)s->nfast,
                                  .nfast_syr2k = g->sm80 ? 0 : s->nfast_syr2k};
         int rc = cuda_gemm_launch(&grp, NULL);
@@ -775,6 +799,50 @@ static void f32_accuracy(cublasHandle_t h, const struct set *s, const struct gro
         free(ref);
 }
 
+/* Runs plan g on copy 0 with C poisoned and copies C into out (cbytes). */
+static void run_into(const struct set *s, const struct gplan *g, char *out, size_t cbytes)
+{
+        char *dC = copy_base(s, 0) + s->coff[0] * esize(s->dtype);
+
+        CK(cudaMemset(dC, 0xff, cbytes));
+        kern_run(s, g, 0);
+        CK(cudaDeviceSynchronize());
+        CK(cudaMemcpy(out, dC, cbytes, cudaMemcpyDeviceToHost));
+}
+
+/* How many elements of C the wide tile computes with other bits than the
+ * usual one (both rr plans, C poisoned first): the kernels sum the same
+ * canonical chunks, so this should be 0. -1 when the set has no wide tile. */
+static long wide_bits_differ(const struct set *s, uint32_t ctas)
+{
+        size_t es = esize(s->dtype), n = s->elems - s->coff[0];
+        struct gplan g0, g1;
+        long diff = 0;
+
+        if (!s->wide_ok)
+                return -1;
+        char *x = malloc(n * es), *y = malloc(n * es);
+        if (!x || !y || gplan_build(&g0, s, SCHED_ROUND_ROBIN, ctas) ||
+            gplan_build_wide(&g1, s, SCHED_ROUND_ROBIN, ctas)) {
+                fprintf(stderr, "gemmbench: wide check setup failed\n");
+                exit(1);
+        }
+        run_into(s, &g0, x, n * es);
+        run_into(s, &g1, y, n * es);
+        /* Only the problems' C elements: the gaps between them are poison in both. */
+        for (uint32_t i = 0; i < s->n; i++) {
+                const struct bprob *p = &s->p[i];
+                size_t off = (s->coff[i] - s->coff[0]) * es, len = (size_t)p->m * p->n * es;
+                for (size_t b = 0; b < len; b += es)
+                        diff += memcmp(x + off + b, y + off + b, es) != 0;
+        }
+        gplan_free(&g0);
+        gplan_free(&g1);
+        free(x);
+        free(y);
+        return diff;
+}
+
 static const char *cfg_name(int dtype, int tf32)
 {
         return dtype == GEMMD_F32 ? (tf32 ? "tf32" : "f32") : dtype == GEMMD_F16 ? "f16" : "bf16";
@@ -860,6 +928,15 @@ static void bench_workload(cublasHandle_t h, const struct workload *w, int modes
                                w->name, cfg_name(s.dtype, s.tf32), s.n, s.tmaps_us, s.tmaps_us / s.n);
                 if (s.dtype == GEMMD_F32 && !s.tf32 && s.nfast > 0)
                         f32_accuracy(h, &s, &gr, nsm, w->name, json);
+                const long wdiff = wide_bits_differ(&s, nsm);
+                if (wdiff >= 0) {
+                        if (json)
+                                printf("{\"workload\":\"%s\",\"config\":\"%s\",\"wide_bits_differ\":%ld}\n",
+                                       w->name, cfg_name(s.dtype, s.tf32), wdiff);
+                        else
+                                printf("# %s %s: elements of C whose bits differ between the wide tile and "
+                                       "the usual one: %ld\n", w->name, cfg_name(s.dtype, s.tf32), wdiff);
+                }
                 float peer_ms[NPEERS];
                 for (int p = 0; p < NPEERS; p++) {
                         struct prun pr = {h, &s, &gr, (enum peer)p};
@@ -871,20 +948,26 @@ static void bench_workload(cublasHandle_t h, const struct workload *w, int modes
                                 best_peer = peer_ms[p];
                 float grouped_ms = peer_ms[PEER_GROUPED] > 0 ? peer_ms[PEER_GROUPED] : peer_ms[PEER_SYR2K];
                 double gf = s.flops * 1e-9;
-                /* Sets on the fast path get one more row: lpt on the
-                 * sm_80 kernel ("lpt-80"), for comparison. */
+                /* Rows: each mode; sets on the fast path one more, lpt
+                 * on the sm_80 kernel ("lpt-80"), for comparison; sets
+                 * that take the wide tile each mode again with it
+                 * ("rr-w", ...). */
                 const int extra = s.nfast > 0 && (modes_mask & (1 << SCHED_LPT));
-                for (int mi = 0; mi < SCHED_NMODES + extra; mi++) {
-                        const int mode = mi < SCHED_NMODES ? mi : SCHED_LPT;
+                const int nwide = s.wide_ok ? SCHED_NMODES : 0;
+                for (int mi = 0; mi < SCHED_NMODES + extra + nwide; mi++) {
+                        const int is_w = mi >= SCHED_NMODES + extra;
+                        const int mode = is_w ? mi - SCHED_NMODES - extra : mi < SCHED_NMODES ? mi : SCHED_LPT;
                         if (!(modes_mask & (1 << mode)))
                                 continue;
                         struct gplan gp;
-                        if (gplan_build(&gp, &s, (enum sched_mode)mode, nsm)) {
+                        if ((is_w ? gplan_build_wide : gplan_build)(&gp, &s, (enum sched_mode)mode, nsm)) {
                                 fprintf(stderr, "gemmbench: plan build failed\n");
                                 exit(1);
                         }
-                        gp.sm80 = mi >= SCHED_NMODES;
-                        const char *mname = gp.sm80 ? "lpt-80" : sched_mode_name((enum sched_mode)mode);
+                        gp.sm80 = !is_w && mi >= SCHED_NMODES;
+                        char mbuf[16];
+                        snprintf(mbuf, sizeof(mbuf), "%s%s", sched_mode_name((enum sched_mode)mode), is_w ? "-w" : "");
+                        const char *mname = gp.sm80 ? "lpt-80" : mbuf;
                         struct grun r = {&s, &gp};
                         float ms = time_median(grun_fn, &r, s.copies, reps);
                         double tf = gf / ms; /* GFLOP / ms = TFLOP/s */
@@ -906,7 +989,7 @@ static void bench_workload(cublasHandle_t h, const struct workload *w, int modes
                                 printf("}\n");
                         } else {
                                 char lb[16], gb[16], sb[16], xg[16], xb[16];
-                                printf("%-12s %-5s %-6s %9.4f %8.1f %8s %8s %8s %7s %7s %9.2e\n", w->name,
+                                printf("%-12s %-5s %-8s %9.4f %8.1f %8s %8s %8s %7s %7s %9.2e\n", w->name,
                                        cfg_name(s.dtype, s.tf32), mname, ms, tf,
                                        num_or_dash(lb, sizeof(lb), peer_ms[PEER_LOOP] > 0, "%.1f",
                                                    TF(peer_ms[PEER_LOOP])),
@@ -978,8 +1061,9 @@ int main(int argc, char **argv)
                 printf("# %s, %d SMs, L2 %zu MB; median of %d runs; TF/s = 2mnk (SYR2K 2n^2k) / time\n",
                        prop.name, prop.multiProcessorCount, l2 >> 20, reps);
                 printf("# sm_90 fast path (TMA + wgmma; exact f32 split into TF32 parts) for K-major problems: %s; "
-                       "lpt-80 = lpt on the sm_80 kernel (exact f32: FFMA)\n", cuda_gemm_fast_available() ? "on" : "off");
-                printf("%-12s %-5s %-6s %9s %8s %8s %8s %8s %7s %7s %9s\n", "workload", "cfg", "mode", "gemmd_ms",
+                       "lpt-80 = lpt on the sm_80 kernel (exact f32: FFMA); MODE-w = the wide tile (128x192)\n",
+                       cuda_gemm_fast_available() ? "on" : "off");
+                printf("%-12s %-5s %-8s %9s %8s %8s %8s %8s %7s %7s %9s\n", "workload", "cfg", "mode", "gemmd_ms",
                        "TF/s", "loop", "grouped", "strided", "x_grp", "x_best", "max_err");
         }
         struct workload w;

@@ -59,7 +59,9 @@ struct set {
         char *dbuf;                 /* copies * elems elements */
         struct gemmd_kproblem **dkp; /* per copy, device */
         void **dtm;                  /* per copy: tensor maps (cuda_gemm_tmaps_build), device */
+        void **dtm_wide;             /* per copy: the maps of the wide tile, or NULL */
         int nfast;                   /* problems on the sm_90 fast path */
+        int wide_ok;                 /* every problem takes the wide tile (cuda_gemm_shape_wide) */
         double tmaps_us;             /* host time of cuda_gemm_tmaps_build for the set */
         uint32_t nfast_syr2k;        /* of which SYR2Ks */
         struct sched_problem *sp;
@@ -83,11 +85,14 @@ struct gplan {
         float *ws;
         uint32_t *arr;
         int sm80; /* leave the sm_90 fast path off (comparison rows) */
+        int wide; /* the wide tile (set by gplan_build's caller's request) */
 };
 
 /* Builds s's plan in `mode` for `ctas` CTAs, on the device. Returns 0 or
  * sched_plan_build's code. */
 int gplan_build(struct gplan *g, const struct set *s, enum sched_mode mode, uint32_t ctas);
+/* The same with the wide tile (needs s->wide_ok). */
+int gplan_build_wide(struct gplan *g, const struct set *s, enum sched_mode mode, uint32_t ctas);
 void gplan_free(struct gplan *g);
 /* Launches the plan on copy `copy` of the set's operands (default stream). */
 void kern_run(const struct set *s, const struct gplan *g, uint32_t copy);

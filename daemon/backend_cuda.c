@@ -670,7 +670,7 @@ static int launch(struct backend *be, struct group *g)
         memcpy((char *)s->h_blob + plan_off, plan->blob, plan->blob_bytes);
         /* Encoded on the host, from the device addresses just resolved. */
         if (tm_bytes) {
-                nfast = cuda_gemm_tmaps_build(kp, g->nops, (char *)s->h_blob + tm_off);
+                nfast = cuda_gemm_tmaps_build(kp, g->nops, g->cfg.shape, (char *)s->h_blob + tm_off);
                 if (nfast < 0)
                         nfast = 0;
                 nsyr2k = cuda_gemm_tmaps_syr2k((char *)s->h_blob + tm_off, g->nops);

@@ -43,6 +43,15 @@ extern "C" {
  * matters for dtype GEMMD_F32. */
 struct sched_shape cuda_gemm_shape(int dtype, int tf32);
 
+/* The wide tile of config (dtype, tf32): 128 x 192 on an sm_90a device
+ * for f16, bf16 and TF32, else all zero. A plan may use it instead of
+ * cuda_gemm_shape() when every problem of the group is a GEMM on the
+ * Hopper kernel (tensor maps built with this shape, nfast == nproblems):
+ * a third more work per byte a tile loads, for groups large enough that
+ * its coarser quantization costs little (cuda_gemm_pick_shape). The
+ * sums are the same, chunk for chunk, so the bits are too (test_gpu_kernels). */
+struct sched_shape cuda_gemm_shape_wide(int dtype, int tf32);
+
 /* A short name for the config ("bf16-mma", "f32-ffma", ...), static. */
 const char *cuda_gemm_kernel_name(int dtype, int tf32);
 
@@ -117,7 +126,8 @@ void cuda_gemm_forget_attributes(void);
  * the host encodes per problem:
  *
  *   n = nproblems; buf = host memory, 64-byte aligned, cuda_gemm_tmaps_bytes(n)
- *   nfast = cuda_gemm_tmaps_build(host_problems, n, buf);  (device addresses)
+ *   nfast = cuda_gemm_tmaps_build(host_problems, n, shape, buf);  (device addresses;
+ *                                  shape: the plan's, cuda_gemm_shape or _wide)
  *   nsyr2k = cuda_gemm_tmaps_syr2k(buf, n);
  *   copy buf to the device (64-byte aligned), set g.tmaps, g.nfast and
  *   g.nfast_syr2k.
@@ -137,7 +147,8 @@ size_t cuda_gemm_tmaps_bytes(uint32_t nproblems);
 /* 1 when the current device runs the fast path (else groups with tensor
  * maps take the sm_80 kernels whole). */
 int cuda_gemm_fast_available(void);
-int cuda_gemm_tmaps_build(const struct gemmd_kproblem *problems, uint32_t nproblems, void *out);
+int cuda_gemm_tmaps_build(const struct gemmd_kproblem *problems, uint32_t nproblems, struct sched_shape shape,
+                          void *out);
 /* How many of the problems that qualified are SYR2Ks, from the host buffer
  * cuda_gemm_tmaps_build filled for nproblems problems. */
 uint32_t cuda_gemm_tmaps_syr2k(const void *buf, uint32_t nproblems);

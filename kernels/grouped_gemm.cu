@@ -28,6 +28,7 @@
 #include <string.h>
 
 #include <atomic>
+#include <type_traits>
 #include <mutex>
 #include <type_traits>
 #include <type_traits>
@@ -926,6 +927,18 @@ extern "C" struct sched_shape cuda_gemm_shape(int dtype, int tf32)
         return s;
 }
 
+extern "C" struct sched_shape cuda_gemm_shape_wide(int dtype, int tf32)
+{
+        struct sched_shape s = {0, 0, 0};
+#if GEMMD_WGMMA
+        if ((dtype != GEMMD_F32 || tf32) && device_sm90()) {
+                s = cuda_gemm_shape(dtype, tf32);
+                s.tn = WIDE_BN;
+        }
+#endif
+        return s;
+}
+
 extern "C" const char *cuda_gemm_kernel_name(int dtype, int tf32)
 {
         switch (dtype) {
@@ -986,13 +999,15 @@ bool wgmma_qualifies(const struct gemmd_kproblem &p)
 }
 
 /* A rows x k matrix stored with consecutive k adjacent, rows ld apart. */
+/* A rows x k matrix stored with consecutive k adjacent, rows ld apart;
+ * the box is 128 bytes of K by box_rows rows (the tile's side). */
 bool encode_kmajor(PFN_cuTensorMapEncodeTiled_v12000 fn, CUtensorMap *m, int dtype, uint64_t addr, uint32_t rows,
-                   uint32_t k, int64_t ld)
+                   uint32_t k, int64_t ld, uint32_t box_rows)
 {
         const uint32_t esz = dtype == GEMMD_F32 ? 4 : 2;
         const cuuint64_t dims[2] = {k, rows};
         const cuuint64_t strides[1] = {(cuuint64_t)ld * esz};
-        const cuuint32_t box[2] = {WCfg::ROW_BYTES / esz, WCfg::BM};
+        const cuuint32_t box[2] = {WCfg::ROW_BYTES / esz, box_rows};
         const cuuint32_t estr[2] = {1, 1};
         const CUtensorMapDataType dt = dtype == GEMMD_F32    ? CU_TENSOR_MAP_DATA_TYPE_FLOAT32
                                        : dtype == GEMMD_BF16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16
@@ -1017,7 +1032,7 @@ bool device_sm90_query(int dev)
         if (maj != 9 || min != 0)
                 return false;
         cudaFuncAttributes fa;
-        if (cudaFuncGetAttributes(&fa, wgmma_kernel<__nv_bfloat16, false, false>) != cudaSuccess) {
+        if (cudaFuncGetAttributes(&fa, wgmma_kernel<__nv_bfloat16, false, false, 128>) != cudaSuccess) {
                 cudaGetLastError();
                 return false;
         }
@@ -1063,10 +1078,13 @@ extern "C" size_t cuda_gemm_tmaps_bytes(uint32_t nproblems)
         return (size_t)nproblems * WCfg::TMAP_BYTES + ((size_t)nproblems + 63) / 64 * 64;
 }
 
-extern "C" int cuda_gemm_tmaps_build(const struct gemmd_kproblem *probs, uint32_t n, void *out)
+extern "C" int cuda_gemm_tmaps_build(const struct gemmd_kproblem *probs, uint32_t n, struct sched_shape shape,
+                                     void *out)
 {
         static_assert(sizeof(CUtensorMap) == 128, "a tensor map is 128 bytes");
         if ((!probs || !out) && n > 0)
+                return -EINVAL;
+        if (shape.tm != WCfg::BM || (shape.tn != 128 && shape.tn != WIDE_BN))
                 return -EINVAL;
         if (((uintptr_t)out & 63) != 0)
                 return -EINVAL;
@@ -1081,8 +1099,11 @@ extern "C" int cuda_gemm_tmaps_build(const struct gemmd_kproblem *probs, uint32_
                 CUtensorMap *m = (CUtensorMap *)((char *)out + (size_t)i * WCfg::TMAP_BYTES);
                 if (!wgmma_qualifies(p))
                         continue;
-                if (!encode_kmajor(fn, &m[0], p.dtype, p.a, p.m, p.k, p.lda) ||
-                    !encode_kmajor(fn, &m[1], p.dtype, p.b, p.n, p.k, p.ldb))
+                /* A wide tile is a GEMM's (a SYR2K's B rows are A rows too). */
+                if (shape.tn != 128 && p.kind != SCHED_GEMM)
+                        continue;
+                if (!encode_kmajor(fn, &m[0], p.dtype, p.a, p.m, p.k, p.lda, shape.tm) ||
+                    !encode_kmajor(fn, &m[1], p.dtype, p.b, p.n, p.k, p.ldb, shape.tn))
                         continue;
                 flags[i] = p.kind == SCHED_SYR2K ? 2 : 1;
                 nfast++;
@@ -1106,8 +1127,13 @@ extern "C" int cuda_gemm_launch(const struct cuda_group *g, void *stream)
         if (g->nproblems == 0)
                 return 0;
         const struct sched_shape want = cuda_gemm_shape(g->dtype, g->tf32);
+        const struct sched_shape wide = cuda_gemm_shape_wide(g->dtype, g->tf32);
         const struct sched_shape have = g->cfg.shape;
-        if (have.tm != want.tm || have.tn != want.tn || have.tk != want.tk || !g->problems)
+        const bool is_wide = wide.tn && have.tm == wide.tm && have.tn == wide.tn && have.tk == wide.tk;
+        if ((!is_wide && (have.tm != want.tm || have.tn != want.tn || have.tk != want.tk)) || !g->problems)
+                return -EINVAL;
+        /* The wide tile has only the Hopper kernel: every problem on it. */
+        if (is_wide && (!g->tmaps || g->nfast != g->nproblems || g->nfast_syr2k))
                 return -EINVAL;
 
         if (g->inline_bytes > CUDA_GEMM_INLINE_MAX ||
@@ -1163,14 +1189,16 @@ extern "C" int cuda_gemm_launch(const struct cuda_group *g, void *stream)
                 }
                 const bool syrk = g->nfast_syr2k > 0;
                 args.tmaps = tm;
-                int rc = g->dtype == GEMMD_F16    ? launch_wgmma<__half>(args, grid, st, syrk, false)
-                         : g->dtype == GEMMD_BF16 ? launch_wgmma<__nv_bfloat16>(args, grid, st, syrk, false)
-                                                  : launch_wgmma<float>(args, grid, st, syrk, !g->tf32);
+                int rc = g->dtype == GEMMD_F16    ? launch_wgmma<__half>(args, grid, st, syrk, false, is_wide)
+                         : g->dtype == GEMMD_BF16 ? launch_wgmma<__nv_bfloat16>(args, grid, st, syrk, false, is_wide)
+                                                  : launch_wgmma<float>(args, grid, st, syrk, !g->tf32, is_wide);
                 if (rc || g->nfast == g->nproblems)
                         return rc;
                 kp.want_fast = 0; /* the rest of the group on the sm_80 kernel */
         }
 #endif
+        if (is_wide)
+                return -EINVAL; /* no sm_90a device, or a build without its kernel */
         if (g->dtype == GEMMD_F16)
                 return launch<CfgF16>(g, kp, grid, st);
         if (g->dtype == GEMMD_BF16)

@@ -63,15 +63,21 @@
 #define GEMMD_SM90A 1
 #endif
 
-struct WCfg {
-        static constexpr int BM = 128, BN = 128;
+#ifndef GEMMD_WIDE_PREGS
+#define GEMMD_WIDE_PREGS 56
+#endif
+template <int BN_> struct WCfgT {
+        static constexpr int BM = 128, BN = BN_;
         static constexpr int ROW_BYTES = 128; /* bytes of K per k-tile row */
         static constexpr int THREADS = 384;
         /* setmaxnreg: what the producer's walk needs without spilling (the
          * SYR2K walk keeps more state), the rest to the consumers; 128 *
          * producer + 256 * consumer must fit in the 384 * 168 registers the
          * launch gets. */
-        __host__ __device__ static constexpr int producer_regs(bool syrk) { return syrk ? 72 : 56; }
+        __host__ __device__ static constexpr int producer_regs(bool syrk)
+        {
+                return syrk ? 72 : BN > 128 ? GEMMD_WIDE_PREGS : 56;
+        }
         __host__ __device__ static constexpr int consumer_regs(bool syrk)
         {
                 return (384 * 168 - 128 * producer_regs(syrk)) / 256 / 8 * 8;
@@ -81,8 +87,13 @@ struct WCfg {
         static constexpr int EPI_LD = 72; /* staged column stride, elements */
         static constexpr int EPI_BYTES = BN * EPI_LD * 2; /* per consumer warpgroup */
         static constexpr int TILE = BM * BN;
+        static constexpr int NACC = BN / 2; /* accumulators per consumer thread (64 x BN / 128) */
         static constexpr int TMAP_BYTES = 256; /* A's map, then B's */
+        static_assert(BN % 16 == 0 && BN <= 256, "a wgmma's N");
 };
+/* The usual tile; WIDE_BN the wide one (cuda_gemm_shape_wide). */
+using WCfg = WCfgT<128>;
+constexpr int WIDE_BN = 192;
 
 /*
  * Shared memory of one kernel, from a 1024-byte aligned base: the stage
@@ -92,15 +103,18 @@ struct WCfg {
  * empty[STAGES] and, with X3, split[STAGES]; a 16-word tile header per
  * stage; an end-of-work word per stage.
  */
-template <bool X3> struct WLay {
-        static constexpr int STAGES = X3 ? 3 : 5;
-        static constexpr int SMALL_OFF = STAGES * WCfg::STAGE_BYTES;
-        static constexpr int EPI_OFF = SMALL_OFF + (X3 ? STAGES * WCfg::STAGE_BYTES : 0);
-        static constexpr int BAR_OFF = EPI_OFF + (X3 ? 0 : 2 * WCfg::EPI_BYTES);
+template <bool X3, int BN = 128> struct WLay {
+        using W = WCfgT<BN>;
+        /* As many stages as fit: 5 of 32 KiB, 4 of 40 KiB (wide), X3 3. */
+        static constexpr int STAGES = X3 ? 3 : BN > 128 ? 4 : 5;
+        static constexpr int SMALL_OFF = STAGES * W::STAGE_BYTES;
+        static constexpr int EPI_OFF = SMALL_OFF + (X3 ? STAGES * W::STAGE_BYTES : 0);
+        static constexpr int BAR_OFF = EPI_OFF + (X3 ? 0 : 2 * W::EPI_BYTES);
         static constexpr int HDR_OFF = BAR_OFF + (X3 ? 3 : 2) * STAGES * 8;
         static constexpr int END_OFF = HDR_OFF + STAGES * 64;
         static constexpr int SMEM = 1024 + END_OFF + STAGES * 4;
         static_assert(SMEM <= 227 * 1024, "over the shared memory of an sm_90 CTA");
+        static_assert(!X3 || BN == 128, "X3 runs the usual tile only");
 };
 
 /* What depends on the element type: the k-tile depth (128 bytes of K). */
@@ -202,6 +216,33 @@ __device__ __forceinline__ void wgmma_128_tf32(float *d, uint64_t da, uint64_t d
                      : "l"(da), "l"(db), "r"(scale_d));
 }
 
+__device__ __forceinline__ void wgmma_192_bf16(float *d, uint64_t da, uint64_t db, uint32_t scale_d)
+{
+        asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %98, 0;\n"
+                     "wgmma.mma_async.sync.aligned.m64n192k16.f32.bf16.bf16 "
+                     "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, %64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, %80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95}, %96, %97, p, 1, 1, 0, 0;\n}\n"
+                     : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]), "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]), "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]), "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]), "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95])
+                     : "l"(da), "l"(db), "r"(scale_d));
+}
+
+__device__ __forceinline__ void wgmma_192_f16(float *d, uint64_t da, uint64_t db, uint32_t scale_d)
+{
+        asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %98, 0;\n"
+                     "wgmma.mma_async.sync.aligned.m64n192k16.f32.f16.f16 "
+                     "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, %64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, %80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95}, %96, %97, p, 1, 1, 0, 0;\n}\n"
+                     : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]), "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]), "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]), "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]), "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95])
+                     : "l"(da), "l"(db), "r"(scale_d));
+}
+
+__device__ __forceinline__ void wgmma_192_tf32(float *d, uint64_t da, uint64_t db, uint32_t scale_d)
+{
+        asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %98, 0;\n"
+                     "wgmma.mma_async.sync.aligned.m64n192k8.f32.tf32.tf32 "
+                     "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, %64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, %80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95}, %96, %97, p, 1, 1;\n}\n"
+                     : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]), "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]), "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]), "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]), "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95])
+                     : "l"(da), "l"(db), "r"(scale_d));
+}
+
 template <typename T> __device__ __forceinline__ void wgmma_128(float *d, uint64_t da, uint64_t db, uint32_t scale_d);
 template <> __device__ __forceinline__ void wgmma_128<__nv_bfloat16>(float *d, uint64_t da, uint64_t db, uint32_t s)
 {
@@ -214,6 +255,85 @@ template <> __device__ __forceinline__ void wgmma_128<__half>(float *d, uint64_t
 template <> __device__ __forceinline__ void wgmma_128<float>(float *d, uint64_t da, uint64_t db, uint32_t s)
 {
         wgmma_128_tf32(d, da, db, s);
+}
+
+/* The same with scale-d 0 written as an immediate: d is output only, so
+ * the compiler knows that a chunk's first wgmma does not read the old
+ * accumulators and need not keep them live through the epilogue. */
+__device__ __forceinline__ void wgmma_128_bf16_z(float *d, uint64_t da, uint64_t db)
+{
+        asm volatile("wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 "
+                     "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, %64, %65, 0, 1, 1, 0, 0;\n"
+                     : "=f"(d[0]), "=f"(d[1]), "=f"(d[2]), "=f"(d[3]), "=f"(d[4]), "=f"(d[5]), "=f"(d[6]), "=f"(d[7]), "=f"(d[8]), "=f"(d[9]), "=f"(d[10]), "=f"(d[11]), "=f"(d[12]), "=f"(d[13]), "=f"(d[14]), "=f"(d[15]), "=f"(d[16]), "=f"(d[17]), "=f"(d[18]), "=f"(d[19]), "=f"(d[20]), "=f"(d[21]), "=f"(d[22]), "=f"(d[23]), "=f"(d[24]), "=f"(d[25]), "=f"(d[26]), "=f"(d[27]), "=f"(d[28]), "=f"(d[29]), "=f"(d[30]), "=f"(d[31]), "=f"(d[32]), "=f"(d[33]), "=f"(d[34]), "=f"(d[35]), "=f"(d[36]), "=f"(d[37]), "=f"(d[38]), "=f"(d[39]), "=f"(d[40]), "=f"(d[41]), "=f"(d[42]), "=f"(d[43]), "=f"(d[44]), "=f"(d[45]), "=f"(d[46]), "=f"(d[47]), "=f"(d[48]), "=f"(d[49]), "=f"(d[50]), "=f"(d[51]), "=f"(d[52]), "=f"(d[53]), "=f"(d[54]), "=f"(d[55]), "=f"(d[56]), "=f"(d[57]), "=f"(d[58]), "=f"(d[59]), "=f"(d[60]), "=f"(d[61]), "=f"(d[62]), "=f"(d[63])
+                     : "l"(da), "l"(db));
+}
+
+__device__ __forceinline__ void wgmma_128_f16_z(float *d, uint64_t da, uint64_t db)
+{
+        asm volatile("wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 "
+                     "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, %64, %65, 0, 1, 1, 0, 0;\n"
+                     : "=f"(d[0]), "=f"(d[1]), "=f"(d[2]), "=f"(d[3]), "=f"(d[4]), "=f"(d[5]), "=f"(d[6]), "=f"(d[7]), "=f"(d[8]), "=f"(d[9]), "=f"(d[10]), "=f"(d[11]), "=f"(d[12]), "=f"(d[13]), "=f"(d[14]), "=f"(d[15]), "=f"(d[16]), "=f"(d[17]), "=f"(d[18]), "=f"(d[19]), "=f"(d[20]), "=f"(d[21]), "=f"(d[22]), "=f"(d[23]), "=f"(d[24]), "=f"(d[25]), "=f"(d[26]), "=f"(d[27]), "=f"(d[28]), "=f"(d[29]), "=f"(d[30]), "=f"(d[31]), "=f"(d[32]), "=f"(d[33]), "=f"(d[34]), "=f"(d[35]), "=f"(d[36]), "=f"(d[37]), "=f"(d[38]), "=f"(d[39]), "=f"(d[40]), "=f"(d[41]), "=f"(d[42]), "=f"(d[43]), "=f"(d[44]), "=f"(d[45]), "=f"(d[46]), "=f"(d[47]), "=f"(d[48]), "=f"(d[49]), "=f"(d[50]), "=f"(d[51]), "=f"(d[52]), "=f"(d[53]), "=f"(d[54]), "=f"(d[55]), "=f"(d[56]), "=f"(d[57]), "=f"(d[58]), "=f"(d[59]), "=f"(d[60]), "=f"(d[61]), "=f"(d[62]), "=f"(d[63])
+                     : "l"(da), "l"(db));
+}
+
+__device__ __forceinline__ void wgmma_128_tf32_z(float *d, uint64_t da, uint64_t db)
+{
+        asm volatile("wgmma.mma_async.sync.aligned.m64n128k8.f32.tf32.tf32 "
+                     "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, %64, %65, 0, 1, 1;\n"
+                     : "=f"(d[0]), "=f"(d[1]), "=f"(d[2]), "=f"(d[3]), "=f"(d[4]), "=f"(d[5]), "=f"(d[6]), "=f"(d[7]), "=f"(d[8]), "=f"(d[9]), "=f"(d[10]), "=f"(d[11]), "=f"(d[12]), "=f"(d[13]), "=f"(d[14]), "=f"(d[15]), "=f"(d[16]), "=f"(d[17]), "=f"(d[18]), "=f"(d[19]), "=f"(d[20]), "=f"(d[21]), "=f"(d[22]), "=f"(d[23]), "=f"(d[24]), "=f"(d[25]), "=f"(d[26]), "=f"(d[27]), "=f"(d[28]), "=f"(d[29]), "=f"(d[30]), "=f"(d[31]), "=f"(d[32]), "=f"(d[33]), "=f"(d[34]), "=f"(d[35]), "=f"(d[36]), "=f"(d[37]), "=f"(d[38]), "=f"(d[39]), "=f"(d[40]), "=f"(d[41]), "=f"(d[42]), "=f"(d[43]), "=f"(d[44]), "=f"(d[45]), "=f"(d[46]), "=f"(d[47]), "=f"(d[48]), "=f"(d[49]), "=f"(d[50]), "=f"(d[51]), "=f"(d[52]), "=f"(d[53]), "=f"(d[54]), "=f"(d[55]), "=f"(d[56]), "=f"(d[57]), "=f"(d[58]), "=f"(d[59]), "=f"(d[60]), "=f"(d[61]), "=f"(d[62]), "=f"(d[63])
+                     : "l"(da), "l"(db));
+}
+
+__device__ __forceinline__ void wgmma_192_bf16_z(float *d, uint64_t da, uint64_t db)
+{
+        asm volatile("wgmma.mma_async.sync.aligned.m64n192k16.f32.bf16.bf16 "
+                     "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, %64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, %80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95}, %96, %97, 0, 1, 1, 0, 0;\n"
+                     : "=f"(d[0]), "=f"(d[1]), "=f"(d[2]), "=f"(d[3]), "=f"(d[4]), "=f"(d[5]), "=f"(d[6]), "=f"(d[7]), "=f"(d[8]), "=f"(d[9]), "=f"(d[10]), "=f"(d[11]), "=f"(d[12]), "=f"(d[13]), "=f"(d[14]), "=f"(d[15]), "=f"(d[16]), "=f"(d[17]), "=f"(d[18]), "=f"(d[19]), "=f"(d[20]), "=f"(d[21]), "=f"(d[22]), "=f"(d[23]), "=f"(d[24]), "=f"(d[25]), "=f"(d[26]), "=f"(d[27]), "=f"(d[28]), "=f"(d[29]), "=f"(d[30]), "=f"(d[31]), "=f"(d[32]), "=f"(d[33]), "=f"(d[34]), "=f"(d[35]), "=f"(d[36]), "=f"(d[37]), "=f"(d[38]), "=f"(d[39]), "=f"(d[40]), "=f"(d[41]), "=f"(d[42]), "=f"(d[43]), "=f"(d[44]), "=f"(d[45]), "=f"(d[46]), "=f"(d[47]), "=f"(d[48]), "=f"(d[49]), "=f"(d[50]), "=f"(d[51]), "=f"(d[52]), "=f"(d[53]), "=f"(d[54]), "=f"(d[55]), "=f"(d[56]), "=f"(d[57]), "=f"(d[58]), "=f"(d[59]), "=f"(d[60]), "=f"(d[61]), "=f"(d[62]), "=f"(d[63]), "=f"(d[64]), "=f"(d[65]), "=f"(d[66]), "=f"(d[67]), "=f"(d[68]), "=f"(d[69]), "=f"(d[70]), "=f"(d[71]), "=f"(d[72]), "=f"(d[73]), "=f"(d[74]), "=f"(d[75]), "=f"(d[76]), "=f"(d[77]), "=f"(d[78]), "=f"(d[79]), "=f"(d[80]), "=f"(d[81]), "=f"(d[82]), "=f"(d[83]), "=f"(d[84]), "=f"(d[85]), "=f"(d[86]), "=f"(d[87]), "=f"(d[88]), "=f"(d[89]), "=f"(d[90]), "=f"(d[91]), "=f"(d[92]), "=f"(d[93]), "=f"(d[94]), "=f"(d[95])
+                     : "l"(da), "l"(db));
+}
+
+__device__ __forceinline__ void wgmma_192_f16_z(float *d, uint64_t da, uint64_t db)
+{
+        asm volatile("wgmma.mma_async.sync.aligned.m64n192k16.f32.f16.f16 "
+                     "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, %64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, %80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95}, %96, %97, 0, 1, 1, 0, 0;\n"
+                     : "=f"(d[0]), "=f"(d[1]), "=f"(d[2]), "=f"(d[3]), "=f"(d[4]), "=f"(d[5]), "=f"(d[6]), "=f"(d[7]), "=f"(d[8]), "=f"(d[9]), "=f"(d[10]), "=f"(d[11]), "=f"(d[12]), "=f"(d[13]), "=f"(d[14]), "=f"(d[15]), "=f"(d[16]), "=f"(d[17]), "=f"(d[18]), "=f"(d[19]), "=f"(d[20]), "=f"(d[21]), "=f"(d[22]), "=f"(d[23]), "=f"(d[24]), "=f"(d[25]), "=f"(d[26]), "=f"(d[27]), "=f"(d[28]), "=f"(d[29]), "=f"(d[30]), "=f"(d[31]), "=f"(d[32]), "=f"(d[33]), "=f"(d[34]), "=f"(d[35]), "=f"(d[36]), "=f"(d[37]), "=f"(d[38]), "=f"(d[39]), "=f"(d[40]), "=f"(d[41]), "=f"(d[42]), "=f"(d[43]), "=f"(d[44]), "=f"(d[45]), "=f"(d[46]), "=f"(d[47]), "=f"(d[48]), "=f"(d[49]), "=f"(d[50]), "=f"(d[51]), "=f"(d[52]), "=f"(d[53]), "=f"(d[54]), "=f"(d[55]), "=f"(d[56]), "=f"(d[57]), "=f"(d[58]), "=f"(d[59]), "=f"(d[60]), "=f"(d[61]), "=f"(d[62]), "=f"(d[63]), "=f"(d[64]), "=f"(d[65]), "=f"(d[66]), "=f"(d[67]), "=f"(d[68]), "=f"(d[69]), "=f"(d[70]), "=f"(d[71]), "=f"(d[72]), "=f"(d[73]), "=f"(d[74]), "=f"(d[75]), "=f"(d[76]), "=f"(d[77]), "=f"(d[78]), "=f"(d[79]), "=f"(d[80]), "=f"(d[81]), "=f"(d[82]), "=f"(d[83]), "=f"(d[84]), "=f"(d[85]), "=f"(d[86]), "=f"(d[87]), "=f"(d[88]), "=f"(d[89]), "=f"(d[90]), "=f"(d[91]), "=f"(d[92]), "=f"(d[93]), "=f"(d[94]), "=f"(d[95])
+                     : "l"(da), "l"(db));
+}
+
+__device__ __forceinline__ void wgmma_192_tf32_z(float *d, uint64_t da, uint64_t db)
+{
+        asm volatile("wgmma.mma_async.sync.aligned.m64n192k8.f32.tf32.tf32 "
+                     "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, %64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, %80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95}, %96, %97, 0, 1, 1;\n"
+                     : "=f"(d[0]), "=f"(d[1]), "=f"(d[2]), "=f"(d[3]), "=f"(d[4]), "=f"(d[5]), "=f"(d[6]), "=f"(d[7]), "=f"(d[8]), "=f"(d[9]), "=f"(d[10]), "=f"(d[11]), "=f"(d[12]), "=f"(d[13]), "=f"(d[14]), "=f"(d[15]), "=f"(d[16]), "=f"(d[17]), "=f"(d[18]), "=f"(d[19]), "=f"(d[20]), "=f"(d[21]), "=f"(d[22]), "=f"(d[23]), "=f"(d[24]), "=f"(d[25]), "=f"(d[26]), "=f"(d[27]), "=f"(d[28]), "=f"(d[29]), "=f"(d[30]), "=f"(d[31]), "=f"(d[32]), "=f"(d[33]), "=f"(d[34]), "=f"(d[35]), "=f"(d[36]), "=f"(d[37]), "=f"(d[38]), "=f"(d[39]), "=f"(d[40]), "=f"(d[41]), "=f"(d[42]), "=f"(d[43]), "=f"(d[44]), "=f"(d[45]), "=f"(d[46]), "=f"(d[47]), "=f"(d[48]), "=f"(d[49]), "=f"(d[50]), "=f"(d[51]), "=f"(d[52]), "=f"(d[53]), "=f"(d[54]), "=f"(d[55]), "=f"(d[56]), "=f"(d[57]), "=f"(d[58]), "=f"(d[59]), "=f"(d[60]), "=f"(d[61]), "=f"(d[62]), "=f"(d[63]), "=f"(d[64]), "=f"(d[65]), "=f"(d[66]), "=f"(d[67]), "=f"(d[68]), "=f"(d[69]), "=f"(d[70]), "=f"(d[71]), "=f"(d[72]), "=f"(d[73]), "=f"(d[74]), "=f"(d[75]), "=f"(d[76]), "=f"(d[77]), "=f"(d[78]), "=f"(d[79]), "=f"(d[80]), "=f"(d[81]), "=f"(d[82]), "=f"(d[83]), "=f"(d[84]), "=f"(d[85]), "=f"(d[86]), "=f"(d[87]), "=f"(d[88]), "=f"(d[89]), "=f"(d[90]), "=f"(d[91]), "=f"(d[92]), "=f"(d[93]), "=f"(d[94]), "=f"(d[95])
+                     : "l"(da), "l"(db));
+}
+
+/* m64nBNk(32 bytes) with scale-d 0: d = A B, write only. */
+template <typename T, int BN> __device__ __forceinline__ void wgmma_n_z(float *d, uint64_t da, uint64_t db)
+{
+        static_assert(BN == 128 || BN == 192, "no wgmma wrapper for this N");
+        if constexpr (std::is_same<T, __nv_bfloat16>::value)
+                BN == 128 ? wgmma_128_bf16_z(d, da, db) : wgmma_192_bf16_z(d, da, db);
+        else if constexpr (std::is_same<T, __half>::value)
+                BN == 128 ? wgmma_128_f16_z(d, da, db) : wgmma_192_f16_z(d, da, db);
+        else
+                BN == 128 ? wgmma_128_tf32_z(d, da, db) : wgmma_192_tf32_z(d, da, db);
+}
+
+/* m64nBNk(32 bytes): BN 128 or WIDE_BN. */
+template <typename T, int BN> __device__ __forceinline__ void wgmma_n(float *d, uint64_t da, uint64_t db, uint32_t s)
+{
+        if constexpr (BN == 128) {
+                wgmma_128<T>(d, da, db, s);
+        } else {
+                static_assert(BN == 192, "no wgmma wrapper for this N");
+                if constexpr (std::is_same<T, __nv_bfloat16>::value)
+                        wgmma_192_bf16(d, da, db, s);
+                else if constexpr (std::is_same<T, __half>::value)
+                        wgmma_192_f16(d, da, db, s);
+                else
+                        wgmma_192_tf32(d, da, db, s);
+        }
 }
 
 template <typename T> __device__ __forceinline__ uint32_t pack2(float lo, float hi);
@@ -254,9 +374,9 @@ __device__ __forceinline__ WorkIter work_begin(const KParams &kp)
         return it;
 }
 
-template <int BK> __device__ __forceinline__ bool work_next(const KParams &kp, WorkIter &it, Work &w)
+template <int BK, int BN> __device__ __forceinline__ bool work_next(const KParams &kp, WorkIter &it, Work &w)
 {
-        const struct sched_shape shape = {WCfg::BM, WCfg::BN, BK};
+        const struct sched_shape shape = {WCfg::BM, BN, BK};
         for (;;) {
                 if (kp.cta_begin) {
                         if (it.e >= it.e1)
@@ -286,16 +406,16 @@ template <int BK> __device__ __forceinline__ bool work_next(const KParams &kp, W
 }
 
 /* Tile origin and k-tile count of a unit of work. */
-template <int BK>
+template <int BK, int BN>
 __device__ __forceinline__ void work_geom(const struct gemmd_kproblem &p, const Work &w, uint32_t &m0,
                                           uint32_t &n0, uint32_t &kbeg, uint32_t &niter)
 {
         const struct sched_problem sp = to_sched(p);
-        const struct sched_shape shape = {WCfg::BM, WCfg::BN, BK};
+        const struct sched_shape shape = {WCfg::BM, BN, BK};
         uint32_t row = 0, col = 0, klen;
         sched_tile_coord(&sp, shape, w.tile, &row, &col);
         m0 = row * WCfg::BM;
-        n0 = col * WCfg::BN;
+        n0 = col * BN;
         sched_chunk_span(p.k, w.kc0, w.kc1, &kbeg, &klen);
         niter = (klen + BK - 1) / BK;
 }
@@ -313,7 +433,7 @@ struct PWork {
         float alpha, beta;
 };
 
-template <int BK> __device__ __forceinline__ PWork pwork(const struct gemmd_kproblem &p, const Work &w)
+template <int BK, int BN> __device__ __forceinline__ PWork pwork(const struct gemmd_kproblem &p, const Work &w)
 {
         PWork x;
         x.prob = w.prob;
@@ -327,7 +447,7 @@ template <int BK> __device__ __forceinline__ PWork pwork(const struct gemmd_kpro
         x.alpha = p.alpha;
         x.beta = p.beta;
         x.tri = p.kind == SCHED_SYR2K ? TRI_SYR2K | (p.uplo ? TRI_UPPER : 0u) : 0u;
-        work_geom<BK>(p, w, x.m0, x.n0, x.kbeg, x.niter);
+        work_geom<BK, BN>(p, w, x.m0, x.n0, x.kbeg, x.niter);
         return x;
 }
 
@@ -342,19 +462,24 @@ struct Pipe {
 /* Issues one k-tile's wgmmas into d (scale-d 0 on the first when FRESH:
  * a chunk starts from zero), waits for the k-tile before and frees its
  * stage. */
-template <typename T, bool FRESH> __device__ __forceinline__ void ktile(Pipe &pp, float (&d)[64])
+template <typename T, bool FRESH, int BN>
+__device__ __forceinline__ void ktile(Pipe &pp, float (&d)[WCfgT<BN>::NACC])
 {
-        using L = WLay<false>;
+        using L = WLay<false, BN>;
         mbar_wait(pp.bars + 8 * pp.stage, pp.phase);
-        const uint64_t da = wg_desc(pp.a_off + pp.stage * WCfg::STAGE_BYTES),
-                       db = wg_desc(pp.b_off + pp.stage * WCfg::STAGE_BYTES);
+        const uint64_t da = wg_desc(pp.a_off + pp.stage * L::W::STAGE_BYTES),
+                       db = wg_desc(pp.b_off + pp.stage * L::W::STAGE_BYTES);
 #pragma unroll
-        for (int r = 0; r < 64; r++)
+        for (int r = 0; r < WCfgT<BN>::NACC; r++)
                 reg_fence(d[r]);
         wgmma_fence();
 #pragma unroll
-        for (int kk = 0; kk < WCfg::ROW_BYTES / 32; kk++) /* 32 bytes of K each */
-                wgmma_128<T>(d, da + 2 * kk, db + 2 * kk, (FRESH && kk == 0) ? 0u : 1u);
+        for (int kk = 0; kk < WCfg::ROW_BYTES / 32; kk++) { /* 32 bytes of K each */
+                if (FRESH && kk == 0)
+                        wgmma_n_z<T, BN>(d, da, db);
+                else
+                        wgmma_n<T, BN>(d, da + 2 * kk, db + 2 * kk, 1u);
+        }
         wgmma_commit();
         wgmma_wait<1>();
         if (pp.lane == 0 && pp.pending >= 0)
@@ -393,7 +518,10 @@ template <bool FRESH, bool DRAIN> __device__ __forceinline__ void ktile_x3(Pipe 
         wgmma_fence();
 #pragma unroll
         for (int kk = 0; kk < WCfg::ROW_BYTES / 32; kk++) {
-                wgmma_128<float>(d, das + 2 * kk, db + 2 * kk, (FRESH && kk == 0) ? 0u : 1u);
+                if (FRESH && kk == 0)
+                        wgmma_n_z<float, 128>(d, das, db);
+                else
+                        wgmma_128<float>(d, das + 2 * kk, db + 2 * kk, 1u);
                 wgmma_128<float>(d, da + 2 * kk, dbs + 2 * kk, 1u);
         }
 #pragma unroll
@@ -424,8 +552,9 @@ template <bool FRESH, bool DRAIN> __device__ __forceinline__ void ktile_x3(Pipe 
 
 /* A chunk's k-tiles: the first (fresh) one and nk - 1 more, into d; X3:
  * GEMMD_X3_FOLD k-tiles at a time into d, and those sums in order into cs. */
-template <typename T, bool X3>
-__device__ __forceinline__ void run_chunk(Pipe &pp, float (&d)[64], float (&cs)[64], uint32_t nk)
+template <typename T, bool X3, int BN>
+__device__ __forceinline__ void run_chunk(Pipe &pp, float (&d)[WCfgT<BN>::NACC], float (&cs)[WCfgT<BN>::NACC],
+                                          uint32_t nk)
 {
         if constexpr (X3) {
                 constexpr uint32_t F = GEMMD_X3_FOLD;
@@ -444,9 +573,9 @@ __device__ __forceinline__ void run_chunk(Pipe &pp, float (&d)[64], float (&cs)[
                                 cs[r] = j == 0 ? d[r] : cs[r] + d[r];
                 }
         } else {
-                ktile<T, true>(pp, d);
+                ktile<T, true, BN>(pp, d);
                 for (uint32_t j = 1; j < nk; j++)
-                        ktile<T, false>(pp, d);
+                        ktile<T, false, BN>(pp, d);
         }
 }
 
@@ -499,18 +628,18 @@ template <int NT> __device__ __forceinline__ void split_stage(const uint4 *x, ui
 }
 
 /* A finished chunk sum: into the running total, or to its workspace slot. */
-__device__ __forceinline__ void fold(float (&d)[64], float (&tot)[64], float *wsp)
+template <int NA> __device__ __forceinline__ void fold(float (&d)[NA], float (&tot)[NA], float *wsp)
 {
 #pragma unroll
-        for (int r = 0; r < 64; r++)
+        for (int r = 0; r < NA; r++)
                 reg_fence(d[r]);
         if (wsp) {
 #pragma unroll
-                for (int r = 0; r < 64; r++)
+                for (int r = 0; r < NA; r++)
                         __stcg(wsp + r * 256, d[r]);
         } else {
 #pragma unroll
-                for (int r = 0; r < 64; r++)
+                for (int r = 0; r < NA; r++)
                         tot[r] += d[r];
         }
 }
@@ -519,13 +648,16 @@ __device__ __forceinline__ void fold(float (&d)[64], float (&tot)[64], float *ws
 
 /* SYRK: the group has SYR2Ks on this kernel; without, the two-term loop and
  * the triangle masks compile away. */
-template <typename T, bool SYRK, bool X3>
+template <typename T, bool SYRK, bool X3, int BN>
 __global__ void __launch_bounds__(WCfg::THREADS, 1) wgmma_kernel(const __grid_constant__ KArgs args)
 {
-        using L = WLay<X3>;
+        static_assert(!SYRK || BN == 128, "SYR2K triangles take square tiles");
         const KParams kp = kparams(args);
         const char *tmaps = rebase(args, args.tmaps);
 #ifdef GEMMD_SM90A
+        using L = WLay<X3, BN>;
+        using W = WCfgT<BN>;
+        constexpr int NA = W::NACC;
         extern __shared__ unsigned char wsmem[];
         __shared__ uint32_t s_flag;
         const uint32_t raw = smem_u32(wsmem);
@@ -551,7 +683,7 @@ __global__ void __launch_bounds__(WCfg::THREADS, 1) wgmma_kernel(const __grid_co
 
         if (wg == 0) {
                 /* Producer: warp 0; lane 0 issues the copies. */
-                asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(WCfg::producer_regs(SYRK)));
+                asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(W::producer_regs(SYRK)));
                 if (X3 && warp != 0) {
                         /* Warps 1-3 split each stage: its small parts
                          * (tf32_small) into the same place of the small
@@ -563,8 +695,8 @@ __global__ void __launch_bounds__(WCfg::THREADS, 1) wgmma_kernel(const __grid_co
                                 mbar_wait(bars + 8 * stage, phase);
                                 if (endw[stage])
                                         break;
-                                split_stage<96>((const uint4 *)(gbase + stage * WCfg::STAGE_BYTES),
-                                                (uint4 *)(gbase + L::SMALL_OFF + stage * WCfg::STAGE_BYTES), t);
+                                split_stage<96>((const uint4 *)(gbase + stage * W::STAGE_BYTES),
+                                                (uint4 *)(gbase + L::SMALL_OFF + stage * W::STAGE_BYTES), t);
                                 asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
                                 __syncwarp();
                                 if (lane == 0)
@@ -595,7 +727,7 @@ __global__ void __launch_bounds__(WCfg::THREADS, 1) wgmma_kernel(const __grid_co
                         uint32_t j = 0, term = 0, c0 = 0, nk = min(x.niter, (uint32_t)WK<T>::KT_PER_CHUNK);
                         for (uint32_t i = 0; i < x.niter * nterms; i++) {
                                 const uint32_t full = bars + 8 * stage;
-                                const uint32_t sa = base + stage * WCfg::STAGE_BYTES;
+                                const uint32_t sa = base + stage * W::STAGE_BYTES;
                                 mbar_wait(bars + 8 * (L::STAGES + stage), phase ^ 1);
                                 if (X3)
                                         endw[stage] = 0;
@@ -619,10 +751,10 @@ __global__ void __launch_bounds__(WCfg::THREADS, 1) wgmma_kernel(const __grid_co
                                         h[14] = __float_as_uint(x.beta);
                                         h[15] = x.tri;
                                 }
-                                mbar_expect_tx(full, WCfg::STAGE_BYTES);
+                                mbar_expect_tx(full, W::STAGE_BYTES);
                                 const int32_t k0 = (int32_t)(x.kbeg + (c0 + j) * WK<T>::BK);
                                 tma_load_2d(sa, term ? tb : ta, full, k0, (int32_t)x.m0);
-                                tma_load_2d(sa + WCfg::A_BYTES, term ? ta : tb, full, k0, (int32_t)x.n0);
+                                tma_load_2d(sa + W::A_BYTES, term ? ta : tb, full, k0, (int32_t)x.n0);
                                 if (++stage == L::STAGES) {
                                         stage = 0;
                                         phase ^= 1;
@@ -650,7 +782,7 @@ __global__ void __launch_bounds__(WCfg::THREADS, 1) wgmma_kernel(const __grid_co
                                         ok = !kp.fast || (kp.fast[en.problem] != 0) == kp.want_fast;
                                         if (ok) {
                                                 const Work w = {en.problem, en.tile, en.kc_begin, en.kc_end, en.split};
-                                                x = pwork<WK<T>::BK>(kp.probs[en.problem], w);
+                                                x = pwork<WK<T>::BK, BN>(kp.probs[en.problem], w);
                                         }
                                 }
                                 uint32_t mask = __ballot_sync(0xffffffffu, ok);
@@ -681,8 +813,8 @@ __global__ void __launch_bounds__(WCfg::THREADS, 1) wgmma_kernel(const __grid_co
                 } else {
                         WorkIter it = work_begin(kp);
                         Work w;
-                        while (work_next<WK<T>::BK>(kp, it, w)) {
-                                const PWork x = pwork<WK<T>::BK>(kp.probs[w.prob], w);
+                        while (work_next<WK<T>::BK, BN>(kp, it, w)) {
+                                const PWork x = pwork<WK<T>::BK, BN>(kp.probs[w.prob], w);
                                 if (lane == 0)
                                         issue(x);
                                 __syncwarp();
@@ -701,13 +833,13 @@ __global__ void __launch_bounds__(WCfg::THREADS, 1) wgmma_kernel(const __grid_co
         }
 
         /* Consumers: warpgroup cw computes rows [64 cw, 64 cw + 64) of the tile. */
-        asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(WCfg::consumer_regs(SYRK)));
+        asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(W::consumer_regs(SYRK)));
         const int cw = wg - 1, ctid = threadIdx.x - 128, wt = threadIdx.x & 127, wi = wt >> 5;
-        const uint32_t epi = base + L::EPI_OFF + cw * WCfg::EPI_BYTES; /* 16-bit only */
-        Pipe pp = {0, 0, -1, bars, base + cw * 64 * 128, base + WCfg::A_BYTES, lane};
-        float acc[64], tot[64], csum[64]; /* csum: X3 only */
+        const uint32_t epi = base + L::EPI_OFF + cw * W::EPI_BYTES; /* 16-bit only */
+        Pipe pp = {0, 0, -1, bars, base + cw * 64 * 128, base + W::A_BYTES, lane};
+        float acc[NA], tot[NA], csum[NA]; /* csum: X3 only */
 #pragma unroll
-        for (int i = 0; i < 64; i++)
+        for (int i = 0; i < NA; i++)
                 acc[i] = 0.f;
         for (;;) {
                 mbar_wait(bars + 8 * pp.stage, pp.phase);
@@ -732,9 +864,9 @@ __global__ void __launch_bounds__(WCfg::THREADS, 1) wgmma_kernel(const __grid_co
                 const bool lower = (tri & TRI_SYR2K) && !(tri & TRI_UPPER), upper = (tri & TRI_UPPER) != 0;
                 float *wsb = nullptr;
                 if (w.split != SCHED_NO_SPLIT)
-                        wsb = kp.ws + (size_t)kp.split_ws[w.split] * WCfg::TILE;
+                        wsb = kp.ws + (size_t)kp.split_ws[w.split] * W::TILE;
 #pragma unroll
-                for (int i = 0; i < 64; i++)
+                for (int i = 0; i < NA; i++)
                         tot[i] = 0.f;
 
                 /* One canonical chunk at a time: its k-tiles with one wgmma
@@ -743,9 +875,9 @@ __global__ void __launch_bounds__(WCfg::THREADS, 1) wgmma_kernel(const __grid_co
                 const uint32_t nch = (niter + KPC - 1) / KPC;
                 for (uint32_t c = 0; c < nch; c++) {
                         const uint32_t nk = min(niter - c * KPC, KPC) * ((tri & TRI_SYR2K) ? 2u : 1u);
-                        run_chunk<T, X3>(pp, acc, csum, nk);
+                        run_chunk<T, X3, BN>(pp, acc, csum, nk);
                         wgmma_wait<0>();
-                        fold(X3 ? csum : acc, tot, wsb ? wsb + (size_t)(w.kc0 + c) * WCfg::TILE + ctid : nullptr);
+                        fold(X3 ? csum : acc, tot, wsb ? wsb + (size_t)(w.kc0 + c) * W::TILE + ctid : nullptr);
                 }
                 if (lane == 0 && pp.pending >= 0)
                         mbar_arrive(bars + 8 * (L::STAGES + pp.pending));
@@ -766,9 +898,9 @@ __global__ void __launch_bounds__(WCfg::THREADS, 1) wgmma_kernel(const __grid_co
                         __threadfence();
                         const uint32_t nch = sched_kchunks(p.k);
                         for (uint32_t c = 0; c < nch; c++) {
-                                const float *src = wsb + (size_t)c * WCfg::TILE + ctid;
+                                const float *src = wsb + (size_t)c * W::TILE + ctid;
 #pragma unroll
-                                for (int r = 0; r < 64; r++)
+                                for (int r = 0; r < NA; r++)
                                         tot[r] += __ldcg(src + r * 256);
                         }
                         if (ctid == 0)
@@ -792,7 +924,7 @@ __global__ void __launch_bounds__(WCfg::THREADS, 1) wgmma_kernel(const __grid_co
                          * arithmetic on the beta = 0 path too. */
                         auto store = [&](auto with_beta) {
 #pragma unroll
-                                for (int j = 0; j < 16; j++)
+                                for (int j = 0; j < NA / 4; j++)
 #pragma unroll
                                         for (int e = 0; e < 4; e++) {
                                                 const uint32_t gi = rbase + 8 * (e >> 1), gj = cbase + j * 8 + (e & 1);
@@ -811,15 +943,15 @@ __global__ void __launch_bounds__(WCfg::THREADS, 1) wgmma_kernel(const __grid_co
                                 store(std::false_type{});
                 } else {
                         /* 16-bit epilogue: round in registers, stage transposed, store columns. */
-                        uint32_t pk[32];
+                        uint32_t pk[NA / 2];
                         /* beta tested once (as in the f32 epilogue). */
                         if (beta == 0.f) {
 #pragma unroll
-                                for (int e = 0; e < 64; e += 2)
+                                for (int e = 0; e < NA; e += 2)
                                         pk[e / 2] = pack2<T>(__fmul_rn(alpha, tot[e]), __fmul_rn(alpha, tot[e + 1]));
                         } else {
 #pragma unroll
-                                for (int j = 0; j < 16; j++)
+                                for (int j = 0; j < NA / 4; j++)
 #pragma unroll
                                         for (int h = 0; h < 2; h++) {
                                                 const int e = j * 4 + h * 2;
@@ -836,9 +968,9 @@ __global__ void __launch_bounds__(WCfg::THREADS, 1) wgmma_kernel(const __grid_co
                         {
                                 const int q = lane >> 3, r8 = lane & 7;
 #pragma unroll
-                                for (int j = 0; j < 16; j += 2) {
+                                for (int j = 0; j < NA / 4; j += 2) {
                                         const int jj = j + (q >> 1), h = q & 1;
-                                        const uint32_t addr = epi + (jj * 8 + r8) * (WCfg::EPI_LD * 2) + (wi * 16 + h * 8) * 2;
+                                        const uint32_t addr = epi + (jj * 8 + r8) * (W::EPI_LD * 2) + (wi * 16 + h * 8) * 2;
                                         asm volatile("stmatrix.sync.aligned.m8n8.x4.trans.shared.b16 [%0], {%1, %2, %3, %4};\n" ::"r"(addr),
                                                      "r"(pk[j * 2]), "r"(pk[j * 2 + 1]), "r"(pk[j * 2 + 2]), "r"(pk[j * 2 + 3])
                                                      : "memory");
@@ -850,12 +982,12 @@ __global__ void __launch_bounds__(WCfg::THREADS, 1) wgmma_kernel(const __grid_co
                                 const uint32_t r0 = m0 + cw * 64;
                                 const unsigned char *ep = gbase + (epi - base);
 #pragma unroll
-                                for (int s = 0; s < 8; s++) {
+                                for (int s = 0; s < W::BN / 16; s++) { /* BN columns of 8 vectors, 128 threads */
                                         const int v = wt + s * 128, col = v >> 3, rv = v & 7;
                                         const uint32_t gi = r0 + rv * 8, gj = n0 + col;
                                         if (gi >= p.m || gj >= p.n)
                                                 continue;
-                                        const uint4 val = *(const uint4 *)(ep + col * (WCfg::EPI_LD * 2) + rv * 16);
+                                        const uint4 val = *(const uint4 *)(ep + col * (W::EPI_LD * 2) + rv * 16);
                                         T *dst = cptr + gi + (int64_t)gj * p.ldc;
                                         /* A SYR2K writes only its triangle: rows gi..gi+7
                                          * of column gj are whole when all are in it. */
@@ -880,20 +1012,24 @@ __global__ void __launch_bounds__(WCfg::THREADS, 1) wgmma_kernel(const __grid_co
 #endif
 }
 
-template <typename T, bool SYRK, bool X3>
+template <typename T, bool SYRK, bool X3, int BN = 128>
 int launch_wgmma(const KArgs &args, uint32_t grid, cudaStream_t st)
 {
         static std::atomic<uint32_t> done[64];
-        if (smem_attr_once(done, wgmma_kernel<T, SYRK, X3>, WLay<X3>::SMEM))
+        if (smem_attr_once(done, wgmma_kernel<T, SYRK, X3, BN>, WLay<X3, BN>::SMEM))
                 return -EIO;
-        wgmma_kernel<T, SYRK, X3><<<grid, WCfg::THREADS, WLay<X3>::SMEM, st>>>(args);
+        wgmma_kernel<T, SYRK, X3, BN><<<grid, WCfg::THREADS, WLay<X3, BN>::SMEM, st>>>(args);
         const cudaError_t err = cudaGetLastError();
         return err == cudaSuccess ? 0 : -EIO;
 }
 
-/* x3: f32 split in two TF32 parts (exact f32 problems; T = float). */
-template <typename T> int launch_wgmma(const KArgs &args, uint32_t grid, cudaStream_t st, bool syrk, bool x3)
+/* x3: f32 split in two TF32 parts (exact f32 problems; T = float); wide:
+ * the 128 x WIDE_BN tile (GEMM only, not x3). */
+template <typename T>
+int launch_wgmma(const KArgs &args, uint32_t grid, cudaStream_t st, bool syrk, bool x3, bool wide)
 {
+        if (wide)
+                return syrk || x3 ? -EINVAL : launch_wgmma<T, false, false, WIDE_BN>(args, grid, st);
         if constexpr (sizeof(T) == 4) {
                 if (x3)
                         return syrk ? launch_wgmma<T, true, true>(args, grid, st)

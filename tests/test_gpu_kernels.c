@@ -10,7 +10,9 @@
  * checked element by element against the reference, every other run must
  * match it bit for bit (canonical K-chunk accumulation), and every element
  * of C's storage that the op must not write (padding rows, the other
- * triangle of a SYR2K) must keep its bits.
+ * triangle of a SYR2K) must keep its bits. Groups whose every problem
+ * takes the wide tile (cuda_gemm_shape_wide: GEMMs only, K-major) run every
+ * mode again on it, and must match the first run bit for bit too.
  *
  * A plain program: exits 0 and prints a SKIP line when no CUDA device is
  * present, so `make test` passes on machines without a GPU.
@@ -95,6 +97,9 @@ static const uint32_t kmajk[] = {1, 2, 8, 63, 64, 65, 127, 129, 200, 511, 512, 5
  * m x k and B stored n x k, or a SYR2K with A and B stored n x k, both
  * contiguous along K, leading dimensions multiples of 16 bytes (the layout
  * of the sm_90 fast path). */
+/* Set while drawing groups of GEMMs only (the wide tile's groups). */
+static int gemm_only;
+
 static void draw(struct tprob *t, int dtype, int tf32, int big, int kmaj)
 {
         struct gemmd_kproblem *p = &t->kp;
@@ -111,7 +116,7 @@ static void draw(struct tprob *t, int dtype, int tf32, int big, int kmaj)
         p->k = big ? 1024 + rndu(3100) : edgek[rndu(sizeof(edgek) / sizeof(edgek[0]) - (rndu(4) ? 3 : 0))];
         if (kmaj) {
                 /* GEMM T,N, or SYR2K with op T: A and B stored n x k. */
-                p->kind = rndu(4) == 0 ? SCHED_SYR2K : SCHED_GEMM;
+                p->kind = rndu(4) == 0 && !gemm_only ? SCHED_SYR2K : SCHED_GEMM;
                 p->trans_a = 1;
                 p->trans_b = 0;
                 if (!big)
@@ -225,6 +230,7 @@ static const char *pdesc(const struct gemmd_kproblem *p, char *buf, size_t n)
 
 static int failures;
 static int inline_runs; /* launches whose data went as a kernel parameter */
+static int wide_groups; /* groups that also ran on the wide tile */
 
 /* Runs one group under every mode and CTA count; returns nothing, counts
  * failures. */
@@ -286,7 +292,7 @@ static void run_group(const char *name, int dtype, int tf32, struct tprob *tp, u
                         fprintf(stderr, "out of memory\n");
                         exit(1);
                 }
-                nfast = cuda_gemm_tmaps_build(kp, np, htm);
+                nfast = cuda_gemm_tmaps_build(kp, np, cuda_gemm_shape(dtype, tf32), htm);
                 nsyr2k = cuda_gemm_tmaps_syr2k(htm, np);
                 if (nfast < 0 || (kmaj && nfast != (int)np)) {
                         printf("FAIL %s: cuda_gemm_tmaps_build = %d of %u K-major problems\n", name, nfast, np);
@@ -297,16 +303,37 @@ static void run_group(const char *name, int dtype, int tf32, struct tprob *tp, u
                 CK(cudaMemcpy(tm, htm, tb, cudaMemcpyHostToDevice));
                 printf("  %-22s %d of %u problems qualify for the fast path\n", name, nfast, np);
         }
+        /* The wide tile, where the whole group takes it: every mode again
+         * with it, each run bit for bit the first (usual tile) run. */
+        void *tmw = NULL, *htmw = NULL;
+        const struct sched_shape wide = cuda_gemm_shape_wide(dtype, tf32);
+        if (htm && wide.tn) {
+                size_t tb = cuda_gemm_tmaps_bytes(np);
+                if (posix_memalign(&htmw, 64, tb)) {
+                        fprintf(stderr, "out of memory\n");
+                        exit(1);
+                }
+                if (cuda_gemm_tmaps_build(kp, np, wide, htmw) == (int)np) {
+                        CK(cudaMalloc(&tmw, tb));
+                        CK(cudaMemcpy(tmw, htmw, tb, cudaMemcpyHostToDevice));
+                        wide_groups++;
+                } else {
+                        free(htmw);
+                        htmw = NULL;
+                }
+        }
 
         double tol = dtype == GEMMD_F32 ? (tf32 ? 4e-3 : 2e-5) : dtype == GEMMD_F16 ? 2e-3 : 1e-2;
         struct sched_plan plan;
         sched_plan_init(&plan);
         int have_first = 0;
         const uint32_t ctas_list[2] = {(uint32_t)nsm, 5};
-        for (int mode = 0; mode < SCHED_NMODES; mode++) {
+        for (int mi = 0; mi < SCHED_NMODES * (tmw ? 2 : 1); mi++) {
+                const int mode = mi % SCHED_NMODES, is_w = mi >= SCHED_NMODES;
+                void *ctm = is_w ? tmw : tm, *chtm = is_w ? htmw : htm;
                 for (int ci = 0; ci < 2; ci++) {
                         struct sched_config cfg = {.mode = (enum sched_mode)mode,
-                                                   .shape = cuda_gemm_shape(dtype, tf32),
+                                                   .shape = is_w ? wide : cuda_gemm_shape(dtype, tf32),
                                                    .ctas = ctas_list[ci]};
                         int rc = sched_plan_build(&plan, sp, np, &cfg);
                         if (rc) {
@@ -334,7 +361,7 @@ static void run_group(const char *name, int dtype, int tf32, struct tprob *tp, u
                         struct cuda_group g = {.problems = dp, .nproblems = np, .dtype = dtype,
                                                .tf32 = tf32, .plan_blob = blob, .plan = &plan,
                                                .cfg = cfg, .ws = ws, .arrivals = arr,
-                                               .tmaps = tm, .nfast = (uint32_t)nfast,
+                                               .tmaps = ctm, .nfast = (uint32_t)nfast,
                                                .nfast_syr2k = nsyr2k};
                         /* A third run, where the group fits, sends problems,
                          * plan and tensor maps with the launch
@@ -360,7 +387,7 @@ static void run_group(const char *name, int dtype, int tf32, struct tprob *tp, u
                                 memcpy(hin, kp, np * sizeof(*kp));
                                 if (plan.blob_bytes)
                                         memcpy((char *)hin + o_bl, plan.blob, plan.blob_bytes);
-                                memcpy((char *)hin + o_tm, htm, cuda_gemm_tmaps_bytes(np));
+                                memcpy((char *)hin + o_tm, chtm, cuda_gemm_tmaps_bytes(np));
                                 gi.problems = din;
                                 gi.plan_blob = blob ? (char *)din + o_bl : NULL;
                                 gi.tmaps = (char *)din + o_tm;
@@ -402,9 +429,9 @@ static void run_group(const char *name, int dtype, int tf32, struct tprob *tp, u
                                         size_t i = 0;
                                         while (!memcmp(first + i * es, out + i * es, es))
                                                 i++;
-                                        printf("FAIL %s %s ctas=%u rep %d: bits differ from the first run "
+                                        printf("FAIL %s %s%s ctas=%u rep %d: bits differ from the first run "
                                                "(element %zu, %g vs %g, nsplit=%u)\n",
-                                               name, sched_mode_name(cfg.mode), cfg.ctas, rep, i,
+                                               name, sched_mode_name(cfg.mode), is_w ? " (wide)" : "", cfg.ctas, rep, i,
                                                getv(out, dtype, i), getv(first, dtype, i), plan.nsplit);
                                         failures++;
                                         break;
@@ -434,6 +461,8 @@ static void run_group(const char *name, int dtype, int tf32, struct tprob *tp, u
         sched_plan_deinit(&plan);
         cudaFree(tm);
         free(htm);
+        cudaFree(tmw);
+        free(htmw);
         CK(cudaFree(d));
         CK(cudaFree(dp));
         free(kp);
@@ -470,7 +499,7 @@ int main(int argc, char **argv)
                 /* Every config also gets groups of K-major problems only
                  * (the sm_90 fast path for 16-bit and tf32, the ldmatrix
                  * fragment path on sm_80) and a mix of both kinds. */
-                const int ngrp = 9;
+                const int ngrp = 11;
                 for (int grp = 0; grp < ngrp; grp++) {
                         struct tprob tp[80];
                         uint32_t np;
@@ -483,6 +512,18 @@ int main(int argc, char **argv)
                                 for (uint32_t i = 0; i < np; i++)
                                         draw(&tp[i], dts[c], tfs[c], 0, 1);
                                 snprintf(name, sizeof(name), "%s/kmaj-small", names[c]);
+                                run_group(name, dts[c], tfs[c], tp, np, nsm, 1);
+                                continue;
+                        }
+                        if (grp >= 9) {
+                                /* GEMMs only, K-major: groups the wide
+                                 * tile takes, edge sizes and long K. */
+                                gemm_only = 1;
+                                np = grp == 9 ? 40 + rndu(40) : 3 + rndu(3);
+                                for (uint32_t i = 0; i < np; i++)
+                                        draw(&tp[i], dts[c], tfs[c], grp == 10, 1);
+                                gemm_only = 0;
+                                snprintf(name, sizeof(name), "%s/gemm-%s", names[c], grp == 9 ? "edge" : "longk");
                                 run_group(name, dts[c], tfs[c], tp, np, nsm, 1);
                                 continue;
                         }
@@ -509,6 +550,11 @@ int main(int argc, char **argv)
                 }
         }
         printf("launches with their data as a kernel parameter: %d\n", inline_runs);
+        printf("groups also run on the wide tile: %d\n", wide_groups);
+        if (cuda_gemm_fast_available() && wide_groups == 0) {
+                printf("FAIL: no group ran on the wide tile\n");
+                failures++;
+        }
         if (cuda_gemm_fast_available() && inline_runs == 0) {
                 printf("FAIL: no group went with its launch data\n");
                 failures++;
