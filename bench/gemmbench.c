@@ -935,7 +935,13 @@ static void bench_workload(cublasHandle_t h, const struct workload *w, int modes
                                        w->name, cfg_name(s.dtype, s.tf32), wdiff);
                         else
                                 printf("# %s %s: elements of C whose bits differ between the wide tile and "
-                                       "the usual one: %ld\n", w->name, cfg_name(s.dtype, s.tf32), wdiff);
+                                       "the usual one: %ld; the daemon would run it on the %s tile "
+                                       "(sched_prefer_wide)\n",
+                                       w->name, cfg_name(s.dtype, s.tf32), wdiff,
+                                       sched_prefer_wide(sched_cost_get(), s.sp, s.n, cuda_gemm_shape(s.dtype, s.tf32),
+                                                         cuda_gemm_shape_wide(s.dtype, s.tf32), nsm)
+                                               ? "wide"
+                                               : "usual");
                 }
                 float peer_ms[NPEERS];
                 for (int p = 0; p < NPEERS; p++) {

@@ -28,6 +28,12 @@ struct backend {
 
         /* Tile shape for ops of kernel-config key `key`. */
         struct sched_shape (*shape)(struct backend *b, uint32_t key);
+        /* Optional: a wider tile for ops of `key`, all zero when there is
+         * none. A group may take it (worker.c) when every op's layout is
+         * kproblem_tma_layout's, with A and B 16-byte aligned where they
+         * are already on the device, and sched_prefer_wide predicts it
+         * faster; launch() then gets a plan built with it. */
+        struct sched_shape (*wide_shape)(struct backend *b, uint32_t key);
         /* Name of the kernel that runs ops of `key` (static string). */
         const char *(*kernel_name)(struct backend *b, uint32_t key);
         /* Starts g (its plan is built). Returns 0, after which exactly one

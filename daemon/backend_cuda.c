@@ -83,6 +83,7 @@ struct cuda_backend {
         /* Exact f32 groups run split into TF32 parts on the sm_90 kernel
          * (they carry tensor maps); else on fused multiply-adds. */
         int f32_split;
+        struct sched_shape wide[8]; /* by key; all zero: no wide tile */
         /* Interprocess events recorded after each launch, with their IPC
          * handles, for clients that wait on the device (Launched). A client
          * that waits on a later recording of the same event only waits
@@ -168,6 +169,11 @@ int backend_cuda_count(void)
 static struct sched_shape shape(struct backend *b, uint32_t key)
 {
         return cuda_gemm_shape((int)(key & 3), (int)(key >> 2) & 1);
+}
+
+static struct sched_shape wide_shape(struct backend *b, uint32_t key)
+{
+        return ((struct cuda_backend *)b)->wide[key & 7];
 }
 
 static const char *kernel_name(struct backend *b, uint32_t key)
@@ -675,6 +681,13 @@ static int launch(struct backend *be, struct group *g)
                         nfast = 0;
                 nsyr2k = cuda_gemm_tmaps_syr2k((char *)s->h_blob + tm_off, g->nops);
         }
+        /* The worker gives a group the wide tile only when every op takes
+         * the Hopper kernel (take_wide); that kernel alone runs it. */
+        if (g->cfg.shape.tn != shape(be, g->key).tn && nfast != (int)g->nops) {
+                log_err("cuda %d: a group on the wide tile has %u ops the Hopper kernel cannot take",
+                        cb->ordinal, g->nops - (uint32_t)nfast);
+                return -EINVAL;
+        }
         /* A small group whose every problem takes the Hopper kernel sends
          * its launch data with the launch (cuda_group.inline_*): no copy
          * before the kernel. */
@@ -1095,6 +1108,8 @@ int backend_cuda_new(int ordinal, const struct gemmd_config *cfg, struct backend
                 return -EIO;
         }
         cb->f32_split = !cfg->f32_ffma && cuda_gemm_fast_available();
+        for (uint32_t k = 0; k < 8; k++)
+                cb->wide[k] = cuda_gemm_shape_wide((int)(k & 3), (int)(k >> 2) & 1);
         pthread_mutex_init(&cb->done_lock, NULL);
         pthread_cond_init(&cb->done_cond, NULL);
         pthread_mutex_init(&cb->pin_lock, NULL);
@@ -1132,6 +1147,7 @@ int backend_cuda_new(int ordinal, const struct gemmd_config *cfg, struct backend
          * 6 swung between 132 and 172 (bench/results/service-ab-groups.txt). */
         cb->b.groups_inflight = 4;
         cb->b.shape = shape;
+        cb->b.wide_shape = wide_shape;
         cb->b.kernel_name = kernel_name;
         cb->b.launch = launch;
         cb->b.collect = collect;

@@ -97,6 +97,7 @@ struct proc_backend {
         uint32_t nslots;
         struct pmem *mems; /* worker thread only */
         struct sched_shape shapes[XKEYS];
+        struct sched_shape wide[XKEYS];
         char kernels[XKEYS][48];
         uint64_t restarts;
 };
@@ -479,6 +480,11 @@ static int alive(struct proc_backend *p)
 static struct sched_shape shape(struct backend *b, uint32_t key)
 {
         return ((struct proc_backend *)b)->shapes[key % XKEYS];
+}
+
+static struct sched_shape wide_shape(struct backend *b, uint32_t key)
+{
+        return ((struct proc_backend *)b)->wide[key % XKEYS];
 }
 
 static const char *kernel_name(struct backend *b, uint32_t key)
@@ -934,10 +940,12 @@ int backend_proc_new(int kind, int ordinal, const struct gemmd_config *cfg, stru
         p->b.mixed_keys = r.mixed_keys;
         p->b.groups_inflight = r.groups_inflight;
         memcpy(p->shapes, r.shapes, sizeof(p->shapes));
+        memcpy(p->wide, r.wide, sizeof(p->wide));
         memcpy(p->kernels, r.kernels, sizeof(p->kernels));
         for (int k = 0; k < XKEYS; k++)
                 p->kernels[k][sizeof(p->kernels[k]) - 1] = 0;
         p->b.shape = shape;
+        p->b.wide_shape = wide_shape;
         p->b.kernel_name = kernel_name;
         p->b.launch = launch;
         p->b.slot_init = slot_init;

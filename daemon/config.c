@@ -44,6 +44,7 @@ void config_defaults(struct gemmd_config *cfg)
          * times two consecutive groups in every 16 (the pair gives the idle
          * gap between them) and the stats report the sample. */
         cfg->timing_every = 16;
+        cfg->wide_tiles = 1;
         /* 2048 tiles of 128 x 128 are some 15 waves of an H100: a larger
          * group fills the device no better. Under a backlog a larger cap
          * let groups grow to 100-300 ops, whose launches the worker then
@@ -100,6 +101,7 @@ enum {
         OPT_F32_KERNEL,
         OPT_LOOPS,
         OPT_DEVPROC,
+        OPT_WIDE,
         OPT_COST,
 };
 
@@ -140,6 +142,7 @@ static const struct option options[] = {
         {"f32-kernel", required_argument, NULL, OPT_F32_KERNEL},
         {"loops", required_argument, NULL, OPT_LOOPS},
         {"device-process", required_argument, NULL, OPT_DEVPROC},
+        {"wide-tiles", required_argument, NULL, OPT_WIDE},
         {"cost", required_argument, NULL, OPT_COST},
         {NULL, 0, NULL, 0},
 };
@@ -168,6 +171,8 @@ static void usage(FILE *f, const struct gemmd_config *d)
                 "                               (default: 4 on a GPU with 8 or more CPUs, else 1)\n"
                 "      --device-process yes|no  drive each device from a process of its own, replaced after a\n"
                 "                               fault its context cannot survive (default: no)\n"
+                "      --wide-tiles yes|no      let a group of large GEMMs take the GPU's wide tile (128x192 on\n"
+                "                               an sm_90 GPU) where the cost model predicts it faster (default: yes)\n"
                 "      --cost SPEC              the scheduler's cost model, name=value,... (what `gemmbench\n"
                 "                               calibrate` measures; default: the built-in H100 figures)\n"
                 "      --f32-kernel split|ffma  exact f32 on an sm_90 GPU: each operand split into two TF32\n"
@@ -435,6 +440,10 @@ int config_parse_args(struct gemmd_config *cfg, int argc, char **argv)
                 case OPT_DEVPROC:
                         bad = strcmp(optarg, "yes") && strcmp(optarg, "no");
                         cfg->device_process = !strcmp(optarg, "yes");
+                        break;
+                case OPT_WIDE:
+                        bad = strcmp(optarg, "yes") && strcmp(optarg, "no");
+                        cfg->wide_tiles = !strcmp(optarg, "yes");
                         break;
                 case OPT_COST: {
                         /* Installed at once: plans are built only once the

@@ -48,6 +48,9 @@ struct gemmd_config {
          * throughput at 8 clients of 8 in flight, 15-35% at 64
          * (bench/results/service-ab-devproc.txt). */
         int device_process;
+        /* A group may take a backend's wide tile (backend.h, wide_shape)
+         * where the cost model predicts it faster (sched_prefer_wide). */
+        int wide_tiles;
         const char *cost;             /* --cost: the cost model installed (sched_cost_set), or NULL */
         int loops;                    /* event loops (threads) serving the sessions */
 #define LOOPS_AUTO 0                  /* not given: the server decides by backend and cores */

@@ -346,6 +346,8 @@ static int start(void)
                 r.has_recover = be->recover != NULL;
                 for (uint32_t k = 0; k < XKEYS; k++) {
                         r.shapes[k] = be->shape(be, k);
+                        if (be->wide_shape)
+                                r.wide[k] = be->wide_shape(be, k);
                         snprintf(r.kernels[k], sizeof(r.kernels[k]), "%s", be->kernel_name(be, k));
                 }
                 H.w.be = be;

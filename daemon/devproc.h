@@ -158,6 +158,7 @@ struct xready {
         uint32_t groups_inflight;
         uint8_t has_ipc, has_alloc, has_collect, has_recover;
         struct sched_shape shapes[XKEYS];
+        struct sched_shape wide[XKEYS]; /* all zero: none */
         char kernels[XKEYS][48];
 };
 

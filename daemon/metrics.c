@@ -439,6 +439,9 @@ static void render_devices(FILE *f, struct server *srv, double up_s)
         PER_DEVICE("gemmd_device_timed_groups_total", "counter",
                    "Groups whose device time was measured (see --timing-every)", "%llu",
                    (unsigned long long)st[i].timed_groups);
+        PER_DEVICE("gemmd_device_wide_groups_total", "counter",
+                   "Groups run on the device's wide tile (--wide-tiles)", "%llu",
+                   (unsigned long long)st[i].wide_groups);
         PER_DEVICE("gemmd_device_idle_gaps_total", "counter",
                    "Idle gaps between groups while work was waiting", "%llu",
                    (unsigned long long)st[i].idle_gaps);

@@ -441,6 +441,7 @@ static void finish_group(struct worker *w, struct group *g)
         w->st.run_us_hist[hist_bucket(run_us)]++;
         w->st.run_ns += g->t_done_ns - g->t_launch_ns;
         w->st.tiles += g->tiles;
+        w->st.wide_groups += g->cfg.shape.tn != w->be->shape(w->be, g->key).tn;
         if (g->status == GEMMD_EDEVICE && w->be->recover)
                 w->recover_pending = 1;
         if (w->be->collect && g->timed) {
@@ -459,6 +460,34 @@ static void finish_group(struct worker *w, struct group *g)
         g->busy = 0;
 }
 
+/*
+ * Gives g the backend's wide tile when every op can take it and the cost
+ * model predicts it faster (sched_prefer_wide: a wide tile loads a third
+ * less per product, which pays on groups of many large tiles). Every op
+ * must have the layout of the Hopper kernel's tensor maps with A and B
+ * 16-byte aligned: operands already in device memory are checked here;
+ * host operands are staged at 256-byte offsets. The kernels sum the same
+ * chunks on either tile, so no result depends on the choice.
+ */
+static void take_wide(struct worker *w, struct group *g)
+{
+        const struct sched_shape ws = w->be->wide_shape(w->be, g->key);
+
+        if (!ws.tn)
+                return;
+        for (uint32_t i = 0; i < g->nops; i++) {
+                const struct op *o = g->ops[i];
+
+                if (o->kp.kind != SCHED_GEMM || !kproblem_tma_layout(&o->kp))
+                        return;
+                for (int j = 0; j < 2; j++)
+                        if (o->buf[j]->kind == GBUF_CUDA && (gbuf_addr(o->buf[j]) + o->off[j]) % 16)
+                                return;
+        }
+        if (sched_prefer_wide(sched_cost_get(), g->sp, g->nops, g->cfg.shape, ws, g->cfg.ctas))
+                g->cfg.shape = ws;
+}
+
 /* Builds g's plan and launches it. Called with the lock released; sets
  * *launch_ns to the host time the backend's launch() took (0 when it was
  * not called), for the caller to count under the lock it takes next. */
@@ -473,6 +502,8 @@ static int launch_group(struct worker *w, struct group *g, uint64_t *launch_ns)
         g->cfg.mode = w->cfg->mode;
         g->cfg.shape = w->be->shape(w->be, g->key);
         g->cfg.ctas = w->be->ctas;
+        if (w->cfg->wide_tiles && w->be->wide_shape)
+                take_wide(w, g);
         /* No more CTAs than tiles: the idle ones would only take SMs that
          * the next group, on another stream, can use. Split mode keeps them
          * all: it cuts K to give every CTA work. */

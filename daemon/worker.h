@@ -94,6 +94,7 @@ struct worker_stats {
         uint64_t idle_gaps;      /* how many such gaps */
         uint64_t device_ns;      /* device time of the timed groups (if the backend measures it) */
         uint64_t timed_groups;   /* groups whose device time was measured */
+        uint64_t wide_groups;    /* groups on the backend's wide tile */
 };
 
 /* Hands back requests whose last op has finished, linked through their

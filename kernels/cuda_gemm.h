@@ -48,8 +48,9 @@ struct sched_shape cuda_gemm_shape(int dtype, int tf32);
  * cuda_gemm_shape() when every problem of the group is a GEMM on the
  * Hopper kernel (tensor maps built with this shape, nfast == nproblems):
  * a third more work per byte a tile loads, for groups large enough that
- * its coarser quantization costs little (cuda_gemm_pick_shape). The
- * sums are the same, chunk for chunk, so the bits are too (test_gpu_kernels). */
+ * its coarser quantization costs little (the daemon asks the cost model,
+ * sched_prefer_wide). The sums are the same, chunk for chunk, so the bits
+ * are too (test_gpu_kernels checks it). */
 struct sched_shape cuda_gemm_shape_wide(int dtype, int tf32);
 
 /* A short name for the config ("bf16-mma", "f32-ffma", ...), static. */

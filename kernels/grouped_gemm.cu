@@ -988,14 +988,7 @@ PFN_cuTensorMapEncodeTiled_v12000 encode_fn()
 
 bool wgmma_qualifies(const struct gemmd_kproblem &p)
 {
-        const bool b16 = p.dtype == GEMMD_F16 || p.dtype == GEMMD_BF16;
-        const int vec = b16 ? 8 : 4; /* elements per 16 bytes */
-        /* SYR2K: trans_a is the op of both A and B, trans_b unused. */
-        const bool kmaj = p.trans_a == 1 && (p.kind == SCHED_SYR2K || p.trans_b == 0);
-        return (p.kind == SCHED_GEMM || p.kind == SCHED_SYR2K) && (b16 || p.dtype == GEMMD_F32) &&
-               kmaj && p.m > 0 && p.n > 0 && p.k > 0 && (p.a & 15) == 0 && (p.b & 15) == 0 &&
-               p.lda % vec == 0 && p.ldb % vec == 0 && p.lda >= (int64_t)p.k && p.ldb >= (int64_t)p.k &&
-               p.lda < ((int64_t)1 << 37) && p.ldb < ((int64_t)1 << 37);
+        return kproblem_tma_layout(&p) && (p.a & 15) == 0 && (p.b & 15) == 0;
 }
 
 /* A rows x k matrix stored with consecutive k adjacent, rows ld apart. */

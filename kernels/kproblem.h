@@ -11,6 +11,9 @@
 
 #include <stdint.h>
 
+#include "gemmd.h"
+#include "scheduler/tiles.h"
+
 struct gemmd_kproblem {
         uint64_t a, b, c;      /* addresses of A, B, C (element 0,0) */
         int64_t lda, ldb, ldc; /* column-major leading dimensions, elements */
@@ -24,5 +27,25 @@ struct gemmd_kproblem {
         uint8_t tf32;    /* f32 may use TF32 tensor cores */
         uint8_t pad[2];
 };
+
+/*
+ * Whether p's layout is the one the Hopper kernel's tensor maps read: a
+ * GEMM with A stored m x k and B stored n x k (trans_a = T, trans_b = N) or
+ * a SYR2K with op T, both contiguous along K, of a type it runs, with
+ * leading dimensions multiples of 16 bytes, at least k and below 2^37.
+ * The kernel also needs A and B 16-byte aligned (cuda_gemm.h); the daemon
+ * asks this before their addresses are resolved, to choose a tile.
+ */
+static inline int kproblem_tma_layout(const struct gemmd_kproblem *p)
+{
+        const int b16 = p->dtype == GEMMD_F16 || p->dtype == GEMMD_BF16;
+        const int64_t vec = b16 ? 8 : 4; /* elements per 16 bytes */
+        const int kmaj = p->trans_a == 1 && (p->kind == SCHED_SYR2K || p->trans_b == 0);
+
+        return (p->kind == SCHED_GEMM || p->kind == SCHED_SYR2K) && (b16 || p->dtype == GEMMD_F32) && kmaj &&
+               p->m > 0 && p->n > 0 && p->k > 0 && p->lda % vec == 0 && p->ldb % vec == 0 &&
+               p->lda >= (int64_t)p->k && p->ldb >= (int64_t)p->k && p->lda < ((int64_t)1 << 37) &&
+               p->ldb < ((int64_t)1 << 37);
+}
 
 #endif /* GEMMD_KPROBLEM_H */

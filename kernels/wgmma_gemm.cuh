@@ -33,6 +33,11 @@
  * signal split[stage]; the consumers wait for that. Two rings fit three
  * stages.
  *
+ * Wide tile (GEMMs only, not X3): 128 x WIDE_BN (192), each consumer
+ * computing 64 x 192 with m64n192 wgmmas, four stages of 40 KiB; a third
+ * more products per byte loaded, for large groups (cuda_gemm_shape_wide).
+ * Its chunk sums are the usual tile's, so are its bits.
+ *
  * CTA: 384 threads. Warpgroup 0 is the producer (setmaxnreg lowers it to
  * 56 registers, 72 with SYR2Ks; warp 0 walks the CTA's work, reading plan
  * entries and their problems 32 at a time, one per lane, and lane 0 issues

@@ -18,7 +18,11 @@
  * kernel of other GPUs is slower (pass --cost there). The fixed cost, 1.4
  * us, covers the pipeline fill and an epilogue that the next tile's
  * mainloop only partly hides. The split costs are estimates: a split part
- * stores 64 KiB of f32 per chunk and the last CTA reads them all back. */
+ * stores 64 KiB of f32 per chunk and the last CTA reads them all back.
+ * A 128x192 tile's entry costs 1.4 of a 128x128 one's, half again the
+ * products in 1.4 of the time (one 8192^3 bf16 GEMM: 128 k-iterations a
+ * tile, 0.39 us each on the usual tile, 0.55 us on the wide one;
+ * bench/results/wide-tile.txt). */
 static const struct sched_cost cost_defaults = {
         .kiter = {[SCHED_COST_F32] = 3.0,
                   [SCHED_COST_TF32] = 1.0,
@@ -30,6 +34,7 @@ static const struct sched_cost cost_defaults = {
         .split_store = 2.0,
         .split_reduce = 1.0,
         .split_min_gain = 0.02,
+        .wide = 1.4,
 };
 
 static struct sched_cost cost_current = cost_defaults;
@@ -49,6 +54,7 @@ static const struct {
         {"split_store", offsetof(struct sched_cost, split_store)},
         {"split_reduce", offsetof(struct sched_cost, split_reduce)},
         {"split_min_gain", offsetof(struct sched_cost, split_min_gain)},
+        {"wide", offsetof(struct sched_cost, wide)},
 };
 
 #define NFIELDS (sizeof(cost_fields) / sizeof(cost_fields[0]))
@@ -71,7 +77,7 @@ int sched_cost_validate(const struct sched_cost *c)
         for (i = 0; i < SCHED_COST_NCLASSES; i++)
                 if (!(c->kiter[i] > 0))
                         return -EINVAL;
-        if (!(c->tile_fixed > 0) || c->split_min_gain >= 1)
+        if (!(c->tile_fixed > 0) || c->split_min_gain >= 1 || !(c->wide > 0))
                 return -EINVAL;
         return 0;
 }
@@ -176,4 +182,27 @@ double sched_cost_entry(const struct sched_cost *c, const struct sched_problem *
 double sched_cost_reduce(const struct sched_cost *c, const struct sched_problem *p)
 {
         return c->split_reduce * sched_kchunks(p->k);
+}
+
+/* Waves times the average entry of the group on shape s, entries scaled by f. */
+static double wave_cost(const struct sched_cost *c, const struct sched_problem *probs, uint32_t n,
+                        struct sched_shape s, uint32_t ctas, double f)
+{
+        double tiles = 0, work = 0;
+
+        for (uint32_t i = 0; i < n; i++) {
+                double t = (double)sched_tile_count(&probs[i], s);
+
+                tiles += t;
+                work += t * f * sched_cost_entry(c, &probs[i], s, 0, sched_kchunks(probs[i].k), 0);
+        }
+        return tiles > 0 ? ceil(tiles / ctas) * (work / tiles) : 0;
+}
+
+int sched_prefer_wide(const struct sched_cost *c, const struct sched_problem *probs, uint32_t n,
+                      struct sched_shape usual, struct sched_shape wide, uint32_t ctas)
+{
+        if (n == 0 || ctas == 0 || wide.tn == 0)
+                return 0;
+        return wave_cost(c, probs, n, wide, ctas, c->wide) < wave_cost(c, probs, n, usual, ctas, 1.0);
 }

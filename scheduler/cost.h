@@ -53,6 +53,10 @@ struct sched_cost {
         double split_min_gain; /* split mode keeps its K splits only when they
                                 * shorten the predicted makespan by this
                                 * fraction (0.02 = 2%) */
+        double wide;           /* an entry of the wide tile (a backend's
+                                * second shape, e.g. 128x192 against
+                                * 128x128) against the same entry of the
+                                * usual one: sched_prefer_wide */
 };
 
 /* The built-in defaults. */
@@ -92,6 +96,20 @@ double sched_cost_entry(const struct sched_cost *c, const struct sched_problem *
 /* Predicted cost of the final reduction of a split tile of p (all its
  * chunks), paid by the CTA that finishes the tile. */
 double sched_cost_reduce(const struct sched_cost *c, const struct sched_problem *p);
+
+/*
+ * Whether a group runs faster on the wide tile than on the usual one
+ * (both of the backend; wide has the same tm and tk and a larger tn),
+ * predicted: for each shape, its waves (ceil(tiles / ctas)) times its
+ * average entry (unsplit), an entry of the wide tile costing c->wide
+ * times the usual one's. A wide tile loads a third less per product, so
+ * it wins on groups of many large tiles; it loses where its coarser
+ * edges waste work (n = 512 takes three 192-wide tiles, 576 columns) or
+ * its fewer tiles leave SMs idle. Returns 1 (wide), 0 (usual), or 0 for
+ * n == 0 or ctas == 0.
+ */
+int sched_prefer_wide(const struct sched_cost *c, const struct sched_problem *probs, uint32_t n,
+                      struct sched_shape usual, struct sched_shape wide, uint32_t ctas);
 
 /* sched_plan_build with an explicit cost model instead of sched_cost_get().
  * Same contract; -EINVAL also for a model failing sched_cost_validate.

@@ -5,6 +5,7 @@
  */
 #include <criterion/criterion.h>
 #include <cuda_runtime_api.h>
+#include <math.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -553,4 +554,112 @@ Test(gpu_e2e, device_fault_under_load_fails_only_the_groups_in_flight)
         free(json);
         gemmd_disconnect(c);
         cr_assert_eq(e2e_daemon_stop(&d), 0);
+}
+
+/*
+ * The wide tile, end to end. Eight bf16 GEMMs of 2048 x 2304 x 256 in the
+ * layout the Hopper kernel reads (A stored m x k, B n x k) make one group
+ * of 192 wide tiles against 288 usual ones each, which the cost model
+ * gives the wide tile. The same inputs on a daemon with --wide-tiles no
+ * must give the same bits, its stats must count no wide group where the
+ * first counts some, and sampled elements must match a double-precision
+ * reference (the whole reference would take the CPU minutes).
+ */
+#define WIDE_OPS 8
+
+static void wide_run(const char *wide, struct e2e_prob *p, long long *wide_groups)
+{
+        struct e2e_daemon d;
+        gemmd_client *c;
+        struct e2e_arena ar;
+        struct gemmd_result res[WIDE_OPS];
+        struct gemmd_op ops[WIDE_OPS];
+        gemmd_ticket t;
+        uint64_t seed = 7;
+        char *json = NULL;
+
+        cr_assert_eq(e2e_daemon_start(&d, "--backend", "cuda", "--wide-tiles", wide, "--max-group-tiles",
+                                      "4096", NULL),
+                     0);
+        c = e2e_connect(&d);
+        cr_assert_not_null(c);
+        cr_assert_eq(e2e_arena_init(&ar, c, 128u << 20), 0);
+        for (int i = 0; i < WIDE_OPS; i++) {
+                struct e2e_spec s = {.kind = GEMMD_GEMM, .dtype = GEMMD_BF16, .ta = GEMMD_OP_T, .tb = GEMMD_OP_N,
+                                     .m = 2048, .n = 2304, .k = 256, .alpha = 1.f, .beta = 0.f};
+
+                cr_assert_eq(e2e_prob_place(&p[i], &s, &ar, &seed), 0);
+                ops[i] = p[i].op;
+        }
+        cr_assert_eq(gemmd_submit(c, ops, WIDE_OPS, GEMMD_PRIO_NORMAL, &t), 0);
+        cr_assert_eq(gemmd_wait(c, t, 60000, res, WIDE_OPS), 0);
+        for (int i = 0; i < WIDE_OPS; i++) {
+                cr_assert_eq(res[i].status, 0, "op %d: %s", i, gemmd_strerror(res[i].status));
+                /* Keep the result: the arena goes with the connection. */
+                memcpy(p[i].c0, p[i].c, p[i].cbytes);
+                p[i].a = p[i].b = p[i].c = NULL;
+        }
+        cr_assert_eq(gemmd_stats(c, 1, &json), 0);
+        *wide_groups = device_number(json, "wide_groups");
+        free(json);
+        gemmd_disconnect(c);
+        cr_assert_eq(e2e_daemon_stop(&d), 0);
+}
+
+Test(gpu_e2e, wide_tile_same_bits_as_the_usual_one)
+{
+        struct e2e_prob w[WIDE_OPS], u[WIDE_OPS];
+        long long nw = -1, nu = -1;
+        uint64_t seed = 99;
+
+        SKIP_WITHOUT_GPU();
+        memset(w, 0, sizeof(w));
+        memset(u, 0, sizeof(u));
+        wide_run("yes", w, &nw);
+        wide_run("no", u, &nu);
+        cr_expect_gt(nw, 0, "no group took the wide tile");
+        cr_expect_eq(nu, 0, "--wide-tiles no still took it");
+        for (int i = 0; i < WIDE_OPS; i++)
+                cr_assert_eq(memcmp(w[i].c0, u[i].c0, w[i].cbytes), 0, "op %d: bits differ between the tiles", i);
+        /* Sampled elements against a double-precision reference, from the
+         * same inputs regenerated in a fresh buffer. */
+        {
+                struct e2e_prob r;
+                struct e2e_arena ar = {0};
+                uint64_t fill_seed = 7;
+                struct e2e_spec s = {.kind = GEMMD_GEMM, .dtype = GEMMD_BF16, .ta = GEMMD_OP_T, .tb = GEMMD_OP_N,
+                                     .m = 2048, .n = 2304, .k = 256, .alpha = 1.f, .beta = 0.f};
+                const uint64_t per = 20u << 20;
+
+                ar.base = malloc(per);
+                ar.size = per;
+                cr_assert_not_null(ar.base);
+                for (int i = 0; i < WIDE_OPS; i++) {
+                        ar.used = 0;
+                        cr_assert_eq(e2e_prob_place(&r, &s, &ar, &fill_seed), 0);
+                        for (int q = 0; q < 64; q++) {
+                                int64_t row = e2e_rand_int(&seed, 0, s.m - 1), col = e2e_rand_int(&seed, 0, s.n - 1);
+                                double ref = 0, mag = 0;
+
+                                for (int64_t l = 0; l < s.k; l++) {
+                                        double a = e2e_get(GEMMD_BF16, r.a, (uint64_t)(l + row * r.op.lda));
+                                        double b = e2e_get(GEMMD_BF16, r.b, (uint64_t)(l + col * r.op.ldb));
+
+                                        ref += a * b;
+                                        mag += fabs(a * b);
+                                }
+                                double got = e2e_get(GEMMD_BF16, w[i].c0, (uint64_t)(row + col * r.op.ldc));
+
+                                cr_assert_leq(fabs(got - ref), e2e_tol(GEMMD_BF16) * mag + 1e-30,
+                                              "op %d C(%lld, %lld) = %g, reference %g", i, (long long)row,
+                                              (long long)col, got, ref);
+                        }
+                        free(r.c0);
+                }
+                free(ar.base);
+        }
+        for (int i = 0; i < WIDE_OPS; i++) {
+                free(w[i].c0);
+                free(u[i].c0);
+        }
 }

@@ -376,6 +376,41 @@ Test(cost, parse_and_set)
         cr_assert_eq(memcmp(sched_cost_get(), &d, sizeof(d)), 0);
 }
 
+/* The wide tile is chosen where the H100 ran it faster and not where it
+ * ran slower (gemmbench kernels, bench/results/wide-tile.txt): one 8192^3
+ * GEMM and 64 experts of n = 2816 on it; 256 problems of n = 512 (three
+ * 192-wide tiles waste 64 columns) and groups under a wave not. */
+Test(cost, prefer_wide)
+{
+        const struct sched_cost *c = sched_cost_get();
+        const struct sched_shape u = {128, 128, 64}, w = {128, 192, 64}, none = {0, 0, 0};
+        struct sched_problem p[256];
+
+        p[0] = gemm(8192, 8192, 8192, GEMMD_BF16);
+        cr_assert_eq(sched_prefer_wide(c, p, 1, u, w, 132), 1, "one 8192^3 GEMM");
+        cr_assert_eq(sched_prefer_wide(c, p, 1, u, none, 132), 0, "no wide tile");
+        cr_assert_eq(sched_prefer_wide(c, p, 0, u, w, 132), 0, "an empty group");
+        cr_assert_eq(sched_prefer_wide(c, p, 1, u, w, 0), 0, "no CTAs");
+        for (int i = 0; i < 64; i++)
+                p[i] = gemm(128 * (4 + i % 5), 2816, 2048, GEMMD_BF16);
+        cr_assert_eq(sched_prefer_wide(c, p, 64, u, w, 132), 1, "moe: 64 experts, n = 2816");
+        for (int i = 0; i < 256; i++)
+                p[i] = gemm(128, 512, 7168, GEMMD_BF16);
+        cr_assert_eq(sched_prefer_wide(c, p, 256, u, w, 132), 0, "n = 512: a third of a tile wasted");
+        for (int i = 0; i < 8; i++)
+                p[i] = gemm(1024, 1024, 1024, GEMMD_BF16);
+        cr_assert_eq(sched_prefer_wide(c, p, 8, u, w, 132), 0, "under a wave: fewer tiles, idle SMs");
+        /* A costlier wide tile loses where a cheap one wins. */
+        {
+                struct sched_cost d = *c;
+
+                p[0] = gemm(8192, 8192, 8192, GEMMD_BF16);
+                d.wide = 1.6;
+                cr_assert_eq(sched_prefer_wide(&d, p, 1, u, w, 132), 0);
+                cr_assert_eq(sched_cost_parse(&d, "wide=0"), -EINVAL);
+        }
+}
+
 /* ---- plans ------------------------------------------------------------ */
 
 static double entry_cost(const struct sched_cost *cm, const struct sched_problem *probs,
