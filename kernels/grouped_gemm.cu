@@ -119,7 +119,7 @@ struct KParams {
         float *ws;
         uint32_t *arrivals;
         /* With two kernels sharing a group (cuda_gemm.h, tmaps): per problem
-         * nonzero (1 GEMM, 2 SYR2K) if the wgmma kernel computes it; a kernel
+         * nonzero (1 GEMM, 2 SYR2K, | 4 with a map of C) if the wgmma kernel computes it; a kernel
          * skips the problems whose (flag != 0) differs from want_fast. NULL:
          * compute every problem. */
         const uint8_t *fast;
@@ -1010,6 +1010,19 @@ bool encode_kmajor(PFN_cuTensorMapEncodeTiled_v12000 fn, CUtensorMap *m, int dty
                   CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
 }
 
+/* C of an f32 GEMM, column-major, for the staged epilogue's stores (c_staged):
+ * boxes of 32 rows (128 bytes) x 128 columns, 128-byte swizzle. */
+bool encode_c(PFN_cuTensorMapEncodeTiled_v12000 fn, CUtensorMap *m, const struct gemmd_kproblem &p)
+{
+        const cuuint64_t dims[2] = {p.m, p.n};
+        const cuuint64_t strides[1] = {(cuuint64_t)p.ldc * 4};
+        const cuuint32_t box[2] = {32, 128};
+        const cuuint32_t estr[2] = {1, 1};
+        return fn(m, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 2, (void *)(uintptr_t)p.c, dims, strides, box, estr,
+                  CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_NONE,
+                  CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
+}
+
 /* Whether the current device runs the sm_90a kernel: compute capability
  * 9.0, and the image the runtime picked for it is the sm_90a one (a build
  * without that target would JIT the empty compute_80 body instead). */
@@ -1099,6 +1112,11 @@ extern "C" int cuda_gemm_tmaps_build(const struct gemmd_kproblem *probs, uint32_
                     !encode_kmajor(fn, &m[1], p.dtype, p.b, p.n, p.k, p.ldb, shape.tn))
                         continue;
                 flags[i] = p.kind == SCHED_SYR2K ? 2 : 1;
+                /* An f32 GEMM that only writes C (beta 0) can store it
+                 * through a map (bit 4), where C's layout allows. */
+                if (p.kind == SCHED_GEMM && p.dtype == GEMMD_F32 && p.beta == 0.f && shape.tn == 128 &&
+                    (p.c & 15) == 0 && p.ldc % 4 == 0 && p.ldc < ((int64_t)1 << 37) && encode_c(fn, &m[2], p))
+                        flags[i] |= 4;
                 nfast++;
         }
         return nfast;
@@ -1109,7 +1127,7 @@ extern "C" uint32_t cuda_gemm_tmaps_syr2k(const void *buf, uint32_t n)
         const uint8_t *flags = (const uint8_t *)buf + (size_t)n * WCfg::TMAP_BYTES;
         uint32_t c = 0;
         for (uint32_t i = 0; i < n && buf; i++)
-                c += flags[i] == 2;
+                c += (flags[i] & 3) == 2;
         return c;
 }
 

@@ -11,7 +11,8 @@
  * trans_b = N; SYR2K: op T, A and B n x k), A and B 16-byte aligned, lda
  * and ldb multiples of a 16-byte vector. The host encodes two tensor maps
  * per problem (cuda_gemm_tmaps_build): box 128 bytes of K (64 16-bit
- * elements, 32 f32) x 128 rows, 128-byte swizzle;
+ * elements, 32 f32) x 128 rows (B: the tile's width), 128-byte swizzle;
+ * and a third, of C, for f32 GEMMs with beta 0 (c_staged);
  * the copy engine fills rows and k past the matrix with zeros, so edge
  * tiles take the same mainloop and only the epilogue masks. A stage has the
  * same bytes and the same shared-memory layout for every type, and each
@@ -93,7 +94,7 @@ template <int BN_> struct WCfgT {
         static constexpr int EPI_BYTES = BN * EPI_LD * 2; /* per consumer warpgroup */
         static constexpr int TILE = BM * BN;
         static constexpr int NACC = BN / 2; /* accumulators per consumer thread (64 x BN / 128) */
-        static constexpr int TMAP_BYTES = 256; /* A's map, then B's */
+        static constexpr int TMAP_BYTES = 384; /* A's map, B's, C's (f32 GEMMs with beta 0) */
         static_assert(BN % 16 == 0 && BN <= 256, "a wgmma's N");
 };
 /* The usual tile; WIDE_BN the wide one (cuda_gemm_shape_wide). */
@@ -108,18 +109,23 @@ constexpr int WIDE_BN = 192;
  * empty[STAGES] and, with X3, split[STAGES]; a 16-word tile header per
  * stage; an end-of-work word per stage.
  */
-template <bool X3, int BN = 128> struct WLay {
+/* F32C: the f32 epilogue stages C for TMA stores (c_staged): 32 KiB per
+ * consumer warpgroup, which only the usual tile's five TF32 stages leave
+ * room for. */
+template <bool X3, int BN = 128, bool F32C = false> struct WLay {
         using W = WCfgT<BN>;
+        static constexpr int F32C_BYTES = 64 * BN * 4; /* per consumer warpgroup */
         /* As many stages as fit: 5 of 32 KiB, 4 of 40 KiB (wide), X3 3. */
         static constexpr int STAGES = X3 ? 3 : BN > 128 ? 4 : 5;
         static constexpr int SMALL_OFF = STAGES * W::STAGE_BYTES;
         static constexpr int EPI_OFF = SMALL_OFF + (X3 ? STAGES * W::STAGE_BYTES : 0);
-        static constexpr int BAR_OFF = EPI_OFF + (X3 ? 0 : 2 * W::EPI_BYTES);
+        static constexpr int BAR_OFF = EPI_OFF + (X3 ? 0 : 2 * (F32C ? F32C_BYTES : W::EPI_BYTES));
         static constexpr int HDR_OFF = BAR_OFF + (X3 ? 3 : 2) * STAGES * 8;
         static constexpr int END_OFF = HDR_OFF + STAGES * 64;
         static constexpr int SMEM = 1024 + END_OFF + STAGES * 4;
         static_assert(SMEM <= 227 * 1024, "over the shared memory of an sm_90 CTA");
         static_assert(!X3 || BN == 128, "X3 runs the usual tile only");
+        static_assert(!F32C || (!X3 && BN == 128), "no room to stage f32 C");
 };
 
 /* What depends on the element type: the k-tile depth (128 bytes of K). */
@@ -169,6 +175,19 @@ __device__ __forceinline__ void tmap_prefetch(const void *tmap)
 {
         asm volatile("prefetch.tensormap [%0];\n" ::"l"(tmap) : "memory");
 }
+
+/* Shared to global through a tensor map (clipped at the matrix edges), in
+ * this thread's bulk group; commit, then wait until the copies issued so
+ * far have read their shared memory (.read), or have finished. */
+__device__ __forceinline__ void tma_store_2d(const void *tmap, uint32_t src, int32_t x, int32_t y)
+{
+        asm volatile("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%0, {%2, %3}], [%1];\n" ::"l"(tmap),
+                     "r"(src), "r"(x), "r"(y)
+                     : "memory");
+}
+__device__ __forceinline__ void bulk_commit() { asm volatile("cp.async.bulk.commit_group;\n" ::: "memory"); }
+__device__ __forceinline__ void bulk_wait_read() { asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory"); }
+__device__ __forceinline__ void bulk_wait() { asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory"); }
 
 __device__ __forceinline__ void named_bar(uint32_t id, uint32_t n)
 {
@@ -427,6 +446,9 @@ __device__ __forceinline__ void work_geom(const struct gemmd_kproblem &p, const 
 
 /* PWork::tri: a SYR2K (two terms per chunk, a triangle of C), and which. */
 enum : uint32_t { TRI_SYR2K = 1, TRI_UPPER = 2 };
+/* In the tile header's flags beside them: the problem has a tensor map of
+ * C, for the staged f32 epilogue (c_staged). */
+enum : uint32_t { HDR_TMA_C = 4 };
 
 /* What the producer needs of a unit of work. */
 struct PWork {
@@ -651,6 +673,52 @@ template <int NA> __device__ __forceinline__ void fold(float (&d)[NA], float (&t
 
 /* ---- the kernel ---------------------------------------------------------- */
 
+/* The layout of a kernel: TF32 on the usual tile stages its f32 C. */
+template <typename T, bool X3, int BN> struct KLay : WLay<X3, BN, sizeof(T) == 4 && !X3 && BN == 128> {
+        static constexpr bool F32C = sizeof(T) == 4 && !X3 && BN == 128;
+};
+
+/*
+ * The f32 epilogue through shared memory (a consumer warpgroup: rows
+ * [r0, r0 + 64) of the tile at (r0, n0), beta 0): alpha * tot is written
+ * into the warpgroup's 32 KiB staging buffer as two boxes of 32 rows x 128
+ * columns, column-major with TMA's 128-byte swizzle (16-byte chunk j of
+ * column c at chunk j ^ (c % 8): the 32 lanes of each store hit 32 banks),
+ * and one thread stores the boxes through C's tensor map, which clips them
+ * at the matrix edges. The consumers go on to the next tile while the
+ * copy engine writes C; before writing the buffer again they wait until
+ * that copy has read it. Stored from the fragments instead, a TF32 tile's
+ * 64 KiB held the tensor cores and the next tile's loads a third of
+ * varied-tf32's time (bench/results/kernel-experiments.txt).
+ */
+template <int NA>
+__device__ __forceinline__ void c_staged(const float (&tot)[NA], uint32_t stg, int cw, int wt, float alpha,
+                                         const char *cmap, uint32_t r0, uint32_t n0, uint32_t m)
+{
+        const int lane = wt & 31, wi = wt >> 5;
+        if (wt == 0)
+                bulk_wait_read(); /* the previous tile's copy has read the buffer */
+        named_bar(2 + cw, 128);
+#pragma unroll
+        for (int j = 0; j < NA / 4; j++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                        const uint32_t row = wi * 16 + (lane >> 2) + 8 * (e >> 1), col = j * 8 + (lane & 3) * 2 + (e & 1);
+                        const uint32_t r = row & 31;
+                        const uint32_t addr = stg + (row >> 5) * 16384 + col * 128 + ((((r >> 2) ^ (col & 7)) << 4) | ((r & 3) << 2));
+                        asm volatile("st.shared.f32 [%0], %1;\n" ::"r"(addr), "f"(__fmul_rn(alpha, tot[j * 4 + e]))
+                                     : "memory");
+                }
+        asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); /* visible to the copy engine */
+        named_bar(2 + cw, 128);
+        if (wt == 0) {
+                tma_store_2d(cmap, stg, (int32_t)r0, (int32_t)n0);
+                if (r0 + 32 < m)
+                        tma_store_2d(cmap, stg + 16384, (int32_t)(r0 + 32), (int32_t)n0);
+                bulk_commit();
+        }
+}
+
 /* SYRK: the group has SYR2Ks on this kernel; without, the two-term loop and
  * the triangle masks compile away. */
 template <typename T, bool SYRK, bool X3, int BN>
@@ -660,7 +728,8 @@ __global__ void __launch_bounds__(WCfg::THREADS, 1) wgmma_kernel(const __grid_co
         const KParams kp = kparams(args);
         const char *tmaps = rebase(args, args.tmaps);
 #ifdef GEMMD_SM90A
-        using L = WLay<X3, BN>;
+        constexpr bool F32C = KLay<T, X3, BN>::F32C;
+        using L = KLay<T, X3, BN>;
         using W = WCfgT<BN>;
         constexpr int NA = W::NACC;
         extern __shared__ unsigned char wsmem[];
@@ -754,7 +823,9 @@ __global__ void __launch_bounds__(WCfg::THREADS, 1) wgmma_kernel(const __grid_co
                                         h[12] = (uint32_t)((uint64_t)x.ldc >> 32);
                                         h[13] = __float_as_uint(x.alpha);
                                         h[14] = __float_as_uint(x.beta);
-                                        h[15] = x.tri;
+                                        /* Its C map: flag bit 4 of cuda_gemm_tmaps_build. */
+                                        const uint8_t *flags = (const uint8_t *)tmaps + (size_t)kp.nprobs * WCfg::TMAP_BYTES;
+                                        h[15] = x.tri | (F32C && (flags[x.prob] & 4) ? HDR_TMA_C : 0u);
                                 }
                                 mbar_expect_tx(full, W::STAGE_BYTES);
                                 const int32_t k0 = (int32_t)(x.kbeg + (c0 + j) * WK<T>::BK);
@@ -865,7 +936,7 @@ __global__ void __launch_bounds__(WCfg::THREADS, 1) wgmma_kernel(const __grid_co
                 p.ldc = (int64_t)((uint64_t)h[11] | ((uint64_t)h[12] << 32));
                 p.alpha = __uint_as_float(h[13]);
                 p.beta = __uint_as_float(h[14]);
-                const uint32_t tri = SYRK ? h[15] : 0u;
+                const uint32_t hflags = h[15], tri = SYRK ? hflags : 0u;
                 const bool lower = (tri & TRI_SYR2K) && !(tri & TRI_UPPER), upper = (tri & TRI_UPPER) != 0;
                 float *wsb = nullptr;
                 if (w.split != SCHED_NO_SPLIT)
@@ -920,6 +991,13 @@ __global__ void __launch_bounds__(WCfg::THREADS, 1) wgmma_kernel(const __grid_co
                 T *cptr = (T *)(uintptr_t)p.c;
                 const uint32_t rbase = m0 + cw * 64 + wi * 16 + (lane >> 2);
                 const uint32_t cbase = n0 + (lane & 3) * 2;
+                if constexpr (F32C) {
+                        if ((hflags & HDR_TMA_C) && beta == 0.f) {
+                                c_staged(tot, base + L::EPI_OFF + cw * L::F32C_BYTES, cw, wt, alpha,
+                                         tmaps + (size_t)w.prob * WCfg::TMAP_BYTES + 256, m0 + cw * 64, n0, p.m);
+                                continue;
+                        }
+                }
                 if constexpr (sizeof(T) == 4) {
                         /* f32 epilogue: straight from the fragments. A
                          * warp's store covers 8 consecutive rows of 4
@@ -1014,16 +1092,20 @@ __global__ void __launch_bounds__(WCfg::THREADS, 1) wgmma_kernel(const __grid_co
                         }
                 }
         }
+        /* Staged C still on its way out: its shared memory must outlive the copies. */
+        if (F32C && wt == 0)
+                bulk_wait();
 #endif
 }
 
 template <typename T, bool SYRK, bool X3, int BN = 128>
 int launch_wgmma(const KArgs &args, uint32_t grid, cudaStream_t st)
 {
+        using L = KLay<T, X3, BN>;
         static std::atomic<uint32_t> done[64];
-        if (smem_attr_once(done, wgmma_kernel<T, SYRK, X3, BN>, WLay<X3, BN>::SMEM))
+        if (smem_attr_once(done, wgmma_kernel<T, SYRK, X3, BN>, L::SMEM))
                 return -EIO;
-        wgmma_kernel<T, SYRK, X3, BN><<<grid, WCfg::THREADS, WLay<X3, BN>::SMEM, st>>>(args);
+        wgmma_kernel<T, SYRK, X3, BN><<<grid, WCfg::THREADS, L::SMEM, st>>>(args);
         const cudaError_t err = cudaGetLastError();
         return err == cudaSuccess ? 0 : -EIO;
 }
