@@ -199,10 +199,24 @@ static double wave_cost(const struct sched_cost *c, const struct sched_problem *
         return tiles > 0 ? ceil(tiles / ctas) * (work / tiles) : 0;
 }
 
+/* Only groups of at least this many waves of usual tiles take the wide
+ * one. Smaller groups share the device with the next ones (several are in
+ * flight), which fill the SMs a last wave leaves idle, so the waves the
+ * wide tile saves there are not saved at all: in the service benchmark
+ * (bench/results/service-ab-wide.txt), where many such groups took it, it
+ * cost 4-6% at 8 clients of 8 requests. */
+#define WIDE_MIN_WAVES 8
+
 int sched_prefer_wide(const struct sched_cost *c, const struct sched_problem *probs, uint32_t n,
                       struct sched_shape usual, struct sched_shape wide, uint32_t ctas)
 {
+        uint64_t tiles = 0;
+
         if (n == 0 || ctas == 0 || wide.tn == 0)
+                return 0;
+        for (uint32_t i = 0; i < n; i++)
+                tiles += sched_tile_count(&probs[i], usual);
+        if (tiles < (uint64_t)WIDE_MIN_WAVES * ctas)
                 return 0;
         return wave_cost(c, probs, n, wide, ctas, c->wide) < wave_cost(c, probs, n, usual, ctas, 1.0);
 }

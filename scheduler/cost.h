@@ -105,8 +105,10 @@ double sched_cost_reduce(const struct sched_cost *c, const struct sched_problem 
  * times the usual one's. A wide tile loads a third less per product, so
  * it wins on groups of many large tiles; it loses where its coarser
  * edges waste work (n = 512 takes three 192-wide tiles, 576 columns) or
- * its fewer tiles leave SMs idle. Returns 1 (wide), 0 (usual), or 0 for
- * n == 0 or ctas == 0.
+ * its fewer tiles leave SMs idle. Groups under 8 waves of usual tiles keep
+ * the usual tile: the groups in flight with them fill a last wave's idle
+ * SMs, so the wide tile saves them nothing (measured). Returns 1 (wide),
+ * 0 (usual), or 0 for n == 0 or ctas == 0.
  */
 int sched_prefer_wide(const struct sched_cost *c, const struct sched_problem *probs, uint32_t n,
                       struct sched_shape usual, struct sched_shape wide, uint32_t ctas);

@@ -209,13 +209,15 @@ Test(e2e, eight_clients_1000_mixed_ops_each_all_correct)
 #define DOOMED_OPS 200
 #define DOOMED_CS 16
 
-/* Queues DOOMED_OPS big ops (about a second of work), says so on
- * ready_fd, and waits to be killed. */
+/* Queues DOOMED_OPS big ops (about two seconds of work on two threads:
+ * with half that, a loaded machine now and then finished them all before
+ * the test could see them queued), says so on ready_fd, and waits to be
+ * killed. */
 static int doomed_client(void *ctx, int ready_fd)
 {
         const struct e2e_daemon *d = ctx;
         struct e2e_spec s = {.kind = GEMMD_GEMM, .dtype = GEMMD_F32, .m = 256, .n = 256,
-                             .k = 256, .alpha = 1, .beta = 1};
+                             .k = 512, .alpha = 1, .beta = 1};
         gemmd_client *c = e2e_connect(d);
         struct e2e_arena ar;
         struct e2e_prob p[DOOMED_CS];

@@ -400,6 +400,12 @@ Test(cost, prefer_wide)
         for (int i = 0; i < 8; i++)
                 p[i] = gemm(1024, 1024, 1024, GEMMD_BF16);
         cr_assert_eq(sched_prefer_wide(c, p, 8, u, w, 132), 0, "under a wave: fewer tiles, idle SMs");
+        /* 144 usual tiles are two waves, 96 wide ones one: quantization
+         * alone would favour the wide tile, but a group this small shares
+         * the device with the next ones. */
+        p[0] = gemm(1024, 2304, 512, GEMMD_BF16);
+        cr_assert_eq(sched_prefer_wide(c, p, 1, u, w, 132), 0, "under 8 waves");
+        cr_assert_eq(sched_prefer_wide(c, p, 1, u, w, 16), 1, "the same on 16 CTAs: 9 waves");
         /* A costlier wide tile loses where a cheap one wins. */
         {
                 struct sched_cost d = *c;
