@@ -42,7 +42,11 @@
  * its K-major problems take the TMA + wgmma kernel (exact f32: each operand
  * split into two TF32 parts); one more row per such set, "lpt-80", times
  * lpt with the maps left off (the sm_80 kernel; exact f32: fused
- * multiply-adds) for comparison. Exact f32 sets also print how far both
+ * multiply-adds) for comparison. Sets whose every problem can take the
+ * wide tile (cuda_gemm_shape_wide) run each mode again on it ("rr-w", ...),
+ * print how many elements of C differ in bits between the two tiles (0:
+ * they sum the same chunks) and which tile the daemon would choose
+ * (sched_prefer_wide). Exact f32 sets also print how far both
  * gemmd kernels and cuBLAS land from an f64 reference (bench_ref_f64).
  */
 #include <cublas_v2.h>

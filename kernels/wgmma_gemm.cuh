@@ -69,9 +69,6 @@
 #define GEMMD_SM90A 1
 #endif
 
-#ifndef GEMMD_WIDE_PREGS
-#define GEMMD_WIDE_PREGS 56
-#endif
 template <int BN_> struct WCfgT {
         static constexpr int BM = 128, BN = BN_;
         static constexpr int ROW_BYTES = 128; /* bytes of K per k-tile row */
@@ -80,10 +77,7 @@ template <int BN_> struct WCfgT {
          * SYR2K walk keeps more state), the rest to the consumers; 128 *
          * producer + 256 * consumer must fit in the 384 * 168 registers the
          * launch gets. */
-        __host__ __device__ static constexpr int producer_regs(bool syrk)
-        {
-                return syrk ? 72 : BN > 128 ? GEMMD_WIDE_PREGS : 56;
-        }
+        __host__ __device__ static constexpr int producer_regs(bool syrk) { return syrk ? 72 : 56; }
         __host__ __device__ static constexpr int consumer_regs(bool syrk)
         {
                 return (384 * 168 - 128 * producer_regs(syrk)) / 256 / 8 * 8;
