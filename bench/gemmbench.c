@@ -698,6 +698,17 @@ static struct accuracy accuracy_of(const struct set *s, const void *x, int xdt, 
 }
 
 /* Max |gemmd - cuBLAS| / max |cuBLAS| over every problem's stored C. */
+/* Runs plan g on copy 0 with C poisoned and copies C into out (cbytes). */
+static void run_into(const struct set *s, const struct gplan *g, char *out, size_t cbytes)
+{
+        char *dC = copy_base(s, 0) + s->coff[0] * esize(s->dtype);
+
+        CK(cudaMemset(dC, 0xff, cbytes));
+        kern_run(s, g, 0);
+        CK(cudaDeviceSynchronize());
+        CK(cudaMemcpy(out, dC, cbytes, cudaMemcpyDeviceToHost));
+}
+
 static double verify(cublasHandle_t h, const struct set *s, const struct grouped *gr, enum sched_mode mode,
                      uint32_t ctas)
 {
@@ -711,10 +722,7 @@ static double verify(cublasHandle_t h, const struct set *s, const struct grouped
                 fprintf(stderr, "gemmbench: verify setup failed\n");
                 exit(1);
         }
-        CK(cudaMemset(dC, 0, cbytes));
-        kern_run(s, &gp, 0);
-        CK(cudaDeviceSynchronize());
-        CK(cudaMemcpy(g, dC, cbytes, cudaMemcpyDeviceToHost));
+        run_into(s, &gp, g, cbytes);
         CK(cudaMemset(dC, 0, cbytes));
         enum peer peer = s->any_syr2k ? PEER_SYR2K : PEER_LOOP;
         if (peer_run(h, s, gr, peer, 0)) {
@@ -801,17 +809,6 @@ static void f32_accuracy(cublasHandle_t h, const struct set *s, const struct gro
         }
         free(x);
         free(ref);
-}
-
-/* Runs plan g on copy 0 with C poisoned and copies C into out (cbytes). */
-static void run_into(const struct set *s, const struct gplan *g, char *out, size_t cbytes)
-{
-        char *dC = copy_base(s, 0) + s->coff[0] * esize(s->dtype);
-
-        CK(cudaMemset(dC, 0xff, cbytes));
-        kern_run(s, g, 0);
-        CK(cudaDeviceSynchronize());
-        CK(cudaMemcpy(out, dC, cbytes, cudaMemcpyDeviceToHost));
 }
 
 /* How many elements of C the wide tile computes with other bits than the

@@ -184,9 +184,10 @@ double sched_cost_reduce(const struct sched_cost *c, const struct sched_problem 
         return c->split_reduce * sched_kchunks(p->k);
 }
 
-/* Waves times the average entry of the group on shape s, entries scaled by f. */
+/* Waves times the average entry of the group on shape s, entries scaled
+ * by f; *ntiles receives the group's tiles. */
 static double wave_cost(const struct sched_cost *c, const struct sched_problem *probs, uint32_t n,
-                        struct sched_shape s, uint32_t ctas, double f)
+                        struct sched_shape s, uint32_t ctas, double f, double *ntiles)
 {
         double tiles = 0, work = 0;
 
@@ -196,6 +197,7 @@ static double wave_cost(const struct sched_cost *c, const struct sched_problem *
                 tiles += t;
                 work += t * f * sched_cost_entry(c, &probs[i], s, 0, sched_kchunks(probs[i].k), 0);
         }
+        *ntiles = tiles;
         return tiles > 0 ? ceil(tiles / ctas) * (work / tiles) : 0;
 }
 
@@ -210,13 +212,12 @@ static double wave_cost(const struct sched_cost *c, const struct sched_problem *
 int sched_prefer_wide(const struct sched_cost *c, const struct sched_problem *probs, uint32_t n,
                       struct sched_shape usual, struct sched_shape wide, uint32_t ctas)
 {
-        uint64_t tiles = 0;
+        double tiles, wtiles, cost;
 
         if (n == 0 || ctas == 0 || wide.tn == 0)
                 return 0;
-        for (uint32_t i = 0; i < n; i++)
-                tiles += sched_tile_count(&probs[i], usual);
-        if (tiles < (uint64_t)WIDE_MIN_WAVES * ctas)
+        cost = wave_cost(c, probs, n, usual, ctas, 1.0, &tiles);
+        if (tiles < (double)WIDE_MIN_WAVES * ctas)
                 return 0;
-        return wave_cost(c, probs, n, wide, ctas, c->wide) < wave_cost(c, probs, n, usual, ctas, 1.0);
+        return wave_cost(c, probs, n, wide, ctas, c->wide, &wtiles) < cost;
 }

@@ -232,6 +232,25 @@ static int failures;
 static int inline_runs; /* launches whose data went as a kernel parameter */
 static int wide_groups; /* groups that also ran on the wide tile */
 
+/* Encodes the problems' tensor maps for tile `shape` into new host memory
+ * *host and copies them to new device memory *dev; returns what
+ * cuda_gemm_tmaps_build returned. */
+static int build_maps(const struct gemmd_kproblem *kp, uint32_t np, struct sched_shape shape, void **host,
+                      void **dev)
+{
+        size_t tb = cuda_gemm_tmaps_bytes(np);
+        int n;
+
+        if (posix_memalign(host, 64, tb)) {
+                fprintf(stderr, "out of memory\n");
+                exit(1);
+        }
+        n = cuda_gemm_tmaps_build(kp, np, shape, *host);
+        CK(cudaMalloc(dev, tb));
+        CK(cudaMemcpy(*dev, *host, tb, cudaMemcpyHostToDevice));
+        return n;
+}
+
 /* Runs one group under every mode and CTA count; returns nothing, counts
  * failures. */
 static void run_group(const char *name, int dtype, int tf32, struct tprob *tp, uint32_t np, int nsm, int kmaj)
@@ -284,42 +303,25 @@ static void run_group(const char *name, int dtype, int tf32, struct tprob *tp, u
 
         /* Tensor maps for the sm_90 fast path (16-bit and TF32). */
         void *tm = NULL, *htm = NULL;
-        int nfast = 0;
-        uint32_t nsyr2k = 0;
-        {
-                size_t tb = cuda_gemm_tmaps_bytes(np);
-                if (posix_memalign(&htm, 64, tb)) {
-                        fprintf(stderr, "out of memory\n");
-                        exit(1);
-                }
-                nfast = cuda_gemm_tmaps_build(kp, np, cuda_gemm_shape(dtype, tf32), htm);
-                nsyr2k = cuda_gemm_tmaps_syr2k(htm, np);
-                if (nfast < 0 || (kmaj && nfast != (int)np)) {
-                        printf("FAIL %s: cuda_gemm_tmaps_build = %d of %u K-major problems\n", name, nfast, np);
-                        failures++;
-                        nfast = nfast < 0 ? 0 : nfast;
-                }
-                CK(cudaMalloc(&tm, tb));
-                CK(cudaMemcpy(tm, htm, tb, cudaMemcpyHostToDevice));
-                printf("  %-22s %d of %u problems qualify for the fast path\n", name, nfast, np);
+        int nfast = build_maps(kp, np, cuda_gemm_shape(dtype, tf32), &htm, &tm);
+        uint32_t nsyr2k = cuda_gemm_tmaps_syr2k(htm, np);
+        if (nfast < 0 || (kmaj && nfast != (int)np)) {
+                printf("FAIL %s: cuda_gemm_tmaps_build = %d of %u K-major problems\n", name, nfast, np);
+                failures++;
+                nfast = nfast < 0 ? 0 : nfast;
         }
+        printf("  %-22s %d of %u problems qualify for the fast path\n", name, nfast, np);
         /* The wide tile, where the whole group takes it: every mode again
          * with it, each run bit for bit the first (usual tile) run. */
         void *tmw = NULL, *htmw = NULL;
         const struct sched_shape wide = cuda_gemm_shape_wide(dtype, tf32);
-        if (htm && wide.tn) {
-                size_t tb = cuda_gemm_tmaps_bytes(np);
-                if (posix_memalign(&htmw, 64, tb)) {
-                        fprintf(stderr, "out of memory\n");
-                        exit(1);
-                }
-                if (cuda_gemm_tmaps_build(kp, np, wide, htmw) == (int)np) {
-                        CK(cudaMalloc(&tmw, tb));
-                        CK(cudaMemcpy(tmw, htmw, tb, cudaMemcpyHostToDevice));
+        if (wide.tn) {
+                if (build_maps(kp, np, wide, &htmw, &tmw) == (int)np) {
                         wide_groups++;
                 } else {
+                        cudaFree(tmw);
                         free(htmw);
-                        htmw = NULL;
+                        tmw = htmw = NULL;
                 }
         }
 
