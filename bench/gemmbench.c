@@ -697,7 +697,6 @@ static struct accuracy accuracy_of(const struct set *s, const void *x, int xdt, 
         return a;
 }
 
-/* Max |gemmd - cuBLAS| / max |cuBLAS| over every problem's stored C. */
 /* Runs plan g on copy 0 with C poisoned and copies C into out (cbytes). */
 static void run_into(const struct set *s, const struct gplan *g, char *out, size_t cbytes)
 {
@@ -709,6 +708,7 @@ static void run_into(const struct set *s, const struct gplan *g, char *out, size
         CK(cudaMemcpy(out, dC, cbytes, cudaMemcpyDeviceToHost));
 }
 
+/* Max |gemmd - cuBLAS| / max |cuBLAS| over every problem's stored C. */
 static double verify(cublasHandle_t h, const struct set *s, const struct grouped *gr, enum sched_mode mode,
                      uint32_t ctas)
 {

@@ -185,7 +185,7 @@ double sched_cost_reduce(const struct sched_cost *c, const struct sched_problem 
 }
 
 /* Waves times the average entry of the group on shape s, entries scaled
- * by f; *ntiles receives the group's tiles. */
+ * by f; *ntiles (unless NULL) receives the group's tiles. */
 static double wave_cost(const struct sched_cost *c, const struct sched_problem *probs, uint32_t n,
                         struct sched_shape s, uint32_t ctas, double f, double *ntiles)
 {
@@ -197,7 +197,8 @@ static double wave_cost(const struct sched_cost *c, const struct sched_problem *
                 tiles += t;
                 work += t * f * sched_cost_entry(c, &probs[i], s, 0, sched_kchunks(probs[i].k), 0);
         }
-        *ntiles = tiles;
+        if (ntiles)
+                *ntiles = tiles;
         return tiles > 0 ? ceil(tiles / ctas) * (work / tiles) : 0;
 }
 
@@ -212,12 +213,12 @@ static double wave_cost(const struct sched_cost *c, const struct sched_problem *
 int sched_prefer_wide(const struct sched_cost *c, const struct sched_problem *probs, uint32_t n,
                       struct sched_shape usual, struct sched_shape wide, uint32_t ctas)
 {
-        double tiles, wtiles, cost;
+        double tiles, cost;
 
         if (n == 0 || ctas == 0 || wide.tn == 0)
                 return 0;
         cost = wave_cost(c, probs, n, usual, ctas, 1.0, &tiles);
         if (tiles < (double)WIDE_MIN_WAVES * ctas)
                 return 0;
-        return wave_cost(c, probs, n, wide, ctas, c->wide, &wtiles) < cost;
+        return wave_cost(c, probs, n, wide, ctas, c->wide, NULL) < cost;
 }
