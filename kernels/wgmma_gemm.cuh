@@ -48,7 +48,10 @@
  * of 128 bytes of k (A 16 KiB + B 16 KiB each) cycle
  * through full/empty mbarriers; the ring keeps running from one tile to
  * the next, so the producer loads the next tile while the consumers finish
- * the current one. The first stage of each tile carries a small header
+ * the current one. A half tile (rows that fit in 64: a small problem, a
+ * bottom edge) is computed by one consumer alone, the next half tile by
+ * the other, the two at once (Ping-pong); the other passes over its
+ * stages. Same instructions on the same rows: the same bits. The first stage of each tile carries a small header
  * (problem, tile origin, k-tiles, split slot, and the fields of the problem
  * the epilogue needs), so the consumers never read the plan or the problem
  * array; a final stage with no data tells them the work is over.
@@ -442,8 +445,9 @@ __device__ __forceinline__ void work_geom(const struct gemmd_kproblem &p, const 
 /* PWork::tri: a SYR2K (two terms per chunk, a triangle of C), and which. */
 enum : uint32_t { TRI_SYR2K = 1, TRI_UPPER = 2 };
 /* In the tile header's flags beside them: the problem has a tensor map of
- * C, for the staged f32 epilogue (c_staged). */
-enum : uint32_t { HDR_TMA_C = 4 };
+ * C, for the staged f32 epilogue (c_staged); a half tile (its rows fit in
+ * 64) that consumer 0 or 1 computes alone (neither: both, 64 rows each). */
+enum : uint32_t { HDR_TMA_C = 4, HDR_OWN0 = 8, HDR_OWN1 = 16 };
 
 /* What the producer needs of a unit of work. */
 struct PWork {
@@ -777,7 +781,7 @@ __global__ void __launch_bounds__(WCfg::THREADS, 1) wgmma_kernel(const __grid_co
                 }
                 if (warp != 0)
                         return;
-                uint32_t stage = 0, phase = 0, lastp = UINT32_MAX;
+                uint32_t stage = 0, phase = 0, lastp = UINT32_MAX, nhalf = 0;
                 auto issue = [&](const PWork &x) {
                         const char *ta = tmaps + (size_t)x.prob * WCfg::TMAP_BYTES, *tb = ta + 128;
                         if (x.prob != lastp) {
@@ -818,7 +822,16 @@ __global__ void __launch_bounds__(WCfg::THREADS, 1) wgmma_kernel(const __grid_co
                                         h[14] = __float_as_uint(x.beta);
                                         /* Its C map: flag bit 4 of cuda_gemm_tmaps_build. */
                                         const uint8_t *flags = (const uint8_t *)tmaps + (size_t)kp.nprobs * WCfg::TMAP_BYTES;
-                                        h[15] = x.tri | (F32C && (flags[x.prob] & 4) ? HDR_TMA_C : 0u);
+                                        /* A half tile goes to one consumer, the
+                                         * next to the other: they compute two
+                                         * tiles at once, each its own (the
+                                         * Ping-pong schedule), where together
+                                         * one of them would idle. Not split
+                                         * entries (both consumers add their
+                                         * sums) nor SYR2K triangles. */
+                                        const bool half = x.tri == 0 && x.split == SCHED_NO_SPLIT && x.m - x.m0 <= 64;
+                                        const uint32_t own = half ? (nhalf++ & 1 ? HDR_OWN1 : HDR_OWN0) : 0u;
+                                        h[15] = x.tri | own | (F32C && (flags[x.prob] & 4) ? HDR_TMA_C : 0u);
                                 }
                                 mbar_expect_tx(full, W::STAGE_BYTES);
                                 const int32_t k0 = (int32_t)(x.kbeg + (c0 + j) * WK<T>::BK);
@@ -930,6 +943,27 @@ __global__ void __launch_bounds__(WCfg::THREADS, 1) wgmma_kernel(const __grid_co
                 p.alpha = __uint_as_float(h[13]);
                 p.beta = __uint_as_float(h[14]);
                 const uint32_t hflags = h[15], tri = SYRK ? hflags : 0u;
+                const int own = hflags & HDR_OWN0 ? 0 : hflags & HDR_OWN1 ? 1 : -1;
+                if (own >= 0 && own != cw) {
+                        /* The other consumer's half tile: pass over its
+                         * stages, each once it is full (so that this
+                         * consumer's place in the ring never falls a lap
+                         * behind) and freed at once (the producer refills
+                         * a stage when both consumers have let it go). */
+                        for (uint32_t i = 0; i < niter; i++) {
+                                mbar_wait(bars + 8 * pp.stage, pp.phase);
+                                if (lane == 0)
+                                        mbar_arrive(bars + 8 * (L::STAGES + pp.stage));
+                                if (++pp.stage == L::STAGES) {
+                                        pp.stage = 0;
+                                        pp.phase ^= 1;
+                                }
+                        }
+                        continue;
+                }
+                /* This consumer's rows of the tile: its 64, or all of a half tile. */
+                const uint32_t rsh = own >= 0 ? 0u : (uint32_t)cw * 64;
+                pp.a_off = base + rsh * 128;
                 const bool lower = (tri & TRI_SYR2K) && !(tri & TRI_UPPER), upper = (tri & TRI_UPPER) != 0;
                 float *wsb = nullptr;
                 if (w.split != SCHED_NO_SPLIT)
@@ -978,16 +1012,16 @@ __global__ void __launch_bounds__(WCfg::THREADS, 1) wgmma_kernel(const __grid_co
 
                 /* A warpgroup whose 64 rows all lie outside C has nothing
                  * to store (its staging buffer and named barrier are its own). */
-                if (m0 + cw * 64 >= p.m)
+                if (m0 + rsh >= p.m)
                         continue;
                 const float alpha = p.alpha, beta = p.beta;
                 T *cptr = (T *)(uintptr_t)p.c;
-                const uint32_t rbase = m0 + cw * 64 + wi * 16 + (lane >> 2);
+                const uint32_t rbase = m0 + rsh + wi * 16 + (lane >> 2);
                 const uint32_t cbase = n0 + (lane & 3) * 2;
                 if constexpr (F32C) {
                         if ((hflags & HDR_TMA_C) && beta == 0.f) {
                                 c_staged(tot, base + L::EPI_OFF + cw * L::F32C_BYTES, cw, wt, alpha,
-                                         tmaps + (size_t)w.prob * WCfg::TMAP_BYTES + 256, m0 + cw * 64, n0, p.m);
+                                         tmaps + (size_t)w.prob * WCfg::TMAP_BYTES + 256, m0 + rsh, n0, p.m);
                                 continue;
                         }
                 }
@@ -1055,7 +1089,7 @@ __global__ void __launch_bounds__(WCfg::THREADS, 1) wgmma_kernel(const __grid_co
                         named_bar(2 + cw, 128);
                         {
                                 const bool cvec = ((p.c & 15u) == 0) && (p.ldc % 8) == 0;
-                                const uint32_t r0 = m0 + cw * 64;
+                                const uint32_t r0 = m0 + rsh;
                                 const unsigned char *ep = gbase + (epi - base);
 #pragma unroll
                                 for (int s = 0; s < W::BN / 16; s++) { /* BN columns of 8 vectors, 128 threads */
