@@ -57,6 +57,21 @@ extern "C" int bench_fill(void *p, size_t n, int dtype, uint64_t seed)
         return cudaGetLastError() == cudaSuccess ? 0 : -1;
 }
 
+__global__ void spin_kernel(uint64_t ns)
+{
+        uint64_t t0, t;
+        asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
+        do
+                asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+        while (t - t0 < ns);
+}
+
+extern "C" int bench_spin(uint32_t us)
+{
+        spin_kernel<<<1, 1>>>((uint64_t)us * 1000);
+        return cudaGetLastError() == cudaSuccess ? 0 : -1;
+}
+
 /* One thread per element of C; plain loads (the operands stay in L1/L2:
  * this is a reference, not a benchmark). */
 __global__ void ref_f64_kernel(const float *a, const float *b, double *c, uint32_t m, uint32_t n, uint32_t k,

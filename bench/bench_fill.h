@@ -21,6 +21,12 @@ int bench_fill(void *p, size_t n, int dtype, uint64_t seed);
  * when the launch failed. */
 int bench_ref_f64(const float *a, const float *b, double *c, uint32_t m, uint32_t n, uint32_t k, int syr2k);
 
+/* One thread that spins for `us` microseconds of the GPU's clock, on the
+ * legacy default stream: work queued behind it starts the moment it ends,
+ * whatever the host took to queue it. Returns 0 or -1 when the launch
+ * failed. */
+int bench_spin(uint32_t us);
+
 #ifdef __cplusplus
 }
 #endif

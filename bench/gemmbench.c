@@ -2,7 +2,7 @@
  * gemmbench.c - times gemmd's grouped kernels against cuBLAS in one process.
  *
  *   gemmbench kernels [--mode MODE|all] [--workload NAME|all|FILE] [--json] [--reps N]
- *                     [--cost SPEC]
+ *                     [--cost SPEC] [--queued]
  *   gemmbench calibrate [--reps N] [--json]
  *   gemmbench list [NAME|FILE]
  *
@@ -34,7 +34,10 @@
  * problem, cublasGemmStridedBatchedEx when all problems are equal,
  * cublasSsyr2k per SYR2K problem) are timed: warm-ups, then the median of
  * --reps runs timed with CUDA events, rotating over several copies of the
- * operands when one copy fits in L2. A peer that does not apply to a set
+ * operands when one copy fits in L2. Each timed run includes what the host
+ * does to queue it (gemmd's launch; cuBLAS's own host work) unless
+ * --queued puts a spin kernel in front of it, which leaves the device's
+ * work alone between the events. A peer that does not apply to a set
  * prints "-" (null in --json): the GEMM peers never take SYR2Ks, and
  * cublasSsyr2k is f32 only, so a 16-bit SYR2K has no cuBLAS peer at all.
  * Plans are built on the host with sched_plan_build before timing. Every
@@ -569,6 +572,8 @@ static int cmpf(const void *a, const void *b)
         return (x > y) - (x < y);
 }
 
+int kbench_queued;
+
 float time_median(runfn fn, void *arg, uint32_t copies, int reps)
 {
         cudaEvent_t e0, e1;
@@ -576,8 +581,14 @@ float time_median(runfn fn, void *arg, uint32_t copies, int reps)
         CK(cudaEventCreate(&e1));
         float *ms = malloc(reps * sizeof(float));
         uint32_t c = 0;
+        double queue_us = 0; /* the host's time to queue the last warm-up */
         for (int i = 0; i < 3; i++) {
-                if (fn(arg, c)) {
+                struct timespec t0, t1;
+                clock_gettime(CLOCK_MONOTONIC, &t0);
+                const int rc = fn(arg, c);
+                clock_gettime(CLOCK_MONOTONIC, &t1);
+                queue_us = (t1.tv_sec - t0.tv_sec) * 1e6 + (t1.tv_nsec - t0.tv_nsec) * 1e-3;
+                if (rc) {
                         free(ms);
                         cudaEventDestroy(e0);
                         cudaEventDestroy(e1);
@@ -587,6 +598,12 @@ float time_median(runfn fn, void *arg, uint32_t copies, int reps)
         }
         CK(cudaDeviceSynchronize());
         for (int i = 0; i < reps; i++) {
+                /* Twice what queueing took, so the run is queued
+                 * before the spin ends even when the host is slower. */
+                if (kbench_queued && bench_spin((uint32_t)(2 * queue_us) + 100)) {
+                        fprintf(stderr, "gemmbench: spin kernel launch failed\n");
+                        exit(1);
+                }
                 CK(cudaEventRecord(e0, NULL));
                 fn(arg, c);
                 CK(cudaEventRecord(e1, NULL));
@@ -863,7 +880,7 @@ static const char *num_or_dash(char *buf, size_t len, int ok, const char *fmt, d
 static int usage(void)
 {
         fprintf(stderr, "usage: gemmbench kernels [--mode MODE|all] [--workload NAME|all|FILE] [--json] "
-                        "[--reps N] [--cost SPEC]\n"
+                        "[--reps N] [--cost SPEC] [--queued]\n"
                         "       gemmbench calibrate [--reps N] [--json]   (the cost model measured here)\n"
                         "       gemmbench list [NAME|FILE]   (a workload's problem list, `gemmctl plan` format)\n"
                         "       gemmbench clients [options]  (--help lists them)\n"
@@ -1032,6 +1049,8 @@ int main(int argc, char **argv)
                         wl = argv[++i];
                 else if (!strcmp(argv[i], "--json"))
                         json = 1;
+                else if (!strcmp(argv[i], "--queued"))
+                        kbench_queued = 1;
                 else if (!strcmp(argv[i], "--reps") && i + 1 < argc)
                         reps = atoi(argv[++i]);
                 else if (!strcmp(argv[i], "--cost") && i + 1 < argc) {
@@ -1065,8 +1084,9 @@ int main(int argc, char **argv)
         CB(cublasCreate(&h));
         size_t l2 = (size_t)prop.l2CacheSize;
         if (!json) {
-                printf("# %s, %d SMs, L2 %zu MB; median of %d runs; TF/s = 2mnk (SYR2K 2n^2k) / time\n",
-                       prop.name, prop.multiProcessorCount, l2 >> 20, reps);
+                printf("# %s, %d SMs, L2 %zu MB; median of %d runs; TF/s = 2mnk (SYR2K 2n^2k) / time%s\n",
+                       prop.name, prop.multiProcessorCount, l2 >> 20, reps,
+                       kbench_queued ? "; each run queued behind a spin kernel (--queued): device time only" : "");
                 printf("# sm_90 fast path (TMA + wgmma; exact f32 split into TF32 parts) for K-major problems: %s; "
                        "lpt-80 = lpt on the sm_80 kernel (exact f32: FFMA); MODE-w = the wide tile (128x192)\n",
                        cuda_gemm_fast_available() ? "on" : "off");

@@ -98,9 +98,13 @@ void gplan_free(struct gplan *g);
 void kern_run(const struct set *s, const struct gplan *g, uint32_t copy);
 
 /* Median milliseconds of `reps` timed runs of fn(arg, copy) after warm-ups,
- * rotating over `copies`; -1 when fn fails. */
+ * rotating over `copies`; -1 when fn fails. With kbench_queued set, each
+ * timed run is queued behind a spin kernel (bench_spin) longer than the
+ * host takes to queue it, so the events time the device's work alone: no
+ * launch gap, for gemmd and its peers alike. */
 typedef int (*runfn)(void *arg, uint32_t copy);
 float time_median(runfn fn, void *arg, uint32_t copies, int reps);
+extern int kbench_queued;
 
 /* A gemmd launch as a runfn. */
 struct grun {
