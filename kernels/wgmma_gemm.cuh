@@ -126,6 +126,9 @@ template <bool X3, int BN = 128, bool F32C = false> struct WLay {
         static constexpr bool STAGED_C = F32C;
 };
 
+/* The layout of a kernel: TF32 on the usual tile stages its f32 C. */
+template <typename T, bool X3, int BN> using KLay = WLay<X3, BN, sizeof(T) == 4 && !X3 && BN == 128>;
+
 /* What depends on the element type: the k-tile depth (128 bytes of K). */
 template <typename T> struct WK {
         static constexpr int BK = WCfg::ROW_BYTES / (int)sizeof(T);
@@ -491,7 +494,7 @@ struct Pipe {
 template <typename T, bool FRESH, int BN>
 __device__ __forceinline__ void ktile(Pipe &pp, float (&d)[WCfgT<BN>::NACC])
 {
-        using L = WLay<false, BN>;
+        using L = KLay<T, false, BN>; /* the kernel's ring, whatever it stages */
         mbar_wait(pp.bars + 8 * pp.stage, pp.phase);
         const uint64_t da = wg_desc(pp.a_off + pp.stage * L::W::STAGE_BYTES),
                        db = wg_desc(pp.b_off + pp.stage * L::W::STAGE_BYTES);
@@ -672,8 +675,6 @@ template <int NA> __device__ __forceinline__ void fold(float (&d)[NA], float (&t
 
 /* ---- the kernel ---------------------------------------------------------- */
 
-/* The layout of a kernel: TF32 on the usual tile stages its f32 C. */
-template <typename T, bool X3, int BN> using KLay = WLay<X3, BN, sizeof(T) == 4 && !X3 && BN == 128>;
 
 /*
  * The f32 epilogue through shared memory (a consumer warpgroup: rows
