@@ -51,10 +51,11 @@
  * the current one. A half tile (rows that fit in 64: a small problem, a
  * bottom edge) is computed by one consumer alone, the next half tile by
  * the other, the two at once (Ping-pong); the other passes over its
- * stages. Same instructions on the same rows: the same bits. The first stage of each tile carries a small header
- * (problem, tile origin, k-tiles, split slot, and the fields of the problem
- * the epilogue needs), so the consumers never read the plan or the problem
- * array; a final stage with no data tells them the work is over.
+ * stages. Same instructions on the same rows: the same bits. The first
+ * stage of each tile carries a small header (problem, tile origin,
+ * k-tiles, split slot, owner, and the fields of the problem the epilogue
+ * needs), so the consumers never read the plan or the problem array; a
+ * final stage with no data tells them the work is over.
  *
  * Numerics as in cuda_gemm.h: each canonical K chunk (8 k-tiles) is summed
  * by wgmma from zero (scale-d = 0 on its first instruction), then added to
@@ -484,7 +485,7 @@ template <int BK, int BN> __device__ __forceinline__ PWork pwork(const struct ge
 struct Pipe {
         uint32_t stage, phase;
         int pending; /* stage whose wgmmas may still run, -1 none */
-        uint32_t bars, a_off, b_off; /* this warpgroup's A rows, and B, in stage 0 */
+        uint32_t bars, a_off, b_off; /* the A rows this warpgroup reads (set per tile), and B, in stage 0 */
         int lane;
 };
 
@@ -674,7 +675,6 @@ template <int NA> __device__ __forceinline__ void fold(float (&d)[NA], float (&t
 }
 
 /* ---- the kernel ---------------------------------------------------------- */
-
 
 /*
  * The f32 epilogue through shared memory (a consumer warpgroup: rows
