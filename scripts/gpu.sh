@@ -1,7 +1,8 @@
 #!/bin/bash
 # Runs on a GPU machine and builds nothing: the kernel tests, the daemon's
 # GPU end-to-end tests, a short service run of the real daemon (its stats,
-# with the idle gap between groups), then gemmbench kernels, from binaries
+# with the idle gap between groups), then gemmbench kernels (as timed by
+# default, then --queued: device time alone), from binaries
 # built elsewhere (scripts/gpu-bundle.sh), and, where python3 has PyTorch
 # with CUDA, bench/torch_grouped.py (torch._grouped_mm) on the moe and
 # seed002 problem lists as a peer. Logs and tables go under $OUT
@@ -73,6 +74,10 @@ if d=$(find_bin gemmd) && c=$(find_bin demo_client) && g=$(find_bin gemmctl); th
 fi
 if p=$(find_bin gemmbench); then
         "${lim[@]}" "$p" kernels "$@" 2>&1 | tee "$OUT/gemmbench.txt" || rc=1
+        # The same table on device time alone (each run queued behind a
+        # spin kernel): what the host's queueing adds differs between gemmd
+        # and cuBLAS, most for the small workloads.
+        "${lim[@]}" "$p" kernels --queued "$@" 2>&1 | tee "$OUT/gemmbench-queued.txt" || rc=1
 else
         rc=1
 fi
