@@ -784,8 +784,10 @@ Test(plan, rr_and_sorted_order)
         sched_plan_deinit(&pl);
 }
 
-/* lpt keeps runs of one problem on a CTA: the group below deals whole
- * rounds, and each CTA's entries of one problem are consecutive tiles. */
+/* lpt keeps runs of one problem on a CTA, and deals whole rounds as rr
+ * does: in the group below CTA c takes tiles c, c + 64, c + 128, c + 192,
+ * so at each step the CTAs run 64 neighbouring tiles (shared operand
+ * panels), not tiles spread over the problem. */
 Test(plan, lpt_runs)
 {
         struct sched_problem p = gemm(2048, 2048, 1024, GEMMD_BF16); /* 256 tiles */
@@ -798,8 +800,10 @@ Test(plan, lpt_runs)
         check_plan(&pl, &p, 1, &cfg);
         for (c = 0; c < 64; c++) {
                 cr_assert_eq(pl.cta_begin[c + 1] - pl.cta_begin[c], 4);
-                for (i = pl.cta_begin[c] + 1; i < pl.cta_begin[c + 1]; i++)
-                        cr_assert_eq(pl.entries[i].tile, pl.entries[i - 1].tile + 1);
+                for (i = 0; i < 4; i++) {
+                        cr_assert_eq(pl.entries[pl.cta_begin[c] + i].problem, 0);
+                        cr_assert_eq(pl.entries[pl.cta_begin[c] + i].tile, c + 64 * i, "cta %u step %u", c, i);
+                }
         }
         cr_assert_float_eq(pl.makespan, pl.lower_bound, 1e-9);
         sched_plan_deinit(&pl);
