@@ -809,6 +809,34 @@ Test(plan, lpt_runs)
         sched_plan_deinit(&pl);
 }
 
+/* Split mode cuts the last wave left after whole rounds of one problem:
+ * 64 x 64 tiles on 132 CTAs are 31 rounds and 4 tiles more; lpt leaves
+ * those 4 to run alone, split cuts them into parts over the CTAs (every
+ * tile still computed once: check_plan), and the rounds stay rr's. */
+Test(plan, split_after_rounds)
+{
+        struct sched_problem p = gemm(8192, 8192, 8192, GEMMD_BF16);
+        struct sched_config cl = {SCHED_LPT, {128, 128, 64}, 132}, cs = cl;
+        struct sched_plan lpt, split;
+        uint32_t c, i;
+
+        cs.mode = SCHED_SPLIT;
+        sched_plan_init(&lpt);
+        sched_plan_init(&split);
+        cr_assert_eq(sched_plan_build(&lpt, &p, 1, &cl), 0);
+        cr_assert_eq(sched_plan_build(&split, &p, 1, &cs), 0);
+        check_plan(&split, &p, 1, &cs);
+        cr_assert_eq(split.nsplit, 4);
+        cr_assert(split.makespan <= 0.98 * lpt.makespan, "split %f lpt %f", split.makespan, lpt.makespan);
+        for (c = 0; c < 132; c++)
+                for (i = split.cta_begin[c]; i < split.cta_begin[c + 1]; i++)
+                        if (split.entries[i].tile < 31 * 132)
+                                cr_assert_eq(split.entries[i].tile % 132, c, "cta %u runs tile %u", c,
+                                             split.entries[i].tile);
+        sched_plan_deinit(&split);
+        sched_plan_deinit(&lpt);
+}
+
 Test(plan, tiny_and_empty)
 {
         struct sched_problem p = gemm(1, 1, 1, GEMMD_F32);
