@@ -657,24 +657,24 @@ static int part_desc(const void *x, const void *y)
 
 /* How many parts a tail tile of problem p, cost u, is cut into when no
  * CTA should run past `target` and the least loaded one already carries
- * `floor` (its kept tiles): the fewest parts whose cost plus the tile's
+ * `least` (its kept tiles): the fewest parts whose cost plus the tile's
  * reduction fit between the two (1: leave the tile whole), at most the
- * tile's chunks and the CTA count. Measured from the floor, not from zero:
+ * tile's chunks and the CTA count. Measured from that load, not from zero:
  * after whole rounds of one problem every CTA keeps the same load, and a
  * last wave of tiles that each fit under the target from zero would
  * otherwise never be cut. */
-static uint32_t parts_for(const struct build *b, uint32_t p, double u, double floor, double target)
+static uint32_t parts_for(const struct build *b, uint32_t p, double u, double least, double target)
 {
         const struct sched_problem *pr = &b->probs[p];
         uint32_t ch = b->info[p].chunks, c, pc;
         double first, per, room;
 
-        if (floor + u <= target || ch < 2)
+        if (least + u <= target || ch < 2)
                 return 1;
         /* a split part costs first + per for each (whole) chunk */
         first = sched_cost_entry(b->cost, pr, b->shape, 0, 0, 1);
         per = sched_cost_entry(b->cost, pr, b->shape, 0, 1, 1) - first;
-        room = target - floor - first - sched_cost_reduce(b->cost, pr);
+        room = target - least - first - sched_cost_reduce(b->cost, pr);
         c = room >= per * ch ? ch : room >= per ? (uint32_t)(room / per) : 1;
         pc = sched_cdiv(ch, c);
         return pc < b->ctas ? pc : b->ctas;
@@ -692,12 +692,12 @@ static uint32_t deal_tail(struct build *b, uint32_t nt, double target, uint32_t 
 {
         struct hnode *h = b->heap;
         uint32_t i, j, np = 0, slots = 0;
-        double floor = b->base[0];
+        double least = b->base[0];
 
         for (i = 1; i < b->ctas; i++)
-                floor = fmin(floor, b->base[i]);
+                least = fmin(least, b->base[i]);
         for (i = 0; i < nt; i++)
-                np += parts_for(b, b->tail[i].problem, b->tail[i].cost, floor, target);
+                np += parts_for(b, b->tail[i].problem, b->tail[i].cost, least, target);
         if (np > cap)
                 return 0;
         np = 0;
@@ -705,7 +705,7 @@ static uint32_t deal_tail(struct build *b, uint32_t nt, double target, uint32_t 
                 const struct ttile *tt = &b->tail[i];
                 const struct sched_problem *p = &b->probs[tt->problem];
                 uint32_t ch = b->info[tt->problem].chunks, q, extra, kb = 0;
-                uint32_t pc = parts_for(b, tt->problem, tt->cost, floor, target);
+                uint32_t pc = parts_for(b, tt->problem, tt->cost, least, target);
 
                 if (pc < 2) {
                         struct part *o = &out[np++];
