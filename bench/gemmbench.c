@@ -60,9 +60,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "bench/bench_fill.h"
+#include "bench/bench_util.h"
 #include "bench/kbench.h"
 #include "include/gemmd.h"
 #include "kernels/cuda_gemm.h"
@@ -325,12 +325,9 @@ void set_init(struct set *s, const struct workload *w, int dtype, int tf32, size
                         /* The host cost of the maps, per problem: what the
                          * daemon pays on each launch (the best of 5). */
                         for (int t = 0; t < 5; t++) {
-                                struct timespec t0, t1;
-
-                                clock_gettime(CLOCK_MONOTONIC, &t0);
+                                const uint64_t t0 = bench_now_ns();
                                 s->nfast = cuda_gemm_tmaps_build(kp, s->n, base_shape, htm);
-                                clock_gettime(CLOCK_MONOTONIC, &t1);
-                                double us = (t1.tv_sec - t0.tv_sec) * 1e6 + (t1.tv_nsec - t0.tv_nsec) / 1e3;
+                                double us = (bench_now_ns() - t0) * 1e-3;
                                 if (t == 0 || us < s->tmaps_us)
                                         s->tmaps_us = us;
                         }
@@ -583,11 +580,9 @@ float time_median(runfn fn, void *arg, uint32_t copies, int reps)
         uint32_t c = 0;
         double queue_us = 0; /* the host's time to queue the last warm-up */
         for (int i = 0; i < 3; i++) {
-                struct timespec t0, t1;
-                clock_gettime(CLOCK_MONOTONIC, &t0);
+                const uint64_t t0 = bench_now_ns();
                 const int rc = fn(arg, c);
-                clock_gettime(CLOCK_MONOTONIC, &t1);
-                queue_us = (t1.tv_sec - t0.tv_sec) * 1e6 + (t1.tv_nsec - t0.tv_nsec) * 1e-3;
+                queue_us = (bench_now_ns() - t0) * 1e-3;
                 if (rc) {
                         free(ms);
                         cudaEventDestroy(e0);

@@ -919,7 +919,7 @@ __global__ void __launch_bounds__(WCfg::THREADS, 1) wgmma_kernel(const __grid_co
         asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(W::consumer_regs(SYRK)));
         const int cw = wg - 1, ctid = threadIdx.x - 128, wt = threadIdx.x & 127, wi = wt >> 5;
         const uint32_t epi = base + L::EPI_OFF + cw * W::EPI_BYTES; /* 16-bit only */
-        Pipe pp = {0, 0, -1, bars, base + cw * 64 * 128, base + W::A_BYTES, lane};
+        Pipe pp = {0, 0, -1, bars, 0, base + W::A_BYTES, lane}; /* a_off: set per tile */
         float acc[NA], tot[NA], csum[NA]; /* csum: X3 only */
 #pragma unroll
         for (int i = 0; i < NA; i++)

@@ -378,6 +378,18 @@ static double max_of(const double *v, uint32_t n)
         return m;
 }
 
+/* n >= 1 */
+static double min_of(const double *v, uint32_t n)
+{
+        double m = v[0];
+        uint32_t i;
+
+        for (i = 1; i < n; i++)
+                if (v[i] < m)
+                        m = v[i];
+        return m;
+}
+
 static double sum_of(const double *v, uint32_t n)
 {
         double s = 0;
@@ -680,22 +692,19 @@ static uint32_t parts_for(const struct build *b, uint32_t p, double u, double le
         return pc < b->ctas ? pc : b->ctas;
 }
 
-/* One way to deal the tail: every tail tile costlier than `target` is cut
- * into parts_for() parts of even chunk counts, and every whole tile and
- * part goes, costliest first, to the least loaded CTA on top of the kept
- * loads; each split tile's reduction is charged to the CTA whose part of it
+/* One way to deal the tail: every tail tile that would end past `target`
+ * on the least loaded CTA (kept load `least`) is cut into parts_for()
+ * parts of even chunk counts, and every whole tile and part goes,
+ * costliest first, to the least loaded CTA on top of the kept loads; each split tile's reduction is charged to the CTA whose part of it
  * ends last. Writes the entries to `out` and returns their number, or 0
  * when they would be more than `cap`; the predicted makespan goes to
  * *makespan, the number of split tiles to *nsplit. */
-static uint32_t deal_tail(struct build *b, uint32_t nt, double target, uint32_t cap,
+static uint32_t deal_tail(struct build *b, uint32_t nt, double least, double target, uint32_t cap,
                           struct part *out, double *makespan, uint32_t *nsplit)
 {
         struct hnode *h = b->heap;
         uint32_t i, j, np = 0, slots = 0;
-        double least = b->base[0];
 
-        for (i = 1; i < b->ctas; i++)
-                least = fmin(least, b->base[i]);
         for (i = 0; i < nt; i++)
                 np += parts_for(b, b->tail[i].problem, b->tail[i].cost, least, target);
         if (np > cap)
@@ -838,11 +847,9 @@ static void finish_split(struct build *b, uint32_t nt, const struct part *parts,
 static void split_tail(struct build *b)
 {
         static const double factors[] = {1.0, 1.1, 1.25, 1.5, 2.0, 3.0};
-        double lmin = b->loads[0], ms = b->makespan, busy, work, fluid, best = ms;
+        double lmin = min_of(b->loads, b->ctas), ms = b->makespan, busy, work, fluid, least, best = ms;
         uint32_t i, nt, best_np = 0, best_nsplit = 0, cur = 0, best_buf = 0;
 
-        for (i = 1; i < b->ctas; i++)
-                lmin = fmin(lmin, b->loads[i]);
         busy = sum_of(b->loads, b->ctas) - lmin * b->ctas;
         if (!(ms - lmin > ms * 1e-9) || busy >= 0.5 * b->ctas * (ms - lmin))
                 goto keep_lpt;
@@ -850,11 +857,12 @@ static void split_tail(struct build *b)
         if (nt == 0 || !(work > 0))
                 goto keep_lpt;
         fluid = (sum_of(b->base, b->ctas) + work) / b->ctas;
+        least = min_of(b->base, b->ctas);
         for (i = 0; i < sizeof(factors) / sizeof(factors[0]); i++) {
                 double mk;
                 uint32_t ns, np;
 
-                np = deal_tail(b, nt, fluid * factors[i], nt + 2 * b->ctas, b->parts[cur], &mk,
+                np = deal_tail(b, nt, least, fluid * factors[i], nt + 2 * b->ctas, b->parts[cur], &mk,
                                &ns);
                 if (np > 0 && ns > 0 && mk < best) {
                         best = mk;

@@ -279,6 +279,15 @@ gemmd_client *e2e_connect(const struct e2e_daemon *d)
         return c;
 }
 
+int e2e_round_trip(gemmd_client *c)
+{
+        char *text = NULL;
+        int rc = gemmd_stats(c, 0, &text);
+
+        free(text);
+        return rc;
+}
+
 /* ---- processes -------------------------------------------------------- */
 
 char *e2e_build_path(const char *name)

@@ -68,6 +68,12 @@ int e2e_socket_accepts(const char *path);
 /* Connects a client; on failure prints the reason and returns NULL. */
 gemmd_client *e2e_connect(const struct e2e_daemon *d);
 
+/* A round trip on c (a stats request): once it is answered, the daemon
+ * has read, and admitted, every submit c sent before it; with several
+ * event loops another session's frames may otherwise be read first.
+ * Returns 0 or gemmd_stats's error. */
+int e2e_round_trip(gemmd_client *c);
+
 /* ---- processes -------------------------------------------------------- */
 
 /* Path of a program in the build directory, found from this executable's
