@@ -54,7 +54,8 @@ struct Blob {
         uint32_t w[PLAN_WORDS];
 };
 
-/* P: a volatile pointer where the host or another CTA writes the plan. */
+/* P: volatile where the host or another CTA writes the plan (the ring, CTA
+ * 0's copy); plain for a kernel parameter, which a volatile load faults on. */
 template <typename P> __device__ uint32_t block_sum(P p)
 {
         __shared__ uint32_t s;
@@ -79,8 +80,8 @@ __global__ void k_launch(const __grid_constant__ Blob plan, uint32_t seq, done *
         }
 }
 
-/* Device memory of the resident kernel: the sequence number CTA 0 saw, and
- * how many CTAs finished each group. */
+/* Device memory of the resident kernel: the sequence number CTA 0 saw, how
+ * many CTAs finished the group and their sums, and CTA 0's copy of the plan. */
 struct shared_state {
         volatile uint32_t seq;
         uint32_t finished;
