@@ -695,9 +695,10 @@ static uint32_t parts_for(const struct build *b, uint32_t p, double u, double le
 /* One way to deal the tail: every tail tile that would end past `target`
  * on the least loaded CTA (kept load `least`) is cut into parts_for()
  * parts of even chunk counts, and every whole tile and part goes,
- * costliest first, to the least loaded CTA on top of the kept loads; each split tile's reduction is charged to the CTA whose part of it
- * ends last. Writes the entries to `out` and returns their number, or 0
- * when they would be more than `cap`; the predicted makespan goes to
+ * costliest first, to the least loaded CTA on top of the kept loads; each
+ * split tile's reduction is charged to the CTA whose part of it ends
+ * last. Writes the entries to `out` and returns their number, or 0 when
+ * they would be more than `cap`; the predicted makespan goes to
  * *makespan, the number of split tiles to *nsplit. */
 static uint32_t deal_tail(struct build *b, uint32_t nt, double least, double target, uint32_t cap,
                           struct part *out, double *makespan, uint32_t *nsplit)

@@ -14,20 +14,9 @@
  *
  *   nvcc -O2 -arch=sm_90a -o launch-probe scripts/launch-probe.cu && ./launch-probe
  */
-#include <cuda_runtime.h>
-#include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
-#define CK(x)                                                                                    \
-        do {                                                                                     \
-                cudaError_t e_ = (x);                                                            \
-                if (e_ != cudaSuccess) {                                                         \
-                        fprintf(stderr, "%s:%d: %s\n", __FILE__, __LINE__, cudaGetErrorString(e_)); \
-                        exit(1);                                                                 \
-                }                                                                                \
-        } while (0)
+#include "probe.h"
 
 template <int N> struct Blob {
         unsigned char b[N];
@@ -48,19 +37,6 @@ template <int N> __global__ void k_param(const __grid_constant__ Blob<N> plan, u
         for (unsigned i = threadIdx.x; i < n; i += blockDim.x)
                 s += p[i];
         atomicAdd(out, s);
-}
-
-static double now_us(void)
-{
-        struct timespec t;
-        clock_gettime(CLOCK_MONOTONIC, &t);
-        return t.tv_sec * 1e6 + t.tv_nsec / 1e3;
-}
-
-static int cmpd(const void *a, const void *b)
-{
-        double x = *(const double *)a, y = *(const double *)b;
-        return (x > y) - (x < y);
 }
 
 enum { MEMCPY = 1, PARAM2K = 2, PARAM8K = 4, ATTR = 8, TIMING = 16 };
@@ -100,9 +76,7 @@ static void run(const char *name, int flags, cudaStream_t st, unsigned *h_plan, 
                 if (i >= warm)
                         t[i - warm] = now_us() - t0;
         }
-        qsort(t, reps, sizeof(double), cmpd);
-        printf("%-28s p50 %6.1f us  p90 %6.1f us  p99 %6.1f us\n", name, t[reps / 2], t[reps * 9 / 10],
-               t[reps * 99 / 100]);
+        report(name, t, reps);
         cudaEventDestroy(e0);
         cudaEventDestroy(e1);
 }

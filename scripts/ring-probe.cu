@@ -18,21 +18,10 @@
  *
  *   nvcc -O2 -arch=sm_90a -o ring-probe scripts/ring-probe.cu && ./ring-probe
  */
-#include <cuda_runtime.h>
 #include <stdint.h>
-#include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
-#define CK(x)                                                                                    \
-        do {                                                                                     \
-                cudaError_t e_ = (x);                                                            \
-                if (e_ != cudaSuccess) {                                                         \
-                        fprintf(stderr, "%s:%d: %s\n", __FILE__, __LINE__, cudaGetErrorString(e_)); \
-                        exit(1);                                                                 \
-                }                                                                                \
-        } while (0)
+#include "probe.h"
 
 #define PLAN_WORDS 256 /* 1 KB */
 #define STOP 0xffffffffu
@@ -137,25 +126,6 @@ __global__ void k_resident(const ring *r, done *d, shared_state *st)
                 last = q;
                 __syncthreads();
         }
-}
-
-static double now_us(void)
-{
-        struct timespec t;
-        clock_gettime(CLOCK_MONOTONIC, &t);
-        return t.tv_sec * 1e6 + t.tv_nsec / 1e3;
-}
-
-static int cmpd(const void *a, const void *b)
-{
-        double x = *(const double *)a, y = *(const double *)b;
-        return (x > y) - (x < y);
-}
-
-static void report(const char *name, double *t, int n)
-{
-        qsort(t, n, sizeof *t, cmpd);
-        printf("%-12s p50 %6.1f us  p90 %6.1f us  p99 %6.1f us\n", name, t[n / 2], t[n * 9 / 10], t[n * 99 / 100]);
 }
 
 enum { REPS = 2000, WARM = 200 };
