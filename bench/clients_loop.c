@@ -20,11 +20,10 @@
  *
  * Windows:
  *   gemmd   W submits in flight on the one connection; completions are
- *           collected with gemmd_poll. While none is ready the process
- *           polls again, yielding the CPU between rounds, for as long as
- *           the library's own waits do (gemmd_spin_us) since the last
- *           completion; then it sleeps in poll() on gemmd_fd(). With
- *           --spin it never sleeps.
+ *           collected with gemmd_wait_any, which polls the rings and the
+ *           socket for as long as the library's waits do (gemmd_spin_us),
+ *           then sleeps. With --spin it never sleeps: it looks, yielding
+ *           the CPU between rounds that find nothing.
  *   cublas  W CUDA streams (non-blocking), one request in flight on each:
  *           cublasSetStream + cublasGemmEx + an event record. One cuBLAS
  *           handle; cublasSetStream gives each stream its own workspace from
@@ -42,7 +41,6 @@
 #include <cuda_runtime_api.h>
 #include <errno.h>
 #include <math.h>
-#include <poll.h>
 #include <sched.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -386,16 +384,18 @@ static int gemmd_submit_slot(struct client *c, struct slot *s, int problem)
         return 0;
 }
 
-/* Collects every completion that is ready. Returns how many, or a negative
- * code when the connection is lost. */
-static int gemmd_collect(struct client *c)
+/* Collects every completion that is ready, waiting up to wait_ms (0: not
+ * at all) for the first. Returns how many, or a negative code when the
+ * connection is lost. gemmd_wait_any polls before it sleeps, and never
+ * asks the daemon to wake the socket while it polls. */
+static int gemmd_collect(struct client *c, int wait_ms)
 {
         int n = 0;
 
         for (;;) {
                 struct gemmd_result res;
                 gemmd_ticket t;
-                int r = gemmd_poll(c->gc, &t), st;
+                int r = gemmd_wait_any(c->gc, n ? 0 : wait_ms, &t), st;
                 struct slot *s = NULL;
 
                 if (r < 0)
@@ -417,10 +417,6 @@ static int gemmd_collect(struct client *c)
 /* Keeps the window full until t_end, then drains. */
 static void gemmd_loop(struct client *c)
 {
-        struct pollfd pfd = {.fd = gemmd_fd(c->gc), .events = POLLIN};
-        const uint64_t spin_ns = gemmd_spin_us(c->gc) * 1000ull;
-        uint64_t last = bench_now_ns();
-
         for (;;) {
                 uint64_t now = bench_now_ns(), oldest;
                 struct slot *s;
@@ -431,31 +427,20 @@ static void gemmd_loop(struct client *c)
                                 break;
                 if (!c->inflight)
                         return;
-                r = gemmd_collect(c);
-                if (r < 0) {
-                        note_error(c, r, "connection: %s", gemmd_strerror(r));
-                        abandon(c, 0);
-                        return;
-                }
-                if (r > 0) {
-                        last = bench_now_ns();
-                        continue;
-                }
                 now = bench_now_ns();
                 if (timed_out(c, now, &oldest)) {
                         abandon(c, 1);
                         return;
                 }
-                if (c->o->spin || now - last < spin_ns) {
-                        sched_yield();
-                        continue;
-                }
                 wait_ms = (int)((oldest + (uint64_t)c->o->timeout_ms * 1000000u - now) / 1000000u) + 1;
-                if (poll(&pfd, 1, wait_ms) < 0 && errno != EINTR) {
-                        note_error(c, -errno, "poll: %s", strerror(errno));
+                r = gemmd_collect(c, c->o->spin ? 0 : wait_ms);
+                if (r < 0) {
+                        note_error(c, r, "connection: %s", gemmd_strerror(r));
                         abandon(c, 0);
                         return;
                 }
+                if (r == 0 && c->o->spin)
+                        sched_yield();
         }
 }
 

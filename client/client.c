@@ -18,6 +18,16 @@
  * Writes that find the socket full keep reading while they wait, so neither
  * side can block the other for good.
  *
+ * A daemon that takes rings (HelloReply.ring_version) gets a pair of them
+ * in shared memory at connect (proto/ring.h; GEMMD_RING=0 keeps to the
+ * socket): a Submit that fits a slot goes into the submission ring, and
+ * Completions come back through the completion ring as well as the
+ * socket. take_ring() reads that ring whenever read_some() reads the
+ * socket, so everything above sees one stream of frames. Before a wait
+ * sleeps in poll(), or when gemmd_poll() finds nothing (its caller may
+ * then sleep on gemmd_fd()), the handle says so in the ring and the daemon
+ * answers its next Completion with a RingKick on the socket.
+ *
  * Once the connection is lost (end of file, a socket error, or a frame the
  * library refuses) the handle is dead: pending tickets complete with
  * GEMMD_EDISCONNECT and every later call returns it. The socket stays open
@@ -39,6 +49,7 @@
 
 #include "client/client_internal.h"
 #include "proto/frame.h"
+#include "proto/ring.h"
 
 /* What we accept from the daemon before its handshake tells us its limit. */
 #define PRE_HELLO_FRAME_BYTES (1u << 20)
@@ -120,6 +131,11 @@ struct gemmd_client {
         struct gemmd_device *devices;
         char last_error[256]; /* the daemon's text of its last Error reply */
         uint64_t spin_ns; /* how long a wait polls the socket before sleeping */
+
+        /* The rings shared with the daemon, or NULL; our own indices. */
+        uint32_t ring_version; /* the daemon's (HelloReply) */
+        struct gemmd_ring *ring;
+        uint32_t sq_head, cq_tail;
 };
 
 /* ---- tickets ---------------------------------------------------------- */
@@ -362,6 +378,7 @@ static int take_hello(struct gemmd_client *c, const Gemmd__V1__HelloReply *h)
         }
         c->max_rx = c->max_tx =
                 l->max_frame_bytes > UINT32_MAX ? UINT32_MAX : (uint32_t)l->max_frame_bytes;
+        c->ring_version = h->ring_version;
         return 0;
 }
 
@@ -497,13 +514,36 @@ static int rbuf_reserve(struct gemmd_client *c)
         return 0;
 }
 
-/* Reads whatever the socket holds, without blocking, and dispatches every
- * complete frame. Returns 0, or GEMMD_EDISCONNECT when the connection is
- * (or has just been found) lost. */
+/* Dispatches every Completion waiting in the completion ring. A ring the
+ * daemon left in a state it cannot be in loses the connection. */
+static void take_ring(struct gemmd_client *c)
+{
+        struct gemmd_ring *ring = c->ring;
+        int n = ring ? ring_avail(&ring->cq, c->cq_tail, RING_CQ) : 0;
+
+        if (n < 0) {
+                lose(c);
+                return;
+        }
+        while (n-- > 0 && !c->dead) {
+                const struct ring_slot *sl = &ring->c[c->cq_tail % RING_CQ];
+
+                if (sl->len == 0 || sl->len > RING_BODY || handle_frame(c, sl->body, sl->len)) {
+                        lose(c);
+                        return;
+                }
+                ring_release(&ring->cq, ++c->cq_tail);
+        }
+}
+
+/* Reads whatever the rings and the socket hold, without blocking, and
+ * dispatches every complete frame. Returns 0, or GEMMD_EDISCONNECT when
+ * the connection is (or has just been found) lost. */
 static int read_some(struct gemmd_client *c)
 {
         ssize_t r;
 
+        take_ring(c);
         while (!c->dead) {
                 if (rbuf_reserve(c)) {
                         lose(c);
@@ -541,39 +581,54 @@ static uint64_t now_ns(void)
         return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
-/* Reads and dispatches replies until *flag is set, for at most timeout_ms
- * (-1: no limit). Returns 0 once *flag is set, -ETIMEDOUT, or a negative
- * errno from poll(). Connection loss sets every flag this waits on.
+/* Reads and dispatches replies until *flag is set (flag NULL: until some
+ * ticket is done and not yet polled), for at most timeout_ms (-1: no
+ * limit). Returns 0 once it is, -ETIMEDOUT, or a negative errno from
+ * poll(). Connection loss sets every flag this waits on.
  *
- * It first polls the socket without sleeping for c->spin_ns: a small
- * request's reply usually comes within tens of microseconds, and waking a
- * thread that slept in poll() costs several of them (a CUDA stream
- * synchronize spins the same way). Then it sleeps in poll(). */
+ * It first polls the rings and the socket without sleeping for c->spin_ns:
+ * a small request's reply usually comes within tens of microseconds, and
+ * waking a thread that slept in poll() costs several of them (a CUDA
+ * stream synchronize spins the same way). Then it tells the daemon it
+ * sleeps (a Completion put in the ring then brings a RingKick) and sleeps
+ * in poll(). */
 static int wait_for(struct gemmd_client *c, const int *flag, int timeout_ms)
 {
         int64_t deadline = timeout_ms >= 0 ? now_ms() + timeout_ms : 0;
         struct pollfd p = { .fd = c->fd, .events = POLLIN };
-        int left = -1;
-        uint64_t spin_end = c->spin_ns ? now_ns() + c->spin_ns : 0;
+        int left = -1, err = 0;
+        /* A wait of 0 only looks. */
+        uint64_t spin_end = c->spin_ns && timeout_ms != 0 ? now_ns() + c->spin_ns : 0;
 
         for (;;) {
                 read_some(c);
-                if (*flag)
-                        return 0;
-                if (c->dead)
-                        return GEMMD_EDISCONNECT; /* lose() sets every flag; be safe */
+                if (flag ? *flag : c->done_head != NULL)
+                        break;
+                if (c->dead) {
+                        err = GEMMD_EDISCONNECT; /* lose() sets every flag; be safe */
+                        break;
+                }
                 if (spin_end && now_ns() < spin_end)
                         continue;
                 if (timeout_ms >= 0) {
                         int64_t d = deadline - now_ms();
 
-                        if (d <= 0)
-                                return -ETIMEDOUT;
+                        if (d <= 0) {
+                                err = -ETIMEDOUT;
+                                break;
+                        }
                         left = d > INT32_MAX ? INT32_MAX : (int)d;
                 }
-                if (poll(&p, 1, left) < 0 && errno != EINTR)
-                        return -errno;
+                if (c->ring && !ring_arm(&c->ring->cq, c->cq_tail))
+                        continue; /* a Completion came meanwhile */
+                if (poll(&p, 1, left) < 0 && errno != EINTR) {
+                        err = -errno;
+                        break;
+                }
         }
+        if (c->ring)
+                ring_disarm(&c->ring->cq);
+        return err;
 }
 
 /* ---- sending ---------------------------------------------------------- */
@@ -691,6 +746,53 @@ static uint64_t spin_from_env(void)
         return sysconf(_SC_NPROCESSORS_ONLN) >= 4 ? GEMMD_DEFAULT_SPIN_US * 1000ull : 0;
 }
 
+/* $GEMMD_RING: 0 keeps the handle to the socket alone. */
+static int ring_wanted(void)
+{
+        const char *v = getenv("GEMMD_RING");
+
+        return !v || strcmp(v, "0");
+}
+
+/* Offers the daemon a pair of rings in a sealed memfd (proto/ring.h).
+ * Returns 0 with c->ring set, or a negative code (the handle then keeps
+ * to the socket; GEMMD_EDISCONNECT: it has no connection left). */
+static int attach_ring(struct gemmd_client *c)
+{
+        Gemmd__V1__Envelope env = GEMMD__V1__ENVELOPE__INIT;
+        Gemmd__V1__RingAttach m = GEMMD__V1__RING_ATTACH__INIT;
+        void *p;
+        int fd, err;
+
+        fd = memfd_create("gemmd-ring", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+        if (fd < 0)
+                return -errno;
+        if (ftruncate(fd, (off_t)RING_BYTES) < 0 ||
+            fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW) < 0) {
+                err = -errno;
+                close(fd);
+                return err;
+        }
+        p = mmap(NULL, RING_BYTES, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+        if (p == MAP_FAILED) {
+                err = -errno;
+                close(fd);
+                return err;
+        }
+        m.version = GEMMD_RING_VERSION;
+        m.bytes = RING_BYTES;
+        env.body_case = GEMMD__V1__ENVELOPE__BODY_RING_ATTACH;
+        env.ring_attach = &m;
+        err = call(c, &env, fd, HANDSHAKE_TIMEOUT_MS);
+        close(fd);
+        if (err) {
+                munmap(p, RING_BYTES);
+                return err;
+        }
+        c->ring = p;
+        return 0;
+}
+
 int gemmd_connect(const char *socket_path, gemmd_client **out)
 {
         struct sockaddr_un sa = { .sun_family = AF_UNIX };
@@ -729,6 +831,13 @@ int gemmd_connect(const char *socket_path, gemmd_client **out)
         err = handshake(c);
         if (err)
                 goto free_client;
+        if (c->ring_version == GEMMD_RING_VERSION && ring_wanted()) {
+                err = attach_ring(c);
+                if (err == GEMMD_EDISCONNECT)
+                        goto free_client;
+                /* Otherwise the socket alone serves. */
+                err = 0;
+        }
         *out = c;
         return 0;
 
@@ -755,6 +864,8 @@ void gemmd_disconnect(gemmd_client *c)
                         munmap(b->ptr, b->bytes);
                 free(b);
         }
+        if (c->ring)
+                munmap(c->ring, RING_BYTES);
         free(c->rbuf);
         free(c->sync.text);
         free(c->devices);
@@ -1089,6 +1200,37 @@ static int build_submit(const struct gemmd_client *c, const struct gemmd_op *ops
         return 0;
 }
 
+/* Puts a frame body in the submission ring, kicking a daemon that sleeps.
+ * Returns 1, or 0 when there is no ring, the body does not fit a slot or
+ * the ring is full (the socket takes it then). */
+static int ring_put(struct gemmd_client *c, const uint8_t *body, size_t len)
+{
+        struct gemmd_ring *ring = c->ring;
+        struct ring_slot *sl;
+
+        if (!ring || len == 0 || len > RING_BODY || ring_room(&ring->sq, c->sq_head, RING_SQ) <= 0)
+                return 0;
+        sl = &ring->s[c->sq_head % RING_SQ];
+        sl->len = (uint32_t)len;
+        memcpy(sl->body, body, len);
+        if (ring_publish(&ring->sq, ++c->sq_head)) {
+                Gemmd__V1__Envelope env = GEMMD__V1__ENVELOPE__INIT;
+                Gemmd__V1__RingKick kick = GEMMD__V1__RING_KICK__INIT;
+                uint8_t *buf;
+                size_t n;
+
+                env.body_case = GEMMD__V1__ENVELOPE__BODY_RING_KICK;
+                env.ring_kick = &kick;
+                /* Sent with the Submit already in the ring: a failure to
+                 * send shows as the lost connection at the next read. */
+                if (!frame_pack(&env, 0, c->max_tx, &buf, &n)) {
+                        (void)send_all(c, buf, n, -1);
+                        free(buf);
+                }
+        }
+        return 1;
+}
+
 int gemmd_submit(gemmd_client *c, const struct gemmd_op *ops, size_t nops, int priority,
                  gemmd_ticket *ticket)
 {
@@ -1139,7 +1281,10 @@ int gemmd_submit(gemmd_client *c, const struct gemmd_op *ops, size_t nops, int p
         err = tab_insert(c, t);
         if (err)
                 goto out;
-        err = send_all(c, buf, n, -1);
+        if (!sub.notify_launch && ring_put(c, buf + FRAME_HDR_BYTES, n - FRAME_HDR_BYTES))
+                err = 0;
+        else
+                err = send_all(c, buf, n, -1);
         if (err) {
                 done_unlink(c, t);
                 tab_remove(c, t);
@@ -1188,6 +1333,10 @@ int gemmd_poll(gemmd_client *c, gemmd_ticket *ticket)
         if (!c || !ticket)
                 return -EINVAL;
         read_some(c);
+        /* Nothing yet: the caller may sleep on gemmd_fd() now, so the
+         * daemon is told to kick the socket with the next Completion. */
+        if (!c->done_head && c->ring && !c->dead && !ring_arm(&c->ring->cq, c->cq_tail))
+                take_ring(c);
         t = c->done_head;
         if (t) {
                 done_unlink(c, t);
@@ -1195,6 +1344,26 @@ int gemmd_poll(gemmd_client *c, gemmd_ticket *ticket)
                 return 1;
         }
         return c->dead ? GEMMD_EDISCONNECT : 0;
+}
+
+int gemmd_wait_any(gemmd_client *c, int timeout_ms, gemmd_ticket *ticket)
+{
+        struct ticket *t;
+        int err;
+
+        if (!c || !ticket)
+                return -EINVAL;
+        if (!c->done_head) {
+                err = wait_for(c, NULL, timeout_ms);
+                if (err == -ETIMEDOUT)
+                        return 0;
+                if (err)
+                        return err;
+        }
+        t = c->done_head;
+        done_unlink(c, t);
+        *ticket = t->id;
+        return 1;
 }
 
 int gemmd_run(gemmd_client *c, const struct gemmd_op *ops, size_t nops,

@@ -45,6 +45,7 @@ void config_defaults(struct gemmd_config *cfg)
          * gap between them) and the stats report the sample. */
         cfg->timing_every = 16;
         cfg->wide_tiles = 1;
+        cfg->rings = 1;
         /* 2048 tiles of 128 x 128 are some 15 waves of an H100: a larger
          * group fills the device no better. Under a backlog a larger cap
          * let groups grow to 100-300 ops, whose launches the worker then
@@ -102,6 +103,7 @@ enum {
         OPT_LOOPS,
         OPT_DEVPROC,
         OPT_WIDE,
+        OPT_RINGS,
         OPT_COST,
 };
 
@@ -143,6 +145,7 @@ static const struct option options[] = {
         {"loops", required_argument, NULL, OPT_LOOPS},
         {"device-process", required_argument, NULL, OPT_DEVPROC},
         {"wide-tiles", required_argument, NULL, OPT_WIDE},
+        {"rings", required_argument, NULL, OPT_RINGS},
         {"cost", required_argument, NULL, OPT_COST},
         {NULL, 0, NULL, 0},
 };
@@ -173,6 +176,8 @@ static void usage(FILE *f, const struct gemmd_config *d)
                 "                               fault its context cannot survive (default: no)\n"
                 "      --wide-tiles yes|no      let a group of large GEMMs take the GPU's wide tile (128x192 on\n"
                 "                               an sm_90 GPU) where the cost model predicts it faster (default: yes)\n"
+                "      --rings yes|no           let clients submit and take completions through rings in\n"
+                "                               shared memory beside the socket (default: yes)\n"
                 "      --cost SPEC              the scheduler's cost model, name=value,... (what `gemmbench\n"
                 "                               calibrate` measures; default: the built-in H100 figures)\n"
                 "      --f32-kernel split|ffma  exact f32 on an sm_90 GPU: each operand split into two TF32\n"
@@ -444,6 +449,10 @@ int config_parse_args(struct gemmd_config *cfg, int argc, char **argv)
                 case OPT_WIDE:
                         bad = strcmp(optarg, "yes") && strcmp(optarg, "no");
                         cfg->wide_tiles = !strcmp(optarg, "yes");
+                        break;
+                case OPT_RINGS:
+                        bad = strcmp(optarg, "yes") && strcmp(optarg, "no");
+                        cfg->rings = !strcmp(optarg, "yes");
                         break;
                 case OPT_COST: {
                         /* Installed at once: plans are built only once the

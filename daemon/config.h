@@ -51,6 +51,7 @@ struct gemmd_config {
         /* A group may take a backend's wide tile (backend.h, wide_shape)
          * where the cost model predicts it faster (sched_prefer_wide). */
         int wide_tiles;
+        int rings;                    /* sessions may attach shared-memory rings (proto/ring.h) */
         const char *cost;             /* --cost: the cost model installed (sched_cost_set), or NULL */
         int loops;                    /* event loops (threads) serving the sessions */
 #define LOOPS_AUTO 0                  /* not given: the server decides by backend and cores */

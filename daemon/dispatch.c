@@ -12,6 +12,7 @@
 #include "daemon/devmem.h"
 #include "daemon/log.h"
 #include "daemon/metrics.h"
+#include "daemon/ring.h"
 #include "daemon/server.h"
 #include "daemon/users.h"
 #include "daemon/validate.h"
@@ -70,6 +71,7 @@ static void on_hello(struct session *s, uint64_t rid, const Gemmd__V1__Hello *h)
         r.n_devices = (size_t)ndev;
         r.devices = devp;
         r.session_id = s->id;
+        r.ring_version = srv->cfg->rings ? GEMMD_RING_VERSION : 0;
         env.body_case = GEMMD__V1__ENVELOPE__BODY_HELLO_REPLY;
         env.hello_reply = &r;
         session_set_state(s, SESSION_READY);
@@ -246,14 +248,14 @@ static int admit(struct session *s, uint64_t rid, uint32_t n, int refuse)
         return 1;
 }
 
-/* Takes back what admit counted for n ops; once the drain starts, wakes
- * every loop when the daemon's queue empties (they wait for it). */
-static void uncount(struct session *s, uint32_t n)
+/* Takes back what admit counted for n ops over the user and the daemon;
+ * once the drain starts, wakes every loop when the daemon's queue empties
+ * (they wait for it). */
+void server_uncount_shared(struct session *s, uint32_t n)
 {
         struct server *srv = s->srv;
         int idle;
 
-        s->inflight_ops -= n;
         pthread_mutex_lock(&srv->lock);
         s->user->inflight_ops -= n;
         srv->queued_ops -= n;
@@ -261,6 +263,13 @@ static void uncount(struct session *s, uint32_t n)
         pthread_mutex_unlock(&srv->lock);
         if (idle && atomic_load(&srv->draining))
                 server_wake_all(srv);
+}
+
+/* Takes back all that admit counted for n ops. */
+static void uncount(struct session *s, uint32_t n)
+{
+        s->inflight_ops -= n;
+        server_uncount_shared(s, n);
 }
 
 static void on_submit(struct session *s, uint64_t rid, const Gemmd__V1__Submit *m)
@@ -393,6 +402,12 @@ void dispatch_frame(struct session *s, const uint8_t *buf, uint32_t len)
          * that a completing thread wrote: its request is taken in first.
          * Submits do it only when a cap would refuse them (on_submit), so
          * that a busy read is not held up packing other sessions' replies. */
+        if (s->in_ring && env->body_case != GEMMD__V1__ENVELOPE__BODY_SUBMIT) {
+                session_send_error(s, rid, GEMMD_EPROTO, -1,
+                                   "only Submit may come through the ring (body %d)",
+                                   (int)env->body_case);
+                return;
+        }
         if (env->body_case != GEMMD__V1__ENVELOPE__BODY_SUBMIT)
                 server_reap(s->ev);
         switch (env->body_case) {
@@ -418,6 +433,11 @@ void dispatch_frame(struct session *s, const uint8_t *buf, uint32_t len)
         case GEMMD__V1__ENVELOPE__BODY_DEVICE_ALLOC:
                 devmem_alloc(s, rid, env->device_alloc);
                 break;
+        case GEMMD__V1__ENVELOPE__BODY_RING_ATTACH:
+                ring_attach(s, rid, env->ring_attach);
+                break;
+        case GEMMD__V1__ENVELOPE__BODY_RING_KICK:
+                break; /* the loop looks at its rings after every turn */
         default:
                 session_send_error(s, rid, GEMMD_EPROTO, -1, "unexpected message (body %d)",
                                    (int)env->body_case);
@@ -442,24 +462,34 @@ void launch_notice_send(struct wctl *c)
         free(n);
 }
 
-int dispatch_pack_completion(const struct request *r, uint8_t **buf, size_t *n)
+void dispatch_count_reply(const struct request *r, uint64_t t_reply)
 {
-        Gemmd__V1__OpResult small[64], *res = small;
-        uint32_t nres = r->nops;
-        uint64_t t_done = 0, t_reply = now_ns();
-        int rc;
+        uint64_t t_done = 0;
 
-        if (nres == 0)
-                return -EINVAL; /* every request has an op (on_submit) */
         /* How long a finished request waits for its reply: the part of a
          * round trip between the device and the socket (gemmctl stats). */
-        for (uint32_t i = 0; i < nres; i++)
+        for (uint32_t i = 0; i < r->nops; i++)
                 if (r->ops[i].t_done_ns > t_done)
                         t_done = r->ops[i].t_done_ns;
         if (t_done) {
                 atomic_fetch_add(&r->s->srv->replies, 1);
                 atomic_fetch_add(&r->s->srv->reply_wait_ns, t_reply > t_done ? t_reply - t_done : 0);
         }
+}
+
+int dispatch_pack_completion(const struct request *r, uint8_t **buf, size_t *n, uint64_t *t_reply)
+{
+        Gemmd__V1__OpResult small[64], *res = small;
+        uint32_t nres = r->nops;
+        uint64_t now = now_ns();
+        int rc;
+
+        if (nres == 0)
+                return -EINVAL; /* every request has an op (on_submit) */
+        if (t_reply)
+                *t_reply = now;
+        else
+                dispatch_count_reply(r, now);
         if (nres > sizeof(small) / sizeof(small[0])) {
                 res = malloc(nres * sizeof(*res));
                 if (!res)
@@ -486,7 +516,7 @@ int dispatch_pack_completion(const struct request *r, uint8_t **buf, size_t *n)
                 x->group_size = o->group_size;
                 x->kernel = (char *)(o->kernel ? o->kernel : "");
                 x->admit_ns = r->t_admit_ns;
-                x->reply_ns = t_reply;
+                x->reply_ns = now;
         }
         rc = frame_pack_completion(r->id, res, nres, offsetof(struct outbuf, data), UINT32_MAX, buf,
                                    n);
@@ -502,7 +532,11 @@ void dispatch_completion(struct request *r)
         uint32_t n = r->nops;
         int answered = r->replied || s->state != SESSION_CLOSED;
 
-        uncount(s, n);
+        /* A request answered through the ring had the user's and the
+         * daemon's counts given back by the thread that answered it. */
+        s->inflight_ops -= n;
+        if (!r->uncounted)
+                server_uncount_shared(s, n);
         metrics_count_request(r);
         /* A request dropped with its session counts only its failures. */
         for (uint32_t i = 0; i < n; i++) {
@@ -511,7 +545,9 @@ void dispatch_completion(struct request *r)
                 else if (answered)
                         s->ops_ok++;
         }
-        if (r->reply_sync)
+        if (r->ring_sync)
+                ring_taken(s);
+        else if (r->reply_sync)
                 session_reply_taken(s);
         else if (!r->replied && s->state != SESSION_CLOSED)
                 session_send_completion(s, r);

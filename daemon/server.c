@@ -17,6 +17,7 @@
 #include "daemon/log.h"
 #include "daemon/metrics.h"
 #include "daemon/notify.h"
+#include "daemon/ring.h"
 #include "daemon/unixsock.h"
 #include "daemon/watchdog.h"
 #include "gemmd.h"
@@ -168,19 +169,42 @@ void server_post_completions(struct request *done, void *ctx)
          * thread then only notices completions (writing the replies of a
          * large group here took longer than the next group ran), and a
          * reply goes out after its request's counts are released, which
-         * a submit on another loop is judged by. */
-        while (srv->nloops == 1 && r && !stuck) {
-                woken |= 1ull << r->s->ev->index;
-                r = session_reply_now(r, &stuck);
-        }
-        /* The rest, for their loops: one lock per run of the same loop. */
+         * a submit on another loop is judged by. A session with rings gets
+         * its Completions in its ring from here whatever the loops
+         * (ring_post), which gives those counts back first. */
         while (r) {
                 struct evloop *ev = r->s->ev;
 
-                for (tail = r; tail->next && tail->next->s->ev == ev; tail = tail->next)
+                woken |= 1ull << ev->index;
+                /* A session with rings takes its Completions there, and they
+                 * need no order against its socket's replies. One that does
+                 * not fit (a large inline C) or finds the ring full takes
+                 * the socket alone: the ones after it try the ring again. */
+                if (atomic_load_explicit(&r->s->ring_open, memory_order_relaxed)) {
+                        if ((next = ring_post(r)) != r) {
+                                r = next;
+                                continue;
+                        }
+                        next = r->next;
+                        r->next = NULL;
+                        if (srv->nloops == 1 && !stuck && !session_reply_now(r, &stuck)) {
+                                r = next;
+                                continue;
+                        }
+                        server_queue_done_list(ev, r, r);
+                        r = next;
+                        continue;
+                }
+                if (srv->nloops == 1 && !stuck && (next = session_reply_now(r, &stuck)) != r) {
+                        r = next;
+                        continue;
+                }
+                /* For its loop: one lock per run of the same loop. */
+                for (tail = r; tail->next && tail->next->s->ev == ev &&
+                               !atomic_load_explicit(&tail->next->s->ring_open, memory_order_relaxed);
+                     tail = tail->next)
                         ;
                 next = tail->next;
-                woken |= 1ull << ev->index;
                 server_queue_done_list(ev, r, tail);
                 r = next;
         }
@@ -259,10 +283,16 @@ static void run_loop(struct evloop *ev)
         const uint64_t win = ev->srv->cfg->spin_us * 1000ull;
 
         while (!atomic_load(&ev->stop)) {
-                const int polling = win && now_ns() - ev->active_ns < win;
+                int polling = win && now_ns() - ev->active_ns < win;
 
+                /* Before it blocks, the loop tells its sessions' rings it
+                 * sleeps; a Submit that came meanwhile keeps it polling. */
+                if (!polling && !ring_sleep(ev))
+                        polling = 1;
                 if (!uv_run(ev->loop, polling ? UV_RUN_NOWAIT : UV_RUN_ONCE))
                         break;
+                if (ev->rings)
+                        ring_drain(ev);
         }
 }
 

@@ -42,6 +42,7 @@
 #include "daemon/config.h"
 #include "daemon/worker.h"
 #include "proto/frame.h"
+#include "proto/ring.h"
 
 #define SESSION_MAX_FDS 8
 #define SESSION_RBUF 65536
@@ -108,6 +109,21 @@ struct session {
         uint64_t submits, ops_ok, ops_failed, rejected;
         int dirty;                   /* on ev->dirty: replies to write */
         struct session *next_dirty;
+
+        /* The rings the client attached (daemon/ring.c, proto/ring.h), or
+         * NULL. The loop takes Submits from sq (sq_tail, in_ring: its
+         * own); completing threads put Completions in cq under ring_lock,
+         * which also guards cq_head and ring_open (cleared at close).
+         * ring_kick: the client sleeps and is owed a RingKick on the
+         * socket (set by a completing thread, sent by the loop). */
+        struct gemmd_ring *ring;
+        struct session *ring_next, *ring_prev; /* on ev->rings */
+        uint32_t sq_tail;
+        int in_ring;
+        pthread_mutex_t ring_lock;
+        uint32_t cq_head;
+        atomic_int ring_open; /* also read without the lock, as a hint */
+        atomic_int ring_kick;
 };
 
 /* Parts of the loop's busy time, for its account (stats.c). They nest:
@@ -148,6 +164,8 @@ struct evloop {
         uint32_t nnew, capnew;
 
         struct session *sessions; /* its sessions; the list changes under srv->lock */
+        struct session *rings;    /* its sessions with rings (its thread only) */
+        int rings_armed;          /* it told them it sleeps (ring_sleep) */
         int defer_flush;          /* > 0: replies wait for server_flush_dirty */
         struct session *dirty;    /* sessions with replies to write */
         /* The drain as this loop sees it: set by its own thread between
@@ -201,7 +219,8 @@ struct server {
         /* Completions packed for the wire: how many, how many of them the
          * completing thread wrote itself, and the summed time from the
          * request's last op done to its reply packed (either thread). */
-        atomic_uint_fast64_t replies, replies_now, reply_wait_ns;
+        atomic_uint_fast64_t replies, replies_now, replies_ring, reply_wait_ns;
+        atomic_uint_fast64_t submits_ring; /* Submits taken from rings */
 
         uint64_t t_start_ns;
         atomic_uint_fast64_t sessions_total, requests, rejections[32];
@@ -288,8 +307,14 @@ struct request *session_reply_now(struct request *r, int *stuck);
  * for, or an error to close on). The requests before it in that write need
  * no call: that one still holds the session. */
 void session_reply_taken(struct session *s);
+
 /* Whether frames are queued for the client. */
 int session_has_output(struct session *s);
+/* Whether the client left so many replies unread that its input waits. */
+int session_output_full(struct session *s);
+/* Gives back the user's and the daemon's counts of n ops of s (any thread;
+ * the session's own count is its loop's). */
+void server_uncount_shared(struct session *s, uint32_t n);
 void session_send_error(struct session *s, uint64_t request_id, int err, int op_index,
                         const char *fmt, ...) __attribute__((format(printf, 5, 6)));
 /* Sends nothing more after what is queued, then closes. */
@@ -308,8 +333,11 @@ void dispatch_completion(struct request *r);
 /* Packs the Completion of r (per op: status, timings, an inline C's bytes)
  * into a new allocation with room for a struct outbuf before the frame, as
  * frame_pack_completion. Reads only r, so any thread may call it once r's
- * last op is done. */
-int dispatch_pack_completion(const struct request *r, uint8_t **buf, size_t *n);
+ * last op is done. It counts the reply in the daemon's stats, unless
+ * t_reply is given: then it stores the time it stamped there, for a
+ * dispatch_count_reply once the reply surely goes out. */
+int dispatch_pack_completion(const struct request *r, uint8_t **buf, size_t *n, uint64_t *t_reply);
+void dispatch_count_reply(const struct request *r, uint64_t t_reply);
 
 /* stats.c */
 int stats_render(struct server *srv, int json, char **out);

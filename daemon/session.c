@@ -22,6 +22,7 @@
 
 #include "daemon/log.h"
 #include "daemon/metrics.h"
+#include "daemon/ring.h"
 #include "daemon/server.h"
 #include "daemon/users.h"
 #include "gemmd.h"
@@ -65,6 +66,7 @@ int session_accept(struct evloop *ev, int fd)
         if (!s)
                 goto err;
         pthread_mutex_init(&s->out_lock, NULL);
+        pthread_mutex_init(&s->ring_lock, NULL);
         s->rbuf = malloc(SESSION_RBUF);
         s->lanes = calloc((size_t)srv->nworkers * NPRIO, sizeof(*s->lanes));
         if (!s->rbuf || !s->lanes)
@@ -140,6 +142,7 @@ err_user:
         pthread_mutex_unlock(&srv->lock);
 err_mem:
         pthread_mutex_destroy(&s->out_lock);
+        pthread_mutex_destroy(&s->ring_lock);
         free(s->lanes);
         free(s->rbuf);
         free(s);
@@ -190,6 +193,8 @@ static void free_session(struct session *s)
         users_put(s->srv, s->user);
         pthread_mutex_unlock(&s->srv->lock);
         pthread_mutex_destroy(&s->out_lock);
+        ring_free(s);
+        pthread_mutex_destroy(&s->ring_lock);
         free(s->lanes);
         free(s->rbuf);
         free(s->body);
@@ -224,6 +229,7 @@ void session_close(struct session *s)
         pthread_mutex_lock(&s->out_lock);
         s->out_open = 0;
         pthread_mutex_unlock(&s->out_lock);
+        ring_close(s);
         if (srv->cfg->verbose)
                 log_info("session %llu: closed", (unsigned long long)s->id);
         /* Queued ops are dropped; running ones finish and are discarded by
@@ -287,7 +293,7 @@ static void parse_rbuf(struct session *s);
 /* Whether the client has left so many replies unread that its requests
  * wait: a small request can have a large answer, so this is checked
  * between frames, not only between reads. */
-static int output_full(struct session *s)
+int session_output_full(struct session *s)
 {
         /* Without the lock, which a thread answering completions may hold
          * through its write: a count a moment old does as well here. */
@@ -367,7 +373,7 @@ static void flush(struct session *s)
                 return;
         }
         /* Requests left waiting while the output was full go on now. */
-        if (!s->parsing && s->rlen && !s->body && !output_full(s) &&
+        if (!s->parsing && s->rlen && !s->body && !session_output_full(s) &&
             (s->state == SESSION_HELLO || s->state == SESSION_READY))
                 parse_rbuf(s);
         if (s->state == SESSION_CLOSED)
@@ -431,7 +437,7 @@ void session_send_completion(struct session *s, const struct request *r)
 
         if (s->state == SESSION_CLOSED)
                 return;
-        rc = dispatch_pack_completion(r, &buf, &n);
+        rc = dispatch_pack_completion(r, &buf, &n, NULL);
         queue_frame(s, rc, buf, n);
 }
 
@@ -470,7 +476,7 @@ struct request *session_reply_now(struct request *r, int *stuck)
                 uint8_t *buf = NULL;
                 size_t n = 0;
 
-                if (!reply_now_ok(s, r) || dispatch_pack_completion(r, &buf, &n)) {
+                if (!reply_now_ok(s, r) || dispatch_pack_completion(r, &buf, &n, NULL)) {
                         *stuck = 1;
                         break;
                 }
@@ -652,7 +658,7 @@ static void parse_rbuf(struct session *s)
                 uint32_t len;
                 size_t avail = s->rlen - off;
 
-                if (avail < FRAME_HDR_BYTES || output_full(s))
+                if (avail < FRAME_HDR_BYTES || session_output_full(s))
                         break;
                 if (frame_len_decode(s->rbuf + off, max, &len)) {
                         session_send_error(s, 0, GEMMD_ETOOBIG, -1,
@@ -699,7 +705,7 @@ static void on_readable(struct session *s)
 
         /* A bounded number of reads per wakeup keeps the loop fair. */
         for (int i = 0; i < 16 && (s->state == SESSION_HELLO || s->state == SESSION_READY) &&
-                        !output_full(s); i++) {
+                        !session_output_full(s); i++) {
                 ssize_t n;
                 size_t want;
 

@@ -52,6 +52,9 @@ struct request {
         int notify_launch; /* send Launched for each group of its ops */
         int replied; /* answered by the thread that completed it (session_reply_now) */
         int reply_sync; /* replied, and the last of its session's in that write */
+        int ring_sync;  /* put in the session's completion ring (daemon/ring.c), the
+                         * last of that run: the loop waits for the ring's lock */
+        int uncounted;  /* its ops' user and daemon counts were already given back */
         uint64_t launch_gid; /* the worker's: last group that noticed it */
         void *home; /* the event loop of its session (server.h), for its control tasks */
         uint64_t t_admit_ns;

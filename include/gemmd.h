@@ -193,7 +193,10 @@ struct gemmd_device {
 /* Connects to the daemon at `socket_path` (NULL: $GEMMD_SOCKET, else
  * GEMMD_DEFAULT_SOCKET) and performs the handshake. On success *out owns a
  * new handle that the caller frees with gemmd_disconnect(). Returns 0,
- * a negative errno, or GEMMD_EVERSION. */
+ * a negative errno, or GEMMD_EVERSION. When the daemon takes them, the
+ * handle also shares a pair of rings with it (about 320 KiB of shared
+ * memory) through which small submits and their completions skip the
+ * socket's system calls; $GEMMD_RING=0 keeps the handle to the socket. */
 int gemmd_connect(const char *socket_path, gemmd_client **out);
 
 /* Closes the connection and frees the handle and every host buffer it
@@ -289,6 +292,15 @@ int gemmd_fd(const gemmd_client *c);
  * stores a completed ticket in *ticket if one is ready (collect it with
  * gemmd_wait(c, *ticket, 0, ...)), 0 if none is, or a negative code. */
 int gemmd_poll(gemmd_client *c, gemmd_ticket *ticket);
+
+/* Waits up to timeout_ms (-1: forever) until some ticket completes, and
+ * returns 1 with it in *ticket (collect it with gemmd_wait(c, *ticket, 0,
+ * ...)), 0 if none did in time, or a negative code. Like gemmd_poll, each
+ * completed ticket is handed out once. It polls for GEMMD_SPIN_US before
+ * it sleeps, as gemmd_wait does; a loop of gemmd_poll calls that finds
+ * nothing asks the daemon to wake gemmd_fd() each time, which this does
+ * not. */
+int gemmd_wait_any(gemmd_client *c, int timeout_ms, gemmd_ticket *ticket);
 
 /* Convenience: submit + wait. */
 int gemmd_run(gemmd_client *c, const struct gemmd_op *ops, size_t nops, struct gemmd_result *results);

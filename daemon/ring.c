@@ -1,0 +1,324 @@
+/*
+ * ring.c - the daemon's side of a session's rings (proto/ring.h).
+ *
+ * Submits: the loop that serves the session copies each body out of its
+ * slot, gives the slot back, and hands the copy to dispatch_frame as if it
+ * had come off the socket (only Submit may come this way). The loop looks
+ * at its rings after each of its turns; while it polls (--spin-us) that is
+ * every few hundred nanoseconds, and before it blocks it sets each ring's
+ * sq.flag so that a client kicks it on the socket.
+ *
+ * Completions: the thread that saw a group finish (server_post_completions)
+ * packs each finished request's Completion into the next free slot, queues
+ * the requests on their loop, and only then makes the slots visible: a
+ * client that answers a completion with a new submit finds the request
+ * already on the loop's queue, which on_submit reaps before it refuses for
+ * a cap. The user's and the daemon's counts are given back before the
+ * slots are visible too (they are judged by submits on other loops). The
+ * loop frees the session only after taking the ring's lock once more
+ * (ring_sync), so the ring stays mapped while a thread writes to it.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "daemon/log.h"
+#include "daemon/ring.h"
+#include "gemmd.h"
+
+static void send_ack(struct session *s, uint64_t rid)
+{
+        Gemmd__V1__Envelope env = GEMMD__V1__ENVELOPE__INIT;
+        Gemmd__V1__Ack ack = GEMMD__V1__ACK__INIT;
+
+        env.request_id = rid;
+        env.body_case = GEMMD__V1__ENVELOPE__BODY_ACK;
+        env.ack = &ack;
+        session_send(s, &env);
+}
+
+/* Maps the ring in fd if it is one the daemon can trust not to move:
+ * RING_BYTES long and sealed against shrinking, as for shared-memory
+ * buffers (a file cut short under the mapping would SIGBUS the daemon). */
+static int map_ring(int fd, struct gemmd_ring **out)
+{
+        struct stat st;
+        int seals;
+        void *p;
+
+        if (fstat(fd, &st) < 0)
+                return -errno;
+        seals = fcntl(fd, F_GET_SEALS);
+        if (!S_ISREG(st.st_mode) || (uint64_t)st.st_size < RING_BYTES || seals < 0 ||
+            !(seals & F_SEAL_SHRINK))
+                return GEMMD_EINVAL;
+        p = mmap(NULL, RING_BYTES, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+        if (p == MAP_FAILED)
+                return -errno;
+        *out = p;
+        return 0;
+}
+
+void ring_attach(struct session *s, uint64_t rid, const Gemmd__V1__RingAttach *m)
+{
+        struct evloop *ev = s->ev;
+        struct gemmd_ring *ring = NULL;
+        int fd = session_take_fd(s), rc;
+
+        if (!s->srv->cfg->rings)
+                rc = GEMMD_EUNSUPPORTED;
+        else if (fd < 0)
+                rc = GEMMD_EPROTO;
+        else if (s->ring)
+                rc = GEMMD_EINVAL;
+        else if (m->version != GEMMD_RING_VERSION)
+                rc = GEMMD_EUNSUPPORTED;
+        else if (m->bytes != RING_BYTES)
+                rc = GEMMD_EINVAL;
+        else
+                rc = map_ring(fd, &ring);
+        if (fd >= 0)
+                close(fd);
+        if (rc) {
+                session_send_error(s, rid, rc, -1, "%s",
+                                   !s->srv->cfg->rings    ? "rings are off (--rings no)"
+                                   : fd < 0               ? "RingAttach without a file descriptor"
+                                   : s->ring              ? "the session already has rings"
+                                   : m->version != GEMMD_RING_VERSION ? "ring version not supported"
+                                   : m->bytes != RING_BYTES ? "rings of the wrong size"
+                                   : rc == GEMMD_EINVAL   ? "the rings must be a memfd of the size "
+                                                            "given, sealed against shrinking"
+                                                          : gemmd_strerror(rc));
+                return;
+        }
+        pthread_mutex_lock(&s->ring_lock);
+        s->ring = ring;
+        s->sq_tail = 0;
+        s->cq_head = 0;
+        atomic_store(&s->ring_open, 1);
+        pthread_mutex_unlock(&s->ring_lock);
+        s->ring_prev = NULL;
+        s->ring_next = ev->rings;
+        if (ev->rings)
+                ev->rings->ring_prev = s;
+        ev->rings = s;
+        send_ack(s, rid);
+}
+
+void ring_close(struct session *s)
+{
+        if (!s->ring)
+                return;
+        pthread_mutex_lock(&s->ring_lock);
+        atomic_store(&s->ring_open, 0);
+        pthread_mutex_unlock(&s->ring_lock);
+        if (s->ring_prev)
+                s->ring_prev->ring_next = s->ring_next;
+        else
+                s->ev->rings = s->ring_next;
+        if (s->ring_next)
+                s->ring_next->ring_prev = s->ring_prev;
+        s->ring_next = s->ring_prev = NULL;
+}
+
+void ring_free(struct session *s)
+{
+        if (s->ring)
+                munmap(s->ring, RING_BYTES);
+        s->ring = NULL;
+}
+
+/* Whether the loop takes s's Submits now: not while the client leaves its
+ * replies unread (as its socket is not read then); the loop comes back to
+ * it after its next turn, which a write to the socket ends. */
+static int drainable(struct session *s)
+{
+        return s->state == SESSION_READY && !session_output_full(s);
+}
+
+/* A ring the client broke: said once, then the session ends. */
+static void corrupt(struct session *s, const char *what)
+{
+        session_send_error(s, 0, GEMMD_EPROTO, -1, "submission ring: %s", what);
+        session_close_after_flush(s);
+}
+
+/* Takes the Submits waiting in s's ring, as long as the client reads its
+ * replies (as a read of the socket does). */
+static int drain_one(struct session *s)
+{
+        struct gemmd_ring *ring = s->ring;
+        uint8_t body[RING_BODY];
+        int n = ring_avail(&ring->sq, s->sq_tail, RING_SQ), taken = 0;
+
+        if (n < 0) {
+                corrupt(s, "head out of range");
+                return 0;
+        }
+        while (n-- > 0 && drainable(s)) {
+                struct ring_slot *sl = &ring->s[s->sq_tail % RING_SQ];
+                /* Read once: the client may change it under us. */
+                uint32_t len = __atomic_load_n(&sl->len, __ATOMIC_RELAXED);
+
+                if (len == 0 || len > RING_BODY) {
+                        corrupt(s, "a slot's length is out of range");
+                        break;
+                }
+                memcpy(body, sl->body, len);
+                ring_release(&ring->sq, ++s->sq_tail);
+                s->in_ring = 1;
+                dispatch_frame(s, body, len);
+                s->in_ring = 0;
+                atomic_fetch_add_explicit(&s->srv->submits_ring, 1, memory_order_relaxed);
+                taken++;
+        }
+        session_hand_over(s);
+        return taken;
+}
+
+int ring_drain(struct evloop *ev)
+{
+        struct session *s, *next;
+        uint64_t t0 = 0;
+        int taken = 0;
+
+        if (ev->rings_armed) {
+                ev->rings_armed = 0;
+                for (s = ev->rings; s; s = s->ring_next)
+                        ring_disarm(&s->ring->sq);
+        }
+        for (s = ev->rings; s; s = next) {
+                next = s->ring_next;
+                if (ring_avail(&s->ring->sq, s->sq_tail, RING_SQ) == 0)
+                        continue;
+                if (!t0) {
+                        t0 = now_ns();
+                        ev->active_ns = t0;
+                        if (atomic_load(&ev->srv->draining))
+                                ev->draining = 1;
+                        ev->defer_flush++;
+                }
+                /* s may close here (a broken ring): next was read before,
+                 * and a close unlinks only s. */
+                s->refs++;
+                taken += drain_one(s);
+                session_unref(s);
+        }
+        if (t0) {
+                ev->defer_flush--;
+                server_flush_dirty(ev);
+                ev->loop_part_ns[LOOP_FRAMES] += now_ns() - t0;
+                server_loop_account(ev, t0);
+        }
+        return taken;
+}
+
+int ring_sleep(struct evloop *ev)
+{
+        struct session *s;
+
+        if (!ev->rings)
+                return 1;
+        ev->rings_armed = 1;
+        for (s = ev->rings; s; s = s->ring_next)
+                if (drainable(s) && !ring_arm(&s->ring->sq, s->sq_tail))
+                        return 0; /* ring_drain disarms them all */
+        return 1;
+}
+
+/* Packs r's Completion into slot sl. Returns 0, or -1 when it does not fit
+ * (or cannot be packed): the loop then answers r on the socket. */
+static int pack_into(const struct request *r, struct ring_slot *sl)
+{
+        uint8_t *buf = NULL;
+        size_t n = 0, front = offsetof(struct outbuf, data) + FRAME_HDR_BYTES;
+        uint64_t t_reply;
+
+        if (dispatch_pack_completion(r, &buf, &n, &t_reply))
+                return -1;
+        if (n - FRAME_HDR_BYTES > RING_BODY) {
+                free(buf);
+                return -1; /* packed again, and counted, for the socket */
+        }
+        sl->len = (uint32_t)(n - FRAME_HDR_BYTES);
+        memcpy(sl->body, buf + front, sl->len);
+        free(buf);
+        dispatch_count_reply(r, t_reply);
+        return 0;
+}
+
+struct request *ring_post(struct request *r)
+{
+        struct session *s = r->s;
+        struct request *head = NULL, *tail = NULL, *x;
+        uint32_t h, ops = 0, n = 0;
+        int room;
+
+        pthread_mutex_lock(&s->ring_lock);
+        if (!atomic_load_explicit(&s->ring_open, memory_order_relaxed)) {
+                pthread_mutex_unlock(&s->ring_lock);
+                return r;
+        }
+        h = s->cq_head;
+        /* A tail the client made impossible counts as a full ring: its
+         * replies take the socket. */
+        room = ring_room(&s->ring->cq, h, RING_CQ);
+        /* A request that asked for Launched messages stays with the loop,
+         * which sends those: its Completion must come after them. */
+        while (r && r->s == s && room > 0 && !r->notify_launch &&
+               !pack_into(r, &s->ring->c[h % RING_CQ])) {
+                h++;
+                room--;
+                n++;
+                ops += r->nops;
+                tail = r;
+                if (!head)
+                        head = r;
+                r = r->next;
+        }
+        if (!head) {
+                pthread_mutex_unlock(&s->ring_lock);
+                return r;
+        }
+        for (x = head;; x = x->next) {
+                x->replied = 1;
+                x->uncounted = 1;
+                if (x == tail)
+                        break;
+        }
+        tail->ring_sync = 1;
+        server_uncount_shared(s, ops);
+        /* Counted before they are seen: a client's stats request sent in
+         * answer to them then finds them counted. */
+        atomic_fetch_add(&s->srv->replies_ring, n);
+        server_queue_done_list(s->ev, head, tail);
+        s->cq_head = h;
+        /* A client that sleeps on its socket is kicked by the loop as it
+         * takes the requests in (ring_taken), not from here: a kick is a
+         * write to the socket, and at 64 clients x 8 in flight, where most
+         * sleep, this thread writing them fell behind the device (55
+         * against 190 TF/s, bench/results/ring-ab.txt). */
+        if (ring_publish(&s->ring->cq, h) &&
+            atomic_exchange_explicit(&s->ring->cq.flag, 0, memory_order_relaxed))
+                atomic_store(&s->ring_kick, 1);
+        pthread_mutex_unlock(&s->ring_lock);
+        return r;
+}
+
+void ring_taken(struct session *s)
+{
+        Gemmd__V1__Envelope env = GEMMD__V1__ENVELOPE__INIT;
+        Gemmd__V1__RingKick kick = GEMMD__V1__RING_KICK__INIT;
+
+        pthread_mutex_lock(&s->ring_lock);
+        pthread_mutex_unlock(&s->ring_lock);
+        if (!atomic_exchange(&s->ring_kick, 0) || s->state == SESSION_CLOSED)
+                return;
+        env.body_case = GEMMD__V1__ENVELOPE__BODY_RING_KICK;
+        env.ring_kick = &kick;
+        session_send(s, &env);
+}

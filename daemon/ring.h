@@ -1,0 +1,42 @@
+/*
+ * ring.h - the daemon's side of the rings a session may share with its
+ * client (proto/ring.h): attaching them, taking Submits from them on the
+ * loop's turns, and putting Completions in them from the thread that saw
+ * the group finish, without the loop or a system call in between.
+ */
+#ifndef GEMMD_DAEMON_RING_H
+#define GEMMD_DAEMON_RING_H
+
+#include "daemon/server.h"
+
+/* RingAttach: maps the memfd that came with it and starts serving the
+ * rings. Answers Ack or Error. Loop thread. */
+void ring_attach(struct session *s, uint64_t rid, const Gemmd__V1__RingAttach *m);
+
+/* The session closes: the loop stops taking from its ring and completing
+ * threads stop writing to it. Loop thread. */
+void ring_close(struct session *s);
+
+/* The session is freed: unmaps the ring. */
+void ring_free(struct session *s);
+
+/* Takes every Submit waiting in the rings of ev's sessions. Returns how
+ * many. Loop thread, between its turns (run_loop). */
+int ring_drain(struct evloop *ev);
+
+/* Before the loop blocks: tells ev's sessions it sleeps (they kick it on
+ * the socket). Returns 0, without sleeping, if a Submit came meanwhile. */
+int ring_sleep(struct evloop *ev);
+
+/* A completing thread: puts the Completions of r and the requests after it
+ * of the same session in its completion ring, as many as fit, and queues
+ * them on the session's loop. Returns the first request it did not take
+ * (r itself when it took none): the caller hands that on as usual. */
+struct request *ring_post(struct request *r);
+
+/* The loop, taking in a request with ring_sync: waits until the thread
+ * that put it in the ring is done with the session, and sends the
+ * RingKick that thread asked for. */
+void ring_taken(struct session *s);
+
+#endif

@@ -1,0 +1,122 @@
+/*
+ * ring.h - the rings a client shares with the daemon beside its socket.
+ *
+ * A request's socket round trip costs two system calls on each side and,
+ * at many requests in flight, the event loop's turn to read and to write
+ * them (bench/results/ring-*.txt). A session may instead offer a memfd
+ * laid out as struct gemmd_ring (RingAttach in proto/gemmd.proto):
+ *
+ *   sq: Submit envelopes, client to daemon. The daemon's event loop looks
+ *       at the ring on each of its turns while it polls (--spin-us); before
+ *       it sleeps it sets sq.flag, and a client that then puts a Submit in
+ *       the ring sends RingKick on the socket.
+ *   cq: Completion envelopes, daemon to client, written by the thread that
+ *       saw the group finish. A client about to sleep on the socket sets
+ *       cq.flag; the daemon clears it when it next fills a slot and has
+ *       RingKick sent on the socket.
+ *
+ * Each slot holds one frame body (an Envelope, as on the socket without
+ * its length prefix) of at most RING_BODY bytes; what does not fit, or
+ * finds its ring full, takes the socket instead. Both ways are the same
+ * protocol, and tickets complete in no given order, so a client reads
+ * both and needs no order between them.
+ *
+ * Every index in the shared memory is written by one side and only read by
+ * the other. Each side keeps its own index privately (never reading back
+ * what the other could have changed) and checks the other's before use:
+ * the daemon trusts nothing in a client's ring (ring_avail, ring_room),
+ * and copies a body out of its slot before it decodes it.
+ *
+ * The sleep handshake is the usual one: the producer publishes, issues a
+ * full fence, then reads the flag; the consumer sets the flag, issues a
+ * full fence, then looks at the ring again. One of the two sees the other.
+ */
+#ifndef GEMMD_RING_H
+#define GEMMD_RING_H
+
+#include <stdatomic.h>
+#include <stdint.h>
+
+#define GEMMD_RING_VERSION 1
+#define RING_SQ 64          /* submission slots */
+#define RING_CQ 256         /* completion slots */
+#define RING_SLOT 1024      /* bytes per slot */
+#define RING_BODY (RING_SLOT - 8)
+
+/* One direction's indices, each on a cache line of its own. */
+struct ring_ctl {
+        _Atomic uint32_t head; /* the producer's: slots filled */
+        char pad0[60];
+        _Atomic uint32_t tail; /* the consumer's: slots taken */
+        char pad1[60];
+        _Atomic uint32_t flag; /* the consumer sleeps (or is about to) */
+        char pad2[60];
+};
+
+struct ring_slot {
+        uint32_t len; /* of body */
+        uint32_t pad;
+        uint8_t body[RING_BODY];
+};
+
+struct gemmd_ring {
+        struct ring_ctl sq;
+        struct ring_ctl cq;
+        struct ring_slot s[RING_SQ];
+        struct ring_slot c[RING_CQ];
+};
+
+#define RING_BYTES ((uint64_t)sizeof(struct gemmd_ring))
+
+/* Producer: free slots after `head` (its own count), or -1 when the
+ * consumer's tail is impossible (a corrupt ring). */
+static inline int ring_room(struct ring_ctl *r, uint32_t head, uint32_t slots)
+{
+        uint32_t used = head - atomic_load_explicit(&r->tail, memory_order_acquire);
+
+        return used > slots ? -1 : (int)(slots - used);
+}
+
+/* Producer: makes the slots before `head` visible. Returns 1 when the
+ * consumer said it sleeps and must be kicked. */
+static inline int ring_publish(struct ring_ctl *r, uint32_t head)
+{
+        atomic_store_explicit(&r->head, head, memory_order_release);
+        atomic_thread_fence(memory_order_seq_cst);
+        return atomic_load_explicit(&r->flag, memory_order_relaxed) != 0;
+}
+
+/* Consumer: filled slots after `tail` (its own count), or -1 when the
+ * producer's head is impossible. */
+static inline int ring_avail(struct ring_ctl *r, uint32_t tail, uint32_t slots)
+{
+        uint32_t n = atomic_load_explicit(&r->head, memory_order_acquire) - tail;
+
+        return n > slots ? -1 : (int)n;
+}
+
+/* Consumer: gives the slots before `tail` back. */
+static inline void ring_release(struct ring_ctl *r, uint32_t tail)
+{
+        atomic_store_explicit(&r->tail, tail, memory_order_release);
+}
+
+/* Consumer, before it sleeps: sets the flag and returns 1 if it may sleep
+ * (nothing came meanwhile), else clears it again and returns 0. */
+static inline int ring_arm(struct ring_ctl *r, uint32_t tail)
+{
+        atomic_store_explicit(&r->flag, 1, memory_order_relaxed);
+        atomic_thread_fence(memory_order_seq_cst);
+        if (atomic_load_explicit(&r->head, memory_order_relaxed) != tail) {
+                atomic_store_explicit(&r->flag, 0, memory_order_relaxed);
+                return 0;
+        }
+        return 1;
+}
+
+static inline void ring_disarm(struct ring_ctl *r)
+{
+        atomic_store_explicit(&r->flag, 0, memory_order_relaxed);
+}
+
+#endif /* GEMMD_RING_H */

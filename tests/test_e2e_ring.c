@@ -1,0 +1,697 @@
+/*
+ * test_e2e_ring.c - the rings a session shares with the daemon beside its
+ * socket (proto/ring.h, daemon/ring.c): through the library, results as
+ * on the socket, a daemon and a client that sleep and are kicked, and the
+ * socket alone when either side declines; by hand, every RingAttach the
+ * daemon must refuse, a broken submission ring, something other than a
+ * Submit in it, and a client that never takes its completions, whose
+ * replies then come on the socket, each exactly once.
+ */
+#include <criterion/criterion.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/time.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include "gemmd.h"
+#include "proto/frame.h"
+#include "proto/ring.h"
+#include "tests/e2e_util.h"
+#include "tests/e2e_assert.h"
+
+TestSuite(ring, .init = e2e_setup, .fini = e2e_teardown, .timeout = 120);
+
+#define RECV_TIMEOUT_MS 10000
+
+/* A number that follows `key` in gemmd_stats's JSON. */
+static long long stat_of(gemmd_client *c, const char *key)
+{
+        char pat[64], *text = NULL;
+        const char *p;
+        long long v;
+
+        cr_assert_eq(gemmd_stats(c, 1, &text), 0);
+        snprintf(pat, sizeof(pat), "\"%s\":", key);
+        p = strstr(text, pat);
+        cr_assert_not_null(p, "no %s in %s", key, text);
+        v = strtoll(p + strlen(pat), NULL, 10);
+        free(text);
+        return v;
+}
+
+/* Connects with $GEMMD_RING and $GEMMD_SPIN_US set for this handle only. */
+static gemmd_client *connect_with(const struct e2e_daemon *d, const char *ring, const char *spin)
+{
+        gemmd_client *c;
+
+        if (ring)
+                setenv("GEMMD_RING", ring, 1);
+        if (spin)
+                setenv("GEMMD_SPIN_US", spin, 1);
+        c = e2e_connect(d);
+        unsetenv("GEMMD_RING");
+        unsetenv("GEMMD_SPIN_US");
+        cr_assert_not_null(c);
+        return c;
+}
+
+/* n random small problems, the first half in a shared buffer and the rest
+ * inline (most of those too large for a ring's slot), run per_submit to a
+ * submit and checked against the reference. */
+static void run_random(gemmd_client *c, size_t n, size_t per_submit, uint64_t seed)
+{
+        struct e2e_prob *p = calloc(n, sizeof(*p));
+        struct e2e_arena ar;
+        char why[256];
+
+        cr_assert_not_null(p);
+        cr_assert_eq(e2e_arena_init(&ar, c, 8u << 20), 0);
+        for (size_t i = 0; i < n; i++) {
+                struct e2e_spec s;
+
+                e2e_spec_random(&s, &seed, 40);
+                if (i >= n / 2)
+                        cr_assert_eq(e2e_prob_inline(&p[i], &s, &seed), 0);
+                else
+                        cr_assert_eq(e2e_prob_place(&p[i], &s, &ar, &seed), 0);
+        }
+        cr_assert_eq(e2e_run_checked(c, p, n, per_submit, NULL, why, sizeof(why)), 0, "%s", why);
+        for (size_t i = 0; i < n; i++)
+                e2e_prob_free(&p[i]);
+        free(p);
+}
+
+Test(ring, submits_and_completions_through_the_rings_are_right_and_counted)
+{
+        struct e2e_daemon d;
+        gemmd_client *c;
+        struct gemmd_info info;
+
+        /* A daemon that polls (its loop then takes Submits off the ring
+         * without being kicked) and one that never does. */
+        for (int polls = 0; polls < 2; polls++) {
+                cr_assert_eq(e2e_daemon_start(&d, "--spin-us", polls ? "200" : "0", NULL), 0);
+                c = connect_with(&d, NULL, NULL);
+                cr_assert_eq(gemmd_get_info(c, &info), 0);
+                run_random(c, 300, 3, 11 + (uint64_t)polls);
+                /* 100 submits, 50 of them of shared-memory ops only, whose
+                 * Submits and Completions fit a slot: those at least went
+                 * both ways through the rings. */
+                long long sub = stat_of(c, "submits_ring"), rep = stat_of(c, "replies_ring");
+
+                cr_expect_geq(sub, 50, "%lld submits through the ring", sub);
+                cr_expect_geq(rep, 50, "%lld completions through the ring", rep);
+                gemmd_disconnect(c);
+                cr_assert_eq(e2e_daemon_stop(&d), 0);
+        }
+}
+
+Test(ring, a_client_or_daemon_without_rings_keeps_to_the_socket)
+{
+        struct e2e_daemon d;
+        gemmd_client *c;
+
+        cr_assert_eq(e2e_daemon_start(&d, NULL), 0);
+        c = connect_with(&d, "0", NULL);
+        run_random(c, 60, 2, 5);
+        cr_expect_eq(stat_of(c, "submits_ring"), 0);
+        cr_expect_eq(stat_of(c, "replies_ring"), 0);
+        gemmd_disconnect(c);
+        cr_assert_eq(e2e_daemon_stop(&d), 0);
+
+        cr_assert_eq(e2e_daemon_start(&d, "--rings", "no", NULL), 0);
+        c = connect_with(&d, NULL, NULL);
+        run_random(c, 60, 2, 6);
+        cr_expect_eq(stat_of(c, "submits_ring"), 0);
+        cr_expect_eq(stat_of(c, "replies_ring"), 0);
+        gemmd_disconnect(c);
+        cr_assert_eq(e2e_daemon_stop(&d), 0);
+}
+
+/* A daemon that never polls and a client that never polls: every Submit
+ * in the ring needs the client's kick, every Completion the daemon's. A
+ * missed one would leave the wait, or the poll on gemmd_fd, to time out. */
+Test(ring, a_sleeping_daemon_and_a_sleeping_client_are_kicked)
+{
+        struct e2e_daemon d;
+        struct e2e_arena ar;
+        struct e2e_prob p;
+        gemmd_client *c;
+        uint64_t seed = 3, t0;
+        char why[256];
+
+        cr_assert_eq(e2e_daemon_start(&d, "--spin-us", "0", NULL), 0);
+        c = connect_with(&d, NULL, "0");
+        cr_assert_eq(e2e_arena_init(&ar, c, 1u << 20), 0);
+        t0 = e2e_now_us();
+        for (int i = 0; i < 200; i++) {
+                gemmd_ticket t;
+                int r;
+
+                struct e2e_spec s;
+
+                e2e_spec_random(&s, &seed, 24);
+                ar.used = 0;
+                cr_assert_eq(e2e_prob_place(&p, &s, &ar, &seed), 0);
+                cr_assert_eq(gemmd_submit(c, &p.op, 1, GEMMD_PRIO_NORMAL, &t), 0);
+                if (i % 2) {
+                        /* An event loop's way: poll the descriptor. */
+                        gemmd_ticket got;
+
+                        while ((r = gemmd_poll(c, &got)) == 0) {
+                                struct pollfd pf = {gemmd_fd(c), POLLIN, 0};
+
+                                cr_assert_eq(poll(&pf, 1, 5000), 1, "no kick on gemmd_fd (op %d)", i);
+                        }
+                        cr_assert_eq(r, 1);
+                        cr_assert_eq(got, t);
+                        r = gemmd_wait(c, t, 0, NULL, 0);
+                } else {
+                        r = gemmd_wait(c, t, 5000, NULL, 0);
+                }
+                cr_assert_eq(r, 0, "op %d: %s", i, gemmd_strerror(r));
+                double err;
+
+                cr_assert_eq(e2e_prob_check(&p, &err, why, sizeof(why)), 0, "op %d: %s", i, why);
+                e2e_prob_free(&p);
+        }
+        /* 200 round trips that each waited for a kick: far below the 5 s a
+         * missed kick costs. */
+        cr_expect_lt(e2e_now_us() - t0, 5000000);
+        cr_expect_geq(stat_of(c, "submits_ring"), 200);
+        cr_expect_geq(stat_of(c, "replies_ring"), 200);
+        gemmd_disconnect(c);
+        cr_assert_eq(e2e_daemon_stop(&d), 0);
+}
+
+/* ---- by hand ------------------------------------------------------------ */
+
+struct raw {
+        int fd;
+        struct frame_arena arena;
+        uint8_t *body;
+        struct gemmd_ring *ring;
+        uint32_t sq_head, cq_tail;
+};
+
+static void raw_open(struct raw *r, const struct e2e_daemon *d)
+{
+        struct sockaddr_un sa = {.sun_family = AF_UNIX};
+        struct timeval tv = {RECV_TIMEOUT_MS / 1000, 0};
+
+        memset(r, 0, sizeof(*r));
+        cr_assert_lt(strlen(d->sock), sizeof(sa.sun_path));
+        memcpy(sa.sun_path, d->sock, strlen(d->sock) + 1);
+        r->fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        cr_assert_geq(r->fd, 0);
+        cr_assert_eq(connect(r->fd, (struct sockaddr *)&sa, sizeof(sa)), 0, "connect: %s",
+                     strerror(errno));
+        setsockopt(r->fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+        frame_arena_init(&r->arena, 16u << 20);
+}
+
+static void raw_close(struct raw *r)
+{
+        close(r->fd);
+        frame_arena_deinit(&r->arena);
+        free(r->body);
+        if (r->ring)
+                munmap(r->ring, RING_BYTES);
+        memset(r, 0, sizeof(*r));
+}
+
+/* Sends env as one frame, with fd (>= 0) as SCM_RIGHTS. */
+static void raw_send(struct raw *r, uint64_t id, Gemmd__V1__Envelope *env, int fd)
+{
+        union {
+                char buf[CMSG_SPACE(sizeof(int))];
+                struct cmsghdr align;
+        } ctl;
+        struct iovec iov;
+        struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1};
+        uint8_t *buf;
+        size_t n;
+
+        env->request_id = id;
+        cr_assert_eq(frame_pack(env, 0, UINT32_MAX, &buf, &n), 0);
+        iov = (struct iovec){buf, n};
+        if (fd >= 0) {
+                struct cmsghdr *cm;
+
+                memset(&ctl, 0, sizeof(ctl));
+                mh.msg_control = ctl.buf;
+                mh.msg_controllen = sizeof(ctl.buf);
+                cm = CMSG_FIRSTHDR(&mh);
+                cm->cmsg_level = SOL_SOCKET;
+                cm->cmsg_type = SCM_RIGHTS;
+                cm->cmsg_len = CMSG_LEN(sizeof(int));
+                memcpy(CMSG_DATA(cm), &fd, sizeof(int));
+        }
+        cr_assert_eq(sendmsg(r->fd, &mh, MSG_NOSIGNAL), (ssize_t)n, "sendmsg: %s", strerror(errno));
+        free(buf);
+}
+
+static int read_full(int fd, void *buf, size_t n)
+{
+        uint8_t *p = buf;
+        size_t got = 0;
+
+        while (got < n) {
+                ssize_t k = recv(fd, p + got, n - got, 0);
+
+                if (k == 0)
+                        return got ? -1 : 0;
+                if (k < 0) {
+                        if (errno == EINTR)
+                                continue;
+                        return -1;
+                }
+                got += (size_t)k;
+        }
+        return 1;
+}
+
+/* The next frame on the socket; it lives until the next raw_recv. */
+static Gemmd__V1__Envelope *raw_recv(struct raw *r)
+{
+        uint8_t hdr[FRAME_HDR_BYTES];
+        uint32_t len;
+        Gemmd__V1__Envelope *env;
+        int rc = read_full(r->fd, hdr, sizeof(hdr));
+
+        cr_assert_eq(rc, 1, "no frame from gemmd (%s)", rc ? "timeout or error" : "end of stream");
+        cr_assert_eq(frame_len_decode(hdr, 64u << 20, &len), 0);
+        free(r->body);
+        r->body = malloc(len ? len : 1);
+        cr_assert_not_null(r->body);
+        cr_assert_eq(read_full(r->fd, r->body, len), len ? 1 : 0);
+        env = frame_unpack(&r->arena, r->body, len);
+        cr_assert_not_null(env);
+        return env;
+}
+
+/* The next frame that is not a RingKick. */
+static Gemmd__V1__Envelope *raw_recv_reply(struct raw *r)
+{
+        Gemmd__V1__Envelope *env;
+
+        while ((env = raw_recv(r))->body_case == GEMMD__V1__ENVELOPE__BODY_RING_KICK)
+                ;
+        return env;
+}
+
+static void expect_error(struct raw *r, Gemmd__V1__Code code, const char *what)
+{
+        Gemmd__V1__Envelope *env = raw_recv_reply(r);
+
+        cr_assert_eq(env->body_case, GEMMD__V1__ENVELOPE__BODY_ERROR, "%s: body %d", what,
+                     (int)env->body_case);
+        cr_assert_eq(env->error->code, code, "%s: code %d (%s), expected %d", what, (int)env->error->code,
+                     env->error->message ? env->error->message : "", (int)code);
+}
+
+static void expect_eof(struct raw *r, const char *what)
+{
+        uint8_t b;
+        ssize_t k;
+
+        do
+                k = recv(r->fd, &b, 1, 0);
+        while (k < 0 && errno == EINTR);
+        /* A reset is an end too: the daemon may close with our last kick
+         * unread. */
+        cr_assert(k == 0 || (k < 0 && errno == ECONNRESET), "%s: expected end of stream, got %zd (%s)",
+                  what, k, k < 0 ? strerror(errno) : "data");
+}
+
+static void raw_hello(struct raw *r)
+{
+        Gemmd__V1__Envelope env = GEMMD__V1__ENVELOPE__INIT, *rep;
+        Gemmd__V1__Hello h = GEMMD__V1__HELLO__INIT;
+
+        h.protocol_version = GEMMD_PROTOCOL_VERSION;
+        h.client_name = "e2e-ring";
+        env.body_case = GEMMD__V1__ENVELOPE__BODY_HELLO;
+        env.hello = &h;
+        raw_send(r, 1, &env, -1);
+        rep = raw_recv(r);
+        cr_assert_eq(rep->body_case, GEMMD__V1__ENVELOPE__BODY_HELLO_REPLY);
+        cr_assert_eq(rep->hello_reply->ring_version, GEMMD_RING_VERSION);
+}
+
+/* A stats round trip: the session still works. */
+static void raw_alive(struct raw *r, uint64_t id)
+{
+        Gemmd__V1__Envelope env = GEMMD__V1__ENVELOPE__INIT, *rep;
+        Gemmd__V1__StatsRequest q = GEMMD__V1__STATS_REQUEST__INIT;
+
+        env.body_case = GEMMD__V1__ENVELOPE__BODY_STATS_REQUEST;
+        env.stats_request = &q;
+        raw_send(r, id, &env, -1);
+        rep = raw_recv_reply(r);
+        cr_assert_eq(rep->body_case, GEMMD__V1__ENVELOPE__BODY_STATS_REPLY, "body %d", (int)rep->body_case);
+        cr_assert_eq(rep->request_id, id);
+}
+
+/* A memfd of `bytes`, sealed against shrinking if `seal`. */
+static int ring_fd(uint64_t bytes, int seal)
+{
+        int fd = memfd_create("e2e-ring", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+
+        cr_assert_geq(fd, 0);
+        cr_assert_eq(ftruncate(fd, (off_t)bytes), 0);
+        if (seal)
+                cr_assert_eq(fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW), 0);
+        return fd;
+}
+
+/* Sends RingAttach (with fd unless it is < 0) and returns the answer. */
+static Gemmd__V1__Envelope *raw_attach(struct raw *r, uint64_t id, uint32_t version, uint64_t bytes,
+                                       int fd)
+{
+        Gemmd__V1__Envelope env = GEMMD__V1__ENVELOPE__INIT;
+        Gemmd__V1__RingAttach m = GEMMD__V1__RING_ATTACH__INIT;
+
+        m.version = version;
+        m.bytes = bytes;
+        env.body_case = GEMMD__V1__ENVELOPE__BODY_RING_ATTACH;
+        env.ring_attach = &m;
+        raw_send(r, id, &env, fd);
+        return raw_recv_reply(r);
+}
+
+/* Sends RingAttach and returns the code of the Error it must get. */
+static int attach_refused(struct raw *r, uint64_t id, uint32_t version, uint64_t bytes, int fd)
+{
+        Gemmd__V1__Envelope *rep = raw_attach(r, id, version, bytes, fd);
+
+        cr_assert_eq(rep->body_case, GEMMD__V1__ENVELOPE__BODY_ERROR, "RingAttach %llu: body %d",
+                     (unsigned long long)id, (int)rep->body_case);
+        cr_assert(rep->error->message && *rep->error->message);
+        return (int)rep->error->code;
+}
+
+/* Attaches a good ring and maps it. */
+static void raw_attach_ok(struct raw *r)
+{
+        int fd = ring_fd(RING_BYTES, 1);
+        Gemmd__V1__Envelope *rep = raw_attach(r, 2, GEMMD_RING_VERSION, RING_BYTES, fd);
+
+        cr_assert_eq(rep->body_case, GEMMD__V1__ENVELOPE__BODY_ACK, "body %d", (int)rep->body_case);
+        r->ring = mmap(NULL, RING_BYTES, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+        cr_assert_neq(r->ring, MAP_FAILED);
+        close(fd);
+}
+
+static void raw_kick(struct raw *r)
+{
+        Gemmd__V1__Envelope env = GEMMD__V1__ENVELOPE__INIT;
+        Gemmd__V1__RingKick k = GEMMD__V1__RING_KICK__INIT;
+
+        env.body_case = GEMMD__V1__ENVELOPE__BODY_RING_KICK;
+        env.ring_kick = &k;
+        raw_send(r, 0, &env, -1);
+}
+
+/* Puts env in the submission ring (waiting for room) and kicks. */
+static void ring_send(struct raw *r, uint64_t id, Gemmd__V1__Envelope *env)
+{
+        struct ring_slot *sl;
+        size_t n;
+
+        env->request_id = id;
+        n = gemmd__v1__envelope__get_packed_size(env);
+        cr_assert_leq(n, RING_BODY);
+        for (int i = 0; ring_room(&r->ring->sq, r->sq_head, RING_SQ) <= 0; i++) {
+                cr_assert_lt(i, 10000, "the daemon took nothing from the ring for 10 s");
+                usleep(1000);
+        }
+        sl = &r->ring->s[r->sq_head % RING_SQ];
+        sl->len = (uint32_t)gemmd__v1__envelope__pack(env, sl->body);
+        if (ring_publish(&r->ring->sq, ++r->sq_head))
+                raw_kick(r);
+}
+
+/* A 2 x 2 x 2 f32 GEMM with inline operands: C = A B with a = 1 2 3 4,
+ * b = 5 6 7 8 column-major. */
+static const float gemm_c[4] = {23, 34, 31, 46};
+
+static void ring_send_gemm(struct raw *r, uint64_t id)
+{
+        static const float a[4] = {1, 2, 3, 4}, b[4] = {5, 6, 7, 8}, c[4] = {0};
+        Gemmd__V1__Envelope env = GEMMD__V1__ENVELOPE__INIT;
+        Gemmd__V1__Submit sub = GEMMD__V1__SUBMIT__INIT;
+        Gemmd__V1__Op op = GEMMD__V1__OP__INIT, *ops[1] = {&op};
+        Gemmd__V1__Operand oa = GEMMD__V1__OPERAND__INIT, ob = GEMMD__V1__OPERAND__INIT;
+        Gemmd__V1__Operand oc = GEMMD__V1__OPERAND__INIT;
+
+        oa.data = (ProtobufCBinaryData){sizeof(a), (uint8_t *)a};
+        ob.data = (ProtobufCBinaryData){sizeof(b), (uint8_t *)b};
+        oc.data = (ProtobufCBinaryData){sizeof(c), (uint8_t *)c};
+        op.kind = GEMMD__V1__OP_KIND__GEMM;
+        op.dtype = GEMMD__V1__DTYPE__F32;
+        op.m = op.n = op.k = 2;
+        op.lda = op.ldb = op.ldc = 2;
+        op.alpha = 1.0f;
+        op.a = &oa;
+        op.b = &ob;
+        op.c = &oc;
+        sub.n_ops = 1;
+        sub.ops = ops;
+        env.body_case = GEMMD__V1__ENVELOPE__BODY_SUBMIT;
+        env.submit = &sub;
+        ring_send(r, id, &env);
+}
+
+/* Checks one Completion of ring_send_gemm and marks its id seen. */
+static void take_completion(const Gemmd__V1__Envelope *env, uint8_t *seen, uint64_t first, uint64_t n)
+{
+        const Gemmd__V1__OpResult *res;
+
+        cr_assert_eq(env->body_case, GEMMD__V1__ENVELOPE__BODY_COMPLETION, "body %d", (int)env->body_case);
+        cr_assert(env->request_id >= first && env->request_id < first + n, "id %llu",
+                  (unsigned long long)env->request_id);
+        cr_assert_eq(seen[env->request_id - first], 0, "id %llu twice", (unsigned long long)env->request_id);
+        seen[env->request_id - first] = 1;
+        cr_assert_eq(env->completion->n_results, 1);
+        res = env->completion->results[0];
+        cr_assert_eq(res->status, GEMMD__V1__CODE__OK);
+        cr_assert_eq(res->c_data.len, sizeof(gemm_c));
+        cr_assert_eq(memcmp(res->c_data.data, gemm_c, sizeof(gemm_c)), 0);
+}
+
+Test(ring, every_ring_attach_the_daemon_cannot_trust_is_refused_and_the_session_goes_on)
+{
+        struct e2e_daemon d;
+        struct raw r;
+        int fd;
+
+        cr_assert_eq(e2e_daemon_start(&d, NULL), 0);
+        raw_open(&r, &d);
+        raw_hello(&r);
+        cr_assert_eq(attach_refused(&r, 10, GEMMD_RING_VERSION, RING_BYTES, -1),
+                     GEMMD__V1__CODE__PROTOCOL, "no descriptor");
+        /* Not sealed: the client could cut it short under the mapping. */
+        fd = ring_fd(RING_BYTES, 0);
+        cr_assert_eq(attach_refused(&r, 11, GEMMD_RING_VERSION, RING_BYTES, fd),
+                     GEMMD__V1__CODE__INVALID, "unsealed");
+        close(fd);
+        /* Shorter than the rings. */
+        fd = ring_fd(RING_BYTES / 2, 1);
+        cr_assert_eq(attach_refused(&r, 12, GEMMD_RING_VERSION, RING_BYTES, fd),
+                     GEMMD__V1__CODE__INVALID, "short file");
+        close(fd);
+        fd = ring_fd(RING_BYTES, 1);
+        cr_assert_eq(attach_refused(&r, 13, GEMMD_RING_VERSION, RING_BYTES - 1, fd),
+                     GEMMD__V1__CODE__INVALID, "wrong size");
+        cr_assert_eq(attach_refused(&r, 14, GEMMD_RING_VERSION + 1, RING_BYTES, fd),
+                     GEMMD__V1__CODE__UNSUPPORTED, "wrong version");
+        close(fd);
+        raw_alive(&r, 15);
+        raw_attach_ok(&r);
+        fd = ring_fd(RING_BYTES, 1);
+        cr_assert_eq(attach_refused(&r, 16, GEMMD_RING_VERSION, RING_BYTES, fd),
+                     GEMMD__V1__CODE__INVALID, "a second ring");
+        close(fd);
+        /* The first ring still serves. */
+        ring_send_gemm(&r, 100);
+        {
+                uint8_t seen[1] = {0};
+
+                for (int i = 0; ring_avail(&r.ring->cq, r.cq_tail, RING_CQ) == 0; i++) {
+                        cr_assert_lt(i, 10000, "no completion in the ring");
+                        usleep(1000);
+                }
+                take_completion(frame_unpack(&r.arena, r.ring->c[0].body, r.ring->c[0].len), seen, 100, 1);
+        }
+        raw_alive(&r, 17);
+        raw_close(&r);
+
+        /* A daemon without rings says so and refuses them. */
+        cr_assert_eq(e2e_daemon_stop(&d), 0);
+        cr_assert_eq(e2e_daemon_start(&d, "--rings", "no", NULL), 0);
+        raw_open(&r, &d);
+        {
+                Gemmd__V1__Envelope env = GEMMD__V1__ENVELOPE__INIT, *rep;
+                Gemmd__V1__Hello h = GEMMD__V1__HELLO__INIT;
+
+                h.protocol_version = GEMMD_PROTOCOL_VERSION;
+                env.body_case = GEMMD__V1__ENVELOPE__BODY_HELLO;
+                env.hello = &h;
+                raw_send(&r, 1, &env, -1);
+                rep = raw_recv(&r);
+                cr_assert_eq(rep->hello_reply->ring_version, 0);
+        }
+        fd = ring_fd(RING_BYTES, 1);
+        cr_assert_eq(attach_refused(&r, 2, GEMMD_RING_VERSION, RING_BYTES, fd),
+                     GEMMD__V1__CODE__UNSUPPORTED, "rings off");
+        close(fd);
+        raw_alive(&r, 3);
+        raw_close(&r);
+        cr_assert_eq(e2e_daemon_stop(&d), 0);
+}
+
+Test(ring, a_broken_submission_ring_ends_its_session_and_no_other)
+{
+        struct e2e_daemon d;
+        gemmd_client *other;
+        struct raw r;
+
+        cr_assert_eq(e2e_daemon_start(&d, NULL), 0);
+        other = connect_with(&d, NULL, NULL);
+        for (int how = 0; how < 3; how++) {
+                raw_open(&r, &d);
+                raw_hello(&r);
+                raw_attach_ok(&r);
+                if (how == 0) {
+                        /* A head past everything the ring holds. */
+                        atomic_store(&r.ring->sq.head, RING_SQ + 5);
+                } else {
+                        /* A slot that says it is empty, or longer than a slot. */
+                        r.ring->s[0].len = how == 1 ? 0 : RING_BODY + 1;
+                        ring_publish(&r.ring->sq, 1);
+                }
+                /* As a client must: kick a daemon that said it sleeps. */
+                if (atomic_load(&r.ring->sq.flag))
+                        raw_kick(&r);
+                expect_error(&r, GEMMD__V1__CODE__PROTOCOL, "broken ring");
+                expect_eof(&r, "broken ring");
+                raw_close(&r);
+                run_random(other, 10, 2, 40 + (uint64_t)how);
+        }
+        gemmd_disconnect(other);
+        cr_assert_eq(e2e_daemon_stop(&d), 0);
+}
+
+Test(ring, only_submit_may_come_through_the_ring)
+{
+        struct e2e_daemon d;
+        struct raw r;
+        Gemmd__V1__Envelope env = GEMMD__V1__ENVELOPE__INIT;
+        Gemmd__V1__StatsRequest q = GEMMD__V1__STATS_REQUEST__INIT;
+
+        cr_assert_eq(e2e_daemon_start(&d, NULL), 0);
+        raw_open(&r, &d);
+        raw_hello(&r);
+        raw_attach_ok(&r);
+        env.body_case = GEMMD__V1__ENVELOPE__BODY_STATS_REQUEST;
+        env.stats_request = &q;
+        ring_send(&r, 20, &env);
+        expect_error(&r, GEMMD__V1__CODE__PROTOCOL, "stats through the ring");
+        raw_alive(&r, 21);
+        raw_close(&r);
+        cr_assert_eq(e2e_daemon_stop(&d), 0);
+}
+
+/* A client that never advances its completion tail: the ring fills, and
+ * every Completion after that comes on the socket. None is lost or sent
+ * twice; then, once the client takes the ring's, the ring serves again. */
+Test(ring, completions_past_a_full_ring_take_the_socket_each_exactly_once)
+{
+        enum { N = RING_CQ + 40, FIRST = 1000 };
+        struct e2e_daemon d;
+        struct raw r;
+        uint8_t *seen = calloc(N + 1, 1);
+        int on_socket = 0;
+
+        cr_assert_not_null(seen);
+        cr_assert_eq(e2e_daemon_start(&d, "--max-inflight-ops", "1024", "--max-user-inflight-ops", "4096",
+                                      "--max-queue-ops", "4096", NULL),
+                     0);
+        raw_open(&r, &d);
+        raw_hello(&r);
+        raw_attach_ok(&r);
+        for (int i = 0; i < N; i++)
+                ring_send_gemm(&r, FIRST + (uint64_t)i);
+        /* The ring's share: RING_CQ of them, left where they are. */
+        for (int i = 0; ring_avail(&r.ring->cq, 0, RING_CQ) < RING_CQ; i++) {
+                cr_assert_lt(i, 10000, "the completion ring did not fill");
+                usleep(1000);
+        }
+        /* The rest on the socket. */
+        while (on_socket < N - RING_CQ) {
+                take_completion(raw_recv_reply(&r), seen, FIRST, N);
+                on_socket++;
+        }
+        for (uint32_t t = 0; t < RING_CQ; t++) {
+                const struct ring_slot *sl = &r.ring->c[t % RING_CQ];
+
+                take_completion(frame_unpack(&r.arena, sl->body, sl->len), seen, FIRST, N);
+        }
+        ring_release(&r.ring->cq, r.cq_tail = RING_CQ);
+        for (int i = 0; i < N; i++)
+                cr_assert_eq(seen[i], 1, "id %d never completed", FIRST + i);
+        /* With room again, the next one comes through the ring. */
+        memset(seen, 0, N);
+        ring_send_gemm(&r, FIRST);
+        for (int i = 0; ring_avail(&r.ring->cq, r.cq_tail, RING_CQ) == 0; i++) {
+                cr_assert_lt(i, 10000, "no completion in the ring after it emptied");
+                usleep(1000);
+        }
+        take_completion(frame_unpack(&r.arena, r.ring->c[r.cq_tail % RING_CQ].body,
+                                     r.ring->c[r.cq_tail % RING_CQ].len),
+                        seen, FIRST, N);
+        raw_alive(&r, 5);
+        raw_close(&r);
+        free(seen);
+        cr_assert_eq(e2e_daemon_stop(&d), 0);
+}
+
+/* ---- the ring's own arithmetic ------------------------------------------ */
+
+Test(ring, indices_the_other_side_made_impossible_are_caught)
+{
+        static struct gemmd_ring g;
+
+        /* Producer at 10 with the consumer's tail at 3: 7 used. */
+        atomic_store(&g.sq.tail, 3);
+        cr_assert_eq(ring_room(&g.sq, 10, RING_SQ), RING_SQ - 7);
+        /* A tail ahead of the head, or a whole ring behind it. */
+        atomic_store(&g.sq.tail, 11);
+        cr_assert_eq(ring_room(&g.sq, 10, RING_SQ), -1);
+        atomic_store(&g.sq.tail, 10u - RING_SQ - 1);
+        cr_assert_eq(ring_room(&g.sq, 10, RING_SQ), -1);
+        /* Across the wrap of the 32-bit counters. */
+        atomic_store(&g.sq.tail, UINT32_MAX - 1);
+        cr_assert_eq(ring_room(&g.sq, 2, RING_SQ), RING_SQ - 4);
+        atomic_store(&g.cq.head, 1);
+        cr_assert_eq(ring_avail(&g.cq, UINT32_MAX, RING_CQ), 2);
+        atomic_store(&g.cq.head, RING_CQ + 1);
+        cr_assert_eq(ring_avail(&g.cq, 0, RING_CQ), -1);
+        /* Arming sees what came meanwhile. */
+        atomic_store(&g.cq.head, 5);
+        cr_assert_eq(ring_arm(&g.cq, 4), 0);
+        cr_assert_eq(atomic_load(&g.cq.flag), 0);
+        cr_assert_eq(ring_arm(&g.cq, 5), 1);
+        cr_assert_eq(atomic_load(&g.cq.flag), 1);
+        cr_assert_eq(ring_publish(&g.cq, 6), 1);
+        ring_disarm(&g.cq);
+        cr_assert_eq(ring_publish(&g.cq, 7), 0);
+}
