@@ -39,6 +39,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
+#include <sched.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -608,8 +609,13 @@ static int wait_for(struct gemmd_client *c, const int *flag, int timeout_ms)
                         err = GEMMD_EDISCONNECT; /* lose() sets every flag; be safe */
                         break;
                 }
-                if (spin_end && now_ns() < spin_end)
+                if (spin_end && now_ns() < spin_end) {
+                        /* On a host with more runnable threads than CPUs
+                         * (many clients, the daemon's polling threads),
+                         * a poll that does not yield holds a CPU they need. */
+                        sched_yield();
                         continue;
+                }
                 if (timeout_ms >= 0) {
                         int64_t d = deadline - now_ms();
 
@@ -1208,7 +1214,10 @@ static int ring_put(struct gemmd_client *c, const uint8_t *body, size_t len)
         struct gemmd_ring *ring = c->ring;
         struct ring_slot *sl;
 
-        if (!ring || len == 0 || len > RING_BODY || ring_room(&ring->sq, c->sq_head, RING_SQ) <= 0)
+        /* A daemon loop that sleeps is woken by the socket: the Submit
+         * itself goes there then, not in the ring with a RingKick after it. */
+        if (!ring || len == 0 || len > RING_BODY || ring_room(&ring->sq, c->sq_head, RING_SQ) <= 0 ||
+            atomic_load_explicit(&ring->sq.flag, memory_order_relaxed))
                 return 0;
         sl = &ring->s[c->sq_head % RING_SQ];
         sl->len = (uint32_t)len;

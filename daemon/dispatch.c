@@ -549,7 +549,7 @@ void dispatch_completion(struct request *r)
                 ring_taken(s);
         else if (r->reply_sync)
                 session_reply_taken(s);
-        else if (!r->replied && s->state != SESSION_CLOSED)
+        else if (!r->replied && s->state != SESSION_CLOSED && ring_reply(r))
                 session_send_completion(s, r);
         free_request(r, n);
         session_unref(s); /* may free s */

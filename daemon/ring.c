@@ -41,6 +41,17 @@ static void send_ack(struct session *s, uint64_t rid)
         session_send(s, &env);
 }
 
+/* Tells a client that sleeps to look at its completion ring. Loop thread. */
+static void send_kick(struct session *s)
+{
+        Gemmd__V1__Envelope env = GEMMD__V1__ENVELOPE__INIT;
+        Gemmd__V1__RingKick kick = GEMMD__V1__RING_KICK__INIT;
+
+        env.body_case = GEMMD__V1__ENVELOPE__BODY_RING_KICK;
+        env.ring_kick = &kick;
+        session_send(s, &env);
+}
+
 /* Maps the ring in fd if it is one the daemon can trust not to move:
  * RING_BYTES long and sealed against shrinking, as for shared-memory
  * buffers (a file cut short under the mapping would SIGBUS the daemon). */
@@ -101,6 +112,7 @@ void ring_attach(struct session *s, uint64_t rid, const Gemmd__V1__RingAttach *m
         s->cq_head = 0;
         atomic_store(&s->ring_open, 1);
         pthread_mutex_unlock(&s->ring_lock);
+        atomic_fetch_add(&s->srv->rings_now, 1);
         s->ring_prev = NULL;
         s->ring_next = ev->rings;
         if (ev->rings)
@@ -116,6 +128,7 @@ void ring_close(struct session *s)
         pthread_mutex_lock(&s->ring_lock);
         atomic_store(&s->ring_open, 0);
         pthread_mutex_unlock(&s->ring_lock);
+        atomic_fetch_sub(&s->srv->rings_now, 1);
         if (s->ring_prev)
                 s->ring_prev->ring_next = s->ring_next;
         else
@@ -230,6 +243,14 @@ int ring_sleep(struct evloop *ev)
         return 1;
 }
 
+/* Whether s's client said it sleeps on its socket (cq.flag). Its replies
+ * then take the socket; one put in the ring as it fell asleep is followed
+ * by a RingKick (ring_post). */
+static int client_sleeps(struct session *s)
+{
+        return atomic_load_explicit(&s->ring->cq.flag, memory_order_relaxed) != 0;
+}
+
 /* Packs r's Completion into slot sl. Returns 0, or -1 when it does not fit
  * (or cannot be packed): the loop then answers r on the socket. */
 static int pack_into(const struct request *r, struct ring_slot *sl)
@@ -265,8 +286,10 @@ struct request *ring_post(struct request *r)
         }
         h = s->cq_head;
         /* A tail the client made impossible counts as a full ring: its
-         * replies take the socket. */
-        room = ring_room(&s->ring->cq, h, RING_CQ);
+         * replies take the socket. So do the replies of a client that
+         * sleeps on its socket: a reply there wakes it, where a Completion
+         * in the ring would need a RingKick after it. */
+        room = client_sleeps(s) ? 0 : ring_room(&s->ring->cq, h, RING_CQ);
         /* A request that asked for Launched messages stays with the loop,
          * which sends those: its Completion must come after them. */
         while (r && r->s == s && room > 0 && !r->notify_launch &&
@@ -309,16 +332,35 @@ struct request *ring_post(struct request *r)
         return r;
 }
 
+int ring_reply(struct request *r)
+{
+        struct session *s = r->s;
+        uint32_t h;
+        int kick = 0;
+
+        if (!s->ring || r->notify_launch)
+                return -1;
+        pthread_mutex_lock(&s->ring_lock);
+        h = s->cq_head;
+        if (!atomic_load_explicit(&s->ring_open, memory_order_relaxed) || client_sleeps(s) ||
+            ring_room(&s->ring->cq, h, RING_CQ) <= 0 || pack_into(r, &s->ring->c[h % RING_CQ])) {
+                pthread_mutex_unlock(&s->ring_lock);
+                return -1;
+        }
+        s->cq_head = ++h;
+        atomic_fetch_add(&s->srv->replies_ring, 1);
+        kick = ring_publish(&s->ring->cq, h) &&
+               atomic_exchange_explicit(&s->ring->cq.flag, 0, memory_order_relaxed);
+        pthread_mutex_unlock(&s->ring_lock);
+        if (kick)
+                send_kick(s);
+        return 0;
+}
+
 void ring_taken(struct session *s)
 {
-        Gemmd__V1__Envelope env = GEMMD__V1__ENVELOPE__INIT;
-        Gemmd__V1__RingKick kick = GEMMD__V1__RING_KICK__INIT;
-
         pthread_mutex_lock(&s->ring_lock);
         pthread_mutex_unlock(&s->ring_lock);
-        if (!atomic_exchange(&s->ring_kick, 0) || s->state == SESSION_CLOSED)
-                return;
-        env.body_case = GEMMD__V1__ENVELOPE__BODY_RING_KICK;
-        env.ring_kick = &kick;
-        session_send(s, &env);
+        if (atomic_exchange(&s->ring_kick, 0) && s->state != SESSION_CLOSED)
+                send_kick(s);
 }

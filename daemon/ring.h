@@ -34,6 +34,11 @@ int ring_sleep(struct evloop *ev);
  * (r itself when it took none): the caller hands that on as usual. */
 struct request *ring_post(struct request *r);
 
+/* The loop, answering a request it took in unanswered: puts its
+ * Completion in the session's ring if the session has one with room.
+ * Returns 0 if it did, else -1 (the socket answers). */
+int ring_reply(struct request *r);
+
 /* The loop, taking in a request with ring_sync: waits until the thread
  * that put it in the ring is done with the session, and sends the
  * RingKick that thread asked for. */

@@ -154,12 +154,22 @@ void server_queue_done_list(struct evloop *ev, struct request *head, struct requ
  * requests, on the H100 at 8 clients x 8 in flight it was busy for 94% of
  * the run in callbacks of 8-31 us, and a submit waited 64 us for it.)
  * Each request goes back to its session's loop. */
+/* Requests of one group past which the completing thread leaves the rings
+ * to the loops: packing a large group's Completions here kept it from the
+ * next group (at 64 clients x 8 in flight, groups of ~70 requests, 8-15%
+ * of the throughput; bench/results/ring-ab.txt), and the loops pack them
+ * side by side. */
+#define RING_POST_MAX 8
+
 void server_post_completions(struct request *done, void *ctx)
 {
         struct server *srv = ctx;
         struct request *r = done, *tail, *next;
         uint64_t woken = 0; /* loops to wake, by index */
-        int stuck = 0;
+        int stuck = 0, rings = 1, n = 0;
+
+        for (next = done; next && rings; next = next->next)
+                rings = ++n <= RING_POST_MAX;
 
         /* With one loop: in order, while each can be answered here: once
          * one must wait for the loop, the ones after it wait too, so that
@@ -170,8 +180,9 @@ void server_post_completions(struct request *done, void *ctx)
          * large group here took longer than the next group ran), and a
          * reply goes out after its request's counts are released, which
          * a submit on another loop is judged by. A session with rings gets
-         * its Completions in its ring from here whatever the loops
-         * (ring_post), which gives those counts back first. */
+         * its Completions of a small group in its ring from here whatever
+         * the loops (ring_post), which gives those counts back first; those
+         * of a large group its loop puts there (ring_reply). */
         while (r) {
                 struct evloop *ev = r->s->ev;
 
@@ -180,7 +191,7 @@ void server_post_completions(struct request *done, void *ctx)
                  * need no order against its socket's replies. One that does
                  * not fit (a large inline C) or finds the ring full takes
                  * the socket alone: the ones after it try the ring again. */
-                if (atomic_load_explicit(&r->s->ring_open, memory_order_relaxed)) {
+                if (rings && atomic_load_explicit(&r->s->ring_open, memory_order_relaxed)) {
                         if ((next = ring_post(r)) != r) {
                                 r = next;
                                 continue;
@@ -195,13 +206,18 @@ void server_post_completions(struct request *done, void *ctx)
                         r = next;
                         continue;
                 }
-                if (srv->nloops == 1 && !stuck && (next = session_reply_now(r, &stuck)) != r) {
+                /* A large group's requests of a session with rings are for
+                 * its loop to put there, not for this thread's socket write. */
+                if (srv->nloops == 1 && !stuck &&
+                    !atomic_load_explicit(&r->s->ring_open, memory_order_relaxed) &&
+                    (next = session_reply_now(r, &stuck)) != r) {
                         r = next;
                         continue;
                 }
                 /* For its loop: one lock per run of the same loop. */
                 for (tail = r; tail->next && tail->next->s->ev == ev &&
-                               !atomic_load_explicit(&tail->next->s->ring_open, memory_order_relaxed);
+                               !(rings && atomic_load_explicit(&tail->next->s->ring_open,
+                                                               memory_order_relaxed));
                      tail = tail->next)
                         ;
                 next = tail->next;

@@ -221,6 +221,7 @@ struct server {
          * request's last op done to its reply packed (either thread). */
         atomic_uint_fast64_t replies, replies_now, replies_ring, reply_wait_ns;
         atomic_uint_fast64_t submits_ring; /* Submits taken from rings */
+        atomic_uint rings_now;             /* sessions with rings attached */
 
         uint64_t t_start_ns;
         atomic_uint_fast64_t sessions_total, requests, rejections[32];

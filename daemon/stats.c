@@ -87,10 +87,11 @@ static void render_text(struct server *srv, FILE *f, double up_s)
 
                 fprintf(f, "replies: %llu after device work (%llu written by the completing thread, "
                            "%llu put in rings by it), done to reply packed %.1f us mean; %llu submits "
-                           "came through rings\n",
+                           "came through rings; %u sessions have rings\n",
                         (unsigned long long)nr, (unsigned long long)nn, (unsigned long long)ng,
                         nr ? wait / 1e3 / nr : 0.0,
-                        (unsigned long long)atomic_load(&srv->submits_ring));
+                        (unsigned long long)atomic_load(&srv->submits_ring),
+                        (unsigned)atomic_load(&srv->rings_now));
         }
         {
                 const uint64_t *p = ls.part_ns;
@@ -180,12 +181,13 @@ static void render_json(struct server *srv, FILE *f, double up_s)
                 srv->nsessions, (unsigned long long)srv->sessions_total,
                 (unsigned long long)srv->requests, srv->queued_ops);
         pthread_mutex_unlock(&srv->lock);
-        fprintf(f, "\"replies\":%llu,\"replies_now\":%llu,\"replies_ring\":%llu,\"submits_ring\":%llu,"
+        fprintf(f, "\"replies\":%llu,\"replies_now\":%llu,\"replies_ring\":%llu,\"submits_ring\":%llu,\"rings_now\":%u,"
                    "\"reply_wait_s\":%.6f,",
                 (unsigned long long)atomic_load(&srv->replies),
                 (unsigned long long)atomic_load(&srv->replies_now),
                 (unsigned long long)atomic_load(&srv->replies_ring),
                 (unsigned long long)atomic_load(&srv->submits_ring),
+                (unsigned)atomic_load(&srv->rings_now),
                 atomic_load(&srv->reply_wait_ns) / 1e9);
         fprintf(f, "\"loops\":%d,\"loop_callbacks\":%llu,\"loop_busy_s\":%.6f,\"loop_busy_max_s\":%.6f,"
                    "\"loop_recv_s\":%.6f,\"loop_frames_s\":%.6f,\"loop_enqueue_s\":%.6f,\"loop_reap_s\":%.6f,",

@@ -651,13 +651,16 @@ Test(e2e, gemmctl_status_stats_gemm_syr2k_and_errors)
         /* Every one of those requests was answered after device work, and
          * waited a measured, sane time for its reply. */
         cr_assert_geq(json_number(x.stdout_text, "replies"), 12, "%s", x.stdout_text);
-        /* Small results and no Launched messages: gemmctl shares rings with
-         * the daemon, so the completing thread put every one of them in its
-         * ring, and wrote none to a socket. */
-        cr_assert_eq(json_number(x.stdout_text, "replies_ring"), json_number(x.stdout_text, "replies"),
-                     "%s", x.stdout_text);
-        cr_assert_eq(json_number(x.stdout_text, "replies_now"), 0, "%s", x.stdout_text);
-        cr_assert_geq(json_number(x.stdout_text, "submits_ring"), 12, "%s", x.stdout_text);
+        /* Small results and no Launched messages: the completing thread
+         * answered every one of them itself, into gemmctl's ring while it
+         * polled, else (with one event loop) on its socket; with several
+         * loops, those not put in the ring the loops answer. */
+        if (json_number(x.stdout_text, "loops") == 1)
+                cr_assert_eq(json_number(x.stdout_text, "replies_now") +
+                                     json_number(x.stdout_text, "replies_ring"),
+                             json_number(x.stdout_text, "replies"), "%s", x.stdout_text);
+        else
+                cr_assert_eq(json_number(x.stdout_text, "replies_now"), 0, "%s", x.stdout_text);
         /* The loop's account: its parts lie within its busy time (give or
          * take the read that carried this stats request, counted in part). */
         cr_assert_gt(json_number(x.stdout_text, "loop_callbacks"), 0, "%s", x.stdout_text);
