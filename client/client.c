@@ -25,8 +25,10 @@
  * socket. take_ring() reads that ring whenever read_some() reads the
  * socket, so everything above sees one stream of frames. Before a wait
  * sleeps in poll(), or when gemmd_poll() finds nothing (its caller may
- * then sleep on gemmd_fd()), the handle says so in the ring and the daemon
- * answers its next Completion with a RingKick on the socket.
+ * then sleep on gemmd_fd()), the handle says so in the ring: the daemon
+ * then answers on the socket, which wakes it (and sends a RingKick after a
+ * Completion it had just put in the ring). A daemon loop that sleeps says
+ * so too: a Submit then takes the socket.
  *
  * Once the connection is lost (end of file, a socket error, or a frame the
  * library refuses) the handle is dead: pending tickets complete with
@@ -1341,9 +1343,12 @@ int gemmd_poll(gemmd_client *c, gemmd_ticket *ticket)
 
         if (!c || !ticket)
                 return -EINVAL;
+        /* A caller polling is awake: Completions may take the ring. */
+        if (c->ring)
+                ring_disarm(&c->ring->cq);
         read_some(c);
         /* Nothing yet: the caller may sleep on gemmd_fd() now, so the
-         * daemon is told to kick the socket with the next Completion. */
+         * daemon is told to use the socket, which wakes it. */
         if (!c->done_head && c->ring && !c->dead && !ring_arm(&c->ring->cq, c->cq_tail))
                 take_ring(c);
         t = c->done_head;

@@ -5,18 +5,24 @@
  * slot, gives the slot back, and hands the copy to dispatch_frame as if it
  * had come off the socket (only Submit may come this way). The loop looks
  * at its rings after each of its turns; while it polls (--spin-us) that is
- * every few hundred nanoseconds, and before it blocks it sets each ring's
- * sq.flag so that a client kicks it on the socket.
+ * every few hundred nanoseconds. Before it blocks it sets each ring's
+ * sq.flag: clients then send their Submits on the socket, which wakes it,
+ * and one that put a Submit in the ring just before kicks it there.
  *
- * Completions: the thread that saw a group finish (server_post_completions)
- * packs each finished request's Completion into the next free slot, queues
- * the requests on their loop, and only then makes the slots visible: a
- * client that answers a completion with a new submit finds the request
- * already on the loop's queue, which on_submit reaps before it refuses for
- * a cap. The user's and the daemon's counts are given back before the
- * slots are visible too (they are judged by submits on other loops). The
- * loop frees the session only after taking the ring's lock once more
- * (ring_sync), so the ring stays mapped while a thread writes to it.
+ * Completions: of a small group, the thread that saw it finish
+ * (server_post_completions, ring_post) packs each finished request's
+ * Completion into the next free slot, queues the requests on their loop,
+ * and only then makes the slots visible: a client that answers a
+ * completion with a new submit finds the request already on the loop's
+ * queue, which on_submit reaps before it refuses for a cap. The user's and
+ * the daemon's counts are given back before the slots are visible too
+ * (they are judged by submits on other loops). The loop frees the session
+ * only after taking the ring's lock once more (ring_sync), so the ring
+ * stays mapped while a thread writes to it. Of a large group, the loops
+ * put them in the rings as they take the requests in (ring_reply), side by
+ * side. A client that said it sleeps (cq.flag) gets its Completions on the
+ * socket, which wakes it; one put in the ring as it fell asleep is
+ * followed by a RingKick.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -26,7 +32,6 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "daemon/log.h"
 #include "daemon/ring.h"
 #include "gemmd.h"
 
@@ -206,7 +211,9 @@ int ring_drain(struct evloop *ev)
         }
         for (s = ev->rings; s; s = next) {
                 next = s->ring_next;
-                if (ring_avail(&s->ring->sq, s->sq_tail, RING_SQ) == 0)
+                /* A session whose client leaves its replies unread waits,
+                 * without keeping the loop polling for it. */
+                if (!drainable(s) || ring_avail(&s->ring->sq, s->sq_tail, RING_SQ) == 0)
                         continue;
                 if (!t0) {
                         t0 = now_ns();

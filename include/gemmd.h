@@ -293,13 +293,15 @@ int gemmd_fd(const gemmd_client *c);
  * gemmd_wait(c, *ticket, 0, ...)), 0 if none is, or a negative code. */
 int gemmd_poll(gemmd_client *c, gemmd_ticket *ticket);
 
-/* Waits up to timeout_ms (-1: forever) until some ticket completes, and
- * returns 1 with it in *ticket (collect it with gemmd_wait(c, *ticket, 0,
- * ...)), 0 if none did in time, or a negative code. Like gemmd_poll, each
- * completed ticket is handed out once. It polls for GEMMD_SPIN_US before
- * it sleeps, as gemmd_wait does; a loop of gemmd_poll calls that finds
- * nothing asks the daemon to wake gemmd_fd() each time, which this does
- * not. */
+/* Waits up to timeout_ms (-1: forever; 0: only looks) until some ticket
+ * completes, and returns 1 with it in *ticket (collect it with
+ * gemmd_wait(c, *ticket, 0, ...)), 0 if none did in time, or a negative
+ * code. Like gemmd_poll, each completed ticket is handed out once. It
+ * polls for GEMMD_SPIN_US before it sleeps, as gemmd_wait does. A program
+ * that keeps requests in flight waits here rather than in a loop of
+ * gemmd_poll: a gemmd_poll that finds nothing tells the daemon that its
+ * caller may sleep on gemmd_fd(), so the next completion comes by the
+ * socket instead of the faster shared ring. */
 int gemmd_wait_any(gemmd_client *c, int timeout_ms, gemmd_ticket *ticket);
 
 /* Convenience: submit + wait. */

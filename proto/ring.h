@@ -8,12 +8,16 @@
  *
  *   sq: Submit envelopes, client to daemon. The daemon's event loop looks
  *       at the ring on each of its turns while it polls (--spin-us); before
- *       it sleeps it sets sq.flag, and a client that then puts a Submit in
- *       the ring sends RingKick on the socket.
+ *       it sleeps it sets sq.flag, and clients then send their Submits on
+ *       the socket, which wakes it.
  *   cq: Completion envelopes, daemon to client, written by the thread that
- *       saw the group finish. A client about to sleep on the socket sets
- *       cq.flag; the daemon clears it when it next fills a slot and has
- *       RingKick sent on the socket.
+ *       saw the group finish (or, for a large group, by the event loop). A
+ *       client about to sleep on the socket sets cq.flag, and the daemon
+ *       then answers it on the socket.
+ *
+ * A message put in a ring just as the other side fell asleep is followed
+ * by a RingKick on the socket (the handshake below makes sure one of the
+ * two sides sees the other).
  *
  * Each slot holds one frame body (an Envelope, as on the socket without
  * its length prefix) of at most RING_BODY bytes; what does not fit, or
