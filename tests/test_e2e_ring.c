@@ -1,11 +1,13 @@
 /*
  * test_e2e_ring.c - the rings a session shares with the daemon beside its
  * socket (proto/ring.h, daemon/ring.c): through the library, results as
- * on the socket, a daemon and a client that sleep and are kicked, and the
- * socket alone when either side declines; by hand, every RingAttach the
- * daemon must refuse, a broken submission ring, something other than a
- * Submit in it, and a client that never takes its completions, whose
- * replies then come on the socket, each exactly once.
+ * on the socket, a daemon and a client that sleep and miss nothing, and
+ * the socket alone when either side declines; by hand, every RingAttach
+ * the daemon must refuse, a broken submission ring, something other than a
+ * Submit in it, how the sleep flags and kicks route each message, a client
+ * that never takes its completions (its replies then come on the socket,
+ * each exactly once), and one that reads nothing at all (the daemon leaves
+ * its ring alone without polling for it).
  */
 #include <criterion/criterion.h>
 #include <errno.h>
@@ -700,6 +702,96 @@ Test(ring, the_kicks_and_sleep_flags_route_each_message)
         take_completion(raw_recv_reply(&r), seen, 500, 2);
         cr_assert_eq(ring_avail(&r.ring->cq, r.cq_tail, RING_CQ), 0);
         raw_alive(&r, 7);
+        raw_close(&r);
+        cr_assert_eq(e2e_daemon_stop(&d), 0);
+}
+
+/* The daemon's CPU time so far, in clock ticks (utime + stime). */
+static long long cpu_ticks(pid_t pid)
+{
+        char path[64], buf[1024], *p;
+        long long ut = 0, st = 0;
+        FILE *f;
+        size_t n;
+
+        snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+        f = fopen(path, "r");
+        cr_assert_not_null(f);
+        n = fread(buf, 1, sizeof(buf) - 1, f);
+        fclose(f);
+        buf[n] = 0;
+        /* Fields 14 and 15, counted after the ")" that ends the name. */
+        p = strrchr(buf, ')');
+        cr_assert_not_null(p);
+        cr_assert_eq(sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %lld %lld", &ut, &st), 2);
+        return ut + st;
+}
+
+/* A client that fills its rings and never reads its socket: once its
+ * unread replies pass --max-output-bytes the daemon takes no more of its
+ * Submits, as it reads no more of its socket, and does not poll for it
+ * meanwhile (a polling daemon, --spin-us 1000, would otherwise burn a
+ * core on the waiting Submits). Reading the replies lets it go on. */
+Test(ring, a_client_that_never_reads_has_its_ring_left_alone_without_a_busy_daemon)
+{
+        enum { FIRST = 10000, MAX = 20000 };
+        struct e2e_daemon d;
+        struct raw r;
+        uint64_t id = FIRST;
+        uint32_t tail, last = 0;
+        long long t0;
+        int still = 0;
+
+        cr_assert_eq(e2e_daemon_start(&d, "--spin-us", "1000", "--max-output-bytes", "65536",
+                                      "--max-inflight-ops", "1024", NULL),
+                     0);
+        raw_open(&r, &d);
+        raw_hello(&r);
+        raw_attach_ok(&r);
+        /* Feed the ring until the daemon stops taking from it for 300 ms. */
+        while (still < 300) {
+                if (ring_room(&r.ring->sq, r.sq_head, RING_SQ) > 0 && id < FIRST + MAX) {
+                        ring_send_gemm(&r, id++);
+                        continue;
+                }
+                usleep(1000);
+                tail = atomic_load(&r.ring->sq.tail);
+                still = tail == last ? still + 1 : 0;
+                last = tail;
+        }
+        cr_assert_lt(id, FIRST + MAX, "the daemon took all %d Submits of a client that reads nothing", MAX);
+        cr_assert_neq(atomic_load(&r.ring->sq.head), atomic_load(&r.ring->sq.tail), "nothing left waiting");
+        /* Idle with Submits waiting: under a tenth of a core over a second. */
+        t0 = cpu_ticks(d.pid);
+        usleep(1000000);
+        cr_expect_lt(cpu_ticks(d.pid) - t0, sysconf(_SC_CLK_TCK) / 10, "the daemon polls for a stalled client");
+        /* The client reads its replies: the rest is served, each once. */
+        {
+                uint64_t total = id - FIRST, seen = 0;
+
+                for (int idle = 0; seen < total;) {
+                        int n = ring_avail(&r.ring->cq, r.cq_tail, RING_CQ);
+                        struct pollfd pf = {r.fd, POLLIN, 0};
+
+                        cr_assert_geq(n, 0);
+                        if (n > 0) {
+                                seen += (uint64_t)n;
+                                r.cq_tail += (uint32_t)n;
+                                ring_release(&r.ring->cq, r.cq_tail);
+                                idle = 0;
+                        } else if (poll(&pf, 1, 10) == 1) {
+                                if (raw_recv(&r)->body_case == GEMMD__V1__ENVELOPE__BODY_COMPLETION)
+                                        seen++;
+                                idle = 0;
+                        } else {
+                                cr_assert_lt(++idle, 1000, "%llu of %llu completions, then nothing for 10 s",
+                                             (unsigned long long)seen, (unsigned long long)total);
+                        }
+                }
+                cr_assert_eq(seen, total);
+                cr_assert_eq(atomic_load(&r.ring->sq.head), atomic_load(&r.ring->sq.tail));
+        }
+        raw_alive(&r, 9);
         raw_close(&r);
         cr_assert_eq(e2e_daemon_stop(&d), 0);
 }
