@@ -1,8 +1,9 @@
 /*
  * ring.h - the daemon's side of the rings a session may share with its
  * client (proto/ring.h): attaching them, taking Submits from them on the
- * loop's turns, and putting Completions in them from the thread that saw
- * the group finish, without the loop or a system call in between.
+ * loop's turns, and putting Completions in them, a small group's from the
+ * thread that saw it finish (no loop or system call in between), a large
+ * group's from the loops.
  */
 #ifndef GEMMD_DAEMON_RING_H
 #define GEMMD_DAEMON_RING_H
@@ -24,18 +25,20 @@ void ring_free(struct session *s);
  * many. Loop thread, between its turns (run_loop). */
 int ring_drain(struct evloop *ev);
 
-/* Before the loop blocks: tells ev's sessions it sleeps (they kick it on
- * the socket). Returns 0, without sleeping, if a Submit came meanwhile. */
+/* Before the loop blocks: tells ev's sessions it sleeps (their Submits
+ * then take the socket). Returns 0, without sleeping, if a Submit came
+ * meanwhile. */
 int ring_sleep(struct evloop *ev);
 
 /* A completing thread: puts the Completions of r and the requests after it
- * of the same session in its completion ring, as many as fit, and queues
- * them on the session's loop. Returns the first request it did not take
+ * of the same session in its completion ring, as many as fit and unless
+ * the client said it sleeps, and queues them on the session's loop. Returns the first request it did not take
  * (r itself when it took none): the caller hands that on as usual. */
 struct request *ring_post(struct request *r);
 
 /* The loop, answering a request it took in unanswered: puts its
- * Completion in the session's ring if the session has one with room.
+ * Completion in the session's ring if the session has one with room and
+ * the client did not say it sleeps.
  * Returns 0 if it did, else -1 (the socket answers). */
 int ring_reply(struct request *r);
 
