@@ -754,6 +754,25 @@ static uint64_t spin_from_env(void)
         return sysconf(_SC_NPROCESSORS_ONLN) >= 4 ? GEMMD_DEFAULT_SPIN_US * 1000ull : 0;
 }
 
+/* A memfd of `bytes` for the daemon to map, sealed, and mapped here at
+ * *p. Returns its descriptor, or a negative errno. The seals let the
+ * daemon trust the size: we can no longer shrink the file under its
+ * mapping (which would SIGBUS it). */
+static int shared_memfd(const char *name, uint64_t bytes, void **p)
+{
+        int fd = memfd_create(name, MFD_CLOEXEC | MFD_ALLOW_SEALING), err;
+
+        if (fd < 0)
+                return -errno;
+        if (ftruncate(fd, (off_t)bytes) < 0 || fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW) < 0 ||
+            (*p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0)) == MAP_FAILED) {
+                err = -errno;
+                close(fd);
+                return err;
+        }
+        return fd;
+}
+
 /* $GEMMD_RING: 0 keeps the handle to the socket alone. */
 static int ring_wanted(void)
 {
@@ -772,21 +791,9 @@ static int attach_ring(struct gemmd_client *c)
         void *p;
         int fd, err;
 
-        fd = memfd_create("gemmd-ring", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+        fd = shared_memfd("gemmd-ring", RING_BYTES, &p);
         if (fd < 0)
-                return -errno;
-        if (ftruncate(fd, (off_t)RING_BYTES) < 0 ||
-            fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW) < 0) {
-                err = -errno;
-                close(fd);
-                return err;
-        }
-        p = mmap(NULL, RING_BYTES, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-        if (p == MAP_FAILED) {
-                err = -errno;
-                close(fd);
-                return err;
-        }
+                return fd;
         m.version = GEMMD_RING_VERSION;
         m.bytes = RING_BYTES;
         env.body_case = GEMMD__V1__ENVELOPE__BODY_RING_ATTACH;
@@ -976,31 +983,17 @@ int gemmd_buffer_alloc(gemmd_client *c, uint64_t bytes, gemmd_buffer *id, void *
                 return GEMMD_ELIMIT;
         if (bytes > (uint64_t)INT64_MAX || bytes > SIZE_MAX)
                 return -EFBIG;
-        fd = memfd_create("gemmd", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+        fd = shared_memfd("gemmd", bytes, &p);
         if (fd < 0)
-                return -errno;
-        /* The seals let the daemon trust the size: we can no longer shrink
-         * the file under its mapping (which would SIGBUS it). */
-        if (ftruncate(fd, (off_t)bytes) < 0 ||
-            fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW) < 0) {
-                err = -errno;
-                goto close_fd;
-        }
-        p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-        if (p == MAP_FAILED) {
-                err = -errno;
-                goto close_fd;
-        }
+                return fd;
         reg.kind = GEMMD__V1__BUFFER_REGISTER__KIND__SHM;
         reg.bytes = bytes;
         err = register_buffer(c, &reg, fd, p, id);
-        if (err) {
-                munmap(p, bytes);
-                goto close_fd;
-        }
-        *ptr = p;
-close_fd:
         close(fd);
+        if (err)
+                munmap(p, bytes);
+        else
+                *ptr = p;
         return err;
 }
 

@@ -175,10 +175,18 @@ static void on_register(struct session *s, uint64_t rid, const Gemmd__V1__Buffer
         reply(s, rid, &env);
 }
 
-static void on_release(struct session *s, uint64_t rid, const Gemmd__V1__BufferRelease *m)
+void dispatch_ack(struct session *s, uint64_t rid)
 {
         Gemmd__V1__Envelope env = GEMMD__V1__ENVELOPE__INIT;
         Gemmd__V1__Ack ack = GEMMD__V1__ACK__INIT;
+
+        env.body_case = GEMMD__V1__ENVELOPE__BODY_ACK;
+        env.ack = &ack;
+        reply(s, rid, &env);
+}
+
+static void on_release(struct session *s, uint64_t rid, const Gemmd__V1__BufferRelease *m)
+{
         struct gbuf *b = gbuf_table_find(&s->bufs, m->buffer_id);
         int rc;
 
@@ -193,9 +201,7 @@ static void on_release(struct session *s, uint64_t rid, const Gemmd__V1__BufferR
                                    (unsigned long long)m->buffer_id);
                 return;
         }
-        env.body_case = GEMMD__V1__ENVELOPE__BODY_ACK;
-        env.ack = &ack;
-        reply(s, rid, &env);
+        dispatch_ack(s, rid);
 }
 
 static void free_request(struct request *r, uint32_t nvalid)
@@ -364,7 +370,7 @@ static void on_stats(struct session *s, uint64_t rid, const Gemmd__V1__StatsRequ
         free(text);
 }
 
-void dispatch_frame(struct session *s, const uint8_t *buf, uint32_t len)
+void dispatch_frame(struct session *s, const uint8_t *buf, uint32_t len, int from_ring)
 {
         Gemmd__V1__Envelope *env = frame_unpack(&s->arena, buf, len);
         uint64_t rid;
@@ -402,7 +408,7 @@ void dispatch_frame(struct session *s, const uint8_t *buf, uint32_t len)
          * that a completing thread wrote: its request is taken in first.
          * Submits do it only when a cap would refuse them (on_submit), so
          * that a busy read is not held up packing other sessions' replies. */
-        if (s->in_ring && env->body_case != GEMMD__V1__ENVELOPE__BODY_SUBMIT) {
+        if (from_ring && env->body_case != GEMMD__V1__ENVELOPE__BODY_SUBMIT) {
                 session_send_error(s, rid, GEMMD_EPROTO, -1,
                                    "only Submit may come through the ring (body %d)",
                                    (int)env->body_case);
@@ -462,12 +468,13 @@ void launch_notice_send(struct wctl *c)
         free(n);
 }
 
-void dispatch_count_reply(const struct request *r, uint64_t t_reply)
+/* Counts a reply packed at t_reply: how long a finished request waits for
+ * it is the part of a round trip between the device and the socket
+ * (gemmctl stats). */
+static void count_reply(const struct request *r, uint64_t t_reply)
 {
         uint64_t t_done = 0;
 
-        /* How long a finished request waits for its reply: the part of a
-         * round trip between the device and the socket (gemmctl stats). */
         for (uint32_t i = 0; i < r->nops; i++)
                 if (r->ops[i].t_done_ns > t_done)
                         t_done = r->ops[i].t_done_ns;
@@ -477,7 +484,10 @@ void dispatch_count_reply(const struct request *r, uint64_t t_reply)
         }
 }
 
-int dispatch_pack_completion(const struct request *r, uint8_t **buf, size_t *n, uint64_t *t_reply)
+/* Packs r's Completion at dst (cap bytes, no frame header) or, with dst
+ * NULL, into a new allocation (dispatch_pack_completion's), and counts
+ * the reply once it is packed. */
+static int pack(const struct request *r, uint8_t *dst, size_t cap, uint8_t **buf, size_t *n)
 {
         Gemmd__V1__OpResult small[64], *res = small;
         uint32_t nres = r->nops;
@@ -486,10 +496,6 @@ int dispatch_pack_completion(const struct request *r, uint8_t **buf, size_t *n, 
 
         if (nres == 0)
                 return -EINVAL; /* every request has an op (on_submit) */
-        if (t_reply)
-                *t_reply = now;
-        else
-                dispatch_count_reply(r, now);
         if (nres > sizeof(small) / sizeof(small[0])) {
                 res = malloc(nres * sizeof(*res));
                 if (!res)
@@ -518,11 +524,24 @@ int dispatch_pack_completion(const struct request *r, uint8_t **buf, size_t *n, 
                 x->admit_ns = r->t_admit_ns;
                 x->reply_ns = now;
         }
-        rc = frame_pack_completion(r->id, res, nres, offsetof(struct outbuf, data), UINT32_MAX, buf,
-                                   n);
+        rc = dst ? frame_pack_completion_body(r->id, res, nres, dst, cap, n)
+                 : frame_pack_completion(r->id, res, nres, offsetof(struct outbuf, data), UINT32_MAX,
+                                         buf, n);
         if (res != small)
                 free(res);
+        if (!rc)
+                count_reply(r, now);
         return rc;
+}
+
+int dispatch_pack_completion(const struct request *r, uint8_t **buf, size_t *n)
+{
+        return pack(r, NULL, 0, buf, n);
+}
+
+int dispatch_pack_completion_body(const struct request *r, uint8_t *dst, size_t cap, size_t *n)
+{
+        return pack(r, dst, cap, NULL, n);
 }
 
 void dispatch_completion(struct request *r)

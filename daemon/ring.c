@@ -35,17 +35,6 @@
 #include "daemon/ring.h"
 #include "gemmd.h"
 
-static void send_ack(struct session *s, uint64_t rid)
-{
-        Gemmd__V1__Envelope env = GEMMD__V1__ENVELOPE__INIT;
-        Gemmd__V1__Ack ack = GEMMD__V1__ACK__INIT;
-
-        env.request_id = rid;
-        env.body_case = GEMMD__V1__ENVELOPE__BODY_ACK;
-        env.ack = &ack;
-        session_send(s, &env);
-}
-
 /* Tells a client that sleeps to look at its completion ring. Loop thread. */
 static void send_kick(struct session *s)
 {
@@ -123,7 +112,7 @@ void ring_attach(struct session *s, uint64_t rid, const Gemmd__V1__RingAttach *m
         if (ev->rings)
                 ev->rings->ring_prev = s;
         ev->rings = s;
-        send_ack(s, rid);
+        dispatch_ack(s, rid);
 }
 
 void ring_close(struct session *s)
@@ -188,9 +177,7 @@ static int drain_one(struct session *s)
                 }
                 memcpy(body, sl->body, len);
                 ring_release(&ring->sq, ++s->sq_tail);
-                s->in_ring = 1;
-                dispatch_frame(s, body, len);
-                s->in_ring = 0;
+                dispatch_frame(s, body, len, 1);
                 atomic_fetch_add_explicit(&s->srv->submits_ring, 1, memory_order_relaxed);
                 taken++;
         }
@@ -250,32 +237,27 @@ int ring_sleep(struct evloop *ev)
         return 1;
 }
 
-/* Whether s's client said it sleeps on its socket (cq.flag). Its replies
- * then take the socket; one put in the ring as it fell asleep is followed
- * by a RingKick (ring_post). */
-static int client_sleeps(struct session *s)
+/* The completion slots s's client leaves free after head. None when it
+ * said it sleeps on its socket (cq.flag): a reply there wakes it, where a
+ * Completion in the ring would need a RingKick after it (one put in the
+ * ring as it fell asleep gets one). A tail the client made impossible
+ * counts as a full ring too. Either way its replies take the socket. */
+static int cq_room(struct session *s, uint32_t head)
 {
-        return atomic_load_explicit(&s->ring->cq.flag, memory_order_relaxed) != 0;
+        if (atomic_load_explicit(&s->ring->cq.flag, memory_order_relaxed))
+                return 0;
+        return ring_room(&s->ring->cq, head, RING_CQ);
 }
 
 /* Packs r's Completion into slot sl. Returns 0, or -1 when it does not fit
- * (or cannot be packed): the loop then answers r on the socket. */
+ * (or cannot be packed): the socket then answers r. */
 static int pack_into(const struct request *r, struct ring_slot *sl)
 {
-        uint8_t *buf = NULL;
-        size_t n = 0, front = offsetof(struct outbuf, data) + FRAME_HDR_BYTES;
-        uint64_t t_reply;
+        size_t n;
 
-        if (dispatch_pack_completion(r, &buf, &n, &t_reply))
+        if (dispatch_pack_completion_body(r, sl->body, RING_BODY, &n))
                 return -1;
-        if (n - FRAME_HDR_BYTES > RING_BODY) {
-                free(buf);
-                return -1; /* packed again, and counted, for the socket */
-        }
-        sl->len = (uint32_t)(n - FRAME_HDR_BYTES);
-        memcpy(sl->body, buf + front, sl->len);
-        free(buf);
-        dispatch_count_reply(r, t_reply);
+        sl->len = (uint32_t)n;
         return 0;
 }
 
@@ -292,11 +274,7 @@ struct request *ring_post(struct request *r)
                 return r;
         }
         h = s->cq_head;
-        /* A tail the client made impossible counts as a full ring: its
-         * replies take the socket. So do the replies of a client that
-         * sleeps on its socket: a reply there wakes it, where a Completion
-         * in the ring would need a RingKick after it. */
-        room = client_sleeps(s) ? 0 : ring_room(&s->ring->cq, h, RING_CQ);
+        room = cq_room(s, h);
         /* A request that asked for Launched messages stays with the loop,
          * which sends those: its Completion must come after them. */
         while (r && r->s == s && room > 0 && !r->notify_launch &&
@@ -349,8 +327,8 @@ int ring_reply(struct request *r)
                 return -1;
         pthread_mutex_lock(&s->ring_lock);
         h = s->cq_head;
-        if (!atomic_load_explicit(&s->ring_open, memory_order_relaxed) || client_sleeps(s) ||
-            ring_room(&s->ring->cq, h, RING_CQ) <= 0 || pack_into(r, &s->ring->c[h % RING_CQ])) {
+        if (!atomic_load_explicit(&s->ring_open, memory_order_relaxed) || cq_room(s, h) <= 0 ||
+            pack_into(r, &s->ring->c[h % RING_CQ])) {
                 pthread_mutex_unlock(&s->ring_lock);
                 return -1;
         }

@@ -111,15 +111,14 @@ struct session {
         struct session *next_dirty;
 
         /* The rings the client attached (daemon/ring.c, proto/ring.h), or
-         * NULL. The loop takes Submits from sq (sq_tail, in_ring: its
-         * own); completing threads put Completions in cq under ring_lock,
+         * NULL. The loop takes Submits from sq (sq_tail: its own);
+         * completing threads put Completions in cq under ring_lock,
          * which also guards cq_head and ring_open (cleared at close).
          * ring_kick: the client sleeps and is owed a RingKick on the
          * socket (set by a completing thread, sent by the loop). */
         struct gemmd_ring *ring;
         struct session *ring_next, *ring_prev; /* on ev->rings */
         uint32_t sq_tail;
-        int in_ring;
         pthread_mutex_t ring_lock;
         uint32_t cq_head;
         atomic_int ring_open; /* also read without the lock, as a hint */
@@ -329,16 +328,21 @@ int session_take_fd(struct session *s);
 void server_flush_dirty(struct evloop *ev);
 
 /* dispatch.c */
-void dispatch_frame(struct session *s, const uint8_t *buf, uint32_t len);
+/* Acts on one frame body; from_ring: it came through the session's
+ * submission ring, where only Submit may come. */
+void dispatch_frame(struct session *s, const uint8_t *buf, uint32_t len, int from_ring);
+/* Answers request rid with Ack. */
+void dispatch_ack(struct session *s, uint64_t rid);
 void dispatch_completion(struct request *r);
 /* Packs the Completion of r (per op: status, timings, an inline C's bytes)
  * into a new allocation with room for a struct outbuf before the frame, as
- * frame_pack_completion. Reads only r, so any thread may call it once r's
- * last op is done. It counts the reply in the daemon's stats, unless
- * t_reply is given: then it stores the time it stamped there, for a
- * dispatch_count_reply once the reply surely goes out. */
-int dispatch_pack_completion(const struct request *r, uint8_t **buf, size_t *n, uint64_t *t_reply);
-void dispatch_count_reply(const struct request *r, uint64_t t_reply);
+ * frame_pack_completion, and counts the reply in the daemon's stats. Reads
+ * only r, so any thread may call it once r's last op is done. */
+int dispatch_pack_completion(const struct request *r, uint8_t **buf, size_t *n);
+/* The same Completion written at dst (a ring's slot, cap bytes) without a
+ * frame header; GEMMD_ETOOBIG, with nothing written or counted, when it
+ * does not fit. */
+int dispatch_pack_completion_body(const struct request *r, uint8_t *dst, size_t cap, size_t *n);
 
 /* stats.c */
 int stats_render(struct server *srv, int json, char **out);

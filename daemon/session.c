@@ -437,7 +437,7 @@ void session_send_completion(struct session *s, const struct request *r)
 
         if (s->state == SESSION_CLOSED)
                 return;
-        rc = dispatch_pack_completion(r, &buf, &n, NULL);
+        rc = dispatch_pack_completion(r, &buf, &n);
         queue_frame(s, rc, buf, n);
 }
 
@@ -476,7 +476,7 @@ struct request *session_reply_now(struct request *r, int *stuck)
                 uint8_t *buf = NULL;
                 size_t n = 0;
 
-                if (!reply_now_ok(s, r) || dispatch_pack_completion(r, &buf, &n, NULL)) {
+                if (!reply_now_ok(s, r) || dispatch_pack_completion(r, &buf, &n)) {
                         *stuck = 1;
                         break;
                 }
@@ -671,7 +671,7 @@ static void parse_rbuf(struct session *s)
                         break;
                 }
                 if (avail - FRAME_HDR_BYTES >= len) {
-                        dispatch_frame(s, s->rbuf + off + FRAME_HDR_BYTES, len);
+                        dispatch_frame(s, s->rbuf + off + FRAME_HDR_BYTES, len, 0);
                         off += FRAME_HDR_BYTES + len;
                         continue;
                 }
@@ -742,7 +742,7 @@ static void on_readable(struct session *s)
                                 uint8_t *body = s->body;
 
                                 s->body = NULL;
-                                dispatch_frame(s, body, s->body_len);
+                                dispatch_frame(s, body, s->body_len, 0);
                                 session_hand_over(s);
                                 free(body);
                                 if (s->state != SESSION_CLOSED)

@@ -554,39 +554,24 @@ static uint8_t *put_result(uint8_t *p, const Gemmd__V1__OpResult *r, size_t size
         return p;
 }
 
-int frame_pack_completion(uint64_t request_id, const Gemmd__V1__OpResult *res, size_t nres,
-                          size_t front, uint32_t max, uint8_t **out, size_t *n)
+/* The sizes of a Completion envelope's results (sizes[i]), of the
+ * Completion (*comp) and of the whole envelope, which it returns. */
+static size_t completion_sizes(uint64_t request_id, const Gemmd__V1__OpResult *res, size_t nres,
+                               size_t *sizes, size_t *comp)
 {
-        size_t small[64], *sizes = small, comp = 0, body;
-        uint8_t *buf, *p;
-        int rc = 0;
-
-        if (nres > sizeof(small) / sizeof(small[0])) {
-                sizes = malloc(nres * sizeof(*sizes));
-                if (!sizes)
-                        return -ENOMEM;
-        }
+        *comp = 0;
         for (size_t i = 0; i < nres; i++) {
                 sizes[i] = result_size(&res[i]);
-                comp += 1 + varint_size(sizes[i]) + sizes[i];
+                *comp += 1 + varint_size(sizes[i]) + sizes[i];
         }
         /* Envelope: request_id (1), then completion (17: a 2-byte tag). */
-        body = (request_id ? 1 + varint_size(request_id) : 0) + 2 + varint_size(comp) + comp;
-        if (body > max) {
-                rc = GEMMD_ETOOBIG;
-                goto out;
-        }
-        buf = malloc(front + FRAME_HDR_BYTES + body);
-        if (!buf) {
-                rc = -ENOMEM;
-                goto out;
-        }
-        p = buf + front;
-        p[0] = body & 0xff;
-        p[1] = (body >> 8) & 0xff;
-        p[2] = (body >> 16) & 0xff;
-        p[3] = (body >> 24) & 0xff;
-        p += FRAME_HDR_BYTES;
+        return (request_id ? 1 + varint_size(request_id) : 0) + 2 + varint_size(*comp) + *comp;
+}
+
+/* Writes the envelope that completion_sizes measured at p; returns its end. */
+static uint8_t *put_completion(uint8_t *p, uint64_t request_id, const Gemmd__V1__OpResult *res,
+                               size_t nres, const size_t *sizes, size_t comp)
+{
         if (request_id) {
                 *p++ = 0x08;
                 p = put_varint(p, request_id);
@@ -596,17 +581,68 @@ int frame_pack_completion(uint64_t request_id, const Gemmd__V1__OpResult *res, s
         p = put_varint(p, comp);
         for (size_t i = 0; i < nres; i++)
                 p = put_result(p, &res[i], sizes[i]);
-        if ((size_t)(p - buf) != front + FRAME_HDR_BYTES + body) {
-                free(buf); /* a bug: the sizes above and the writes disagree */
+        return p;
+}
+
+/* Packs the envelope at dst (cap bytes) or into a new allocation with
+ * `front` bytes and a frame header before it (dst NULL). */
+static int pack_completion(uint64_t request_id, const Gemmd__V1__OpResult *res, size_t nres,
+                           uint8_t *dst, size_t cap, size_t front, uint8_t **out, size_t *n)
+{
+        size_t small[64], *sizes = small, comp, body;
+        uint8_t *buf, *p;
+        int rc = 0;
+
+        if (nres > sizeof(small) / sizeof(small[0])) {
+                sizes = malloc(nres * sizeof(*sizes));
+                if (!sizes)
+                        return -ENOMEM;
+        }
+        body = completion_sizes(request_id, res, nres, sizes, &comp);
+        if (body > cap) {
+                rc = GEMMD_ETOOBIG;
+                goto out;
+        }
+        buf = dst ? dst : malloc(front + FRAME_HDR_BYTES + body);
+        if (!buf) {
+                rc = -ENOMEM;
+                goto out;
+        }
+        p = buf;
+        if (!dst) {
+                p += front;
+                p[0] = body & 0xff;
+                p[1] = (body >> 8) & 0xff;
+                p[2] = (body >> 16) & 0xff;
+                p[3] = (body >> 24) & 0xff;
+                p += FRAME_HDR_BYTES;
+        }
+        if (put_completion(p, request_id, res, nres, sizes, comp) != p + body) {
+                /* A bug: the sizes above and the writes disagree. */
+                if (!dst)
+                        free(buf);
                 rc = GEMMD_EPROTO;
                 goto out;
         }
-        *out = buf;
-        *n = FRAME_HDR_BYTES + body;
+        if (!dst)
+                *out = buf;
+        *n = dst ? body : FRAME_HDR_BYTES + body;
 out:
         if (sizes != small)
                 free(sizes);
         return rc;
+}
+
+int frame_pack_completion(uint64_t request_id, const Gemmd__V1__OpResult *res, size_t nres,
+                          size_t front, uint32_t max, uint8_t **out, size_t *n)
+{
+        return pack_completion(request_id, res, nres, NULL, max, front, out, n);
+}
+
+int frame_pack_completion_body(uint64_t request_id, const Gemmd__V1__OpResult *res, size_t nres,
+                               uint8_t *dst, size_t cap, size_t *n)
+{
+        return pack_completion(request_id, res, nres, dst, cap, 0, NULL, n);
 }
 
 int frame_code_to_err(int code)

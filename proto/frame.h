@@ -33,6 +33,12 @@ int frame_pack(const Gemmd__V1__Envelope *env, size_t front, uint32_t max, uint8
 int frame_pack_completion(uint64_t request_id, const Gemmd__V1__OpResult *res, size_t nres,
                           size_t front, uint32_t max, uint8_t **out, size_t *n);
 
+/* The same envelope written at dst, without the frame header (a ring's
+ * slot): *n is its length. Returns 0, or GEMMD_ETOOBIG (nothing written)
+ * when it is longer than cap. */
+int frame_pack_completion_body(uint64_t request_id, const Gemmd__V1__OpResult *res, size_t nres,
+                               uint8_t *dst, size_t cap, size_t *n);
+
 /* A bump allocator for protobuf-c unpacking, bounded by `cap` bytes in
  * all. Memory is released in one go by frame_arena_reset/deinit. */
 struct frame_arena {

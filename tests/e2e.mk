@@ -1,8 +1,7 @@
 # tests/e2e.mk: the end-to-end suites, which run the real build/gemmd (and
 # build/gemmctl) on temporary sockets, and build/demo_client, the example
 # client that `make demo` runs.
-E2E_SUITES := $(addprefix $(BUILD)/tests/,test_e2e test_e2e_proto test_e2e_clients test_e2e_batcher \
-                                     test_e2e_ring)
+E2E_SUITES := $(addprefix $(BUILD)/tests/,test_e2e test_e2e_proto test_e2e_clients test_e2e_batcher)
 E2E_UTIL := $(BUILD)/tests/e2e_util.o
 
 $(E2E_SUITES:=.o) $(E2E_UTIL) $(BUILD)/tests/demo_client.o: | $(BUILD)/proto/gemmd.pb-c.h

@@ -1,10 +1,10 @@
 # tests/hardening.mk: the production-hardening suites, which run the real
 # build/gemmd: users and limits, hostile input, faults (killed clients, a
-# restarted daemon), systemd (install, units, socket activation, watchdog)
-# and a short soak; and build/soak, the soak program (`make soak` runs the
+# restarted daemon), the shared-memory rings (hostile ones too), systemd
+# (install, units, socket activation, watchdog) and a short soak; and build/soak, the soak program (`make soak` runs the
 # long version: 64 clients for 180 s).
 HARD_SUITES := $(addprefix $(BUILD)/tests/,test_e2e_users test_e2e_hostile test_e2e_faults \
-               test_systemd test_soak)
+               test_e2e_ring test_systemd test_soak)
 HARD_UTIL := $(BUILD)/tests/hard_util.o $(BUILD)/tests/e2e_util.o
 
 $(HARD_SUITES:=.o) $(HARD_UTIL) $(BUILD)/tests/soak.o: | $(BUILD)/proto/gemmd.pb-c.h

@@ -17,9 +17,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
-#include <sys/socket.h>
-#include <sys/time.h>
-#include <sys/un.h>
 #include <unistd.h>
 
 #include "gemmd.h"
@@ -27,6 +24,7 @@
 #include "proto/ring.h"
 #include "tests/e2e_util.h"
 #include "tests/e2e_assert.h"
+#include "tests/hard_util.h"
 
 TestSuite(ring, .init = e2e_setup, .fini = e2e_teardown, .timeout = 120);
 
@@ -35,15 +33,12 @@ TestSuite(ring, .init = e2e_setup, .fini = e2e_teardown, .timeout = 120);
 /* A number that follows `key` in gemmd_stats's JSON. */
 static long long stat_of(gemmd_client *c, const char *key)
 {
-        char pat[64], *text = NULL;
-        const char *p;
+        char *text = NULL;
         long long v;
 
         cr_assert_eq(gemmd_stats(c, 1, &text), 0);
-        snprintf(pat, sizeof(pat), "\"%s\":", key);
-        p = strstr(text, pat);
-        cr_assert_not_null(p, "no %s in %s", key, text);
-        v = strtoll(p + strlen(pat), NULL, 10);
+        v = hard_json_number(text, key);
+        cr_assert_geq(v, 0, "no %s in %s", key, text);
         free(text);
         return v;
 }
@@ -123,26 +118,23 @@ Test(ring, a_library_client_attaches_its_rings_and_gets_every_result_right)
 
 Test(ring, a_client_or_daemon_without_rings_keeps_to_the_socket)
 {
+        /* A client that declines them, then a daemon that does. */
+        static const struct {
+                const char *flag, *value, *client_ring;
+        } way[2] = {{"--rings", "yes", "0"}, {"--rings", "no", NULL}};
         struct e2e_daemon d;
         gemmd_client *c;
 
-        cr_assert_eq(e2e_daemon_start(&d, NULL), 0);
-        c = connect_with(&d, "0", NULL);
-        run_random(c, 60, 2, 5);
-        cr_expect_eq(stat_of(c, "rings_now"), 0);
-        cr_expect_eq(stat_of(c, "submits_ring"), 0);
-        cr_expect_eq(stat_of(c, "replies_ring"), 0);
-        gemmd_disconnect(c);
-        cr_assert_eq(e2e_daemon_stop(&d), 0);
-
-        cr_assert_eq(e2e_daemon_start(&d, "--rings", "no", NULL), 0);
-        c = connect_with(&d, NULL, NULL);
-        run_random(c, 60, 2, 6);
-        cr_expect_eq(stat_of(c, "rings_now"), 0);
-        cr_expect_eq(stat_of(c, "submits_ring"), 0);
-        cr_expect_eq(stat_of(c, "replies_ring"), 0);
-        gemmd_disconnect(c);
-        cr_assert_eq(e2e_daemon_stop(&d), 0);
+        for (int i = 0; i < 2; i++) {
+                cr_assert_eq(e2e_daemon_start(&d, way[i].flag, way[i].value, NULL), 0);
+                c = connect_with(&d, way[i].client_ring, NULL);
+                run_random(c, 60, 2, 5 + (uint64_t)i);
+                cr_expect_eq(stat_of(c, "rings_now"), 0);
+                cr_expect_eq(stat_of(c, "submits_ring"), 0);
+                cr_expect_eq(stat_of(c, "replies_ring"), 0);
+                gemmd_disconnect(c);
+                cr_assert_eq(e2e_daemon_stop(&d), 0);
+        }
 }
 
 /* A daemon that never polls and a client that never polls: each side
@@ -200,35 +192,22 @@ Test(ring, a_sleeping_daemon_and_a_sleeping_client_miss_nothing)
 
 /* ---- by hand ------------------------------------------------------------ */
 
+/* A connection spoken by hand (tests/hard_util.h), with its rings. */
 struct raw {
-        int fd;
-        struct frame_arena arena;
-        uint8_t *body;
+        struct hard_raw h;
         struct gemmd_ring *ring;
         uint32_t sq_head, cq_tail;
 };
 
 static void raw_open(struct raw *r, const struct e2e_daemon *d)
 {
-        struct sockaddr_un sa = {.sun_family = AF_UNIX};
-        struct timeval tv = {RECV_TIMEOUT_MS / 1000, 0};
-
         memset(r, 0, sizeof(*r));
-        cr_assert_lt(strlen(d->sock), sizeof(sa.sun_path));
-        memcpy(sa.sun_path, d->sock, strlen(d->sock) + 1);
-        r->fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-        cr_assert_geq(r->fd, 0);
-        cr_assert_eq(connect(r->fd, (struct sockaddr *)&sa, sizeof(sa)), 0, "connect: %s",
-                     strerror(errno));
-        setsockopt(r->fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
-        frame_arena_init(&r->arena, 16u << 20);
+        cr_assert_eq(hard_raw_open(&r->h, d->sock), 0);
 }
 
 static void raw_close(struct raw *r)
 {
-        close(r->fd);
-        frame_arena_deinit(&r->arena);
-        free(r->body);
+        hard_raw_close(&r->h);
         if (r->ring)
                 munmap(r->ring, RING_BYTES);
         memset(r, 0, sizeof(*r));
@@ -237,70 +216,15 @@ static void raw_close(struct raw *r)
 /* Sends env as one frame, with fd (>= 0) as SCM_RIGHTS. */
 static void raw_send(struct raw *r, uint64_t id, Gemmd__V1__Envelope *env, int fd)
 {
-        union {
-                char buf[CMSG_SPACE(sizeof(int))];
-                struct cmsghdr align;
-        } ctl;
-        struct iovec iov;
-        struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1};
-        uint8_t *buf;
-        size_t n;
-
-        env->request_id = id;
-        cr_assert_eq(frame_pack(env, 0, UINT32_MAX, &buf, &n), 0);
-        iov = (struct iovec){buf, n};
-        if (fd >= 0) {
-                struct cmsghdr *cm;
-
-                memset(&ctl, 0, sizeof(ctl));
-                mh.msg_control = ctl.buf;
-                mh.msg_controllen = sizeof(ctl.buf);
-                cm = CMSG_FIRSTHDR(&mh);
-                cm->cmsg_level = SOL_SOCKET;
-                cm->cmsg_type = SCM_RIGHTS;
-                cm->cmsg_len = CMSG_LEN(sizeof(int));
-                memcpy(CMSG_DATA(cm), &fd, sizeof(int));
-        }
-        cr_assert_eq(sendmsg(r->fd, &mh, MSG_NOSIGNAL), (ssize_t)n, "sendmsg: %s", strerror(errno));
-        free(buf);
-}
-
-static int read_full(int fd, void *buf, size_t n)
-{
-        uint8_t *p = buf;
-        size_t got = 0;
-
-        while (got < n) {
-                ssize_t k = recv(fd, p + got, n - got, 0);
-
-                if (k == 0)
-                        return got ? -1 : 0;
-                if (k < 0) {
-                        if (errno == EINTR)
-                                continue;
-                        return -1;
-                }
-                got += (size_t)k;
-        }
-        return 1;
+        cr_assert_eq(hard_raw_send(&r->h, id, env, fd >= 0 ? &fd : NULL, fd >= 0, 0), 0);
 }
 
 /* The next frame on the socket; it lives until the next raw_recv. */
 static Gemmd__V1__Envelope *raw_recv(struct raw *r)
 {
-        uint8_t hdr[FRAME_HDR_BYTES];
-        uint32_t len;
-        Gemmd__V1__Envelope *env;
-        int rc = read_full(r->fd, hdr, sizeof(hdr));
+        Gemmd__V1__Envelope *env = hard_raw_recv(&r->h, RECV_TIMEOUT_MS);
 
-        cr_assert_eq(rc, 1, "no frame from gemmd (%s)", rc ? "timeout or error" : "end of stream");
-        cr_assert_eq(frame_len_decode(hdr, 64u << 20, &len), 0);
-        free(r->body);
-        r->body = malloc(len ? len : 1);
-        cr_assert_not_null(r->body);
-        cr_assert_eq(read_full(r->fd, r->body, len), len ? 1 : 0);
-        env = frame_unpack(&r->arena, r->body, len);
-        cr_assert_not_null(env);
+        cr_assert_not_null(env, "no frame from gemmd (%s)", r->h.eof ? "end of stream" : "timeout or garbage");
         return env;
 }
 
@@ -324,20 +248,14 @@ static void expect_error(struct raw *r, Gemmd__V1__Code code, const char *what)
                      env->error->message ? env->error->message : "", (int)code);
 }
 
+/* The daemon closes the connection (a reset counts: it may close with
+ * our last kick unread). */
 static void expect_eof(struct raw *r, const char *what)
 {
-        uint8_t b;
-        ssize_t k;
-
-        do
-                k = recv(r->fd, &b, 1, 0);
-        while (k < 0 && errno == EINTR);
-        /* A reset is an end too: the daemon may close with our last kick
-         * unread. */
-        cr_assert(k == 0 || (k < 0 && errno == ECONNRESET), "%s: expected end of stream, got %zd (%s)",
-                  what, k, k < 0 ? strerror(errno) : "data");
+        cr_assert(hard_raw_wait_eof(&r->h, RECV_TIMEOUT_MS), "%s: the connection stays open", what);
 }
 
+/* Hello, and the daemon's HelloReply saying it takes rings. */
 static void raw_hello(struct raw *r)
 {
         Gemmd__V1__Envelope env = GEMMD__V1__ENVELOPE__INIT, *rep;
@@ -370,12 +288,11 @@ static void raw_alive(struct raw *r, uint64_t id)
 /* A memfd of `bytes`, sealed against shrinking if `seal`. */
 static int ring_fd(uint64_t bytes, int seal)
 {
-        int fd = memfd_create("e2e-ring", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+        int fd = seal ? hard_memfd(bytes) : memfd_create("e2e-ring", MFD_CLOEXEC);
 
         cr_assert_geq(fd, 0);
-        cr_assert_eq(ftruncate(fd, (off_t)bytes), 0);
-        if (seal)
-                cr_assert_eq(fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW), 0);
+        if (!seal)
+                cr_assert_eq(ftruncate(fd, (off_t)bytes), 0);
         return fd;
 }
 
@@ -536,7 +453,7 @@ Test(ring, every_ring_attach_the_daemon_cannot_trust_is_refused_and_the_session_
                         cr_assert_lt(i, 10000, "no completion in the ring");
                         usleep(1000);
                 }
-                take_completion(frame_unpack(&r.arena, r.ring->c[0].body, r.ring->c[0].len), seen, 100, 1);
+                take_completion(frame_unpack(&r.h.arena, r.ring->c[0].body, r.ring->c[0].len), seen, 100, 1);
         }
         raw_alive(&r, 17);
         raw_close(&r);
@@ -650,7 +567,7 @@ Test(ring, completions_past_a_full_ring_take_the_socket_each_exactly_once)
         for (uint32_t t = 0; t < RING_CQ; t++) {
                 const struct ring_slot *sl = &r.ring->c[t % RING_CQ];
 
-                take_completion(frame_unpack(&r.arena, sl->body, sl->len), seen, FIRST, N);
+                take_completion(frame_unpack(&r.h.arena, sl->body, sl->len), seen, FIRST, N);
         }
         ring_release(&r.ring->cq, r.cq_tail = RING_CQ);
         for (int i = 0; i < N; i++)
@@ -662,7 +579,7 @@ Test(ring, completions_past_a_full_ring_take_the_socket_each_exactly_once)
                 cr_assert_lt(i, 10000, "no completion in the ring after it emptied");
                 usleep(1000);
         }
-        take_completion(frame_unpack(&r.arena, r.ring->c[r.cq_tail % RING_CQ].body,
+        take_completion(frame_unpack(&r.h.arena, r.ring->c[r.cq_tail % RING_CQ].body,
                                      r.ring->c[r.cq_tail % RING_CQ].len),
                         seen, FIRST, N);
         raw_alive(&r, 5);
@@ -694,7 +611,7 @@ Test(ring, the_kicks_and_sleep_flags_route_each_message)
                 cr_assert_lt(i, 5000, "a kicked loop did not take the Submit");
                 usleep(1000);
         }
-        take_completion(frame_unpack(&r.arena, r.ring->c[0].body, r.ring->c[0].len), seen, 500, 2);
+        take_completion(frame_unpack(&r.h.arena, r.ring->c[0].body, r.ring->c[0].len), seen, 500, 2);
         ring_release(&r.ring->cq, ++r.cq_tail);
         /* Now the client sleeps: its next Completion takes the socket. */
         atomic_store(&r.ring->cq.flag, 1);
@@ -771,7 +688,7 @@ Test(ring, a_client_that_never_reads_has_its_ring_left_alone_without_a_busy_daem
 
                 for (int idle = 0; seen < total;) {
                         int n = ring_avail(&r.ring->cq, r.cq_tail, RING_CQ);
-                        struct pollfd pf = {r.fd, POLLIN, 0};
+                        struct pollfd pf = {r.h.fd, POLLIN, 0};
 
                         cr_assert_geq(n, 0);
                         if (n > 0) {

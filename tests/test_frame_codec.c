@@ -89,6 +89,22 @@ Test(frame_codec, completion_encoder_matches_protobuf_c)
                 cr_assert_eq(r2, 0);
                 cr_assert_eq(n1, n2, "case %d: %zu bytes against protobuf-c's %zu", it, n2, n1);
                 cr_assert(!memcmp(b1 + 8, b2 + 8, n1), "case %d: bytes differ", it);
+                /* In place (a ring's slot): the body alone, the same bytes,
+                 * and nothing when one byte short. */
+                {
+                        uint8_t *b3 = malloc(n1);
+                        size_t n3 = 0;
+
+                        cr_assert_not_null(b3);
+                        cr_assert_eq(frame_pack_completion_body(env.request_id, res, n, b3,
+                                                                n1 - FRAME_HDR_BYTES, &n3),
+                                     0);
+                        cr_assert_eq(n3, n1 - FRAME_HDR_BYTES);
+                        cr_assert(!memcmp(b1 + 8 + FRAME_HDR_BYTES, b3, n3), "case %d: body differs", it);
+                        cr_assert_eq(frame_pack_completion_body(env.request_id, res, n, b3, n3 - 1, &n3),
+                                     GEMMD_ETOOBIG);
+                        free(b3);
+                }
                 free(b1);
                 free(b2);
                 free(res);
