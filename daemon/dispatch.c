@@ -372,8 +372,19 @@ static void on_stats(struct session *s, uint64_t rid, const Gemmd__V1__StatsRequ
 
 void dispatch_frame(struct session *s, const uint8_t *buf, uint32_t len, int from_ring)
 {
-        Gemmd__V1__Envelope *env = frame_unpack(&s->arena, buf, len);
+        Gemmd__V1__Envelope *env;
         uint64_t rid;
+
+        /* The client's Submits in the ring came before this frame: a stats
+         * round trip then covers them, and a buffer released after them is
+         * not released under them. Taken before this frame is decoded:
+         * they are decoded in the same arena. */
+        if (!from_ring && s->ring) {
+                ring_take(s);
+                if (s->state != SESSION_READY)
+                        return; /* it broke its ring: the session ends */
+        }
+        env = frame_unpack(&s->arena, buf, len);
 
         if (!env) {
                 if (s->arena.exhausted)

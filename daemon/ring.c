@@ -156,7 +156,7 @@ static void corrupt(struct session *s, const char *what)
 
 /* Takes the Submits waiting in s's ring, as long as the client reads its
  * replies (as a read of the socket does). */
-static int drain_one(struct session *s)
+int ring_take(struct session *s)
 {
         struct gemmd_ring *ring = s->ring;
         uint8_t body[RING_BODY];
@@ -212,7 +212,7 @@ int ring_drain(struct evloop *ev)
                 /* s may close here (a broken ring): next was read before,
                  * and a close unlinks only s. */
                 s->refs++;
-                taken += drain_one(s);
+                taken += ring_take(s);
                 session_unref(s);
         }
         if (t0) {

@@ -21,6 +21,12 @@ void ring_close(struct session *s);
 /* The session is freed: unmaps the ring. */
 void ring_free(struct session *s);
 
+/* Takes the Submits waiting in s's ring, if its client reads its replies.
+ * Returns how many. Loop thread: after its turns (ring_drain), and before
+ * a frame the client sent on the socket (dispatch_frame), so that a frame
+ * comes after every Submit the client put in the ring before it. */
+int ring_take(struct session *s);
+
 /* Takes every Submit waiting in the rings of ev's sessions. Returns how
  * many. Loop thread, between its turns (run_loop). */
 int ring_drain(struct evloop *ev);

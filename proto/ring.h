@@ -19,6 +19,11 @@
  * by a RingKick on the socket (the handshake below makes sure one of the
  * two sides sees the other).
  *
+ * The daemon takes a session's Submits from its ring before it acts on a
+ * frame from its socket, so a frame comes after every Submit the client
+ * put in the ring before sending it (a stats round trip covers them; a
+ * buffer released after them is not released under them).
+ *
  * Each slot holds one frame body (an Envelope, as on the socket without
  * its length prefix) of at most RING_BODY bytes; what does not fit, or
  * finds its ring full, takes the socket instead. Both ways are the same

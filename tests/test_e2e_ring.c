@@ -344,8 +344,9 @@ static void raw_kick(struct raw *r)
         raw_send(r, 0, &env, -1);
 }
 
-/* Puts env in the submission ring (waiting for room) and kicks. */
-static void ring_send(struct raw *r, uint64_t id, Gemmd__V1__Envelope *env)
+/* Puts env in the submission ring (waiting for room) and, if `kick`,
+ * kicks a loop that said it sleeps, as a client must. */
+static void ring_send(struct raw *r, uint64_t id, Gemmd__V1__Envelope *env, int kick)
 {
         struct ring_slot *sl;
         size_t n;
@@ -359,7 +360,7 @@ static void ring_send(struct raw *r, uint64_t id, Gemmd__V1__Envelope *env)
         }
         sl = &r->ring->s[r->sq_head % RING_SQ];
         sl->len = (uint32_t)gemmd__v1__envelope__pack(env, sl->body);
-        if (ring_publish(&r->ring->sq, ++r->sq_head))
+        if (ring_publish(&r->ring->sq, ++r->sq_head) && kick)
                 raw_kick(r);
 }
 
@@ -367,7 +368,7 @@ static void ring_send(struct raw *r, uint64_t id, Gemmd__V1__Envelope *env)
  * b = 5 6 7 8 column-major. */
 static const float gemm_c[4] = {23, 34, 31, 46};
 
-static void ring_send_gemm(struct raw *r, uint64_t id)
+static void ring_send_gemm(struct raw *r, uint64_t id, int kick)
 {
         static const float a[4] = {1, 2, 3, 4}, b[4] = {5, 6, 7, 8}, c[4] = {0};
         Gemmd__V1__Envelope env = GEMMD__V1__ENVELOPE__INIT;
@@ -391,7 +392,7 @@ static void ring_send_gemm(struct raw *r, uint64_t id)
         sub.ops = ops;
         env.body_case = GEMMD__V1__ENVELOPE__BODY_SUBMIT;
         env.submit = &sub;
-        ring_send(r, id, &env);
+        ring_send(r, id, &env, kick);
 }
 
 /* Checks one Completion of ring_send_gemm and marks its id seen. */
@@ -445,7 +446,7 @@ Test(ring, every_ring_attach_the_daemon_cannot_trust_is_refused_and_the_session_
                      GEMMD__V1__CODE__INVALID, "a second ring");
         close(fd);
         /* The first ring still serves. */
-        ring_send_gemm(&r, 100);
+        ring_send_gemm(&r, 100, 1);
         {
                 uint8_t seen[1] = {0};
 
@@ -527,7 +528,7 @@ Test(ring, only_submit_may_come_through_the_ring)
         raw_attach_ok(&r);
         env.body_case = GEMMD__V1__ENVELOPE__BODY_STATS_REQUEST;
         env.stats_request = &q;
-        ring_send(&r, 20, &env);
+        ring_send(&r, 20, &env, 1);
         expect_error(&r, GEMMD__V1__CODE__PROTOCOL, "stats through the ring");
         raw_alive(&r, 21);
         raw_close(&r);
@@ -553,7 +554,7 @@ Test(ring, completions_past_a_full_ring_take_the_socket_each_exactly_once)
         raw_hello(&r);
         raw_attach_ok(&r);
         for (int i = 0; i < N; i++)
-                ring_send_gemm(&r, FIRST + (uint64_t)i);
+                ring_send_gemm(&r, FIRST + (uint64_t)i, 1);
         /* The ring's share: RING_CQ of them, left where they are. */
         for (int i = 0; ring_avail(&r.ring->cq, 0, RING_CQ) < RING_CQ; i++) {
                 cr_assert_lt(i, 10000, "the completion ring did not fill");
@@ -574,7 +575,7 @@ Test(ring, completions_past_a_full_ring_take_the_socket_each_exactly_once)
                 cr_assert_eq(seen[i], 1, "id %d never completed", FIRST + i);
         /* With room again, the next one comes through the ring. */
         memset(seen, 0, N);
-        ring_send_gemm(&r, FIRST);
+        ring_send_gemm(&r, FIRST, 1);
         for (int i = 0; ring_avail(&r.ring->cq, r.cq_tail, RING_CQ) == 0; i++) {
                 cr_assert_lt(i, 10000, "no completion in the ring after it emptied");
                 usleep(1000);
@@ -606,7 +607,7 @@ Test(ring, the_kicks_and_sleep_flags_route_each_message)
                 usleep(1000);
         }
         /* Into the ring all the same: ring_send kicks, as the flag asks. */
-        ring_send_gemm(&r, 500);
+        ring_send_gemm(&r, 500, 1);
         for (int i = 0; ring_avail(&r.ring->cq, r.cq_tail, RING_CQ) == 0; i++) {
                 cr_assert_lt(i, 5000, "a kicked loop did not take the Submit");
                 usleep(1000);
@@ -615,10 +616,46 @@ Test(ring, the_kicks_and_sleep_flags_route_each_message)
         ring_release(&r.ring->cq, ++r.cq_tail);
         /* Now the client sleeps: its next Completion takes the socket. */
         atomic_store(&r.ring->cq.flag, 1);
-        ring_send_gemm(&r, 501);
+        ring_send_gemm(&r, 501, 1);
         take_completion(raw_recv_reply(&r), seen, 500, 2);
         cr_assert_eq(ring_avail(&r.ring->cq, r.cq_tail, RING_CQ), 0);
         raw_alive(&r, 7);
+        raw_close(&r);
+        cr_assert_eq(e2e_daemon_stop(&d), 0);
+}
+
+/* A frame on the socket comes after every Submit the client put in its
+ * ring before it, even when the loop sleeps and was not kicked: the stats
+ * it asks for count that Submit. */
+Test(ring, a_frame_on_the_socket_comes_after_the_submits_in_the_ring)
+{
+        struct e2e_daemon d;
+        struct raw r;
+        Gemmd__V1__Envelope env = GEMMD__V1__ENVELOPE__INIT, *rep;
+        Gemmd__V1__StatsRequest q = GEMMD__V1__STATS_REQUEST__INIT;
+        uint8_t seen[1] = {0};
+
+        cr_assert_eq(e2e_daemon_start(&d, "--spin-us", "0", NULL), 0);
+        raw_open(&r, &d);
+        raw_hello(&r);
+        raw_attach_ok(&r);
+        for (int i = 0; !atomic_load(&r.ring->sq.flag); i++) {
+                cr_assert_lt(i, 5000, "the loop never said it sleeps");
+                usleep(1000);
+        }
+        /* Into the ring with no kick: only the next frame wakes the loop. */
+        ring_send_gemm(&r, 700, 0);
+        env.body_case = GEMMD__V1__ENVELOPE__BODY_STATS_REQUEST;
+        env.stats_request = &q;
+        q.json = 1;
+        raw_send(&r, 701, &env, -1);
+        rep = raw_recv_reply(&r);
+        while (rep->body_case == GEMMD__V1__ENVELOPE__BODY_COMPLETION) {
+                take_completion(rep, seen, 700, 1);
+                rep = raw_recv_reply(&r);
+        }
+        cr_assert_eq(rep->body_case, GEMMD__V1__ENVELOPE__BODY_STATS_REPLY, "body %d", (int)rep->body_case);
+        cr_assert_eq(hard_json_number(rep->stats_reply->text, "submits_ring"), 1, "%s", rep->stats_reply->text);
         raw_close(&r);
         cr_assert_eq(e2e_daemon_stop(&d), 0);
 }
@@ -668,7 +705,7 @@ Test(ring, a_client_that_never_reads_has_its_ring_left_alone_without_a_busy_daem
         /* Feed the ring until the daemon stops taking from it for 300 ms. */
         while (still < 300) {
                 if (ring_room(&r.ring->sq, r.sq_head, RING_SQ) > 0 && id < FIRST + MAX) {
-                        ring_send_gemm(&r, id++);
+                        ring_send_gemm(&r, id++, 1);
                         continue;
                 }
                 usleep(1000);
