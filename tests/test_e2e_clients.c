@@ -235,6 +235,10 @@ static int doomed_client(void *ctx, int ready_fd)
         for (int i = 0; i < DOOMED_OPS; i++)
                 if (gemmd_submit(c, &p[i % DOOMED_CS].op, 1, GEMMD_PRIO_NORMAL, &t))
                         return 4;
+        /* Admitted, not only sent: with several loops the test's own
+         * session may otherwise be answered before this one is read. */
+        if (e2e_round_trip(c))
+                return 6;
         if (write(ready_fd, "x", 1) != 1)
                 return 5;
         for (;;)
