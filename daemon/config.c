@@ -104,6 +104,7 @@ enum {
         OPT_DEVPROC,
         OPT_WIDE,
         OPT_RINGS,
+        OPT_RESIDENT,
         OPT_COST,
 };
 
@@ -146,6 +147,7 @@ static const struct option options[] = {
         {"device-process", required_argument, NULL, OPT_DEVPROC},
         {"wide-tiles", required_argument, NULL, OPT_WIDE},
         {"rings", required_argument, NULL, OPT_RINGS},
+        {"resident", required_argument, NULL, OPT_RESIDENT},
         {"cost", required_argument, NULL, OPT_COST},
         {NULL, 0, NULL, 0},
 };
@@ -178,6 +180,9 @@ static void usage(FILE *f, const struct gemmd_config *d)
                 "                               an sm_90 GPU) where the cost model predicts it faster (default: yes)\n"
                 "      --rings yes|no           let clients submit and take completions through rings in\n"
                 "                               shared memory beside the socket (default: yes)\n"
+                "      --resident yes|no        a GPU keeps its 16-bit GEMM kernel running between groups and\n"
+                "                               feeds it through pinned memory instead of a launch per group\n"
+                "                               (default: no)\n"
                 "      --cost SPEC              the scheduler's cost model, name=value,... (what `gemmbench\n"
                 "                               calibrate` measures; default: the built-in H100 figures)\n"
                 "      --f32-kernel split|ffma  exact f32 on an sm_90 GPU: each operand split into two TF32\n"
@@ -453,6 +458,10 @@ int config_parse_args(struct gemmd_config *cfg, int argc, char **argv)
                 case OPT_RINGS:
                         bad = strcmp(optarg, "yes") && strcmp(optarg, "no");
                         cfg->rings = !strcmp(optarg, "yes");
+                        break;
+                case OPT_RESIDENT:
+                        bad = strcmp(optarg, "yes") && strcmp(optarg, "no");
+                        cfg->resident = !strcmp(optarg, "yes");
                         break;
                 case OPT_COST: {
                         /* Installed at once: plans are built only once the

@@ -52,6 +52,9 @@ struct gemmd_config {
          * where the cost model predicts it faster (sched_prefer_wide). */
         int wide_tiles;
         int rings;                    /* sessions may attach shared-memory rings (proto/ring.h) */
+        /* A GPU keeps its 16-bit GEMM kernel resident between groups
+         * (cuda_gemm_res_launch) instead of launching one per group. */
+        int resident;
         const char *cost;             /* --cost: the cost model installed (sched_cost_set), or NULL */
         int loops;                    /* event loops (threads) serving the sessions */
 #define LOOPS_AUTO 0                  /* not given: the server decides by backend and cores */

@@ -442,6 +442,9 @@ static void render_devices(FILE *f, struct server *srv, double up_s)
         PER_DEVICE("gemmd_device_wide_groups_total", "counter",
                    "Groups run on the device's wide tile (--wide-tiles)", "%llu",
                    (unsigned long long)st[i].wide_groups);
+        PER_DEVICE("gemmd_device_resident_groups_total", "counter",
+                   "Groups its resident kernel took (--resident)", "%llu",
+                   (unsigned long long)st[i].resident_groups);
         PER_DEVICE("gemmd_device_idle_gaps_total", "counter",
                    "Idle gaps between groups while work was waiting", "%llu",
                    (unsigned long long)st[i].idle_gaps);

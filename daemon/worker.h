@@ -74,6 +74,7 @@ struct group {
         /* Set by launch() when the backend times this group on the device
          * (backend.collect): only those go back to the worker thread. */
         int timed;
+        int resident; /* set by launch() when the backend's resident kernel took it */
         struct group *next_done;
         void *bdata; /* the backend's per-slot state */
 };
@@ -95,6 +96,7 @@ struct worker_stats {
         uint64_t device_ns;      /* device time of the timed groups (if the backend measures it) */
         uint64_t timed_groups;   /* groups whose device time was measured */
         uint64_t wide_groups;    /* groups on the backend's wide tile */
+        uint64_t resident_groups; /* groups its resident kernel took (--resident) */
 };
 
 /* Hands back requests whose last op has finished, linked through their

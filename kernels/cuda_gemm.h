@@ -154,6 +154,65 @@ int cuda_gemm_tmaps_build(const struct gemmd_kproblem *problems, uint32_t nprobl
  * cuda_gemm_tmaps_build filled for nproblems problems. */
 uint32_t cuda_gemm_tmaps_syr2k(const void *buf, uint32_t nproblems);
 
+/*
+ * The resident kernel: the Hopper kernel (f16 or bf16 GEMMs, the usual
+ * tile) left running between groups and fed through pinned host memory,
+ * so that a group costs the host a few stores instead of a launch, and
+ * the device a poll instead of a launch's round trip.
+ *
+ * struct cuda_res_host lives in pinned host memory that the device maps.
+ * The host posts group seq (1, 2, ...) in post[seq % CUDA_RES_SLOTS]:
+ * every field, then seq last (a release store). Warps 1-3 of CTA 0 poll
+ * it, copy the launch data (bytes from src: problems, plan and tensor maps
+ * at the offsets given, as cuda_gemm_launch's blob) into device memory
+ * (the area, slot seq % CUDA_RES_SLOTS) and hand it to every CTA. When the
+ * last CTA is done with the group, done[slot] gets t0 and t1 (device
+ * clock, ns: handed over, finished) and then seq. Groups finish in order.
+ * The host may post seq only when the group before it in that slot is
+ * done. Each launch has a generation (gen, increasing), which each post
+ * names: setting stop to it ends that launch once the groups posted to it
+ * are done; later posts go to the next launch (first_seq: the first of
+ * them), which the stream starts after this one has ended.
+ */
+#define CUDA_RES_SLOTS 8
+struct cuda_res_post {
+        uint64_t src;     /* launch data, in pinned host memory (its device address) */
+        uint32_t bytes;   /* a multiple of 16, at most the area's slot size */
+        /* The plan's CTA i runs on CTA (i + rot) % grid: groups of few
+         * CTAs, one after another, then run side by side. */
+        uint32_t rot;
+        uint32_t nprobs, nctas; /* nctas: the plan's; CTAs beyond it have no work */
+        /* Offsets into the launch data. */
+        uint64_t probs, cta_begin, entries, split_parts, split_ws, tmaps;
+        uint64_t ws, arrivals; /* device addresses (plan->nsplit > 0) */
+        uint64_t gen;          /* the launch it is for */
+        uint64_t seq;          /* written last */
+        uint64_t pad[3];       /* 128 bytes */
+};
+struct cuda_res_done {
+        uint64_t seq, t0, t1, tp; /* tp: device clock when the post was seen */
+        uint64_t pad[4];
+};
+struct cuda_res_host {
+        struct cuda_res_post post[CUDA_RES_SLOTS];
+        struct cuda_res_done done[CUDA_RES_SLOTS];
+        uint64_t stop, pad[15];
+};
+
+/* Bytes of device memory (the area) the resident kernel needs for launch
+ * data of at most slot_bytes per group. */
+size_t cuda_gemm_res_area_bytes(size_t slot_bytes);
+
+/* Launches the resident kernel for dtype (GEMMD_F16 or GEMMD_BF16) on
+ * `stream`, over `grid` CTAs (all must fit on the device at once: one per
+ * SM), taking groups from first_seq on, as generation gen (> host->stop).
+ * host: the device address of the pinned struct; area:
+ * cuda_gemm_res_area_bytes(slot_bytes) of device memory (slot_bytes a
+ * multiple of 1024), zeroed before the first launch. Returns 0, -EINVAL or
+ * -EIO. */
+int cuda_gemm_res_launch(int dtype, struct cuda_res_host *host, void *area, size_t slot_bytes, uint64_t first_seq,
+                         uint64_t gen, uint32_t grid, void *stream);
+
 /* Bytes of split workspace a plan built with shape `s` needs (0 if none). */
 size_t cuda_gemm_ws_bytes(const struct sched_plan *plan, struct sched_shape s);
 

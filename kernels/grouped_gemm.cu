@@ -130,9 +130,18 @@ struct KParams {
  * inl_bytes > 0, the bytes of device range [inl_dev, inl_dev + inl_bytes)
  * carried along, which the pointers into that range read instead
  * (cuda_group.inline_*). */
+/* The resident kernel's own parameters (cuda_gemm_res_launch); unused
+ * by the others. */
+struct ResArgs {
+        struct cuda_res_host *host;
+        char *area;
+        uint64_t slot_bytes, first_seq, gen;
+};
+
 struct KArgs {
         KParams kp;
         const char *tmaps;
+        ResArgs res;
         uint64_t inl_dev;
         uint32_t inl_bytes;
         alignas(64) unsigned char inl[CUDA_GEMM_INLINE_MAX];
@@ -1129,6 +1138,36 @@ extern "C" uint32_t cuda_gemm_tmaps_syr2k(const void *buf, uint32_t n)
         for (uint32_t i = 0; i < n && buf; i++)
                 c += (flags[i] & 3) == 2;
         return c;
+}
+
+extern "C" size_t cuda_gemm_res_area_bytes(size_t slot_bytes)
+{
+        return slot_bytes * CUDA_RES_SLOTS + sizeof(ResMeta);
+}
+
+extern "C" int cuda_gemm_res_launch(int dtype, struct cuda_res_host *host, void *area, size_t slot_bytes,
+                                    uint64_t first_seq, uint64_t gen, uint32_t grid, void *stream)
+{
+        if (!host || !area || grid == 0 || slot_bytes % 1024 || first_seq == 0 || gen == 0 ||
+            (dtype != GEMMD_F16 && dtype != GEMMD_BF16))
+                return -EINVAL;
+#if GEMMD_WGMMA
+        if (!device_sm90())
+                return -EINVAL;
+        KArgs args;
+        memset(&args, 0, offsetof(KArgs, inl));
+        args.res.host = host;
+        args.res.area = (char *)area;
+        args.res.slot_bytes = slot_bytes;
+        args.res.first_seq = first_seq;
+        args.res.gen = gen;
+        cudaStream_t st = (cudaStream_t)stream;
+        return dtype == GEMMD_F16 ? launch_wgmma_res<__half>(args, grid, st)
+                                  : launch_wgmma_res<__nv_bfloat16>(args, grid, st);
+#else
+        (void)stream;
+        return -EINVAL;
+#endif
 }
 
 extern "C" int cuda_gemm_launch(const struct cuda_group *g, void *stream)

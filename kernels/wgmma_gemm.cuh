@@ -196,6 +196,160 @@ __device__ __forceinline__ void named_bar(uint32_t id, uint32_t n)
         asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(n) : "memory");
 }
 
+/* ---- the resident kernel's hand-offs (cuda_gemm_res_launch) -------------- */
+
+/* The area (device memory): the launch data of each slot, then per slot
+ * what every CTA needs of the group, when it is ready, and how many
+ * consumer warpgroups are done with it. */
+struct ResSlot {
+        KParams kp;
+        const char *tmaps;
+        uint32_t nctas, rot;
+};
+struct ResMeta {
+        ResSlot slot[CUDA_RES_SLOTS];
+        alignas(128) uint64_t ready[CUDA_RES_SLOTS]; /* seq; an exit: RES_EXIT_BIT | gen */
+        alignas(128) uint32_t count[CUDA_RES_SLOTS];
+};
+constexpr uint64_t RES_EXIT_BIT = 1ull << 63;
+
+__device__ __forceinline__ size_t res_slots_bytes(uint64_t slot_bytes)
+{
+        return (size_t)slot_bytes * CUDA_RES_SLOTS;
+}
+__device__ __forceinline__ ResMeta *res_meta(const ResArgs &r)
+{
+        return (ResMeta *)(r.area + res_slots_bytes(r.slot_bytes));
+}
+__device__ __forceinline__ uint64_t ld_acquire_gpu(const uint64_t *p)
+{
+        uint64_t v;
+        asm volatile("ld.acquire.gpu.global.u64 %0, [%1];\n" : "=l"(v) : "l"(p) : "memory");
+        return v;
+}
+__device__ __forceinline__ uint64_t ld_acquire_sys(const uint64_t *p)
+{
+        uint64_t v;
+        asm volatile("ld.acquire.sys.global.u64 %0, [%1];\n" : "=l"(v) : "l"(p) : "memory");
+        return v;
+}
+__device__ __forceinline__ void st_release_gpu(uint64_t *p, uint64_t v)
+{
+        asm volatile("st.release.gpu.global.u64 [%0], %1;\n" ::"l"(p), "l"(v) : "memory");
+}
+__device__ __forceinline__ void st_release_sys(uint64_t *p, uint64_t v)
+{
+        asm volatile("st.release.sys.global.u64 [%0], %1;\n" ::"l"(p), "l"(v) : "memory");
+}
+__device__ __forceinline__ uint64_t globaltimer()
+{
+        uint64_t t;
+        asm volatile("mov.u64 %0, %globaltimer;\n" : "=l"(t));
+        return t;
+}
+
+/*
+ * Warps 1-3 of CTA 0: for each posted group, copy its launch data from
+ * pinned host memory into its slot of the area (one PCIe read per 16 bytes
+ * and thread, eight in flight each), make the tensor maps among it visible
+ * to the copy engine's tensormap proxy, and mark the slot ready for the
+ * producers of every CTA. A stop is passed on the same way.
+ */
+__device__ __noinline__ void res_dispatch(const ResArgs r, int t)
+{
+#ifdef GEMMD_SM90A
+        ResMeta *meta = res_meta(r);
+        /* The post, read in one go: each read of pinned host memory is a
+         * round trip over PCIe (1-2 us), and dependent ones add up. */
+        __shared__ uint4 s_post[sizeof(struct cuda_res_post) / 16];
+        __shared__ int s_posted;
+        static_assert(sizeof(struct cuda_res_post) % 16 == 0 && sizeof(struct cuda_res_post) / 16 <= 96, "post");
+        for (uint64_t seq = r.first_seq;; seq++) {
+                const uint32_t slot = (uint32_t)(seq % CUDA_RES_SLOTS);
+                struct cuda_res_post *p = &r.host->post[slot];
+                uint64_t tp = 0;
+                if (t == 0) {
+                        /* A post, else a stop (looked at every fourth time). */
+                        for (uint32_t i = 0;; i++) {
+                                if (ld_acquire_sys(&p->seq) == seq) {
+                                        s_posted = 1;
+                                        break;
+                                }
+                                if (i % 4 == 3 && ld_acquire_sys(&r.host->stop) >= r.gen) {
+                                        s_posted = 0;
+                                        break;
+                                }
+                                __nanosleep(64);
+                        }
+                        tp = globaltimer();
+                }
+                named_bar(4, 96);
+                if (s_posted && t < (int)(sizeof(s_post) / 16))
+                        s_post[t] = __ldcv((const uint4 *)p + t);
+                named_bar(4, 96);
+                const struct cuda_res_post *sp = (const struct cuda_res_post *)s_post;
+                /* Not posted, or posted for the next launch: a stop came first. */
+                if (!s_posted || sp->gen != r.gen) {
+                        if (t == 0)
+                                st_release_gpu(&meta->ready[slot], RES_EXIT_BIT | r.gen);
+                        return;
+                }
+                char *dst = r.area + (size_t)slot * r.slot_bytes;
+                const uint4 *src = (const uint4 *)(uintptr_t)sp->src;
+                const uint32_t n = sp->bytes / 16;
+                constexpr uint32_t U = 8;
+                for (uint32_t i0 = t; i0 < n; i0 += 96 * U) {
+                        uint4 v[U];
+#pragma unroll
+                        for (uint32_t u = 0; u < U; u++)
+                                if (i0 + u * 96 < n)
+                                        v[u] = __ldcv(src + i0 + u * 96); /* not from a cache */
+#pragma unroll
+                        for (uint32_t u = 0; u < U; u++)
+                                if (i0 + u * 96 < n)
+                                        ((uint4 *)dst)[i0 + u * 96] = v[u];
+                }
+                if (t == 0) {
+                        ResSlot &rs = meta->slot[slot];
+                        KParams kp = KParams{};
+                        kp.probs = (const struct gemmd_kproblem *)(dst + sp->probs);
+                        kp.nprobs = sp->nprobs;
+                        kp.cta_begin = (const uint32_t *)(dst + sp->cta_begin);
+                        kp.entries = (const struct sched_entry *)(dst + sp->entries);
+                        kp.split_parts = (const uint32_t *)(dst + sp->split_parts);
+                        kp.split_ws = (const uint32_t *)(dst + sp->split_ws);
+                        kp.ws = (float *)(uintptr_t)sp->ws;
+                        kp.arrivals = (uint32_t *)(uintptr_t)sp->arrivals;
+                        rs.kp = kp;
+                        rs.tmaps = dst + sp->tmaps;
+                        rs.nctas = sp->nctas;
+                        rs.rot = sp->rot;
+                        r.host->done[slot].tp = tp;
+                        r.host->done[slot].t0 = globaltimer();
+                }
+                /* Generic writes of tensor maps, read next through the
+                 * tensormap proxy (the producers acquire each map). */
+                asm volatile("fence.proxy.tensormap::generic.release.gpu;\n" ::: "memory");
+                __threadfence();
+                named_bar(4, 96);
+                if (t == 0)
+                        st_release_gpu(&meta->ready[slot], seq);
+        }
+#endif
+}
+
+/* The last consumer warpgroup done with a group tells the host. */
+__device__ __forceinline__ void res_group_done(const ResArgs &r, uint32_t slot, uint64_t seq)
+{
+        ResMeta *meta = res_meta(r);
+        if (atomicAdd(&meta->count[slot], 1u) != 2 * gridDim.x - 1)
+                return;
+        atomicExch(&meta->count[slot], 0u);
+        r.host->done[slot].t1 = globaltimer();
+        __threadfence_system();
+        st_release_sys(&r.host->done[slot].seq, seq);
+}
+
 __device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
 __device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
 template <int N> __device__ __forceinline__ void wgmma_wait()
@@ -452,6 +606,9 @@ enum : uint32_t { TRI_SYR2K = 1, TRI_UPPER = 2 };
  * C, for the staged f32 epilogue (c_staged); a half tile (its rows fit in
  * 64) that consumer 0 or 1 computes alone (neither: both, 64 rows each). */
 enum : uint32_t { HDR_TMA_C = 4, HDR_OWN0 = 8, HDR_OWN1 = 16 };
+/* The resident kernel's group boundaries, in a header's problem word (h[1]:
+ * slot, h[2..3]: seq); UINT32_MAX ends the work. */
+enum : uint32_t { HDR_GROUP_START = UINT32_MAX - 2, HDR_GROUP_END = UINT32_MAX - 1 };
 
 /* What the producer needs of a unit of work. */
 struct PWork {
@@ -719,11 +876,15 @@ __device__ __forceinline__ void c_staged(const float (&tot)[NA], uint32_t stg, i
 
 /* SYRK: the group has SYR2Ks on this kernel; without, the two-term loop and
  * the triangle masks compile away. */
-template <typename T, bool SYRK, bool X3, int BN>
+/* RES: the resident kernel (cuda_gemm_res_launch): groups one after
+ * another from the area's slots, each between a start and an end header,
+ * until an exit; kp and tmaps are then the current group's. */
+template <typename T, bool SYRK, bool X3, int BN, bool RES = false>
 __global__ void __launch_bounds__(WCfg::THREADS, 1) wgmma_kernel(const __grid_constant__ KArgs args)
 {
         static_assert(!SYRK || BN == 128, "SYR2K triangles take square tiles");
-        const KParams kp = kparams(args);
+        static_assert(!RES || (!SYRK && !X3 && BN == 128 && sizeof(T) == 2), "resident: 16-bit GEMMs, usual tile");
+        KParams kp = kparams(args);
         const char *tmaps = rebase(args, args.tmaps);
 #ifdef GEMMD_SM90A
         using L = KLay<T, X3, BN>;
@@ -780,12 +941,23 @@ __global__ void __launch_bounds__(WCfg::THREADS, 1) wgmma_kernel(const __grid_co
                         }
                         return;
                 }
+                if (RES && warp != 0) {
+                        if (blockIdx.x == 0)
+                                res_dispatch(args.res, threadIdx.x - 32);
+                        return;
+                }
                 if (warp != 0)
                         return;
                 uint32_t stage = 0, phase = 0, lastp = UINT32_MAX, nhalf = 0;
+                uint32_t vcta = blockIdx.x; /* this CTA's place in the plan */
                 auto issue = [&](const PWork &x) {
                         const char *ta = tmaps + (size_t)x.prob * WCfg::TMAP_BYTES, *tb = ta + 128;
                         if (x.prob != lastp) {
+                                if (RES) {
+                                        /* Written in this launch (res_dispatch). */
+                                        asm volatile("fence.proxy.tensormap::generic.acquire.gpu [%0], 128;\n" ::"l"(ta) : "memory");
+                                        asm volatile("fence.proxy.tensormap::generic.acquire.gpu [%0], 128;\n" ::"l"(tb) : "memory");
+                                }
                                 tmap_prefetch(ta);
                                 tmap_prefetch(tb);
                                 lastp = x.prob;
@@ -852,66 +1024,107 @@ __global__ void __launch_bounds__(WCfg::THREADS, 1) wgmma_kernel(const __grid_co
                                 }
                         }
                 };
-                if (kp.cta_begin) {
-                        /* Plan entries 32 at a time, one per lane, so their
-                         * loads overlap. */
-                        const uint32_t e1 = kp.cta_begin[blockIdx.x + 1];
-                        for (uint32_t e0 = kp.cta_begin[blockIdx.x]; e0 < e1; e0 += 32) {
-                                const uint32_t e = e0 + lane;
-                                PWork x = {};
-                                bool ok = false;
-                                if (e < e1) {
-                                        const struct sched_entry en = kp.entries[e];
-                                        ok = !kp.fast || (kp.fast[en.problem] != 0) == kp.want_fast;
-                                        if (ok) {
-                                                const Work w = {en.problem, en.tile, en.kc_begin, en.kc_end, en.split};
-                                                x = pwork<WK<T>::BK, BN>(kp.probs[en.problem], w);
+                /* A stage that carries no data, only a header (lane 0): the
+                 * end of work (UINT32_MAX), or a resident group's start or
+                 * end, with its slot and seq. */
+                auto mark = [&](uint32_t word, uint32_t slot, uint64_t seq) {
+                        mbar_wait(bars + 8 * (L::STAGES + stage), phase ^ 1);
+                        if (X3)
+                                endw[stage] = word == UINT32_MAX;
+                        volatile uint32_t *h = (volatile uint32_t *)(gbase + L::HDR_OFF) + 16 * stage;
+                        h[0] = word;
+                        h[1] = slot;
+                        h[2] = (uint32_t)seq;
+                        h[3] = (uint32_t)(seq >> 32);
+                        mbar_arrive(bars + 8 * stage);
+                        if (++stage == L::STAGES) {
+                                stage = 0;
+                                phase ^= 1;
+                        }
+                };
+                auto walk = [&]() {
+                        if (kp.cta_begin) {
+                                /* Plan entries 32 at a time, one per lane, so their
+                                 * loads overlap. */
+                                const uint32_t e1 = kp.cta_begin[vcta + 1];
+                                for (uint32_t e0 = kp.cta_begin[vcta]; e0 < e1; e0 += 32) {
+                                        const uint32_t e = e0 + lane;
+                                        PWork x = {};
+                                        bool ok = false;
+                                        if (e < e1) {
+                                                const struct sched_entry en = kp.entries[e];
+                                                ok = !kp.fast || (kp.fast[en.problem] != 0) == kp.want_fast;
+                                                if (ok) {
+                                                        const Work w = {en.problem, en.tile, en.kc_begin, en.kc_end, en.split};
+                                                        x = pwork<WK<T>::BK, BN>(kp.probs[en.problem], w);
+                                                }
+                                        }
+                                        uint32_t mask = __ballot_sync(0xffffffffu, ok);
+                                        while (mask) {
+                                                const int L = __ffs(mask) - 1;
+                                                mask &= mask - 1;
+                                                PWork y;
+                                                y.prob = __shfl_sync(0xffffffffu, x.prob, L);
+                                                y.m0 = __shfl_sync(0xffffffffu, x.m0, L);
+                                                y.n0 = __shfl_sync(0xffffffffu, x.n0, L);
+                                                y.kbeg = __shfl_sync(0xffffffffu, x.kbeg, L);
+                                                y.niter = __shfl_sync(0xffffffffu, x.niter, L);
+                                                y.kc0 = __shfl_sync(0xffffffffu, x.kc0, L);
+                                                y.split = __shfl_sync(0xffffffffu, x.split, L);
+                                                y.m = __shfl_sync(0xffffffffu, x.m, L);
+                                                y.n = __shfl_sync(0xffffffffu, x.n, L);
+                                                y.k = __shfl_sync(0xffffffffu, x.k, L);
+                                                y.c = __shfl_sync(0xffffffffu, (unsigned long long)x.c, L);
+                                                y.ldc = __shfl_sync(0xffffffffu, (long long)x.ldc, L);
+                                                y.alpha = __shfl_sync(0xffffffffu, x.alpha, L);
+                                                y.beta = __shfl_sync(0xffffffffu, x.beta, L);
+                                                y.tri = SYRK ? __shfl_sync(0xffffffffu, x.tri, L) : 0u;
+                                                if (lane == 0)
+                                                        issue(y);
+                                                __syncwarp();
                                         }
                                 }
-                                uint32_t mask = __ballot_sync(0xffffffffu, ok);
-                                while (mask) {
-                                        const int L = __ffs(mask) - 1;
-                                        mask &= mask - 1;
-                                        PWork y;
-                                        y.prob = __shfl_sync(0xffffffffu, x.prob, L);
-                                        y.m0 = __shfl_sync(0xffffffffu, x.m0, L);
-                                        y.n0 = __shfl_sync(0xffffffffu, x.n0, L);
-                                        y.kbeg = __shfl_sync(0xffffffffu, x.kbeg, L);
-                                        y.niter = __shfl_sync(0xffffffffu, x.niter, L);
-                                        y.kc0 = __shfl_sync(0xffffffffu, x.kc0, L);
-                                        y.split = __shfl_sync(0xffffffffu, x.split, L);
-                                        y.m = __shfl_sync(0xffffffffu, x.m, L);
-                                        y.n = __shfl_sync(0xffffffffu, x.n, L);
-                                        y.k = __shfl_sync(0xffffffffu, x.k, L);
-                                        y.c = __shfl_sync(0xffffffffu, (unsigned long long)x.c, L);
-                                        y.ldc = __shfl_sync(0xffffffffu, (long long)x.ldc, L);
-                                        y.alpha = __shfl_sync(0xffffffffu, x.alpha, L);
-                                        y.beta = __shfl_sync(0xffffffffu, x.beta, L);
-                                        y.tri = SYRK ? __shfl_sync(0xffffffffu, x.tri, L) : 0u;
+                        } else {
+                                WorkIter it = work_begin(kp);
+                                Work w;
+                                while (work_next<WK<T>::BK, BN>(kp, it, w)) {
+                                        const PWork x = pwork<WK<T>::BK, BN>(kp.probs[w.prob], w);
                                         if (lane == 0)
-                                                issue(y);
+                                                issue(x);
                                         __syncwarp();
                                 }
                         }
-                } else {
-                        WorkIter it = work_begin(kp);
-                        Work w;
-                        while (work_next<WK<T>::BK, BN>(kp, it, w)) {
-                                const PWork x = pwork<WK<T>::BK, BN>(kp.probs[w.prob], w);
+                };
+                if constexpr (RES) {
+                        ResMeta *meta = res_meta(args.res);
+                        for (uint64_t seq = args.res.first_seq;; seq++) {
+                                const uint32_t slot = (uint32_t)(seq % CUDA_RES_SLOTS);
+                                uint64_t r = 0;
                                 if (lane == 0)
-                                        issue(x);
+                                        while ((r = ld_acquire_gpu(&meta->ready[slot])) != seq && r != (RES_EXIT_BIT | args.res.gen))
+                                                __nanosleep(32);
+                                r = __shfl_sync(0xffffffffu, r, 0);
+                                if (r != seq)
+                                        break;
+                                (void)ld_acquire_gpu(&meta->ready[slot]); /* for every lane's reads below */
+                                kp = meta->slot[slot].kp;
+                                tmaps = meta->slot[slot].tmaps;
+                                const uint32_t nctas = meta->slot[slot].nctas;
+                                vcta = (blockIdx.x + gridDim.x - meta->slot[slot].rot % gridDim.x) % gridDim.x;
+                                lastp = UINT32_MAX;
+                                if (lane == 0)
+                                        mark(HDR_GROUP_START, slot, seq);
+                                if (vcta < nctas)
+                                        walk();
+                                if (lane == 0)
+                                        mark(HDR_GROUP_END, slot, seq);
                                 __syncwarp();
                         }
+                } else {
+                        walk();
                 }
-                if (lane == 0) {
-                        /* End of work: a stage that carries no data. */
-                        mbar_wait(bars + 8 * (L::STAGES + stage), phase ^ 1);
-                        if (X3)
-                                endw[stage] = 1;
-                        volatile uint32_t *h = (volatile uint32_t *)(gbase + L::HDR_OFF) + 16 * stage;
-                        h[0] = UINT32_MAX;
-                        mbar_arrive(bars + 8 * stage);
-                }
+                if (lane == 0)
+                        mark(UINT32_MAX, 0, 0);
                 return;
         }
 
@@ -931,6 +1144,32 @@ __global__ void __launch_bounds__(WCfg::THREADS, 1) wgmma_kernel(const __grid_co
                 w.prob = h[0];
                 if (w.prob == UINT32_MAX)
                         break;
+                if (RES && w.prob >= HDR_GROUP_START) {
+                        /* A group's start (its parameters, for split
+                         * entries) or end: nothing to compute; the stage
+                         * is given back at once. */
+                        const uint32_t slot = h[1];
+                        const uint64_t seq = (uint64_t)h[2] | ((uint64_t)h[3] << 32);
+                        const bool start = w.prob == HDR_GROUP_START;
+                        if (lane == 0)
+                                mbar_arrive(bars + 8 * (L::STAGES + pp.stage));
+                        if (++pp.stage == L::STAGES) {
+                                pp.stage = 0;
+                                pp.phase ^= 1;
+                        }
+                        if (start) {
+                                kp = res_meta(args.res)->slot[slot].kp;
+                                continue;
+                        }
+                        /* This warpgroup's stores of C are done, and seen
+                         * before its arrival (each thread's fence, then the
+                         * barrier). */
+                        __threadfence();
+                        named_bar(2 + cw, 128);
+                        if (wt == 0)
+                                res_group_done(args.res, slot, seq);
+                        continue;
+                }
                 const uint32_t m0 = h[1], n0 = h[2], niter = h[3];
                 w.kc0 = h[4];
                 w.split = h[5];
@@ -1124,6 +1363,18 @@ __global__ void __launch_bounds__(WCfg::THREADS, 1) wgmma_kernel(const __grid_co
         if (F32C && wt == 0)
                 bulk_wait();
 #endif
+}
+
+/* The resident kernel: 16-bit GEMMs on the usual tile (ResArgs in args). */
+template <typename T> int launch_wgmma_res(const KArgs &args, uint32_t grid, cudaStream_t st)
+{
+        using L = KLay<T, false, 128>;
+        static std::atomic<uint32_t> done[64];
+        if (smem_attr_once(done, wgmma_kernel<T, false, false, 128, true>, L::SMEM))
+                return -EIO;
+        wgmma_kernel<T, false, false, 128, true><<<grid, WCfg::THREADS, L::SMEM, st>>>(args);
+        const cudaError_t err = cudaGetLastError();
+        return err == cudaSuccess ? 0 : -EIO;
 }
 
 template <typename T, bool SYRK, bool X3, int BN = 128>

@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -662,4 +663,158 @@ Test(gpu_e2e, wide_tile_same_bits_as_the_usual_one)
                 free(w[i].c0);
                 free(u[i].c0);
         }
+}
+
+/*
+ * The resident kernel (--resident yes) against a launch per group. One
+ * client process keeps its operands in one device allocation (CUDA IPC)
+ * and submits rounds of problems, several in flight: mostly 16-bit GEMMs
+ * the resident kernel takes (some long enough in K to be split), among
+ * random problems it does not take, so it is stopped and started again
+ * within a round, and a pause after each round lets it stop for idleness.
+ * Every result must match the double-precision reference (C poisoned with
+ * NaN where beta is 0), every element outside it must be untouched, and
+ * the bits must be those of the same problems on a daemon without it.
+ */
+#define RES_PROBS 96
+#define RES_ROUNDS 2
+
+struct res_out {
+        uint64_t hash[RES_ROUNDS][RES_PROBS];
+        long long resident_groups, groups;
+        int bad;
+        char why[256];
+};
+
+static uint64_t fnv1a(const void *p, uint64_t n)
+{
+        const uint8_t *b = p;
+        uint64_t h = 1469598103934665603ull;
+
+        for (uint64_t i = 0; i < n; i++)
+                h = (h ^ b[i]) * 1099511628211ull;
+        return h;
+}
+
+static int res_client(const struct e2e_daemon *d, struct res_out *out)
+{
+        const uint64_t bytes = 192u << 20;
+        struct e2e_arena ar = {0};
+        struct e2e_prob p[RES_PROBS];
+        gemmd_ticket t[RES_PROBS];
+        struct gemmd_result r;
+        gemmd_buffer dev_id = 0;
+        gemmd_client *c = e2e_connect(d);
+        void *dev = NULL;
+        char *json = NULL;
+
+        if (!c || !(ar.base = malloc(bytes)))
+                return 2;
+        ar.size = bytes;
+        if (cudaMalloc(&dev, bytes) != cudaSuccess || gemmd_register_device(c, dev, bytes, &dev_id))
+                return 3;
+        for (int round = 0; round < RES_ROUNDS; round++) {
+                uint64_t seed = 500 + (uint64_t)round;
+
+                ar.used = 0;
+                for (int i = 0; i < RES_PROBS; i++) {
+                        struct e2e_spec s;
+
+                        if (i % 6 == 5) {
+                                e2e_spec_random(&s, &seed, 128);
+                        } else {
+                                /* What the Hopper kernel reads: A stored m x k, B n x k. */
+                                memset(&s, 0, sizeof(s));
+                                s.kind = GEMMD_GEMM;
+                                s.dtype = i & 1 ? GEMMD_F16 : GEMMD_BF16;
+                                s.ta = GEMMD_OP_T;
+                                s.tb = GEMMD_OP_N;
+                                s.m = e2e_rand_int(&seed, 1, 384);
+                                s.n = e2e_rand_int(&seed, 1, 384);
+                                s.k = 8 * e2e_rand_int(&seed, 1, i % 8 == 0 ? 300 : 48);
+                                s.alpha = i % 3 ? 1.0f : -0.5f;
+                                s.beta = i % 4 ? 0.0f : 0.5f;
+                        }
+                        if (e2e_prob_place(&p[i], &s, &ar, &seed))
+                                return 4;
+                        p[i].op.a.buffer = p[i].op.b.buffer = p[i].op.c.buffer = dev_id;
+                }
+                if (cudaMemcpy(dev, ar.base, ar.used, cudaMemcpyHostToDevice) != cudaSuccess ||
+                    cudaDeviceSynchronize() != cudaSuccess)
+                        return 5;
+                /* One op per submit, all in flight: groups of several. */
+                for (int i = 0; i < RES_PROBS; i++)
+                        if (gemmd_submit(c, &p[i].op, 1, GEMMD_PRIO_NORMAL, &t[i]))
+                                return 6;
+                for (int i = 0; i < RES_PROBS; i++) {
+                        int rc = gemmd_wait(c, t[i], 20000, &r, 1);
+
+                        if (rc || r.status) {
+                                snprintf(out->why, sizeof(out->why), "round %d op %d: %s", round, i,
+                                         gemmd_strerror(rc ? rc : r.status));
+                                out->bad++;
+                        }
+                }
+                if (cudaMemcpy(ar.base, dev, ar.used, cudaMemcpyDeviceToHost) != cudaSuccess)
+                        return 7;
+                for (int i = 0; i < RES_PROBS; i++) {
+                        double err;
+                        char why[200], desc[128];
+
+                        if (e2e_prob_check(&p[i], &err, why, sizeof(why))) {
+                                snprintf(out->why, sizeof(out->why), "round %d op %d %s: %s", round, i,
+                                         e2e_spec_str(&p[i].s, desc, sizeof(desc)), why);
+                                out->bad++;
+                        }
+                        out->hash[round][i] = fnv1a(p[i].c, p[i].cbytes);
+                        e2e_prob_free(&p[i]);
+                }
+                usleep(20000); /* idle: the resident kernel stops */
+        }
+        if (gemmd_stats(c, 1, &json))
+                return 8;
+        out->resident_groups = device_number(json, "resident_groups");
+        out->groups = device_number(json, "groups");
+        free(json);
+        gemmd_unregister(c, dev_id);
+        gemmd_disconnect(c);
+        cudaFree(dev);
+        free(ar.base);
+        return 0;
+}
+
+static void res_run(const char *resident, struct res_out *out)
+{
+        struct e2e_daemon d;
+        pid_t kid;
+
+        memset(out, 0, sizeof(*out));
+        cr_assert_eq(e2e_daemon_start(&d, "--backend", "cuda", "--resident", resident, "--verbose", NULL), 0);
+        kid = fork();
+        cr_assert_geq(kid, 0);
+        if (kid == 0)
+                _exit(res_client(&d, out));
+        cr_expect_eq(e2e_wait_child(kid, 240000), 0, "client failed (--resident %s)", resident);
+        cr_assert_eq(e2e_daemon_stop(&d), 0);
+}
+
+Test(gpu_e2e, resident_kernel_same_bits_as_launches)
+{
+        struct res_out *o = mmap(NULL, 2 * sizeof(*o), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+
+        SKIP_WITHOUT_GPU();
+        cr_assert_neq(o, MAP_FAILED);
+        res_run("yes", &o[0]);
+        res_run("no", &o[1]);
+        printf("resident kernel: %lld of %lld groups (--resident yes), %lld of %lld (no)\n",
+               o[0].resident_groups, o[0].groups, o[1].resident_groups, o[1].groups);
+        cr_expect_eq(o[0].bad, 0, "--resident yes: %d wrong, last: %s", o[0].bad, o[0].why);
+        cr_expect_eq(o[1].bad, 0, "--resident no: %d wrong, last: %s", o[1].bad, o[1].why);
+        cr_expect_gt(o[0].resident_groups, 0, "the resident kernel took no group");
+        cr_expect_lt(o[0].resident_groups, o[0].groups, "every group took the resident kernel");
+        cr_expect_eq(o[1].resident_groups, 0, "--resident no: groups took the resident kernel");
+        for (int r = 0; r < RES_ROUNDS; r++)
+                for (int i = 0; i < RES_PROBS; i++)
+                        cr_expect_eq(o[0].hash[r][i], o[1].hash[r][i], "round %d op %d: bits differ", r, i);
+        munmap(o, 2 * sizeof(*o));
 }
