@@ -128,6 +128,7 @@ struct cuda_backend {
          * to done seen, and on the device, post seen to handed over and
          * handed over to done. */
         uint64_t res_groups, res_host_ns, res_take_ns, res_run_ns;
+        uint64_t res_queried_ns; /* when res_query last asked the stream */
 
         /* The pin thread (pin_main) and its queue of tasks. */
         pthread_t pin_thread;
@@ -230,6 +231,8 @@ static size_t align256(size_t v)
 /* How long it outlives the device's last group: a steady stream of
  * groups keeps it, an idle device gets its SMs (and its power) back. */
 #define RES_IDLE_NS 2000000ull
+/* How often the completion thread asks whether it has ended (res_query). */
+#define RES_QUERY_NS 20000ull
 
 static void res_stop_locked(struct cuda_backend *cb)
 {
@@ -341,6 +344,12 @@ static cudaError_t res_query(struct cuda_backend *cb, struct cuda_slot *s)
                 }
                 if (again)
                         break;
+                /* Whether the kernel has ended, now and then: each asking
+                 * is a driver call of about a microsecond, and the
+                 * completion thread polls every group in flight. */
+                if (now_ns() - cb->res_queried_ns < RES_QUERY_NS)
+                        return cudaErrorNotReady;
+                cb->res_queried_ns = now_ns();
                 st = cudaStreamQuery(cb->res_stream);
                 if (st == cudaErrorNotReady)
                         return st;
@@ -714,7 +723,12 @@ static int pin(struct cuda_backend *cb, struct gbuf *b)
 
 /* Whether the resident kernel takes group g: 16-bit GEMMs on the usual
  * tile, every one on the Hopper kernel, operands in device memory, launch
- * data that fits its slot, and no client waiting on a launch event. */
+ * data that fits its slot, and no client waiting on a launch event; and
+ * no more tiles than CTAs. Groups on it finish in order, and a larger
+ * group holds up the small ones behind it, where on streams of their own
+ * a small group launched after it finishes first: at 8 clients with 8
+ * requests in flight each, groups of about 450 tiles ran at 156 TF/s
+ * resident against 172 launched (bench/results/resident-ab.txt). */
 static int res_takes(struct cuda_backend *cb, const struct group *g, int nfast, uint32_t nsyr2k, size_t stage,
                      size_t blob)
 {
@@ -722,7 +736,7 @@ static int res_takes(struct cuda_backend *cb, const struct group *g, int nfast, 
 
         if ((dt != GEMMD_F16 && dt != GEMMD_BF16) || nfast != (int)g->nops || nsyr2k || stage ||
             blob > RES_SLOT_BYTES || g->cfg.shape.tn != shape(&cb->b, g->key).tn || !g->plan.nentries ||
-            g->plan.nctas > cb->b.ctas)
+            g->plan.nctas > cb->b.ctas || g->tiles > cb->b.ctas)
                 return 0;
         for (uint32_t i = 0; i < g->nops; i++) {
                 if (g->ops[i]->req->notify_launch)
