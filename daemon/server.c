@@ -158,8 +158,12 @@ void server_queue_done_list(struct evloop *ev, struct request *head, struct requ
  * to the loops: packing a large group's Completions here kept it from the
  * next group (at 64 clients x 8 in flight, groups of ~70 requests, 8-15%
  * of the throughput; bench/results/ring-ab.txt), and the loops pack them
- * side by side. */
+ * side by side. 32, or every group, did no better at 8 or 64 clients of 8
+ * in flight (bench/results/ring-post-ab.txt); a build may set it to
+ * measure again. */
+#ifndef RING_POST_MAX
 #define RING_POST_MAX 8
+#endif
 
 void server_post_completions(struct request *done, void *ctx)
 {
