@@ -263,6 +263,9 @@ static void res_init(struct cuda_backend *cb)
         cb->res_host = NULL;
         cb->res_area = NULL;
         cb->res_alive = 0;
+        /* Numbered afresh with the zeroed memory below. */
+        cb->res_seq = cb->res_gen = 0;
+        cb->res_rot = 0;
         if (cudaMallocHost((void **)&cb->res_host, sizeof(*cb->res_host)) != cudaSuccess ||
             cudaMalloc(&cb->res_area, area) != cudaSuccess || cudaMemset(cb->res_area, 0, area) != cudaSuccess ||
             cudaStreamCreateWithFlags(&cb->res_stream, cudaStreamNonBlocking) != cudaSuccess) {
@@ -274,12 +277,17 @@ static void res_init(struct cuda_backend *cb)
 }
 
 /* Posts a group to the resident kernel, starting one for its type if
- * none runs; s->rseq names it. */
+ * none runs; s->rseq names it. -EAGAIN: its slot still holds a group in
+ * flight (more groups in flight than slots), for a launch instead. */
 static int res_post(struct cuda_backend *cb, struct cuda_slot *s, int dtype, struct cuda_res_post *rp)
 {
         struct cuda_res_post *p;
-        uint64_t seq;
+        uint64_t seq = cb->res_seq + 1;
 
+        if (seq > CUDA_RES_SLOTS &&
+            __atomic_load_n(&cb->res_host->done[seq % CUDA_RES_SLOTS].seq, __ATOMIC_ACQUIRE) <
+                    seq - CUDA_RES_SLOTS)
+                return -EAGAIN;
         pthread_mutex_lock(&cb->res_lock);
         if (cb->res_alive && cb->res_dtype != dtype)
                 res_stop_locked(cb);
@@ -309,10 +317,8 @@ static int res_post(struct cuda_backend *cb, struct cuda_slot *s, int dtype, str
                           (unsigned long long)cb->res_gen, (unsigned long long)cb->res_seq + 1);
                 __atomic_store_n(&cb->res_alive, 1, __ATOMIC_RELEASE);
         }
-        seq = ++cb->res_seq;
+        seq = ++cb->res_seq; /* the worker's alone: as checked above */
         p = &cb->res_host->post[seq % CUDA_RES_SLOTS];
-        /* The group before it in this slot is done: at most
-         * groups_inflight (< CUDA_RES_SLOTS) are in flight. */
         rp->gen = cb->res_gen;
         rp->rot = cb->res_rot;
         cb->res_rot = (cb->res_rot + rp->nctas) % cb->b.ctas;
@@ -928,11 +934,15 @@ static int launch(struct backend *be, struct group *g)
                 rp.tmaps = tm_off;
                 rp.ws = plan->nsplit ? (uint64_t)(uintptr_t)s->d_ws : 0;
                 rp.arrivals = plan->nsplit ? (uint64_t)(uintptr_t)s->d_arr : 0;
-                if ((rc = res_post(cb, s, (int)(g->key & 3), &rp)))
+                rc = res_post(cb, s, (int)(g->key & 3), &rp);
+                if (!rc) {
+                        g->resident = 1;
+                        watch(cb, s);
+                        return 0;
+                }
+                if (rc != -EAGAIN)
                         return rc;
-                g->resident = 1;
-                watch(cb, s);
-                return 0;
+                s->res = 0;
         }
         /* Any other kernel needs the SMs the resident one holds. */
         res_stop(cb);

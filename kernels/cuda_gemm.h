@@ -174,7 +174,7 @@ uint32_t cuda_gemm_tmaps_syr2k(const void *buf, uint32_t nproblems);
  * are done; later posts go to the next launch (first_seq: the first of
  * them), which the stream starts after this one has ended.
  */
-#define CUDA_RES_SLOTS 8
+#define CUDA_RES_SLOTS 16
 struct cuda_res_post {
         uint64_t src;     /* launch data, in pinned host memory (its device address) */
         uint32_t bytes;   /* a multiple of 16, at most the area's slot size */
