@@ -540,12 +540,32 @@ static void c_protocol_order(struct hctx *x)
         expect_error(&y.r, 162, GEMMD__V1__CODE__PROTOCOL);
         expect_closed(&y);
         hard_raw_close(&y.r);
-        cr_assert_eq(hard_raw_open(&y.r, x->d->sock), 0);
         h.protocol_version = 99;
         env.body_case = GEMMD__V1__ENVELOPE__BODY_HELLO;
         env.hello = &h;
-        cr_assert_eq(hard_raw_send(&y.r, 163, &env, NULL, 0, 0), 0);
-        expect_error(&y.r, 163, GEMMD__V1__CODE__VERSION);
+        /* --max-sessions 2: the connection just closed may not be counted
+         * out yet (its loop does that on its next turn, and under several
+         * loops this one may be served first), which a Hello is told as
+         * LIMIT. Then again, until the Hello is judged on its version. */
+        for (int tries = 0;; tries++) {
+                int code = -1;
+
+                cr_assert_eq(hard_raw_open(&y.r, x->d->sock), 0);
+                cr_assert_eq(hard_raw_send(&y.r, 163, &env, NULL, 0, 0), 0);
+                for (int i = 0; i < 64 && code < 0; i++) {
+                        Gemmd__V1__Envelope *e = hard_raw_recv(&y.r, TIMEOUT_MS);
+
+                        cr_assert_not_null(e, "no answer to request 163");
+                        if (e->request_id == 163 && e->body_case == GEMMD__V1__ENVELOPE__BODY_ERROR)
+                                code = (int)e->error->code;
+                }
+                if (code != GEMMD__V1__CODE__LIMIT || tries == 100) {
+                        cr_expect_eq(code, GEMMD__V1__CODE__VERSION, "request 163: code %d", code);
+                        break;
+                }
+                hard_raw_close(&y.r);
+                usleep(10000);
+        }
         expect_closed(&y);
         hard_raw_close(&y.r);
         expect_session_alive(x, 164);
