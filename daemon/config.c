@@ -224,6 +224,15 @@ static void usage(FILE *f, const struct gemmd_config *d)
                 d->lim.hello_timeout_ms);
 }
 
+/* Parses yes or no into *out; returns 0, or -EINVAL (and *out untouched). */
+static int parse_yes_no(const char *s, int *out)
+{
+        if (strcmp(s, "yes") && strcmp(s, "no"))
+                return -EINVAL;
+        *out = !strcmp(s, "yes");
+        return 0;
+}
+
 /* Parses a decimal count in [lo, hi]; returns 0 or -EINVAL. */
 static int parse_u64(const char *s, unsigned long long lo, unsigned long long hi,
                      unsigned long long *out)
@@ -448,20 +457,16 @@ int config_parse_args(struct gemmd_config *cfg, int argc, char **argv)
                         cfg->loops = (int)v;
                         break;
                 case OPT_DEVPROC:
-                        bad = strcmp(optarg, "yes") && strcmp(optarg, "no");
-                        cfg->device_process = !strcmp(optarg, "yes");
+                        bad = parse_yes_no(optarg, &cfg->device_process) != 0;
                         break;
                 case OPT_WIDE:
-                        bad = strcmp(optarg, "yes") && strcmp(optarg, "no");
-                        cfg->wide_tiles = !strcmp(optarg, "yes");
+                        bad = parse_yes_no(optarg, &cfg->wide_tiles) != 0;
                         break;
                 case OPT_RINGS:
-                        bad = strcmp(optarg, "yes") && strcmp(optarg, "no");
-                        cfg->rings = !strcmp(optarg, "yes");
+                        bad = parse_yes_no(optarg, &cfg->rings) != 0;
                         break;
                 case OPT_RESIDENT:
-                        bad = strcmp(optarg, "yes") && strcmp(optarg, "no");
-                        cfg->resident = !strcmp(optarg, "yes");
+                        bad = parse_yes_no(optarg, &cfg->resident) != 0;
                         break;
                 case OPT_COST: {
                         /* Installed at once: plans are built only once the

@@ -4,24 +4,30 @@
 # max-dim 1024, CUDA IPC operands, 2 s), the daemon's per-group figures
 # (gemmctl stats) and, when it stops, the resident kernel's own breakdown
 # (post seen to handed over, handed over to done) from its log.
-# Binaries from $GEMMD_BIN (default .gpubin-all, scripts/gpu-bundle.sh).
+# Binaries from $GEMMD_BIN (default .gpubin-all, scripts/gpu-bundle.sh);
+# POINTS (default "1:1 8:1 8:8"): CLIENTS:WINDOW ...
+set -u
 bin=${GEMMD_BIN:-.gpubin-all}
-export LD_LIBRARY_PATH=$PWD/$bin/lib
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-for pt in 1:1 8:1 8:8; do
-  c=${pt%%:*}; w=${pt##*:}
-  for v in launch resident; do
-    args=(); [ $v = resident ] && args=(--resident yes)
-    $bin/gemmd --socket $tmp/s --backend cuda "${args[@]}" >$tmp/log 2>&1 &
-    dp=$!
-    for i in $(seq 100); do [ -S $tmp/s ] && break; sleep 0.1; done
-    sleep 0.5
-    timeout 30 $bin/gemmbench clients --clients $c --window $w --max-dim 1024 --seconds 2 --warmup 0.5 --mode gemmd --socket $tmp/s --memory ipc --json > $tmp/out 2>>$tmp/err
-    echo "$c x $w $v: $(python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); print({k:d[k] for k in d if k in ("tflops","lat_p50_us","lat_mean_us","errors","daemon_run_us_mean","daemon_queue_us_mean","group_size_mean")})' $tmp/out 2>&1)"
-    $bin/gemmctl --socket $tmp/s stats 2>/dev/null | grep -E "per group|resident" 
-    kill -TERM $dp; wait $dp
-    grep -E "resident kernel|error|warn" $tmp/log | head -5
-    rm -f $tmp/s
-  done
+[ -d "$bin/lib" ] && export LD_LIBRARY_PATH="$PWD/$bin/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+# shellcheck source=scripts/service-lib.sh
+. "$(dirname "$0")/service-lib.sh" gemmd-resident
+trap service_cleanup EXIT
+for pt in ${POINTS:-1:1 8:1 8:8}; do
+        c=${pt%%:*} w=${pt##*:}
+        for v in launch resident; do
+                args=()
+                [ "$v" = resident ] && args=(--resident yes)
+                log=$tmp/$v-$c-$w.log
+                start_daemon "$bin/gemmd" "$log" "${args[@]}" || { echo "$c x $w $v: gemmd did not start"; continue; }
+                timeout 30 "$bin/gemmbench" clients --clients "$c" --window "$w" --max-dim 1024 --seconds 2 \
+                        --warmup 0.5 --mode gemmd --socket "$tmp/gemmd.sock" --memory ipc --json >"$tmp/out" 2>>"$log"
+                echo "$c x $w $v: $(python3 -c 'import json, sys
+d = json.load(open(sys.argv[1]))
+keys = ("tflops", "lat_p50_us", "lat_mean_us", "errors", "daemon_run_us_mean", "daemon_queue_us_mean",
+        "group_size_mean")
+print({k: d[k] for k in keys if k in d})' "$tmp/out" 2>&1)"
+                "$bin/gemmctl" --socket "$tmp/gemmd.sock" stats 2>/dev/null | grep -E "per group|resident"
+                stop_daemon
+                grep -E "resident kernel|error|warn" "$log" | head -5
+        done
 done

@@ -354,6 +354,33 @@ int hard_raw_hello(struct hard_raw *r)
         return rep && rep->body_case == GEMMD__V1__ENVELOPE__BODY_HELLO_REPLY ? 0 : -1;
 }
 
+void hard_gemm2_submit(struct hard_gemm2 *g, Gemmd__V1__Envelope *env)
+{
+        static const float a[4] = {1, 2, 3, 4}, b[4] = {5, 6, 7, 8}, c[4] = {0};
+
+        gemmd__v1__submit__init(&g->sub);
+        gemmd__v1__op__init(&g->op);
+        gemmd__v1__operand__init(&g->a);
+        gemmd__v1__operand__init(&g->b);
+        gemmd__v1__operand__init(&g->c);
+        g->a.data = (ProtobufCBinaryData){sizeof(a), (uint8_t *)a};
+        g->b.data = (ProtobufCBinaryData){sizeof(b), (uint8_t *)b};
+        g->c.data = (ProtobufCBinaryData){sizeof(c), (uint8_t *)c};
+        g->op.kind = GEMMD__V1__OP_KIND__GEMM;
+        g->op.dtype = GEMMD__V1__DTYPE__F32;
+        g->op.m = g->op.n = g->op.k = 2;
+        g->op.lda = g->op.ldb = g->op.ldc = 2;
+        g->op.alpha = 1.0f;
+        g->op.a = &g->a;
+        g->op.b = &g->b;
+        g->op.c = &g->c;
+        g->ops[0] = &g->op;
+        g->sub.n_ops = 1;
+        g->sub.ops = g->ops;
+        env->body_case = GEMMD__V1__ENVELOPE__BODY_SUBMIT;
+        env->submit = &g->sub;
+}
+
 int hard_memfd(uint64_t bytes)
 {
         int fd = memfd_create("hard", MFD_CLOEXEC | MFD_ALLOW_SEALING);

@@ -96,6 +96,17 @@ int64_t hard_raw_register(struct hard_raw *r, uint64_t rid, uint64_t bytes, uint
 
 /* A memfd of `bytes` bytes, sealed against shrinking as libgemmd seals
  * them, or -1. */
+/* A 2 x 2 x 2 f32 GEMM with inline operands (column-major A = 1 2 3 4,
+ * B = 5 6 7 8, alpha 1, beta 0) as a Submit in *env, built in storage g
+ * holds (it must outlive the send); HARD_GEMM2_C is its C. */
+struct hard_gemm2 {
+        Gemmd__V1__Submit sub;
+        Gemmd__V1__Op op, *ops[1];
+        Gemmd__V1__Operand a, b, c;
+};
+#define HARD_GEMM2_C {23.f, 34.f, 31.f, 46.f}
+void hard_gemm2_submit(struct hard_gemm2 *g, Gemmd__V1__Envelope *env);
+
 int hard_memfd(uint64_t bytes);
 
 #endif

@@ -21,6 +21,7 @@
 #include "proto/frame.h"
 #include "tests/e2e_util.h"
 #include "tests/e2e_assert.h"
+#include "tests/hard_util.h"
 
 TestSuite(e2e, .init = e2e_setup, .fini = e2e_teardown, .timeout = 120);
 
@@ -533,28 +534,10 @@ Test(e2e, client_hanging_up_mid_frame_costs_nothing)
 /* Packs a 2 x 2 x 2 f32 GEMM with inline operands as one frame. */
 static void pack_inline_gemm(uint64_t id, uint8_t **buf, size_t *n)
 {
-        static const float a[4] = {1, 2, 3, 4}, b[4] = {5, 6, 7, 8};
         Gemmd__V1__Envelope env = GEMMD__V1__ENVELOPE__INIT;
-        Gemmd__V1__Submit sub = GEMMD__V1__SUBMIT__INIT;
-        Gemmd__V1__Op op = GEMMD__V1__OP__INIT, *ops[1] = {&op};
-        Gemmd__V1__Operand oa = GEMMD__V1__OPERAND__INIT, ob = GEMMD__V1__OPERAND__INIT;
-        Gemmd__V1__Operand oc = GEMMD__V1__OPERAND__INIT;
+        struct hard_gemm2 g;
 
-        oa.data = (ProtobufCBinaryData){sizeof(a), (uint8_t *)a};
-        ob.data = (ProtobufCBinaryData){sizeof(b), (uint8_t *)b};
-        oc.data = (ProtobufCBinaryData){sizeof(a), (uint8_t *)a};
-        op.kind = GEMMD__V1__OP_KIND__GEMM;
-        op.dtype = GEMMD__V1__DTYPE__F32;
-        op.m = op.n = op.k = 2;
-        op.lda = op.ldb = op.ldc = 2;
-        op.alpha = 1.0f;
-        op.a = &oa;
-        op.b = &ob;
-        op.c = &oc;
-        sub.n_ops = 1;
-        sub.ops = ops;
-        env.body_case = GEMMD__V1__ENVELOPE__BODY_SUBMIT;
-        env.submit = &sub;
+        hard_gemm2_submit(&g, &env);
         env.request_id = id;
         cr_assert_eq(frame_pack(&env, 0, UINT32_MAX, buf, n), 0);
 }

@@ -366,32 +366,28 @@ static void ring_send(struct raw *r, uint64_t id, Gemmd__V1__Envelope *env, int 
 
 /* A 2 x 2 x 2 f32 GEMM with inline operands: C = A B with a = 1 2 3 4,
  * b = 5 6 7 8 column-major. */
-static const float gemm_c[4] = {23, 34, 31, 46};
+static const float gemm_c[4] = HARD_GEMM2_C;
+
+/* A daemon whose loops never poll (--spin-us 0), a session with rings on
+ * it, and its loop asleep, as its flag in the ring says. */
+static void open_beside_a_sleeping_loop(struct e2e_daemon *d, struct raw *r)
+{
+        cr_assert_eq(e2e_daemon_start(d, "--spin-us", "0", NULL), 0);
+        raw_open(r, d);
+        raw_hello(r);
+        raw_attach_ok(r);
+        for (int i = 0; !atomic_load(&r->ring->sq.flag); i++) {
+                cr_assert_lt(i, 5000, "the loop never said it sleeps");
+                usleep(1000);
+        }
+}
 
 static void ring_send_gemm(struct raw *r, uint64_t id, int kick)
 {
-        static const float a[4] = {1, 2, 3, 4}, b[4] = {5, 6, 7, 8}, c[4] = {0};
         Gemmd__V1__Envelope env = GEMMD__V1__ENVELOPE__INIT;
-        Gemmd__V1__Submit sub = GEMMD__V1__SUBMIT__INIT;
-        Gemmd__V1__Op op = GEMMD__V1__OP__INIT, *ops[1] = {&op};
-        Gemmd__V1__Operand oa = GEMMD__V1__OPERAND__INIT, ob = GEMMD__V1__OPERAND__INIT;
-        Gemmd__V1__Operand oc = GEMMD__V1__OPERAND__INIT;
+        struct hard_gemm2 g;
 
-        oa.data = (ProtobufCBinaryData){sizeof(a), (uint8_t *)a};
-        ob.data = (ProtobufCBinaryData){sizeof(b), (uint8_t *)b};
-        oc.data = (ProtobufCBinaryData){sizeof(c), (uint8_t *)c};
-        op.kind = GEMMD__V1__OP_KIND__GEMM;
-        op.dtype = GEMMD__V1__DTYPE__F32;
-        op.m = op.n = op.k = 2;
-        op.lda = op.ldb = op.ldc = 2;
-        op.alpha = 1.0f;
-        op.a = &oa;
-        op.b = &ob;
-        op.c = &oc;
-        sub.n_ops = 1;
-        sub.ops = ops;
-        env.body_case = GEMMD__V1__ENVELOPE__BODY_SUBMIT;
-        env.submit = &sub;
+        hard_gemm2_submit(&g, &env);
         ring_send(r, id, &env, kick);
 }
 
@@ -598,14 +594,7 @@ Test(ring, the_kicks_and_sleep_flags_route_each_message)
         struct raw r;
         uint8_t seen[2] = {0, 0};
 
-        cr_assert_eq(e2e_daemon_start(&d, "--spin-us", "0", NULL), 0);
-        raw_open(&r, &d);
-        raw_hello(&r);
-        raw_attach_ok(&r);
-        for (int i = 0; !atomic_load(&r.ring->sq.flag); i++) {
-                cr_assert_lt(i, 5000, "the loop never said it sleeps");
-                usleep(1000);
-        }
+        open_beside_a_sleeping_loop(&d, &r);
         /* Into the ring all the same: ring_send kicks, as the flag asks. */
         ring_send_gemm(&r, 500, 1);
         for (int i = 0; ring_avail(&r.ring->cq, r.cq_tail, RING_CQ) == 0; i++) {
@@ -635,14 +624,7 @@ Test(ring, a_frame_on_the_socket_comes_after_the_submits_in_the_ring)
         Gemmd__V1__StatsRequest q = GEMMD__V1__STATS_REQUEST__INIT;
         uint8_t seen[1] = {0};
 
-        cr_assert_eq(e2e_daemon_start(&d, "--spin-us", "0", NULL), 0);
-        raw_open(&r, &d);
-        raw_hello(&r);
-        raw_attach_ok(&r);
-        for (int i = 0; !atomic_load(&r.ring->sq.flag); i++) {
-                cr_assert_lt(i, 5000, "the loop never said it sleeps");
-                usleep(1000);
-        }
+        open_beside_a_sleeping_loop(&d, &r);
         /* Into the ring with no kick: only the next frame wakes the loop. */
         ring_send_gemm(&r, 700, 0);
         env.body_case = GEMMD__V1__ENVELOPE__BODY_STATS_REQUEST;

@@ -789,7 +789,7 @@ static void res_run(const char *resident, struct res_out *out)
         pid_t kid;
 
         memset(out, 0, sizeof(*out));
-        cr_assert_eq(e2e_daemon_start(&d, "--backend", "cuda", "--resident", resident, "--verbose", NULL), 0);
+        cr_assert_eq(e2e_daemon_start(&d, "--backend", "cuda", "--resident", resident, NULL), 0);
         kid = fork();
         cr_assert_geq(kid, 0);
         if (kid == 0)
