@@ -600,8 +600,10 @@ static int wait_for(struct gemmd_client *c, const int *flag, int timeout_ms)
         int64_t deadline = timeout_ms >= 0 ? now_ms() + timeout_ms : 0;
         struct pollfd p = { .fd = c->fd, .events = POLLIN };
         int left = -1, err = 0;
-        /* A wait of 0 only looks. */
-        uint64_t spin_end = c->spin_ns && timeout_ms != 0 ? now_ns() + c->spin_ns : 0;
+        /* A wait of 0 only looks. A daemon whose host has no CPU to spare
+         * for polling clients asks them to sleep at once (cq.no_poll). */
+        int poll_ok = !c->ring || !atomic_load_explicit(&c->ring->cq.no_poll, memory_order_relaxed);
+        uint64_t spin_end = c->spin_ns && timeout_ms != 0 && poll_ok ? now_ns() + c->spin_ns : 0;
 
         for (;;) {
                 read_some(c);

@@ -39,6 +39,7 @@ void config_defaults(struct gemmd_config *cfg)
          * the CPU backend, or with few cores, the cores are better left to
          * the compute threads and the clients. Resolved after parsing. */
         cfg->spin_us = SPIN_AUTO;
+        cfg->client_poll_max = CLIENT_POLL_AUTO;
         /* Timing events cost each launch about 2 us of host time and of
          * round trip on the H100 (bench/results/launch-probe.txt), so a GPU
          * times two consecutive groups in every 16 (the pair gives the idle
@@ -105,6 +106,7 @@ enum {
         OPT_WIDE,
         OPT_RINGS,
         OPT_RESIDENT,
+        OPT_CLIENT_POLL,
         OPT_COST,
 };
 
@@ -148,6 +150,7 @@ static const struct option options[] = {
         {"wide-tiles", required_argument, NULL, OPT_WIDE},
         {"rings", required_argument, NULL, OPT_RINGS},
         {"resident", required_argument, NULL, OPT_RESIDENT},
+        {"client-poll-max", required_argument, NULL, OPT_CLIENT_POLL},
         {"cost", required_argument, NULL, OPT_COST},
         {NULL, 0, NULL, 0},
 };
@@ -172,6 +175,9 @@ static void usage(FILE *f, const struct gemmd_config *d)
                 "                               they sleep (default: 50, or 0 with --backend cpu or under 4 CPUs)\n"
                 "      --timing-every N         a GPU measures device time and idle gaps on 2 groups in every N\n"
                 "                               (default: %u; 1: every group)\n"
+                "      --client-poll-max N|auto  clients poll for their completions while at most N sessions have\n"
+                "                               work in flight, and sleep on their sockets past that (default: auto,\n"
+                "                               the online CPUs less the daemon's threads that poll or compute)\n"
                 "      --loops N                event loops (threads) serving the connections, 1 to 64\n"
                 "                               (default: 4 on a GPU with 8 or more CPUs, else 1)\n"
                 "      --device-process yes|no  drive each device from a process of its own, replaced after a\n"
@@ -467,6 +473,14 @@ int config_parse_args(struct gemmd_config *cfg, int argc, char **argv)
                         break;
                 case OPT_RESIDENT:
                         bad = parse_yes_no(optarg, &cfg->resident) != 0;
+                        break;
+                case OPT_CLIENT_POLL:
+                        if (!strcmp(optarg, "auto")) {
+                                cfg->client_poll_max = CLIENT_POLL_AUTO;
+                        } else {
+                                bad = parse_u64(optarg, 0, 1000000, &v);
+                                cfg->client_poll_max = (uint32_t)v;
+                        }
                         break;
                 case OPT_COST: {
                         /* Installed at once: plans are built only once the

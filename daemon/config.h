@@ -56,6 +56,10 @@ struct gemmd_config {
          * (cuda_gemm_res_launch) instead of launching one per group. */
         int resident;
         const char *cost;             /* --cost: the cost model installed (sched_cost_set), or NULL */
+        /* Clients are asked to sleep rather than poll while more sessions
+         * than this have work in flight (proto/ring.h, cq.no_poll). */
+        uint32_t client_poll_max;
+#define CLIENT_POLL_AUTO UINT32_MAX   /* the CPUs the daemon's own threads leave */
         int loops;                    /* event loops (threads) serving the sessions */
 #define LOOPS_AUTO 0                  /* not given: the server decides by backend and cores */
 #define LOOPS_MAX 64

@@ -241,6 +241,8 @@ static int admit(struct session *s, uint64_t rid, uint32_t n, int refuse)
         }
         pthread_mutex_unlock(&srv->lock);
         if (!over) {
+                if (!s->inflight_ops)
+                        atomic_fetch_add_explicit(&srv->busy_sessions, 1, memory_order_relaxed);
                 s->inflight_ops += n;
                 return 0;
         }
@@ -271,10 +273,19 @@ void server_uncount_shared(struct session *s, uint32_t n)
                 server_wake_all(srv);
 }
 
+/* The session's own count of ops in flight, less n; the daemon's count of
+ * busy sessions follows (server.h, busy_sessions). */
+static void uncount_session(struct session *s, uint32_t n)
+{
+        s->inflight_ops -= n;
+        if (!s->inflight_ops)
+                atomic_fetch_sub_explicit(&s->srv->busy_sessions, 1, memory_order_relaxed);
+}
+
 /* Takes back all that admit counted for n ops. */
 static void uncount(struct session *s, uint32_t n)
 {
-        s->inflight_ops -= n;
+        uncount_session(s, n);
         server_uncount_shared(s, n);
 }
 
@@ -564,7 +575,7 @@ void dispatch_completion(struct request *r)
 
         /* A request answered through the ring had the user's and the
          * daemon's counts given back by the thread that answered it. */
-        s->inflight_ops -= n;
+        uncount_session(s, n);
         if (!r->uncounted)
                 server_uncount_shared(s, n);
         metrics_count_request(r);

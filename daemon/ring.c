@@ -249,6 +249,30 @@ static int cq_room(struct session *s, uint32_t head)
         return ring_room(&s->ring->cq, head, RING_CQ);
 }
 
+/* Refreshes cq.no_poll from the daemon's load (server.h, busy_sessions);
+ * the caller holds ring_lock and the ring is open. Stored only when it
+ * changes: the client reads that cache line on each wait. */
+static void hint_locked(struct session *s)
+{
+        const uint32_t v = atomic_load_explicit(&s->srv->busy_sessions, memory_order_relaxed) >
+                           s->srv->poll_max;
+
+        if (atomic_load_explicit(&s->ring->cq.no_poll, memory_order_relaxed) != v)
+                atomic_store_explicit(&s->ring->cq.no_poll, v, memory_order_relaxed);
+        if (v)
+                atomic_fetch_add_explicit(&s->srv->no_poll_replies, 1, memory_order_relaxed);
+}
+
+void ring_hint(struct session *s)
+{
+        if (!atomic_load_explicit(&s->ring_open, memory_order_relaxed))
+                return;
+        pthread_mutex_lock(&s->ring_lock);
+        if (atomic_load_explicit(&s->ring_open, memory_order_relaxed))
+                hint_locked(s);
+        pthread_mutex_unlock(&s->ring_lock);
+}
+
 /* Packs r's Completion into slot sl. Returns 0, or -1 when it does not fit
  * (or cannot be packed): the socket then answers r. */
 static int pack_into(const struct request *r, struct ring_slot *sl)
@@ -299,6 +323,7 @@ struct request *ring_post(struct request *r)
                         break;
         }
         tail->ring_sync = 1;
+        hint_locked(s);
         server_uncount_shared(s, ops);
         /* Counted before they are seen: a client's stats request sent in
          * answer to them then finds them counted. */
@@ -333,6 +358,7 @@ int ring_reply(struct request *r)
                 return -1;
         }
         s->cq_head = ++h;
+        hint_locked(s);
         atomic_fetch_add(&s->srv->replies_ring, 1);
         kick = ring_publish(&s->ring->cq, h) &&
                atomic_exchange_explicit(&s->ring->cq.flag, 0, memory_order_relaxed);

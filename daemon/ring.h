@@ -36,6 +36,11 @@ int ring_drain(struct evloop *ev);
  * meanwhile. */
 int ring_sleep(struct evloop *ev);
 
+/* Before a Completion goes to s's client on its socket: refreshes the
+ * ring's cq.no_poll, as ring_post and ring_reply do for the ring's own
+ * (proto/ring.h). Any thread; nothing without an open ring. */
+void ring_hint(struct session *s);
+
 /* A completing thread: puts the Completions of r and the requests after it
  * of the same session in its completion ring, as many as fit and unless
  * the client said it sleeps, and queues them on the session's loop. Returns the first request it did not take

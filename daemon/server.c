@@ -558,6 +558,32 @@ static int start_backends(struct server *srv)
 }
 
 /* Sets up loop ev (index i; loop 0 is the main thread's `main`). */
+/*
+ * How many sessions with work in flight may have their clients poll: what
+ * --client-poll-max says, or the online CPUs less the daemon's threads that
+ * keep one busy (the loops, and each device's worker and completion thread,
+ * while they poll; the CPU backend's compute threads). Each polling client
+ * holds a CPU as they do; past that, the daemon's threads wait for one. On
+ * the H100's 16 CPUs, clients that slept rather than polled served 64 x 1
+ * at 105 against 70-87 TF/s and 16 x 8 (max-dim 256) at 5.9-7.3 against
+ * 4.7-5.9, where at 8 clients polling is 5-10 us faster a request
+ * (bench/results/client-poll-ab.txt, ring-ab.txt).
+ */
+static uint32_t client_poll_max(const struct server *srv)
+{
+        const struct gemmd_config *cfg = srv->cfg;
+        long ncpu = sysconf(_SC_NPROCESSORS_ONLN), busy = 0;
+
+        if (cfg->client_poll_max != CLIENT_POLL_AUTO)
+                return cfg->client_poll_max;
+        if (cfg->spin_us)
+                busy += srv->nloops + 2L * srv->nworkers;
+        for (int i = 0; i < srv->nbackends; i++)
+                if (!strcmp(srv->backends[i]->kind, "cpu"))
+                        busy += cfg->threads;
+        return ncpu > busy ? (uint32_t)(ncpu - busy) : 0;
+}
+
 static int loop_init(struct server *srv, struct evloop *ev, int i, uv_loop_t *main)
 {
         uint64_t every = srv->cfg->lim.hello_timeout_ms / 2;
@@ -649,6 +675,7 @@ int server_init(struct server *srv, uv_loop_t *loop, const struct gemmd_config *
                 }
                 srv->nloops = i + 1;
         }
+        srv->poll_max = client_poll_max(srv);
         uv_signal_init(loop, &srv->sigterm);
         uv_signal_init(loop, &srv->sigint);
         srv->sigterm.data = srv->sigint.data = srv;

@@ -221,6 +221,12 @@ struct server {
         atomic_uint_fast64_t replies, replies_now, replies_ring, reply_wait_ns;
         atomic_uint_fast64_t submits_ring; /* Submits taken from rings */
         atomic_uint rings_now;             /* sessions with rings attached */
+        /* Sessions with ops in flight, and how many of them may have their
+         * clients poll (cfg->client_poll_max, resolved): past that, each
+         * Completion asks its client to sleep (ring_hint, proto/ring.h). */
+        atomic_uint busy_sessions;
+        uint32_t poll_max;
+        atomic_uint_fast64_t no_poll_replies; /* batches of replies that asked it */
 
         uint64_t t_start_ns;
         atomic_uint_fast64_t sessions_total, requests, rejections[32];

@@ -437,6 +437,7 @@ void session_send_completion(struct session *s, const struct request *r)
 
         if (s->state == SESSION_CLOSED)
                 return;
+        ring_hint(s);
         rc = dispatch_pack_completion(r, &buf, &n);
         queue_frame(s, rc, buf, n);
 }
@@ -469,6 +470,7 @@ struct request *session_reply_now(struct request *r, int *stuck)
         int rc;
 
         *stuck = 0;
+        ring_hint(s);
         pthread_mutex_lock(&s->out_lock);
         /* Queued behind whatever the loop queued before: frames keep the
          * order they were queued in, whichever thread writes them. */

@@ -92,6 +92,10 @@ static void render_text(struct server *srv, FILE *f, double up_s)
                         nr ? wait / 1e3 / nr : 0.0,
                         (unsigned long long)atomic_load(&srv->submits_ring),
                         (unsigned)atomic_load(&srv->rings_now));
+                fprintf(f, "client polling: %u sessions with work in flight, clients poll while at most %u "
+                           "do; %llu replies asked theirs to sleep\n",
+                        (unsigned)atomic_load(&srv->busy_sessions), srv->poll_max,
+                        (unsigned long long)atomic_load(&srv->no_poll_replies));
         }
         {
                 const uint64_t *p = ls.part_ns;
@@ -185,13 +189,14 @@ static void render_json(struct server *srv, FILE *f, double up_s)
                 (unsigned long long)srv->requests, srv->queued_ops);
         pthread_mutex_unlock(&srv->lock);
         fprintf(f, "\"replies\":%llu,\"replies_now\":%llu,\"replies_ring\":%llu,\"submits_ring\":%llu,\"rings_now\":%u,"
-                   "\"reply_wait_s\":%.6f,",
+                   "\"reply_wait_s\":%.6f,\"busy_sessions\":%u,\"client_poll_max\":%u,\"no_poll_replies\":%llu,",
                 (unsigned long long)atomic_load(&srv->replies),
                 (unsigned long long)atomic_load(&srv->replies_now),
                 (unsigned long long)atomic_load(&srv->replies_ring),
                 (unsigned long long)atomic_load(&srv->submits_ring),
                 (unsigned)atomic_load(&srv->rings_now),
-                atomic_load(&srv->reply_wait_ns) / 1e9);
+                atomic_load(&srv->reply_wait_ns) / 1e9, (unsigned)atomic_load(&srv->busy_sessions),
+                srv->poll_max, (unsigned long long)atomic_load(&srv->no_poll_replies));
         fprintf(f, "\"loops\":%d,\"loop_callbacks\":%llu,\"loop_busy_s\":%.6f,\"loop_busy_max_s\":%.6f,"
                    "\"loop_recv_s\":%.6f,\"loop_frames_s\":%.6f,\"loop_enqueue_s\":%.6f,\"loop_reap_s\":%.6f,",
                 srv->nloops, (unsigned long long)ls.callbacks, ls.busy_ns / 1e9, ls.busiest_ns / 1e9,

@@ -15,6 +15,14 @@
  *       client about to sleep on the socket sets cq.flag, and the daemon
  *       then answers it on the socket.
  *
+ * With each Completion, on the ring or the socket, the daemon refreshes
+ * cq.no_poll: set, it asks the client to sleep on its socket while it
+ * waits instead of polling first. The daemon sets it while more sessions
+ * have work in flight than the host has CPUs to spare for polling
+ * (gemmd --client-poll-max): past that, polling clients take the CPUs the
+ * daemon's own threads need. A zero-filled ring (a daemon that does not
+ * know the field) lets clients poll, as before.
+ *
  * A message put in a ring just as the other side fell asleep is followed
  * by a RingKick on the socket (the handshake below makes sure one of the
  * two sides sees the other).
@@ -59,7 +67,8 @@ struct ring_ctl {
         _Atomic uint32_t tail; /* the consumer's: slots taken */
         char pad1[60];
         _Atomic uint32_t flag; /* the consumer sleeps (or is about to) */
-        char pad2[60];
+        _Atomic uint32_t no_poll; /* cq only, the daemon's: clients should not poll */
+        char pad2[56];
 };
 
 struct ring_slot {

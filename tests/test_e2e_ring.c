@@ -17,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "gemmd.h"
@@ -368,11 +369,12 @@ static void ring_send(struct raw *r, uint64_t id, Gemmd__V1__Envelope *env, int 
  * b = 5 6 7 8 column-major. */
 static const float gemm_c[4] = HARD_GEMM2_C;
 
-/* A daemon whose loops never poll (--spin-us 0), a session with rings on
- * it, and its loop asleep, as its flag in the ring says. */
-static void open_beside_a_sleeping_loop(struct e2e_daemon *d, struct raw *r)
+/* A daemon whose loops never poll (--spin-us 0) and that lets clients
+ * poll while at most poll_max sessions have work in flight, a session with
+ * rings on it, and its loop asleep, as its flag in the ring says. */
+static void open_beside_a_sleeping_loop(struct e2e_daemon *d, struct raw *r, const char *poll_max)
 {
-        cr_assert_eq(e2e_daemon_start(d, "--spin-us", "0", NULL), 0);
+        cr_assert_eq(e2e_daemon_start(d, "--spin-us", "0", "--client-poll-max", poll_max, NULL), 0);
         raw_open(r, d);
         raw_hello(r);
         raw_attach_ok(r);
@@ -594,7 +596,7 @@ Test(ring, the_kicks_and_sleep_flags_route_each_message)
         struct raw r;
         uint8_t seen[2] = {0, 0};
 
-        open_beside_a_sleeping_loop(&d, &r);
+        open_beside_a_sleeping_loop(&d, &r, "auto");
         /* Into the ring all the same: ring_send kicks, as the flag asks. */
         ring_send_gemm(&r, 500, 1);
         for (int i = 0; ring_avail(&r.ring->cq, r.cq_tail, RING_CQ) == 0; i++) {
@@ -613,6 +615,55 @@ Test(ring, the_kicks_and_sleep_flags_route_each_message)
         cr_assert_eq(e2e_daemon_stop(&d), 0);
 }
 
+/* Waits for a Completion in r's ring, checks it and gives its slot back. */
+static void take_ring_completion(struct raw *r, uint8_t *seen, uint64_t first, uint64_t n)
+{
+        const struct ring_slot *sl;
+
+        for (int i = 0; ring_avail(&r->ring->cq, r->cq_tail, RING_CQ) == 0; i++) {
+                cr_assert_lt(i, 5000, "no Completion in the ring");
+                usleep(1000);
+        }
+        sl = &r->ring->c[r->cq_tail % RING_CQ];
+        take_completion(frame_unpack(&r->h.arena, sl->body, sl->len), seen, first, n);
+        ring_release(&r->ring->cq, ++r->cq_tail);
+}
+
+/* Past --client-poll-max sessions with work in flight, each Completion
+ * asks its client to sleep rather than poll (cq.no_poll), in the ring and
+ * on the socket alike; within it, to poll. The session being answered
+ * counts: its request is in flight until its Completion is out. */
+Test(ring, completions_ask_clients_to_sleep_past_the_polling_budget)
+{
+        struct e2e_daemon d;
+        struct raw r;
+        uint8_t seen[3] = {0, 0, 0};
+
+        open_beside_a_sleeping_loop(&d, &r, "0");
+        cr_assert_eq(atomic_load(&r.ring->cq.no_poll), 0, "set before any Completion");
+        ring_send_gemm(&r, 600, 1);
+        take_ring_completion(&r, seen, 600, 3);
+        cr_assert_eq(atomic_load(&r.ring->cq.no_poll), 1, "one session in flight, none may poll");
+        /* Cleared by hand: a Completion on the socket (the client said it
+         * sleeps) sets it again. */
+        atomic_store(&r.ring->cq.no_poll, 0);
+        atomic_store(&r.ring->cq.flag, 1);
+        ring_send_gemm(&r, 601, 1);
+        take_completion(raw_recv_reply(&r), seen, 600, 3);
+        cr_assert_eq(atomic_load(&r.ring->cq.no_poll), 1, "not refreshed with a Completion on the socket");
+        raw_close(&r);
+        cr_assert_eq(e2e_daemon_stop(&d), 0);
+
+        /* One session may poll: a hint left set is cleared. */
+        open_beside_a_sleeping_loop(&d, &r, "1");
+        atomic_store(&r.ring->cq.no_poll, 1);
+        ring_send_gemm(&r, 602, 1);
+        take_ring_completion(&r, seen, 600, 3);
+        cr_assert_eq(atomic_load(&r.ring->cq.no_poll), 0, "a lone session was asked to sleep");
+        raw_close(&r);
+        cr_assert_eq(e2e_daemon_stop(&d), 0);
+}
+
 /* A frame on the socket comes after every Submit the client put in its
  * ring before it, even when the loop sleeps and was not kicked: the stats
  * it asks for count that Submit. */
@@ -624,7 +675,7 @@ Test(ring, a_frame_on_the_socket_comes_after_the_submits_in_the_ring)
         Gemmd__V1__StatsRequest q = GEMMD__V1__STATS_REQUEST__INIT;
         uint8_t seen[1] = {0};
 
-        open_beside_a_sleeping_loop(&d, &r);
+        open_beside_a_sleeping_loop(&d, &r, "auto");
         /* Into the ring with no kick: only the next frame wakes the loop. */
         ring_send_gemm(&r, 700, 0);
         env.body_case = GEMMD__V1__ENVELOPE__BODY_STATS_REQUEST;
@@ -742,6 +793,103 @@ Test(ring, a_client_that_never_reads_has_its_ring_left_alone_without_a_busy_daem
         raw_alive(&r, 9);
         raw_close(&r);
         cr_assert_eq(e2e_daemon_stop(&d), 0);
+}
+
+/* ---- polling, as the daemon's load allows ------------------------------- */
+
+/* A 1024^3 f32 GEMM placed in c's own buffer: on the CPU backend of a
+ * small machine it runs for tens of milliseconds at least. */
+static void long_gemm(gemmd_client *c, struct e2e_arena *ar, struct e2e_prob *p, uint64_t seed)
+{
+        const struct e2e_spec s = {.kind = GEMMD_GEMM, .dtype = GEMMD_F32, .m = 1024, .n = 1024, .k = 1024,
+                                   .alpha = 1.0f};
+
+        cr_assert_eq(e2e_arena_init(ar, c, 16u << 20), 0);
+        cr_assert_eq(e2e_prob_place(p, &s, ar, &seed), 0);
+}
+
+/* What the hint is judged by: the sessions with ops in flight. Two
+ * clients' long GEMMs are two, and none once they are answered. */
+Test(ring, the_daemon_counts_the_sessions_with_work_in_flight)
+{
+        struct e2e_daemon d;
+        gemmd_client *c[2], *obs;
+        struct e2e_arena ar[2];
+        struct e2e_prob p[2];
+        gemmd_ticket t[2];
+        long long busy = 0;
+
+        cr_assert_eq(e2e_daemon_start(&d, NULL), 0);
+        obs = connect_with(&d, NULL, NULL);
+        for (int i = 0; i < 2; i++) {
+                c[i] = connect_with(&d, NULL, NULL);
+                long_gemm(c[i], &ar[i], &p[i], 31 + (uint64_t)i);
+        }
+        cr_assert_eq(stat_of(obs, "busy_sessions"), 0);
+        for (int i = 0; i < 2; i++) {
+                cr_assert_eq(gemmd_submit(c[i], &p[i].op, 1, GEMMD_PRIO_NORMAL, &t[i]), 0);
+                cr_assert_eq(e2e_round_trip(c[i]), 0); /* admitted */
+        }
+        busy = stat_of(obs, "busy_sessions");
+        cr_assert_eq(busy, 2, "%lld sessions counted busy while two GEMMs run", busy);
+        for (int i = 0; i < 2; i++)
+                cr_assert_eq(gemmd_wait(c[i], t[i], 30000, NULL, 0), 0);
+        for (int i = 0; (busy = stat_of(obs, "busy_sessions")) != 0; i++) {
+                cr_assert_lt(i, 2000, "%lld sessions still counted busy", busy);
+                usleep(1000);
+        }
+        for (int i = 0; i < 2; i++) {
+                e2e_prob_free(&p[i]);
+                gemmd_disconnect(c[i]);
+        }
+        gemmd_disconnect(obs);
+        cr_assert_eq(e2e_daemon_stop(&d), 0);
+}
+
+/* A library client that would poll for a whole second (GEMMD_SPIN_US)
+ * sleeps through a long wait once a Completion asked it to (budget 0): it
+ * tells the daemon so (cq.flag), which then answers on the socket, and its
+ * thread takes next to no CPU. Where nothing asked it (a daemon with room
+ * for it), it polls through the wait and takes the answer from its ring. */
+Test(ring, a_library_client_sleeps_when_asked_and_polls_otherwise)
+{
+        for (int budget = 0; budget < 2; budget++) {
+                struct e2e_daemon d;
+                struct e2e_arena ar;
+                struct e2e_prob p;
+                struct timespec a, b;
+                gemmd_client *c;
+                gemmd_ticket t;
+                long long ring0;
+                uint64_t w0;
+                double cpu, wall;
+
+                cr_assert_eq(e2e_daemon_start(&d, "--client-poll-max", budget ? "64" : "0", NULL), 0);
+                c = connect_with(&d, NULL, "1000000");
+                long_gemm(c, &ar, &p, 41);
+                /* The first answer brings the daemon's hint. */
+                cr_assert_eq(gemmd_submit(c, &p.op, 1, GEMMD_PRIO_NORMAL, &t), 0);
+                cr_assert_eq(gemmd_wait(c, t, 30000, NULL, 0), 0);
+                ring0 = stat_of(c, "replies_ring");
+                e2e_prob_reset(&p);
+                cr_assert_eq(gemmd_submit(c, &p.op, 1, GEMMD_PRIO_NORMAL, &t), 0);
+                w0 = e2e_now_us();
+                clock_gettime(CLOCK_THREAD_CPUTIME_ID, &a);
+                cr_assert_eq(gemmd_wait(c, t, 30000, NULL, 0), 0);
+                clock_gettime(CLOCK_THREAD_CPUTIME_ID, &b);
+                wall = (double)(e2e_now_us() - w0);
+                cpu = (double)(b.tv_sec - a.tv_sec) * 1e6 + (double)(b.tv_nsec - a.tv_nsec) / 1e3;
+                if (budget) {
+                        cr_expect_eq(stat_of(c, "replies_ring"), ring0 + 1, "a polling client was answered on its socket");
+                } else {
+                        cr_expect_eq(stat_of(c, "replies_ring"), ring0, "a client asked to sleep was answered in its ring");
+                        cr_expect_lt(cpu, wall / 20, "asked to sleep, it took %.0f us of CPU in a %.0f us wait",
+                                     cpu, wall);
+                }
+                e2e_prob_free(&p);
+                gemmd_disconnect(c);
+                cr_assert_eq(e2e_daemon_stop(&d), 0);
+        }
 }
 
 /* ---- the ring's own arithmetic ------------------------------------------ */
