@@ -574,8 +574,9 @@ void dispatch_completion(struct request *r)
         int answered = r->replied || s->state != SESSION_CLOSED;
 
         /* A request answered through the ring had the user's and the
-         * daemon's counts given back by the thread that answered it. */
-        uncount_session(s, n);
+         * daemon's counts given back by the thread that answered it. The
+         * session's own count goes after the reply: until then it is busy,
+         * as its client's polling hint says (ring_hint). */
         if (!r->uncounted)
                 server_uncount_shared(s, n);
         metrics_count_request(r);
@@ -592,6 +593,7 @@ void dispatch_completion(struct request *r)
                 session_reply_taken(s);
         else if (!r->replied && s->state != SESSION_CLOSED && ring_reply(r))
                 session_send_completion(s, r);
+        uncount_session(s, n);
         free_request(r, n);
         session_unref(s); /* may free s */
         server_maybe_finish(ev);
