@@ -557,16 +557,15 @@ static int start_backends(struct server *srv)
         return 0;
 }
 
-/* Sets up loop ev (index i; loop 0 is the main thread's `main`). */
 /*
  * How many sessions with work in flight may have their clients poll: what
  * --client-poll-max says, or the online CPUs less the daemon's threads that
  * keep one busy (the loops, and each device's worker and completion thread,
  * while they poll; the CPU backend's compute threads). Each polling client
  * holds a CPU as they do; past that, the daemon's threads wait for one. On
- * the H100's 16 CPUs, clients that slept rather than polled served 64 x 1
- * at 105 against 70-87 TF/s and 16 x 8 (max-dim 256) at 5.9-7.3 against
- * 4.7-5.9, where at 8 clients polling is 5-10 us faster a request
+ * the H100's 16 CPUs (a limit of 10), asking served 64 x 1 at 97-122
+ * against 78-87 TF/s and 64 x 8 (max-dim 256) at 5.4-6.0 against 4.1-5.0,
+ * where at 8 clients polling is 5-10 us faster a request
  * (bench/results/client-poll-ab.txt, ring-ab.txt).
  */
 static uint32_t client_poll_max(const struct server *srv)
@@ -584,6 +583,7 @@ static uint32_t client_poll_max(const struct server *srv)
         return ncpu > busy ? (uint32_t)(ncpu - busy) : 0;
 }
 
+/* Sets up loop ev (index i; loop 0 is the main thread's `main`). */
 static int loop_init(struct server *srv, struct evloop *ev, int i, uv_loop_t *main)
 {
         uint64_t every = srv->cfg->lim.hello_timeout_ms / 2;

@@ -226,7 +226,7 @@ struct server {
          * Completion asks its client to sleep (ring_hint, proto/ring.h). */
         atomic_uint busy_sessions;
         uint32_t poll_max;
-        atomic_uint_fast64_t no_poll_replies; /* batches of replies that asked it */
+        atomic_uint_fast64_t no_poll_replies; /* answers that asked it (a ring batch or a socket reply) */
 
         uint64_t t_start_ns;
         atomic_uint_fast64_t sessions_total, requests, rejections[32];

@@ -93,7 +93,7 @@ static void render_text(struct server *srv, FILE *f, double up_s)
                         (unsigned long long)atomic_load(&srv->submits_ring),
                         (unsigned)atomic_load(&srv->rings_now));
                 fprintf(f, "client polling: %u sessions with work in flight, clients poll while at most %u "
-                           "do; %llu replies asked theirs to sleep\n",
+                           "do; %llu answers asked theirs to sleep\n",
                         (unsigned)atomic_load(&srv->busy_sessions), srv->poll_max,
                         (unsigned long long)atomic_load(&srv->no_poll_replies));
         }
