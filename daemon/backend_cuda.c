@@ -114,6 +114,7 @@ struct cuda_backend {
          * that may wait for the whole device (a free, a host unregister)
          * stops it first (res_stop). Under res_lock. */
         int res_on;
+        int early_on; /* --early-completion (cuda_group.early_*) */
         pthread_mutex_t res_lock;
         struct cuda_res_host *res_host; /* pinned, mapped */
         void *res_area;
@@ -171,6 +172,21 @@ struct cuda_slot {
         int res;
         uint64_t rseq, rt0, rt1, posted_ns;
         cudaEvent_t ev_fence; /* what the resident kernel waits for (res_post) */
+        /* Early completion (cuda_group.early_*): its group's kernel counts
+         * arrivals per problem in d_early_cnt and writes early_seq into
+         * h_early_flag[i] once op i's C is whole; early_done[i] once the
+         * completion thread handed op i back (early_left not yet). A
+         * failed group may leave counts behind: early_reset zeroes them
+         * before the next. */
+        int early, early_reset;
+        uint32_t early_seq;
+        uint32_t early_left;
+        uint32_t *d_early_cnt;
+        size_t early_cnt_cap;
+        uint32_t *h_early_flag;
+        size_t early_flag_cap;
+        uint8_t *early_done;
+        uint32_t early_done_cap;
 };
 
 #define CK(call)                                                                          \
@@ -475,6 +491,9 @@ static void unbounce(struct cuda_slot *s)
 /* Hands a finished group back to its worker. */
 static void finish(struct cuda_backend *cb, struct cuda_slot *s, cudaError_t st)
 {
+        if (st != cudaSuccess && s->early)
+                s->early_reset = 1;
+        s->early = 0;
         if (st != cudaSuccess) {
                 log_err("cuda %d: group %llu failed: %s", cb->ordinal, (unsigned long long)s->g->id,
                         cudaGetErrorString(st));
@@ -483,6 +502,29 @@ static void finish(struct cuda_backend *cb, struct cuda_slot *s, cudaError_t st)
                 unbounce(s);
         }
         worker_group_done(s->g, st == cudaSuccess ? 0 : GEMMD_EDEVICE);
+}
+
+/* Hands back each op of s's group whose C its kernel has said is whole
+ * (cuda_group.early_*), before the group ends: a request of a small
+ * problem in a large group is answered when its own tiles are done. */
+static void early_scan(struct cuda_slot *s)
+{
+        uint32_t idx[64], n = 0;
+
+        for (uint32_t i = 0; i < s->g->nops && s->early_left; i++) {
+                if (s->early_done[i] ||
+                    __atomic_load_n(&s->h_early_flag[i], __ATOMIC_ACQUIRE) != s->early_seq)
+                        continue;
+                s->early_done[i] = 1;
+                s->early_left--;
+                idx[n++] = i;
+                if (n == 64) {
+                        worker_ops_done(s->g, idx, n);
+                        n = 0;
+                }
+        }
+        if (n)
+                worker_ops_done(s->g, idx, n); /* under one lock, handed back together */
 }
 
 /*
@@ -552,6 +594,8 @@ static void *done_main(void *arg)
                         cudaError_t st = s->res ? res_query(cb, s) : cudaStreamQuery(s->stream);
 
                         if (st == cudaErrorNotReady) {
+                                if (s->early && s->early_left)
+                                        early_scan(s);
                                 pp = &s->done_next;
                                 continue;
                         }
@@ -565,8 +609,9 @@ static void *done_main(void *arg)
                         active = since = now_ns();
                 } else if (now_ns() - since >= DONE_SPIN_NS) {
                         /* A long group: sleep until the oldest is done (a
-                         * resident one by short naps: its stream goes on). */
-                        if (watched->res) {
+                         * resident one, or one with ops still to be answered
+                         * early, by short naps). */
+                        if (watched->res || (watched->early && watched->early_left)) {
                                 struct timespec nap = {0, 20000};
 
                                 nanosleep(&nap, NULL);
@@ -768,8 +813,9 @@ static int launch(struct backend *be, struct group *g)
         /* Every group but exact f32 on fused multiply-adds (key: dtype in
          * bits 0-1, tf32 in bit 2). */
         size_t tm_bytes = g->key != GEMMD_F32 || cb->f32_split ? cuda_gemm_tmaps_bytes(g->nops) : 0;
-        size_t blob = tm_off + tm_bytes, stage = 0, in_lo, in_hi = 0;
-        int nfast = 0;
+        size_t blob = tm_off + tm_bytes, stage = 0, in_lo, in_hi = 0, need_off = 0;
+        const int dt = (int)(g->key & 3);
+        int nfast = 0, early;
         uint32_t nsyr2k = 0;
         size_t esz = gemmd_dtype_size((enum gemmd_dtype)(g->key & 3));
         struct gemmd_kproblem *kp;
@@ -836,6 +882,18 @@ static int launch(struct backend *be, struct group *g)
                         }
         }
         s->out_hi = stage;
+        /* Early completion: 16-bit GEMMs with their operands in device
+         * memory (nothing to copy back after the kernel), on a plan; the
+         * Hopper kernel alone, checked once the tensor maps are built. The
+         * arrivals each problem needs go at the end of the launch data. */
+        early = cb->early_on && !stage && plan->nentries && (dt == GEMMD_F16 || dt == GEMMD_BF16);
+        for (uint32_t i = 0; early && i < g->nops; i++)
+                if (g->ops[i]->req->notify_launch || g->ops[i]->kp.kind != SCHED_GEMM)
+                        early = 0;
+        if (early) {
+                need_off = (blob + 15) & ~(size_t)15;
+                blob = need_off + g->nops * sizeof(uint32_t);
+        }
         if ((rc = grow_pair(cb, &s->h_blob, &s->d_blob, &s->blob_cap, blob)) ||
             (rc = grow(cb, (void **)&s->d_stage, &s->stage_cap, stage, MEM_DEVICE, 0)) ||
             (rc = grow(cb, (void **)&s->h_bounce, &s->bounce_cap, stage - in_lo, MEM_PINNED, 0)))
@@ -902,6 +960,14 @@ static int launch(struct backend *be, struct group *g)
                                    cudaMemcpyHostToDevice, s->stream));
         memcpy((char *)s->h_blob + sp_off, g->sp, g->nops * sizeof(struct sched_problem));
         memcpy((char *)s->h_blob + plan_off, plan->blob, plan->blob_bytes);
+        if (early) {
+                /* Both consumer warpgroups of a CTA arrive once per entry. */
+                uint32_t *need = (uint32_t *)((char *)s->h_blob + need_off);
+
+                memset(need, 0, g->nops * sizeof(*need));
+                for (uint32_t e = 0; e < plan->nentries; e++)
+                        need[plan->entries[e].problem] += 2;
+        }
         /* Encoded on the host, from the device addresses just resolved. */
         if (tm_bytes) {
                 nfast = cuda_gemm_tmaps_build(kp, g->nops, g->cfg.shape, (char *)s->h_blob + tm_off);
@@ -973,6 +1039,42 @@ static int launch(struct backend *be, struct group *g)
         cg.tmaps = nfast ? (char *)s->d_blob + tm_off : NULL;
         cg.nfast = (uint32_t)nfast;
         cg.nfast_syr2k = nsyr2k;
+        s->early = early && nfast == (int)g->nops && !nsyr2k;
+        if (s->early) {
+                size_t had = s->early_flag_cap;
+
+                if ((rc = grow(cb, (void **)&s->d_early_cnt, &s->early_cnt_cap, g->nops * sizeof(uint32_t),
+                               MEM_DEVICE, 1)) ||
+                    (rc = grow(cb, (void **)&s->h_early_flag, &s->early_flag_cap, g->nops * sizeof(uint32_t),
+                               MEM_PINNED, 0))) {
+                        s->early = 0;
+                        return rc;
+                }
+                if (s->early_flag_cap != had)
+                        memset(s->h_early_flag, 0, s->early_flag_cap);
+                if (s->early_reset) {
+                        CK(cudaMemsetAsync(s->d_early_cnt, 0, s->early_cnt_cap, s->stream));
+                        s->early_reset = 0;
+                }
+                if (s->early_done_cap < g->nops) {
+                        uint8_t *d = realloc(s->early_done, g->nops);
+
+                        if (!d) {
+                                s->early = 0;
+                                return -ENOMEM;
+                        }
+                        s->early_done = d;
+                        s->early_done_cap = g->nops;
+                }
+                memset(s->early_done, 0, g->nops);
+                s->early_left = g->nops;
+                /* Nonzero (the flags start at 0) and new to the slot. */
+                s->early_seq = (uint32_t)(s->seq % 0xffffffffu) + 1;
+                cg.early_cnt = s->d_early_cnt;
+                cg.early_need = (const uint32_t *)((char *)s->d_blob + need_off);
+                cg.early_flag = s->h_early_flag;
+                cg.early_seq = s->early_seq;
+        }
         rc = cuda_gemm_launch(&cg, s->stream);
         if (rc) {
                 log_err("cuda %d: kernel launch failed (%d)", cb->ordinal, rc);
@@ -1229,6 +1331,11 @@ static int recover(struct backend *be)
                 s->ws_cap = 0;
                 s->d_arr = NULL;
                 s->arr_cap = 0;
+                s->d_early_cnt = NULL;
+                s->early_cnt_cap = 0;
+                s->h_early_flag = NULL;
+                s->early_flag_cap = 0;
+                s->early = s->early_reset = 0;
         }
         for (struct dev_mem *d = cb->allocs; d; d = d->next)
                 d->mem.base = NULL;
@@ -1318,8 +1425,11 @@ static void slot_deinit(struct backend *be, struct group *g)
         cudaFreeHost(s->h_bounce);
         cudaFree(s->d_ws);
         cudaFree(s->d_arr);
+        cudaFree(s->d_early_cnt);
+        cudaFreeHost(s->h_early_flag);
         cudaStreamDestroy(s->stream);
         cudaEventDestroy(s->ev_fence);
+        free(s->early_done);
         free(s->stage_off);
         free(s->bounce);
         free(s);
@@ -1403,6 +1513,11 @@ int backend_cuda_new(int ordinal, const struct gemmd_config *cfg, struct backend
                 return -EIO;
         }
         cb->f32_split = !cfg->f32_ffma && cuda_gemm_fast_available();
+        /* The kernel writes the flags into pinned memory at its host address. */
+        /* A worker in another process (--device-process) answers at the
+         * group's end (worker_ops_done). */
+        cb->early_on = cfg->early_completion && !cfg->device_process && cuda_gemm_fast_available() &&
+                       prop.unifiedAddressing && prop.canMapHostMemory;
         pthread_mutex_init(&cb->res_lock, NULL);
         /* The resident kernel reads launch data where the host wrote it:
          * pinned memory at the same address on the device. */

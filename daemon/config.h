@@ -55,6 +55,9 @@ struct gemmd_config {
         /* A GPU keeps its 16-bit GEMM kernel resident between groups
          * (cuda_gemm_res_launch) instead of launching one per group. */
         int resident;
+        /* A GPU answers each op of a 16-bit GEMM group once its own C is
+         * whole, before the group ends (cuda_group.early_*). */
+        int early_completion;
         const char *cost;             /* --cost: the cost model installed (sched_cost_set), or NULL */
         /* Clients are asked to sleep rather than poll while more sessions
          * than this have work in flight (proto/ring.h, cq.no_poll). */

@@ -402,30 +402,56 @@ static void form_group(struct worker *w, struct group *g)
  * thread learns first that the group is done (the backend's completion
  * thread, to save the latency of a hop through the worker). Makes no
  * device calls. */
+/* Hands op i of g back with `status`, done at t_done; the request it
+ * finishes goes on `done`. Called with the lock held. */
+static void complete_op(struct worker *w, struct group *g, uint32_t i, int status, uint64_t t_done,
+                        struct done_list *done)
+{
+        struct op *o = g->ops[i];
+        uint64_t queue_us = (g->t_launch_ns - o->req->t_admit_ns) / 1000;
+
+        o->status = status;
+        o->t_launch_ns = g->t_launch_ns;
+        o->t_done_ns = t_done;
+        o->group_id = g->id;
+        o->group_size = g->nops;
+        /* The CPU backend mixes keys in a group: name each op's own. */
+        o->kernel = w->be->kernel_name(w->be, w->be->mixed_keys ? o->key : g->key);
+        w->st.ops++;
+        if (status)
+                w->st.ops_failed++;
+        else
+                w->st.flops += op_flops(o);
+        w->st.queue_us_hist[hist_bucket(queue_us)]++;
+        g->ops[i] = NULL;
+        op_finish(o, done);
+}
+
+/* Every op of g not handed back early (worker_op_done) gets the group's
+ * status. */
 static void complete_ops(struct worker *w, struct group *g, struct done_list *done)
 {
-        const char *kname = w->be->kernel_name(w->be, g->key);
+        for (uint32_t i = 0; i < g->nops; i++)
+                if (g->ops[i])
+                        complete_op(w, g, i, g->status, g->t_done_ns, done);
+}
 
-        for (uint32_t i = 0; i < g->nops; i++) {
-                struct op *o = g->ops[i];
-                uint64_t queue_us = (g->t_launch_ns - o->req->t_admit_ns) / 1000;
+void worker_ops_done(struct group *g, const uint32_t *idx, uint32_t n)
+{
+        struct worker *w = g->w;
+        struct done_list done = DONE_LIST_INIT(done);
+        uint64_t t = now_ns();
 
-                o->status = g->status;
-                o->t_launch_ns = g->t_launch_ns;
-                o->t_done_ns = g->t_done_ns;
-                o->group_id = g->id;
-                o->group_size = g->nops;
-                /* The CPU backend mixes keys in a group: name each op's own. */
-                o->kernel = w->be->mixed_keys ? w->be->kernel_name(w->be, o->key) : kname;
-                w->st.ops++;
-                if (g->status)
-                        w->st.ops_failed++;
-                else
-                        w->st.flops += op_flops(o);
-                w->st.queue_us_hist[hist_bucket(queue_us)]++;
-                g->ops[i] = NULL;
-                op_finish(o, done);
-        }
+        if (w->hosted_done)
+                return; /* the group's end answers them, through the host process */
+        pthread_mutex_lock(&w->lock);
+        for (uint32_t j = 0; j < n; j++)
+                if (g->ops[idx[j]]) {
+                        complete_op(w, g, idx[j], 0, t, &done);
+                        w->st.ops_early++;
+                }
+        pthread_mutex_unlock(&w->lock);
+        hand_back(w, &done);
 }
 
 /* The worker's bookkeeping of a finished group (its ops are already

@@ -97,6 +97,7 @@ struct worker_stats {
         uint64_t timed_groups;   /* groups whose device time was measured */
         uint64_t wide_groups;    /* groups on the backend's wide tile */
         uint64_t resident_groups; /* groups its resident kernel took (--resident) */
+        uint64_t ops_early; /* ops answered before their group ended (--early-completion) */
 };
 
 /* Hands back requests whose last op has finished, linked through their
@@ -221,6 +222,13 @@ void launch_notice_send(struct wctl *c);
  * bookkeeping is done here too, and the worker thread is woken only when
  * the freed slot lets it launch (or it is stopping). */
 void worker_group_done(struct group *g, int status);
+
+/* Called by the backend's completion thread while g still runs, when ops
+ * idx[0 .. n) are done (their C whole): answers them now, with success,
+ * instead of at the group's end (worker_group_done then skips them). Not
+ * for a worker in another process (hosted_done): there the group's end
+ * answers them. */
+void worker_ops_done(struct group *g, const uint32_t *idx, uint32_t n);
 
 /* Finishes what is queued and in flight, then joins the thread. */
 void worker_stop(struct worker *w);

@@ -146,7 +146,8 @@ struct gemmd_op {
 struct gemmd_result {
         int status;          /* 0 or a negative code */
         uint64_t queue_us;   /* admitted -> group launched */
-        uint64_t run_us;     /* group launched -> group done */
+        uint64_t run_us;     /* group launched -> this op's C done (on a GPU, the
+                              * group's end unless it was answered early) */
         uint64_t group_id;   /* the group the op ran in */
         uint32_t group_size; /* ops in that group */
         char kernel[32];     /* kernel config that ran it */

@@ -96,6 +96,21 @@ struct cuda_group {
         const void *inline_host;
         uint64_t inline_dev;
         uint32_t inline_bytes;
+        /* Optional early completion (NULL early_cnt: off): the kernel tells
+         * the host when each problem's C is whole, before the group ends.
+         * Each consumer warpgroup of a CTA arrives once per plan entry it
+         * takes, after its stores of that entry's C (through a helper warp
+         * that fences for it), so problem p is done after early_need[p] =
+         * 2 x its plan entries arrivals; the last one writes early_seq to
+         * early_flag[p] (host memory the device can write, system scope). early_cnt: nproblems device counters, zero before
+         * the launch and left zero. early_need: device (or inline) memory.
+         * Only where every problem is a 16-bit GEMM on the Hopper kernel
+         * (nfast == nproblems, nfast_syr2k == 0, dtype f16 or bf16), with a
+         * plan; cuda_gemm_launch returns -EINVAL otherwise. */
+        uint32_t *early_cnt;
+        const uint32_t *early_need;
+        uint32_t *early_flag;
+        uint32_t early_seq; /* nonzero */
 };
 
 /* Largest launch data cuda_gemm_launch sends as a kernel parameter. Every

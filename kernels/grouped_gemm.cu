@@ -124,6 +124,11 @@ struct KParams {
          * compute every problem. */
         const uint8_t *fast;
         uint32_t want_fast;
+        /* Early completion (cuda_group.early_*; NULL early_cnt: off). */
+        uint32_t *early_cnt;
+        const uint32_t *early_need;
+        uint32_t *early_flag;
+        uint32_t early_seq;
 };
 
 /* The Hopper kernel's launch parameter: the group's pointers and, when
@@ -165,6 +170,7 @@ __device__ __forceinline__ KParams kparams(const KArgs &a)
         kp.split_parts = rebase(a, kp.split_parts);
         kp.split_ws = rebase(a, kp.split_ws);
         kp.fast = rebase(a, kp.fast);
+        kp.early_need = rebase(a, kp.early_need);
         return kp;
 }
 
@@ -1230,6 +1236,15 @@ extern "C" int cuda_gemm_launch(const struct cuda_group *g, void *stream)
          * sm_80 kernels read device memory). */
         if (g->inline_bytes && !(fast && g->nfast == g->nproblems))
                 return -EINVAL;
+        if (g->early_cnt) {
+                if (!fast || g->nfast != g->nproblems || g->nfast_syr2k || !kp.cta_begin || !g->early_need ||
+                    !g->early_flag || (g->dtype != GEMMD_F16 && g->dtype != GEMMD_BF16))
+                        return -EINVAL;
+                kp.early_cnt = g->early_cnt;
+                kp.early_need = g->early_need;
+                kp.early_flag = g->early_flag;
+                kp.early_seq = g->early_seq;
+        }
 #if GEMMD_WGMMA
         if (fast) {
                 const char *tm = (const char *)g->tmaps;

@@ -350,6 +350,68 @@ __device__ __forceinline__ void res_group_done(const ResArgs &r, uint32_t slot, 
         st_release_sys(&r.host->done[slot].seq, seq);
 }
 
+/* One arrival for problem `prob` (cuda_group.early_*), made by the helper
+ * warp after its fence over the stores it stands for; the last one tells
+ * the host that the problem's C is whole (it has read every other
+ * arrival, and its system-scope release orders them before the flag). */
+__device__ __forceinline__ void early_arrive(const KParams &kp, uint32_t prob)
+{
+        if (atomicAdd(&kp.early_cnt[prob], 1u) + 1 != kp.early_need[prob])
+                return;
+        kp.early_cnt[prob] = 0; /* all of this launch's arrivals are in: zero for the next */
+        asm volatile("fence.acq_rel.sys;\n"
+                     "st.relaxed.sys.global.u32 [%0], %1;\n" ::"l"(kp.early_flag + prob),
+                     "r"(kp.early_seq)
+                     : "memory");
+}
+
+/* Early completion's queue in shared memory: consumer warpgroup c puts
+ * the problem of each entry it is done with (its stores of C issued) in
+ * q[c], and the helper warp makes the arrivals. EQ_END closes a queue. */
+constexpr uint32_t EQ = 16, EQ_END = UINT32_MAX;
+struct EarlyQ {
+        uint32_t q[2][EQ];
+        uint32_t head[2], tail[2];
+};
+
+/* The helper warp's loop (lane 0): it takes what both consumers queued,
+ * fences once for the lot (cumulative: the consumers' stores came before
+ * their barrier and queue entry, which it has read), then arrives for each.
+ * The consumers never wait for a fence. */
+__device__ __noinline__ void early_helper(const KParams &kp, EarlyQ *eq)
+{
+        uint32_t t[2] = {0, 0}, batch[2 * EQ];
+        int open = 2;
+
+        while (open) {
+                uint32_t n = 0;
+                for (int c = 0; c < 2; c++) {
+                        uint32_t h;
+                        asm volatile("ld.acquire.cta.shared.u32 %0, [%1];\n"
+                                     : "=r"(h)
+                                     : "r"(smem_u32(&eq->head[c]))
+                                     : "memory");
+                        for (; t[c] != h; t[c]++) {
+                                const uint32_t prob = eq->q[c][t[c] % EQ];
+                                if (prob == EQ_END)
+                                        open--;
+                                else
+                                        batch[n++] = prob;
+                        }
+                        asm volatile("st.release.cta.shared.u32 [%0], %1;\n" ::"r"(smem_u32(&eq->tail[c])),
+                                     "r"(t[c])
+                                     : "memory");
+                }
+                if (!n) {
+                        __nanosleep(100);
+                        continue;
+                }
+                __threadfence();
+                for (uint32_t i = 0; i < n; i++)
+                        early_arrive(kp, batch[i]);
+        }
+}
+
 __device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
 __device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
 template <int N> __device__ __forceinline__ void wgmma_wait()
@@ -893,6 +955,7 @@ __global__ void __launch_bounds__(WCfg::THREADS, 1) wgmma_kernel(const __grid_co
         constexpr int NA = W::NACC;
         extern __shared__ unsigned char wsmem[];
         __shared__ uint32_t s_flag;
+        __shared__ EarlyQ s_eq; /* early completion (16-bit GEMMs) */
         const uint32_t raw = smem_u32(wsmem);
         const uint32_t base = (raw + 1023u) & ~1023u;
         unsigned char *gbase = wsmem + (base - raw);
@@ -909,6 +972,7 @@ __global__ void __launch_bounds__(WCfg::THREADS, 1) wgmma_kernel(const __grid_co
                         if (X3)
                                 mbar_init(bars + 8 * (2 * L::STAGES + s), 3); /* one per transform warp */
                 }
+                s_eq.head[0] = s_eq.head[1] = s_eq.tail[0] = s_eq.tail[1] = 0;
                 asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
                 asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
         }
@@ -944,6 +1008,11 @@ __global__ void __launch_bounds__(WCfg::THREADS, 1) wgmma_kernel(const __grid_co
                 if (RES && warp != 0) {
                         if (blockIdx.x == 0)
                                 res_dispatch(args.res, threadIdx.x - 32);
+                        return;
+                }
+                if (sizeof(T) == 2 && !SYRK && !RES && warp == 1 && kp.early_cnt) {
+                        if (lane == 0)
+                                early_helper(kp, &s_eq);
                         return;
                 }
                 if (warp != 0)
@@ -1137,13 +1206,42 @@ __global__ void __launch_bounds__(WCfg::THREADS, 1) wgmma_kernel(const __grid_co
 #pragma unroll
         for (int i = 0; i < NA; i++)
                 acc[i] = 0.f;
+        /* Early completion (16-bit GEMMs): after each entry (its stores of
+         * C issued, or none to make), the warpgroup's barrier, then thread
+         * 0 queues the entry's problem for the helper warp, which fences
+         * and arrives (early_helper). */
+        constexpr bool EARLY = sizeof(T) == 2 && !SYRK && !RES;
+        uint32_t eq_head = 0;
+        auto queue = [&](uint32_t prob) {
+                if (!EARLY || !kp.early_cnt)
+                        return;
+                named_bar(2 + cw, 128);
+                if (wt == 0) {
+                        for (;;) { /* room: the helper keeps up, so this rarely waits */
+                                uint32_t tl;
+                                asm volatile("ld.acquire.cta.shared.u32 %0, [%1];\n"
+                                             : "=r"(tl)
+                                             : "r"(smem_u32(&s_eq.tail[cw]))
+                                             : "memory");
+                                if (eq_head - tl < EQ)
+                                        break;
+                        }
+                        ((volatile uint32_t *)s_eq.q[cw])[eq_head % EQ] = prob;
+                        eq_head++;
+                        asm volatile("st.release.cta.shared.u32 [%0], %1;\n" ::"r"(smem_u32(&s_eq.head[cw])),
+                                     "r"(eq_head)
+                                     : "memory");
+                }
+        };
         for (;;) {
                 mbar_wait(bars + 8 * pp.stage, pp.phase);
                 const volatile uint32_t *h = (const volatile uint32_t *)(gbase + L::HDR_OFF) + 16 * pp.stage;
                 Work w;
                 w.prob = h[0];
-                if (w.prob == UINT32_MAX)
+                if (w.prob == UINT32_MAX) {
+                        queue(EQ_END);
                         break;
+                }
                 if (RES && w.prob >= HDR_GROUP_START) {
                         /* A group's start (its parameters, for split
                          * entries) or end: nothing to compute; the stage
@@ -1199,6 +1297,7 @@ __global__ void __launch_bounds__(WCfg::THREADS, 1) wgmma_kernel(const __grid_co
                                         pp.phase ^= 1;
                                 }
                         }
+                        queue(w.prob);
                         continue;
                 }
                 /* This consumer's rows of the tile: its 64, or all of a half tile. */
@@ -1236,8 +1335,10 @@ __global__ void __launch_bounds__(WCfg::THREADS, 1) wgmma_kernel(const __grid_co
                         named_bar(1, 256);
                         const bool last = s_flag != 0;
                         named_bar(1, 256);
-                        if (!last)
+                        if (!last) {
+                                queue(w.prob);
                                 continue;
+                        }
                         __threadfence();
                         const uint32_t nch = sched_kchunks(p.k);
                         for (uint32_t c = 0; c < nch; c++) {
@@ -1252,8 +1353,10 @@ __global__ void __launch_bounds__(WCfg::THREADS, 1) wgmma_kernel(const __grid_co
 
                 /* A warpgroup whose 64 rows all lie outside C has nothing
                  * to store (its staging buffer and named barrier are its own). */
-                if (m0 + rsh >= p.m)
+                if (m0 + rsh >= p.m) {
+                        queue(w.prob);
                         continue;
+                }
                 const float alpha = p.alpha, beta = p.beta;
                 T *cptr = (T *)(uintptr_t)p.c;
                 const uint32_t rbase = m0 + rsh + wi * 16 + (lane >> 2);
@@ -1358,6 +1461,7 @@ __global__ void __launch_bounds__(WCfg::THREADS, 1) wgmma_kernel(const __grid_co
                                 }
                         }
                 }
+                queue(w.prob);
         }
         /* Staged C still on its way out: its shared memory must outlive the copies. */
         if (F32C && wt == 0)

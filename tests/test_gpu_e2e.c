@@ -818,3 +818,192 @@ Test(gpu_e2e, resident_kernel_same_bits_as_launches)
                         cr_expect_eq(o[0].hash[r][i], o[1].hash[r][i], "round %d op %d: bits differ", r, i);
         munmap(o, 2 * sizeof(*o));
 }
+
+/*
+ * Early completion (--early-completion yes): a request is answered once
+ * its own problem's C is whole, while the rest of its group still runs.
+ * One client process keeps its operands in one device allocation (CUDA
+ * IPC) and submits, one op per submit, a long bf16 GEMM and EARLY_SMALL
+ * small 16-bit GEMMs (some long enough in K to be split, some with beta),
+ * which an idle device's batch window gathers into one group. As each
+ * ticket completes, in completion order, the client copies that op's C
+ * back at once, while the group may still run, and checks it: small ones
+ * against the double-precision reference (and the bytes around them),
+ * the long one at sampled elements. With early completion ops of one
+ * group come back at different times (their run times differ), without
+ * it all at once; the bits must be the same either way.
+ */
+#define EARLY_SMALL 47
+
+struct early_out {
+        uint64_t hash[EARLY_SMALL + 1];
+        long long ops_early;
+        int before_others; /* ops answered before another op of their group */
+        int bad;
+        char why[256];
+};
+
+/* Sampled elements of p's C (host copy) against a double-precision dot
+ * product; returns 0 or -1 with the reason. */
+static int sampled_check(const struct e2e_prob *p, uint64_t seed, char *why, size_t len)
+{
+        for (int q = 0; q < 64; q++) {
+                int64_t row = e2e_rand_int(&seed, 0, p->s.m - 1), col = e2e_rand_int(&seed, 0, p->s.n - 1);
+                double ref = 0, mag = 0;
+
+                for (int64_t l = 0; l < p->s.k; l++) {
+                        double a = e2e_get(p->s.dtype, p->a, (uint64_t)(l + row * p->op.lda));
+                        double b = e2e_get(p->s.dtype, p->b, (uint64_t)(l + col * p->op.ldb));
+
+                        ref += a * b;
+                        mag += fabs(a * b);
+                }
+                double got = e2e_get(p->s.dtype, p->c, (uint64_t)(row + col * p->op.ldc));
+
+                if (!(fabs(got - p->s.alpha * ref) <= e2e_tol(p->s.dtype) * mag + 1e-30)) {
+                        snprintf(why, len, "C(%lld, %lld) = %g, reference %g", (long long)row, (long long)col, got,
+                                 p->s.alpha * ref);
+                        return -1;
+                }
+        }
+        return 0;
+}
+
+static int early_client(const struct e2e_daemon *d, struct early_out *out)
+{
+        enum { N = EARLY_SMALL + 1 };
+        const uint64_t bytes = 256u << 20;
+        struct e2e_arena ar = {0};
+        struct e2e_prob p[N];
+        gemmd_ticket t[N];
+        struct gemmd_result r[N];
+        gemmd_buffer dev_id = 0;
+        gemmd_client *c = e2e_connect(d);
+        char *dev = NULL, *json = NULL;
+        uint64_t seed = 900;
+        int left = N;
+
+        if (!c || !(ar.base = malloc(bytes)))
+                return 2;
+        ar.size = bytes;
+        if (cudaMalloc((void **)&dev, bytes) != cudaSuccess || gemmd_register_device(c, dev, bytes, &dev_id))
+                return 3;
+        for (int i = 0; i < N; i++) {
+                struct e2e_spec s;
+
+                memset(&s, 0, sizeof(s));
+                s.kind = GEMMD_GEMM;
+                s.ta = GEMMD_OP_T; /* what the Hopper kernel reads: A stored m x k, B n x k */
+                s.tb = GEMMD_OP_N;
+                if (i == 0) {
+                        s.dtype = GEMMD_BF16;
+                        s.m = s.n = 4096;
+                        s.k = 8192;
+                        s.alpha = 1.0f;
+                } else {
+                        s.dtype = i & 1 ? GEMMD_F16 : GEMMD_BF16;
+                        s.m = e2e_rand_int(&seed, 1, 384);
+                        s.n = e2e_rand_int(&seed, 1, 384);
+                        s.k = 8 * e2e_rand_int(&seed, 1, i % 8 == 0 ? 300 : 48);
+                        s.alpha = i % 3 ? 1.0f : -0.5f;
+                        s.beta = i % 4 ? 0.0f : 0.5f;
+                }
+                if (e2e_prob_place(&p[i], &s, &ar, &seed))
+                        return 4;
+                p[i].op.a.buffer = p[i].op.b.buffer = p[i].op.c.buffer = dev_id;
+        }
+        if (cudaMemcpy(dev, ar.base, ar.used, cudaMemcpyHostToDevice) != cudaSuccess)
+                return 5;
+        for (int i = 0; i < N; i++)
+                if (gemmd_submit(c, &p[i].op, 1, GEMMD_PRIO_NORMAL, &t[i]))
+                        return 6;
+        memset(r, 0, sizeof(r));
+        while (left > 0) {
+                gemmd_ticket got;
+                int i, rc = gemmd_wait_any(c, 60000, &got);
+                char why[200], desc[128];
+                double err;
+
+                if (rc != 1)
+                        return 7;
+                for (i = 0; i < N && t[i] != got; i++)
+                        ;
+                if (i == N)
+                        return 8;
+                rc = gemmd_wait(c, got, 0, &r[i], 1);
+                left--;
+                if (rc || r[i].status) {
+                        snprintf(out->why, sizeof(out->why), "op %d: %s", i, gemmd_strerror(rc ? rc : r[i].status));
+                        out->bad++;
+                        continue;
+                }
+                /* This op's C (and the bytes around it) as they are now. */
+                const uint64_t off = (uint64_t)((char *)p[i].c - (char *)ar.base);
+                if (cudaMemcpy(p[i].c, dev + off, p[i].cbytes, cudaMemcpyDeviceToHost) != cudaSuccess)
+                        return 9;
+                if (i == 0 ? sampled_check(&p[i], 77, why, sizeof(why))
+                           : e2e_prob_check(&p[i], &err, why, sizeof(why))) {
+                        snprintf(out->why, sizeof(out->why), "op %d %s: %s", i,
+                                 e2e_spec_str(&p[i].s, desc, sizeof(desc)), why);
+                        out->bad++;
+                }
+                out->hash[i] = fnv1a(p[i].c, p[i].cbytes);
+        }
+        for (int i = 0; i < N; i++) {
+                int first = 0;
+
+                for (int j = 0; j < N && !first; j++)
+                        first = r[j].group_id == r[i].group_id && r[i].run_us < r[j].run_us;
+                out->before_others += first;
+        }
+        if (gemmd_stats(c, 1, &json))
+                return 10;
+        out->ops_early = device_number(json, "ops_early");
+        free(json);
+        for (int i = 0; i < N; i++)
+                e2e_prob_free(&p[i]);
+        gemmd_unregister(c, dev_id);
+        gemmd_disconnect(c);
+        cudaFree(dev);
+        free(ar.base);
+        return 0;
+}
+
+static void early_run(const char *early, struct early_out *out)
+{
+        struct e2e_daemon d;
+        pid_t kid;
+
+        memset(out, 0, sizeof(*out));
+        cr_assert_eq(e2e_daemon_start(&d, "--backend", "cuda", "--early-completion", early, "--batch-window-us",
+                                      "20000", NULL),
+                     0);
+        kid = fork();
+        cr_assert_geq(kid, 0);
+        if (kid == 0)
+                _exit(early_client(&d, out));
+        cr_expect_eq(e2e_wait_child(kid, 240000), 0, "client failed (--early-completion %s)", early);
+        cr_assert_eq(e2e_daemon_stop(&d), 0);
+}
+
+Test(gpu_e2e, early_completion_answers_each_op_when_its_c_is_whole)
+{
+        struct early_out *o = mmap(NULL, 2 * sizeof(*o), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+
+        SKIP_WITHOUT_GPU();
+        cr_assert_neq(o, MAP_FAILED);
+        early_run("yes", &o[0]);
+        early_run("no", &o[1]);
+        printf("early completion: %lld ops answered early, %d before another op of their group "
+               "(--early-completion yes); %lld, %d (no)\n",
+               o[0].ops_early, o[0].before_others, o[1].ops_early, o[1].before_others);
+        cr_expect_eq(o[0].bad, 0, "--early-completion yes: %d wrong, last: %s", o[0].bad, o[0].why);
+        cr_expect_eq(o[1].bad, 0, "--early-completion no: %d wrong, last: %s", o[1].bad, o[1].why);
+        cr_expect_gt(o[0].before_others, 0, "every op of a group came back at the same time");
+        cr_expect_gt(o[0].ops_early, 0, "no op was answered early");
+        cr_expect_eq(o[1].ops_early, 0, "--early-completion no answered ops early");
+        cr_expect_eq(o[1].before_others, 0, "without early completion an op of a group came back first");
+        for (int i = 0; i < EARLY_SMALL + 1; i++)
+                cr_expect_eq(o[0].hash[i], o[1].hash[i], "op %d: bits differ", i);
+        munmap(o, 2 * sizeof(*o));
+}
