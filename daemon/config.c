@@ -40,7 +40,7 @@ void config_defaults(struct gemmd_config *cfg)
          * the compute threads and the clients. Resolved after parsing. */
         cfg->spin_us = SPIN_AUTO;
         cfg->client_poll_max = CLIENT_POLL_AUTO;
-        /* 8 clients x 8 in flight: 152-162 against 139-148 TF/s without
+        /* 8 clients x 8 in flight: 165-172 against 143-158 TF/s without
          * (bench/results/early-completion-ab.txt). */
         cfg->early_completion = 1;
         /* Timing events cost each launch about 2 us of host time and of

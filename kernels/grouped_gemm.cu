@@ -170,8 +170,7 @@ __device__ __forceinline__ KParams kparams(const KArgs &a)
         kp.split_parts = rebase(a, kp.split_parts);
         kp.split_ws = rebase(a, kp.split_ws);
         kp.fast = rebase(a, kp.fast);
-        kp.early_need = rebase(a, kp.early_need);
-        return kp;
+        return kp; /* early_*: read from the parameter space where used (early_helper) */
 }
 
 /* ---- PTX wrappers -------------------------------------------------------- */

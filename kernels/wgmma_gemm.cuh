@@ -374,41 +374,46 @@ struct EarlyQ {
         uint32_t head[2], tail[2];
 };
 
-/* The helper warp's loop (lane 0): it takes what both consumers queued,
- * fences once for the lot (cumulative: the consumers' stores came before
- * their barrier and queue entry, which it has read), then arrives for each.
- * The consumers never wait for a fence. */
-__device__ __noinline__ void early_helper(const KParams &kp, EarlyQ *eq)
+/* The helper warp's loop (lane 0): it looks at what both consumers have
+ * queued, fences once for all of it (cumulative: the consumers' stores
+ * came before their barrier and queue entry, which it has read), then
+ * arrives for each entry and gives the slots back. The consumers never
+ * wait for a fence. Its parameters come from the launch's parameter
+ * space (KArgs), not from the consumers' copy: their registers are
+ * left alone. */
+__device__ __noinline__ void early_helper(const KArgs &a, EarlyQ *eq)
 {
-        uint32_t t[2] = {0, 0}, batch[2 * EQ];
+        KParams kp;
+        uint32_t t[2] = {0, 0}, h[2];
         int open = 2;
 
+        kp.early_cnt = a.kp.early_cnt;
+        kp.early_need = rebase(a, a.kp.early_need);
+        kp.early_flag = a.kp.early_flag;
+        kp.early_seq = a.kp.early_seq;
         while (open) {
-                uint32_t n = 0;
-                for (int c = 0; c < 2; c++) {
-                        uint32_t h;
+                for (int c = 0; c < 2; c++)
                         asm volatile("ld.acquire.cta.shared.u32 %0, [%1];\n"
-                                     : "=r"(h)
+                                     : "=r"(h[c])
                                      : "r"(smem_u32(&eq->head[c]))
                                      : "memory");
-                        for (; t[c] != h; t[c]++) {
+                if (h[0] == t[0] && h[1] == t[1]) {
+                        __nanosleep(100);
+                        continue;
+                }
+                __threadfence();
+                for (int c = 0; c < 2; c++) {
+                        for (; t[c] != h[c]; t[c]++) {
                                 const uint32_t prob = eq->q[c][t[c] % EQ];
                                 if (prob == EQ_END)
                                         open--;
                                 else
-                                        batch[n++] = prob;
+                                        early_arrive(kp, prob);
                         }
                         asm volatile("st.release.cta.shared.u32 [%0], %1;\n" ::"r"(smem_u32(&eq->tail[c])),
                                      "r"(t[c])
                                      : "memory");
                 }
-                if (!n) {
-                        __nanosleep(100);
-                        continue;
-                }
-                __threadfence();
-                for (uint32_t i = 0; i < n; i++)
-                        early_arrive(kp, batch[i]);
         }
 }
 
@@ -1010,9 +1015,9 @@ __global__ void __launch_bounds__(WCfg::THREADS, 1) wgmma_kernel(const __grid_co
                                 res_dispatch(args.res, threadIdx.x - 32);
                         return;
                 }
-                if (sizeof(T) == 2 && !SYRK && !RES && warp == 1 && kp.early_cnt) {
+                if (sizeof(T) == 2 && !SYRK && !RES && warp == 1 && args.kp.early_cnt) {
                         if (lane == 0)
-                                early_helper(kp, &s_eq);
+                                early_helper(args, &s_eq);
                         return;
                 }
                 if (warp != 0)
@@ -1211,12 +1216,13 @@ __global__ void __launch_bounds__(WCfg::THREADS, 1) wgmma_kernel(const __grid_co
          * 0 queues the entry's problem for the helper warp, which fences
          * and arrives (early_helper). */
         constexpr bool EARLY = sizeof(T) == 2 && !SYRK && !RES;
-        uint32_t eq_head = 0;
         auto queue = [&](uint32_t prob) {
-                if (!EARLY || !kp.early_cnt)
+                if (!EARLY || !args.kp.early_cnt) /* from the parameter space: no register held */
                         return;
                 named_bar(2 + cw, 128);
                 if (wt == 0) {
+                        /* Its own count, kept in shared memory: no register held. */
+                        const uint32_t eq_head = *(volatile uint32_t *)&s_eq.head[cw];
                         for (;;) { /* room: the helper keeps up, so this rarely waits */
                                 uint32_t tl;
                                 asm volatile("ld.acquire.cta.shared.u32 %0, [%1];\n"
@@ -1227,9 +1233,8 @@ __global__ void __launch_bounds__(WCfg::THREADS, 1) wgmma_kernel(const __grid_co
                                         break;
                         }
                         ((volatile uint32_t *)s_eq.q[cw])[eq_head % EQ] = prob;
-                        eq_head++;
                         asm volatile("st.release.cta.shared.u32 [%0], %1;\n" ::"r"(smem_u32(&s_eq.head[cw])),
-                                     "r"(eq_head)
+                                     "r"(eq_head + 1)
                                      : "memory");
                 }
         };

@@ -829,9 +829,11 @@ Test(gpu_e2e, resident_kernel_same_bits_as_launches)
  * ticket completes, in completion order, the client copies that op's C
  * back at once, while the group may still run, and checks it: small ones
  * against the double-precision reference (and the bytes around them),
- * the long one at sampled elements. With early completion ops of one
- * group come back at different times (their run times differ), without
- * it all at once; the bits must be the same either way.
+ * the long one at sampled elements. With early completion the daemon
+ * must count ops answered before their group ended, without it none; the
+ * bits must be the same either way. (How many ops of one group came back
+ * before another is printed, not asserted: it depends on the plan's order
+ * and on when the completion thread looks.)
  */
 #define EARLY_SMALL 47
 
@@ -999,10 +1001,8 @@ Test(gpu_e2e, early_completion_answers_each_op_when_its_c_is_whole)
                o[0].ops_early, o[0].before_others, o[1].ops_early, o[1].before_others);
         cr_expect_eq(o[0].bad, 0, "--early-completion yes: %d wrong, last: %s", o[0].bad, o[0].why);
         cr_expect_eq(o[1].bad, 0, "--early-completion no: %d wrong, last: %s", o[1].bad, o[1].why);
-        cr_expect_gt(o[0].before_others, 0, "every op of a group came back at the same time");
         cr_expect_gt(o[0].ops_early, 0, "no op was answered early");
         cr_expect_eq(o[1].ops_early, 0, "--early-completion no answered ops early");
-        cr_expect_eq(o[1].before_others, 0, "without early completion an op of a group came back first");
         for (int i = 0; i < EARLY_SMALL + 1; i++)
                 cr_expect_eq(o[0].hash[i], o[1].hash[i], "op %d: bits differ", i);
         munmap(o, 2 * sizeof(*o));
