@@ -772,6 +772,16 @@ static int pin(struct cuda_backend *cb, struct gbuf *b)
         return 0;
 }
 
+/* Whether a client waits on a launch event for one of g's requests
+ * (Launched messages, which must come before its Completion). */
+static int launch_notices(const struct group *g)
+{
+        for (uint32_t i = 0; i < g->nops; i++)
+                if (g->ops[i]->req->notify_launch)
+                        return 1;
+        return 0;
+}
+
 /* Whether the resident kernel takes group g: 16-bit GEMMs on the usual
  * tile, every one on the Hopper kernel, operands in device memory, launch
  * data that fits its slot, and no client waiting on a launch event; and
@@ -781,22 +791,19 @@ static int pin(struct cuda_backend *cb, struct gbuf *b)
  * requests in flight each, groups of about 450 tiles ran at 156 TF/s
  * resident against 172 launched (bench/results/resident-ab.txt). */
 static int res_takes(struct cuda_backend *cb, const struct group *g, int nfast, uint32_t nsyr2k, size_t stage,
-                     size_t blob)
+                     size_t blob, int notify)
 {
         const int dt = (int)(g->key & 3);
 
         if ((dt != GEMMD_F16 && dt != GEMMD_BF16) || nfast != (int)g->nops || nsyr2k || stage ||
             blob > RES_SLOT_BYTES || g->cfg.shape.tn != shape(&cb->b, g->key).tn || !g->plan.nentries ||
-            g->plan.nctas > cb->b.ctas || g->tiles > cb->b.ctas)
+            g->plan.nctas > cb->b.ctas || g->tiles > cb->b.ctas || notify)
                 return 0;
-        for (uint32_t i = 0; i < g->nops; i++) {
-                if (g->ops[i]->req->notify_launch)
-                        return 0;
 #ifdef GEMMD_FAULT_INJECTION
+        for (uint32_t i = 0; i < g->nops; i++)
                 if (g->ops[i]->debug_fault)
                         return 0;
 #endif
-        }
         return 1;
 }
 
@@ -814,7 +821,7 @@ static int launch(struct backend *be, struct group *g)
          * bits 0-1, tf32 in bit 2). */
         size_t tm_bytes = g->key != GEMMD_F32 || cb->f32_split ? cuda_gemm_tmaps_bytes(g->nops) : 0;
         size_t blob = tm_off + tm_bytes, stage = 0, in_lo, in_hi = 0, need_off = 0;
-        const int dt = (int)(g->key & 3);
+        const int dt = (int)(g->key & 3), notify = launch_notices(g);
         int nfast = 0, early;
         uint32_t nsyr2k = 0;
         size_t esz = gemmd_dtype_size((enum gemmd_dtype)(g->key & 3));
@@ -886,10 +893,7 @@ static int launch(struct backend *be, struct group *g)
          * memory (nothing to copy back after the kernel), on a plan; the
          * Hopper kernel alone, checked once the tensor maps are built. The
          * arrivals each problem needs go at the end of the launch data. */
-        early = cb->early_on && !stage && plan->nentries && (dt == GEMMD_F16 || dt == GEMMD_BF16);
-        for (uint32_t i = 0; early && i < g->nops; i++)
-                if (g->ops[i]->req->notify_launch || g->ops[i]->kp.kind != SCHED_GEMM)
-                        early = 0;
+        early = cb->early_on && !stage && plan->nentries && (dt == GEMMD_F16 || dt == GEMMD_BF16) && !notify;
         if (early) {
                 need_off = (blob + 15) & ~(size_t)15;
                 blob = need_off + g->nops * sizeof(uint32_t);
@@ -982,7 +986,7 @@ static int launch(struct backend *be, struct group *g)
                         cb->ordinal, g->nops - (uint32_t)nfast);
                 return -EINVAL;
         }
-        s->res = cb->res_on && res_takes(cb, g, nfast, nsyr2k, stage, blob);
+        s->res = cb->res_on && res_takes(cb, g, nfast, nsyr2k, stage, blob, notify);
         if (s->res) {
                 struct cuda_res_post rp;
 
@@ -1106,13 +1110,11 @@ static int launch(struct backend *be, struct group *g)
                 CK(cudaEventRecord(cb->ev_end[ring], s->stream));
         /* The interprocess event only when a client will wait on it: each
          * record is an API call on the launch path. */
-        for (uint32_t i = 0; i < g->nops; i++)
-                if (g->ops[i]->req->notify_launch) {
-                        CK(cudaEventRecord(cb->ev_ipc[ring], s->stream));
-                        /* Before the group is watched, so it cannot complete first. */
-                        worker_notify_launch(g, (const uint8_t *)&cb->ev_ipc_handle[ring], cb->ordinal);
-                        break;
-                }
+        if (notify) {
+                CK(cudaEventRecord(cb->ev_ipc[ring], s->stream));
+                /* Before the group is watched, so it cannot complete first. */
+                worker_notify_launch(g, (const uint8_t *)&cb->ev_ipc_handle[ring], cb->ordinal);
+        }
         watch(cb, s);
         return 0;
 }

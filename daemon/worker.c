@@ -405,7 +405,7 @@ static void form_group(struct worker *w, struct group *g)
 /* Hands op i of g back with `status`, done at t_done; the request it
  * finishes goes on `done`. Called with the lock held. */
 static void complete_op(struct worker *w, struct group *g, uint32_t i, int status, uint64_t t_done,
-                        struct done_list *done)
+                        const char *kname, struct done_list *done)
 {
         struct op *o = g->ops[i];
         uint64_t queue_us = (g->t_launch_ns - o->req->t_admit_ns) / 1000;
@@ -416,7 +416,7 @@ static void complete_op(struct worker *w, struct group *g, uint32_t i, int statu
         o->group_id = g->id;
         o->group_size = g->nops;
         /* The CPU backend mixes keys in a group: name each op's own. */
-        o->kernel = w->be->kernel_name(w->be, w->be->mixed_keys ? o->key : g->key);
+        o->kernel = w->be->mixed_keys ? w->be->kernel_name(w->be, o->key) : kname;
         w->st.ops++;
         if (status)
                 w->st.ops_failed++;
@@ -431,15 +431,18 @@ static void complete_op(struct worker *w, struct group *g, uint32_t i, int statu
  * status. */
 static void complete_ops(struct worker *w, struct group *g, struct done_list *done)
 {
+        const char *kname = w->be->kernel_name(w->be, g->key);
+
         for (uint32_t i = 0; i < g->nops; i++)
                 if (g->ops[i])
-                        complete_op(w, g, i, g->status, g->t_done_ns, done);
+                        complete_op(w, g, i, g->status, g->t_done_ns, kname, done);
 }
 
 void worker_ops_done(struct group *g, const uint32_t *idx, uint32_t n)
 {
         struct worker *w = g->w;
         struct done_list done = DONE_LIST_INIT(done);
+        const char *kname = w->be->kernel_name(w->be, g->key);
         uint64_t t = now_ns();
 
         if (w->hosted_done)
@@ -447,7 +450,7 @@ void worker_ops_done(struct group *g, const uint32_t *idx, uint32_t n)
         pthread_mutex_lock(&w->lock);
         for (uint32_t j = 0; j < n; j++)
                 if (g->ops[idx[j]]) {
-                        complete_op(w, g, idx[j], 0, t, &done);
+                        complete_op(w, g, idx[j], 0, t, kname, &done);
                         w->st.ops_early++;
                 }
         pthread_mutex_unlock(&w->lock);

@@ -557,6 +557,32 @@ Test(gpu_e2e, device_fault_under_load_fails_only_the_groups_in_flight)
         cr_assert_eq(e2e_daemon_stop(&d), 0);
 }
 
+/* Sampled elements of p's C (host copy) against a double-precision dot
+ * product; returns 0 or -1 with the reason. */
+static int sampled_check(const struct e2e_prob *p, uint64_t seed, char *why, size_t len)
+{
+        for (int q = 0; q < 64; q++) {
+                int64_t row = e2e_rand_int(&seed, 0, p->s.m - 1), col = e2e_rand_int(&seed, 0, p->s.n - 1);
+                double ref = 0, mag = 0;
+
+                for (int64_t l = 0; l < p->s.k; l++) {
+                        double a = e2e_get(p->s.dtype, p->a, (uint64_t)(l + row * p->op.lda));
+                        double b = e2e_get(p->s.dtype, p->b, (uint64_t)(l + col * p->op.ldb));
+
+                        ref += a * b;
+                        mag += fabs(a * b);
+                }
+                double got = e2e_get(p->s.dtype, p->c, (uint64_t)(row + col * p->op.ldc));
+
+                if (!(fabs(got - p->s.alpha * ref) <= e2e_tol(p->s.dtype) * mag + 1e-30)) {
+                        snprintf(why, len, "C(%lld, %lld) = %g, reference %g", (long long)row, (long long)col, got,
+                                 p->s.alpha * ref);
+                        return -1;
+                }
+        }
+        return 0;
+}
+
 /*
  * The wide tile, end to end. Eight bf16 GEMMs of 2048 x 2304 x 256 in the
  * layout the Hopper kernel reads (A stored m x k, B n x k) make one group
@@ -636,25 +662,13 @@ Test(gpu_e2e, wide_tile_same_bits_as_the_usual_one)
                 ar.size = per;
                 cr_assert_not_null(ar.base);
                 for (int i = 0; i < WIDE_OPS; i++) {
+                        char why[200];
+
                         ar.used = 0;
                         cr_assert_eq(e2e_prob_place(&r, &s, &ar, &fill_seed), 0);
-                        for (int q = 0; q < 64; q++) {
-                                int64_t row = e2e_rand_int(&seed, 0, s.m - 1), col = e2e_rand_int(&seed, 0, s.n - 1);
-                                double ref = 0, mag = 0;
-
-                                for (int64_t l = 0; l < s.k; l++) {
-                                        double a = e2e_get(GEMMD_BF16, r.a, (uint64_t)(l + row * r.op.lda));
-                                        double b = e2e_get(GEMMD_BF16, r.b, (uint64_t)(l + col * r.op.ldb));
-
-                                        ref += a * b;
-                                        mag += fabs(a * b);
-                                }
-                                double got = e2e_get(GEMMD_BF16, w[i].c0, (uint64_t)(row + col * r.op.ldc));
-
-                                cr_assert_leq(fabs(got - ref), e2e_tol(GEMMD_BF16) * mag + 1e-30,
-                                              "op %d C(%lld, %lld) = %g, reference %g", i, (long long)row,
-                                              (long long)col, got, ref);
-                        }
+                        r.c = w[i].c0; /* the result the daemon gave */
+                        cr_assert_eq(sampled_check(&r, seed + (uint64_t)i, why, sizeof(why)), 0, "op %d %s", i,
+                                     why);
                         free(r.c0);
                 }
                 free(ar.base);
@@ -696,8 +710,9 @@ static uint64_t fnv1a(const void *p, uint64_t n)
         return h;
 }
 
-static int res_client(const struct e2e_daemon *d, struct res_out *out)
+static int res_client(const struct e2e_daemon *d, void *arg)
 {
+        struct res_out *out = arg;
         const uint64_t bytes = 192u << 20;
         struct e2e_arena ar = {0};
         struct e2e_prob p[RES_PROBS];
@@ -783,19 +798,27 @@ static int res_client(const struct e2e_daemon *d, struct res_out *out)
         return 0;
 }
 
+/* Runs client(d, out) in a process of its own (its CUDA context is not
+ * this one's), waits for it, then stops the daemon; `what` names the run. */
+static void run_client(struct e2e_daemon *d, int (*client)(const struct e2e_daemon *, void *), void *out,
+                       const char *what)
+{
+        pid_t kid = fork();
+
+        cr_assert_geq(kid, 0);
+        if (kid == 0)
+                _exit(client(d, out));
+        cr_expect_eq(e2e_wait_child(kid, 240000), 0, "client failed (%s)", what);
+        cr_assert_eq(e2e_daemon_stop(d), 0);
+}
+
 static void res_run(const char *resident, struct res_out *out)
 {
         struct e2e_daemon d;
-        pid_t kid;
 
         memset(out, 0, sizeof(*out));
         cr_assert_eq(e2e_daemon_start(&d, "--backend", "cuda", "--resident", resident, NULL), 0);
-        kid = fork();
-        cr_assert_geq(kid, 0);
-        if (kid == 0)
-                _exit(res_client(&d, out));
-        cr_expect_eq(e2e_wait_child(kid, 240000), 0, "client failed (--resident %s)", resident);
-        cr_assert_eq(e2e_daemon_stop(&d), 0);
+        run_client(&d, res_client, out, resident);
 }
 
 Test(gpu_e2e, resident_kernel_same_bits_as_launches)
@@ -845,34 +868,9 @@ struct early_out {
         char why[256];
 };
 
-/* Sampled elements of p's C (host copy) against a double-precision dot
- * product; returns 0 or -1 with the reason. */
-static int sampled_check(const struct e2e_prob *p, uint64_t seed, char *why, size_t len)
+static int early_client(const struct e2e_daemon *d, void *arg)
 {
-        for (int q = 0; q < 64; q++) {
-                int64_t row = e2e_rand_int(&seed, 0, p->s.m - 1), col = e2e_rand_int(&seed, 0, p->s.n - 1);
-                double ref = 0, mag = 0;
-
-                for (int64_t l = 0; l < p->s.k; l++) {
-                        double a = e2e_get(p->s.dtype, p->a, (uint64_t)(l + row * p->op.lda));
-                        double b = e2e_get(p->s.dtype, p->b, (uint64_t)(l + col * p->op.ldb));
-
-                        ref += a * b;
-                        mag += fabs(a * b);
-                }
-                double got = e2e_get(p->s.dtype, p->c, (uint64_t)(row + col * p->op.ldc));
-
-                if (!(fabs(got - p->s.alpha * ref) <= e2e_tol(p->s.dtype) * mag + 1e-30)) {
-                        snprintf(why, len, "C(%lld, %lld) = %g, reference %g", (long long)row, (long long)col, got,
-                                 p->s.alpha * ref);
-                        return -1;
-                }
-        }
-        return 0;
-}
-
-static int early_client(const struct e2e_daemon *d, struct early_out *out)
-{
+        struct early_out *out = arg;
         enum { N = EARLY_SMALL + 1 };
         const uint64_t bytes = 256u << 20;
         struct e2e_arena ar = {0};
@@ -974,18 +972,12 @@ static int early_client(const struct e2e_daemon *d, struct early_out *out)
 static void early_run(const char *early, struct early_out *out)
 {
         struct e2e_daemon d;
-        pid_t kid;
 
         memset(out, 0, sizeof(*out));
         cr_assert_eq(e2e_daemon_start(&d, "--backend", "cuda", "--early-completion", early, "--batch-window-us",
                                       "20000", NULL),
                      0);
-        kid = fork();
-        cr_assert_geq(kid, 0);
-        if (kid == 0)
-                _exit(early_client(&d, out));
-        cr_expect_eq(e2e_wait_child(kid, 240000), 0, "client failed (--early-completion %s)", early);
-        cr_assert_eq(e2e_daemon_stop(&d), 0);
+        run_client(&d, early_client, out, early);
 }
 
 Test(gpu_e2e, early_completion_answers_each_op_when_its_c_is_whole)
