@@ -61,9 +61,15 @@ struct retired {
         int pinned;
 };
 
+/* The steps of launch(), timed on the host (worker thread only) and
+ * logged at exit: where a group's launch time goes. */
+enum { LS_PREPARE, LS_FILL, LS_MAPS, LS_COPY, LS_KERNEL, LS_AFTER, LS_N };
+static const char *const ls_names[LS_N] = {"prepare", "fill", "maps", "copy", "kernel", "after"};
+
 struct cuda_backend {
         struct backend b;
         int ordinal;
+        uint64_t ls_ns[LS_N], ls_groups;
         struct ipc_map *maps; /* worker thread only */
         struct dev_mem *allocs; /* worker thread only */
         struct cuda_slot *slots; /* every group slot, for a context rebuild */
@@ -829,6 +835,8 @@ static int launch(struct backend *be, struct group *g)
         struct cuda_group cg;
         unsigned ring;
         int rc;
+        uint64_t lt = now_ns(), lt1, ls[LS_N] = {0};
+#define LSTEP(step) (lt1 = now_ns(), ls[step] = lt1 - lt, lt = lt1)
 
         CK(cudaSetDevice(cb->ordinal));
         s->g = g;
@@ -912,6 +920,7 @@ static int launch(struct backend *be, struct group *g)
                         return rc;
         }
 
+        LSTEP(LS_PREPARE);
         /* The group's device time starts at its first copy or kernel, not
          * at the host work before them. Pinned host operands are copied as
          * their addresses are resolved, below. */
@@ -972,6 +981,7 @@ static int launch(struct backend *be, struct group *g)
                 for (uint32_t e = 0; e < plan->nentries; e++)
                         need[plan->entries[e].problem] += 2;
         }
+        LSTEP(LS_FILL);
         /* Encoded on the host, from the device addresses just resolved. */
         if (tm_bytes) {
                 nfast = cuda_gemm_tmaps_build(kp, g->nops, g->cfg.shape, (char *)s->h_blob + tm_off);
@@ -986,6 +996,7 @@ static int launch(struct backend *be, struct group *g)
                         cb->ordinal, g->nops - (uint32_t)nfast);
                 return -EINVAL;
         }
+        LSTEP(LS_MAPS);
         s->res = cb->res_on && res_takes(cb, g, nfast, nsyr2k, stage, blob, notify);
         if (s->res) {
                 struct cuda_res_post rp;
@@ -1079,7 +1090,9 @@ static int launch(struct backend *be, struct group *g)
                 cg.early_flag = s->h_early_flag;
                 cg.early_seq = s->early_seq;
         }
+        LSTEP(LS_COPY);
         rc = cuda_gemm_launch(&cg, s->stream);
+        LSTEP(LS_KERNEL);
         if (rc) {
                 log_err("cuda %d: kernel launch failed (%d)", cb->ordinal, rc);
                 return rc;
@@ -1115,6 +1128,11 @@ static int launch(struct backend *be, struct group *g)
                 /* Before the group is watched, so it cannot complete first. */
                 worker_notify_launch(g, (const uint8_t *)&cb->ev_ipc_handle[ring], cb->ordinal);
         }
+        LSTEP(LS_AFTER);
+#undef LSTEP
+        for (int i = 0; i < LS_N; i++)
+                cb->ls_ns[i] += ls[i];
+        cb->ls_groups++;
         watch(cb, s);
         return 0;
 }
@@ -1464,6 +1482,16 @@ static void destroy(struct backend *be)
                 cudaEventDestroy(cb->ev_ipc[i]);
         }
         cudaStreamDestroy(cb->stream);
+        if (cb->ls_groups) {
+                char line[256];
+                int n = 0;
+
+                for (int i = 0; i < LS_N && n < (int)sizeof(line); i++)
+                        n += snprintf(line + n, sizeof(line) - (size_t)n, "%s%s %.2f", i ? ", " : "",
+                                      ls_names[i], cb->ls_ns[i] / 1e3 / cb->ls_groups);
+                log_info("cuda %d: launch path, host us per launched group (%llu groups): %s", cb->ordinal,
+                         (unsigned long long)cb->ls_groups, line);
+        }
         if (cb->res_groups)
                 log_info("cuda %d: resident kernel: %llu groups in %llu launches; per group %.1f us from "
                          "post to done seen, of which on the device %.1f us from post seen to handed over "

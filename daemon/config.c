@@ -111,6 +111,7 @@ enum {
         OPT_RESIDENT,
         OPT_CLIENT_POLL,
         OPT_EARLY,
+        OPT_ONE_KERNEL,
         OPT_COST,
 };
 
@@ -156,6 +157,7 @@ static const struct option options[] = {
         {"resident", required_argument, NULL, OPT_RESIDENT},
         {"client-poll-max", required_argument, NULL, OPT_CLIENT_POLL},
         {"early-completion", required_argument, NULL, OPT_EARLY},
+        {"one-kernel-groups", required_argument, NULL, OPT_ONE_KERNEL},
         {"cost", required_argument, NULL, OPT_COST},
         {NULL, 0, NULL, 0},
 };
@@ -172,7 +174,7 @@ static void usage(FILE *f, const struct gemmd_config *d)
                 "  -f, --foreground             stay in the foreground (gemmd never forks; kept for scripts)\n"
                 "      --threads N              CPU backend threads (default: %d, the online CPUs)\n"
                 "      --devices LIST           CUDA devices to use, e.g. 0,1 (default: all)\n"
-                "      --mode rr|sorted|lpt|split|device  tile schedule of each group (default: %s)\n"
+                "      --mode rr|sorted|lpt|split|device|spt  tile schedule of each group (default: %s)\n"
                 "      --max-groups-inflight D  groups launched and unfinished per device (default: 4 on a GPU,\n"
                 "                               2 on the CPU backend)\n"
                 "      --batch-window-us US     an idle device waits this long for more requests (default: %u)\n"
@@ -196,6 +198,8 @@ static void usage(FILE *f, const struct gemmd_config *d)
                 "                               (default: no)\n"
                 "      --early-completion yes|no  a GPU answers each request of a 16-bit GEMM group once its own\n"
                 "                               tiles are done, before the whole group is (default: yes)\n"
+                "      --one-kernel-groups yes|no  groups hold ops of one kernel configuration on the CPU backend\n"
+                "                               too, as on a GPU (default: no; a GPU always does)\n"
                 "      --cost SPEC              the scheduler's cost model, name=value,... (what `gemmbench\n"
                 "                               calibrate` measures; default: the built-in H100 figures)\n"
                 "      --f32-kernel split|ffma  exact f32 on an sm_90 GPU: each operand split into two TF32\n"
@@ -483,6 +487,9 @@ int config_parse_args(struct gemmd_config *cfg, int argc, char **argv)
                         break;
                 case OPT_EARLY:
                         bad = parse_yes_no(optarg, &cfg->early_completion) != 0;
+                        break;
+                case OPT_ONE_KERNEL:
+                        bad = parse_yes_no(optarg, &cfg->one_kernel_groups) != 0;
                         break;
                 case OPT_CLIENT_POLL:
                         if (!strcmp(optarg, "auto")) {

@@ -58,6 +58,10 @@ struct gemmd_config {
         /* A GPU answers each op of a 16-bit GEMM group once its own C is
          * whole, before the group ends (cuda_group.early_*). */
         int early_completion;
+        /* Groups hold ops of one kernel configuration even on a backend
+         * whose kernel can mix them (the CPU's): it then batches as a GPU
+         * does, which is how the tests see that batching without one. */
+        int one_kernel_groups;
         const char *cost;             /* --cost: the cost model installed (sched_cost_set), or NULL */
         /* Clients are asked to sleep rather than poll while more sessions
          * than this have work in flight (proto/ring.h, cq.no_poll). */

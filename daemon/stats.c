@@ -157,6 +157,12 @@ static void render_text(struct server *srv, FILE *f, double up_s)
                 if (st.ops_early)
                         fprintf(f, "  ops answered before their group ended: %llu\n",
                                 (unsigned long long)st.ops_early);
+                /* The queue time's parts (worker_stats.staged_ns). */
+                if (st.ops)
+                        fprintf(f, "  per op, admitted to launched: staged by its loop %.1f us, waiting for a "
+                                   "group %.1f us, in its group before the launch %.1f us\n",
+                                st.staged_ns / 1e3 / st.ops, st.waiting_ns / 1e3 / st.ops,
+                                st.forming_ns / 1e3 / st.ops);
                 hist_text(f, "group size", "ops", st.group_size_hist);
                 hist_text(f, "queue time", "us ", st.queue_us_hist);
                 hist_text(f, "run time", "us ", st.run_us_hist);
@@ -227,7 +233,8 @@ static void render_json(struct server *srv, FILE *f, double up_s)
                            "\"busy_s\":%.6f,\"plan_s\":%.6f,\"launch_s\":%.6f,\"device_s\":%.6f,"
                            "\"timed_groups\":%llu,\"run_s\":%.6f,\"idle_gaps\":%llu,\"idle_gap_s\":%.6f,"
                            "\"queued\":%u,\"inflight_groups\":%u,\"process_pid\":%d,"
-                           "\"process_restarts\":%llu,\"wide_groups\":%llu,\"resident_groups\":%llu,\"ops_early\":%llu,",
+                           "\"process_restarts\":%llu,\"wide_groups\":%llu,\"resident_groups\":%llu,\"ops_early\":%llu,"
+                           "\"queue_staged_s\":%.6f,\"queue_waiting_s\":%.6f,\"queue_forming_s\":%.6f,",
                         i ? "," : "", i, b->kind, b->name, (unsigned long long)st.groups,
                         (unsigned long long)st.ops, (unsigned long long)st.ops_failed,
                         (unsigned long long)st.tiles, (unsigned long long)st.flops,
@@ -235,7 +242,8 @@ static void render_json(struct server *srv, FILE *f, double up_s)
                         (unsigned long long)st.timed_groups, st.run_ns / 1e9, (unsigned long long)st.idle_gaps,
                         st.idle_gap_ns / 1e9, pending, inflight, backend_proc_pid(b),
                         (unsigned long long)backend_proc_restarts(b), (unsigned long long)st.wide_groups,
-                        (unsigned long long)st.resident_groups, (unsigned long long)st.ops_early);
+                        (unsigned long long)st.resident_groups, (unsigned long long)st.ops_early,
+                        st.staged_ns / 1e9, st.waiting_ns / 1e9, st.forming_ns / 1e9);
                 hist_json(f, "group_size_log2", st.group_size_hist);
                 fprintf(f, ",");
                 hist_json(f, "queue_us_log2", st.queue_us_hist);

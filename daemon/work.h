@@ -34,6 +34,9 @@ struct op {
         int debug_fault;          /* inject a device fault (fault-injection builds only) */
         /* Outcome, written by the worker before the request completes. */
         int status;
+        /* Where its queue time went: handed to the worker (from the loop's
+         * staging), then taken into a group; then launched (t_launch_ns). */
+        uint64_t t_enq_ns, t_pick_ns;
         uint64_t t_launch_ns, t_done_ns;
         uint64_t group_id;
         uint32_t group_size;

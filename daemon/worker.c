@@ -111,6 +111,40 @@ static struct op *lane_pop(struct lane *l)
         return o;
 }
 
+/* Takes the op after `prev` (the head when prev is NULL) out of l. */
+static struct op *lane_take(struct lane *l, struct op *prev)
+{
+        if (!prev)
+                return lane_pop(l);
+        struct op *o = prev->next;
+
+        prev->next = o->next;
+        if (l->tail == o)
+                l->tail = prev;
+        o->next = NULL;
+        l->queued--;
+        return o;
+}
+
+/* How far into a session's queue a group looks for an op of its kernel
+ * configuration: far enough for a client that interleaves types, short
+ * enough to keep the walk cheap under the worker's lock. */
+#define LANE_LOOK 32
+
+/* The first op of key `key` among the first LANE_LOOK of lane l, and in
+ * *prev the op before it (NULL: the head); NULL when none. */
+static struct op *lane_find(struct lane *l, uint32_t key, struct op **prev)
+{
+        struct op *before = NULL, *o = l->head;
+
+        for (int i = 0; o && i < LANE_LOOK; i++, before = o, o = o->next)
+                if (o->key == key) {
+                        *prev = before;
+                        return o;
+                }
+        return NULL;
+}
+
 static uint64_t op_tiles(struct worker *w, const struct op *o)
 {
         struct sched_shape s = w->be->shape(w->be, o->key);
@@ -192,8 +226,12 @@ void worker_enqueue(struct worker *w, struct lane *l, int prio)
         if (!l->st_head)
                 return;
         pthread_mutex_lock(&w->lock);
-        for (struct op *o = l->st_head; o; o = o->next)
+        const uint64_t t = now_ns();
+
+        for (struct op *o = l->st_head; o; o = o->next) {
                 w->pending_tiles += op_tiles(w, o);
+                o->t_enq_ns = t;
+        }
         if (l->tail)
                 l->tail->next = l->st_head;
         else
@@ -272,18 +310,28 @@ static int group_reserve(struct group *g, uint32_t n)
         return 0;
 }
 
-/* The session lane to take from next, and its priority in *prio: of the
- * users with a queued op at a lane head (one of kernel-config key `key`
- * unless `match` is 0), those whose recent usage is at most `cap` (no
- * limit when cap is 0) come first, highest priority first, then
- * the least virtual time (ties: ring order). When every such user is over
- * its share, priorities no longer count: the least virtual time wins.
- * Within the chosen user, its next session lane in turn. NULL when no
- * queued op fits. */
-static struct lane *pick(struct worker *w, int match, uint32_t key, double cap, int *prio)
+/* The session lane to take from next, its priority in *prio and, in
+ * *prev, the op before the one to take (NULL: the head): of the users
+ * with a queued op (at a lane head, or unless `match` is 0, the first of
+ * kernel-config key `key` near one: lane_find), those whose recent usage
+ * is at most `cap` (no limit when cap is 0) come first, highest priority
+ * first, then the least virtual time (ties: ring order). When every such
+ * user is over its share, priorities no longer count: the least virtual
+ * time wins. Within the chosen user, its next session lane in turn. NULL
+ * when no queued op fits.
+ *
+ * Looking past a lane's head lets a session that interleaves types (f16
+ * and bf16, say) be batched: taking the head alone, each of its groups
+ * would hold one op. The API promises no order between ops in flight
+ * (gemmd_submit), and the head is not starved: a user whose head no
+ * group matches stops gaining virtual time, so it soon leads a group of
+ * its head's key. */
+static struct lane *pick(struct worker *w, int match, uint32_t key, double cap, int *prio,
+                         struct op **prev)
 {
         struct ulane *best = NULL;
         struct lane *best_l = NULL;
+        struct op *best_prev = NULL;
 
         for (int under = 1; under >= 0 && !best; under--) {
                 for (int p = NPRIO - 1; p >= 0 && !(under && best); p--) {
@@ -293,11 +341,12 @@ static struct lane *pick(struct worker *w, int match, uint32_t key, double cap, 
                                 continue;
                         do {
                                 struct lane *l = u->ring;
+                                struct op *before = NULL;
 
                                 if (match) {
-                                        while (l->head->key != key && l->next != u->ring)
+                                        while (!lane_find(l, key, &before) && l->next != u->ring)
                                                 l = l->next;
-                                        if (l->head->key != key) {
+                                        if (!lane_find(l, key, &before)) {
                                                 u = u->next;
                                                 continue;
                                         }
@@ -309,12 +358,14 @@ static struct lane *pick(struct worker *w, int match, uint32_t key, double cap, 
                                 if (!best || u->sh->vtime < best->sh->vtime) {
                                         best = u;
                                         best_l = l;
+                                        best_prev = before;
                                         *prio = p;
                                 }
                                 u = u->next;
                         } while (u != w->ring[p]);
                 }
         }
+        *prev = best_prev;
         return best_l;
 }
 
@@ -333,6 +384,7 @@ static void form_group(struct worker *w, struct group *g)
         double cap = cfg->lim.max_user_share < 100 ? cfg->lim.max_user_share / 100.0 : 0;
         double active = 0;
         int have_key = 0;
+        const uint64_t t_pick = now_ns();
 
         g->nops = 0;
         g->tiles = 0;
@@ -355,7 +407,9 @@ static void form_group(struct worker *w, struct group *g)
         }
         for (;;) {
                 int p = 0;
-                struct lane *l = pick(w, have_key && !w->be->mixed_keys, g->key, cap * active, &p);
+                struct op *prev = NULL;
+                const int match = have_key && (!w->be->mixed_keys || cfg->one_kernel_groups);
+                struct lane *l = pick(w, match, g->key, cap * active, &p, &prev);
                 struct ulane *u;
                 struct op *o;
                 uint64_t tiles, cost;
@@ -363,7 +417,7 @@ static void form_group(struct worker *w, struct group *g)
                 if (!l)
                         break; /* nothing, or other kernel configs that wait for a later group */
                 u = l->u;
-                o = l->head;
+                o = prev ? prev->next : l->head;
                 tiles = op_tiles(w, o);
                 if (g->nops > 0 && (g->nops >= cfg->max_group_ops ||
                                     g->tiles + tiles > cfg->max_group_tiles ||
@@ -372,7 +426,7 @@ static void form_group(struct worker *w, struct group *g)
                         break;
                 if (g->nops == 0 && group_reserve(g, 1))
                         break;
-                lane_pop(l);
+                lane_take(l, prev);
                 u->ring = l->next;
                 w->ring[p] = u->next;
                 if (!l->head)
@@ -388,6 +442,7 @@ static void form_group(struct worker *w, struct group *g)
                         g->key = o->key;
                         have_key = 1;
                 }
+                o->t_pick_ns = t_pick;
                 g->ops[g->nops] = o;
                 g->kp[g->nops] = o->kp;
                 g->sp[g->nops] = o->sp;
@@ -423,6 +478,12 @@ static void complete_op(struct worker *w, struct group *g, uint32_t i, int statu
         else
                 w->st.flops += op_flops(o);
         w->st.queue_us_hist[hist_bucket(queue_us)]++;
+        if (o->t_enq_ns >= o->req->t_admit_ns && o->t_pick_ns >= o->t_enq_ns &&
+            g->t_launch_ns >= o->t_pick_ns) {
+                w->st.staged_ns += o->t_enq_ns - o->req->t_admit_ns;
+                w->st.waiting_ns += o->t_pick_ns - o->t_enq_ns;
+                w->st.forming_ns += g->t_launch_ns - o->t_pick_ns;
+        }
         g->ops[i] = NULL;
         op_finish(o, done);
 }

@@ -98,6 +98,11 @@ struct worker_stats {
         uint64_t wide_groups;    /* groups on the backend's wide tile */
         uint64_t resident_groups; /* groups its resident kernel took (--resident) */
         uint64_t ops_early; /* ops answered before their group ended (--early-completion) */
+        /* An op's queue time in three parts, summed over ops: admitted to
+         * handed to the worker (staged by its loop), to taken into a group
+         * (waiting for the worker and a free slot), to launched (the
+         * group's forming and plan build). */
+        uint64_t staged_ns, waiting_ns, forming_ns;
 };
 
 /* Hands back requests whose last op has finished, linked through their

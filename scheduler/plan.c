@@ -163,7 +163,7 @@ void sched_plan_deinit(struct sched_plan *plan)
         memset(plan, 0, sizeof(*plan));
 }
 
-static const char *const mode_names[SCHED_NMODES] = {"rr", "sorted", "lpt", "split", "device"};
+static const char *const mode_names[SCHED_NMODES] = {"rr", "sorted", "lpt", "split", "device", "spt"};
 
 const char *sched_mode_name(enum sched_mode mode)
 {
@@ -354,14 +354,18 @@ static int key_desc(const void *x, const void *y)
 }
 
 /* Orders the problems in b->keys: by group index (by == 0), by descending
- * K (by == 1) or by descending tile cost (by == 2); ties keep group order. */
+ * K (by == 1), by descending tile cost (by == 2) or by ascending problem
+ * cost, all its tiles (by == 3); ties keep group order. */
 static void order_problems(struct build *b, int by)
 {
         uint32_t i;
 
         for (i = 0; i < b->n; i++) {
                 b->keys[i].idx = i;
-                b->keys[i].key = by == 1 ? (double)b->probs[i].k : by == 2 ? b->info[i].cost : 0;
+                b->keys[i].key = by == 1   ? (double)b->probs[i].k
+                                 : by == 2 ? b->info[i].cost
+                                 : by == 3 ? -b->info[i].cost * (double)b->info[i].tiles
+                                           : 0;
         }
         if (by != 0)
                 qsort(b->keys, b->n, sizeof(*b->keys), key_desc);
@@ -915,7 +919,8 @@ int sched_plan_build_cost(struct sched_plan *plan, const struct sched_problem *p
                 deal_rr(&b, cfg->mode == SCHED_DEVICE);
                 break;
         case SCHED_SORTED:
-                order_problems(&b, 1);
+        case SCHED_SPT:
+                order_problems(&b, cfg->mode == SCHED_SORTED ? 1 : 3);
                 deal_rr(&b, 0);
                 break;
         case SCHED_LPT:

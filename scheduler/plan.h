@@ -29,7 +29,10 @@ enum sched_mode {
         SCHED_LPT = 2,    /* longest processing time first over the cost model */
         SCHED_SPLIT = 3,  /* lpt + deterministic K split of an under-half-full tail */
         SCHED_DEVICE = 4, /* no entries: the kernel maps tiles itself */
-        SCHED_NMODES = 5
+        SCHED_SPT = 5,    /* round-robin after sorting by ascending problem cost:
+                           * the quick problems' C are whole first, which
+                           * early completion answers at once */
+        SCHED_NMODES = 6
 };
 
 #define SCHED_NO_SPLIT UINT32_MAX
@@ -85,7 +88,7 @@ int sched_plan_build(struct sched_plan *plan, const struct sched_problem *probs,
                      const struct sched_config *cfg);
 
 const char *sched_mode_name(enum sched_mode mode);
-/* Returns 0 and sets *mode for "rr", "sorted", "lpt", "split", "device". */
+/* Returns 0 and sets *mode for "rr", "sorted", "lpt", "split", "device", "spt". */
 int sched_mode_parse(const char *name, enum sched_mode *mode);
 
 #endif /* GEMMD_SCHED_PLAN_H */

@@ -1,6 +1,7 @@
 /*
  * test_e2e_batcher.c - the batcher seen through the real daemon: a lone
- * request is not delayed, the batch window, bursts served in groups,
+ * request is not delayed, the batch window, a session's interleaved types
+ * batched by type, bursts served in groups,
  * result bits independent of the group and of the plan mode, admission
  * rejections, priorities, and fairness between a flooding session and a
  * light one.
@@ -11,6 +12,7 @@
 #include <criterion/criterion.h>
 #include <criterion/options.h>
 #include <errno.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -46,6 +48,17 @@ static gemmd_ticket submit1(gemmd_client *c, const struct gemmd_op *op, int prio
 
         cr_assert_eq(rc, 0, "gemmd_submit: %s", gemmd_strerror(rc));
         return t;
+}
+
+/* A number of the first device in a JSON stats reply (-1: absent). */
+static double json_double(const char *json, const char *key)
+{
+        char pat[64];
+        const char *p;
+
+        snprintf(pat, sizeof(pat), "\"%s\":", key);
+        p = strstr(json, pat);
+        return p ? strtod(p + strlen(pat), NULL) : -1.0;
 }
 
 static void wait1(gemmd_client *c, gemmd_ticket t, struct gemmd_result *r)
@@ -123,6 +136,20 @@ Test(e2e, batch_window_holds_a_lone_request_for_company)
         cr_assert_geq(r1.queue_us, 40000, "the window was not waited for: %llu us",
                       (unsigned long long)r1.queue_us);
         cr_assert_lt(r1.queue_us, 1000000);
+        /* The stats split the queue time: the window is spent waiting for
+         * a group, not staged by the loop or forming the group, and the
+         * parts add up to the two requests' queue times. */
+        char *json = NULL;
+        cr_assert_eq(gemmd_stats(c1, 1, &json), 0);
+        const double staged = json_double(json, "queue_staged_s"), waiting = json_double(json, "queue_waiting_s"),
+                     forming = json_double(json, "queue_forming_s");
+        const double queued = (r1.queue_us + r2.queue_us) / 1e6;
+        cr_assert_geq(waiting, 0.06, "waiting %.6f s of %.6f s queued", waiting, queued);
+        cr_assert(staged >= 0 && staged < 0.01 && forming >= 0 && forming < 0.01, "staged %.6f s, forming %.6f s",
+                  staged, forming);
+        cr_assert_lt(fabs(staged + waiting + forming - queued), 0.001, "parts %.6f + %.6f + %.6f s against %.6f s",
+                     staged, waiting, forming, queued);
+        free(json);
         e2e_prob_free(&p1);
         e2e_prob_free(&p2);
         gemmd_disconnect(c2);
@@ -195,6 +222,57 @@ static long long grouped_in_text(const char *text)
                         n += (long long)count;
         }
         return n;
+}
+
+/* A session that interleaves f16 and bf16 ops, with groups of one kernel
+ * configuration (--one-kernel-groups, what a GPU does): the batch window
+ * gathers them into one group per type, not a group per op, because a
+ * group looks past its session's head for ops of its type. */
+Test(e2e, a_session_interleaving_types_is_batched_by_type)
+{
+        enum { N = 16 };
+        struct e2e_daemon d;
+        struct e2e_arena ar;
+        struct e2e_prob p[N];
+        struct gemmd_result r[N];
+        gemmd_ticket t[N];
+        uint64_t seed = 24, gid[2] = {0, 0};
+        gemmd_client *c;
+        char why[256];
+        double err;
+
+        START(&d, "--threads", "2", "--batch-window-us", "50000", "--one-kernel-groups", "yes", NULL);
+        c = e2e_connect(&d);
+        cr_assert_not_null(c);
+        cr_assert_eq(e2e_arena_init(&ar, c, 4u << 20), 0);
+        for (int i = 0; i < N; i++) {
+                struct e2e_spec s = {.kind = GEMMD_GEMM, .dtype = i & 1 ? GEMMD_BF16 : GEMMD_F16,
+                                     .m = 40 + i, .n = 24 + 2 * i, .k = 64, .alpha = 1.0f, .beta = 0.0f};
+
+                cr_assert_eq(e2e_prob_place(&p[i], &s, &ar, &seed), 0);
+        }
+        for (int i = 0; i < N; i++)
+                t[i] = submit1(c, &p[i].op, GEMMD_PRIO_NORMAL);
+        for (int i = 0; i < N; i++) {
+                wait1(c, t[i], &r[i]);
+                cr_assert_eq(r[i].status, 0, "op %d: %s", i, gemmd_strerror(r[i].status));
+                cr_assert_eq(e2e_prob_check(&p[i], &err, why, sizeof(why)), 0, "op %d: %s", i, why);
+        }
+        for (int i = 0; i < N; i++) {
+                const int type = i & 1;
+
+                if (!gid[type])
+                        gid[type] = r[i].group_id;
+                cr_assert_eq(r[i].group_id, gid[type], "op %d (%s) ran in group %llu, the first of its type in %llu",
+                             i, type ? "bf16" : "f16", (unsigned long long)r[i].group_id,
+                             (unsigned long long)gid[type]);
+                cr_assert_eq(r[i].group_size, N / 2, "op %d: a group of %u", i, r[i].group_size);
+        }
+        cr_assert_neq(gid[0], gid[1], "f16 and bf16 ops shared a group of one kernel configuration");
+        for (int i = 0; i < N; i++)
+                e2e_prob_free(&p[i]);
+        gemmd_disconnect(c);
+        STOP(&d);
 }
 
 Test(e2e, burst_from_eight_processes_is_served_in_groups)
@@ -285,7 +363,7 @@ static const struct e2e_spec bit_specs[] = {
 
 Test(e2e, result_bits_do_not_depend_on_group_or_plan_mode)
 {
-        static const char *modes[] = {"lpt", "rr", "sorted", "split", "device"};
+        static const char *modes[] = {"lpt", "rr", "sorted", "split", "device", "spt"};
         uint8_t *first[NBITS] = {0};
 
         for (size_t m = 0; m < sizeof(modes) / sizeof(modes[0]); m++) {

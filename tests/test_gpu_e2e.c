@@ -847,16 +847,21 @@ Test(gpu_e2e, resident_kernel_same_bits_as_launches)
  * its own problem's C is whole, while the rest of its group still runs.
  * One client process keeps its operands in one device allocation (CUDA
  * IPC) and submits, one op per submit, a long bf16 GEMM and EARLY_SMALL
- * small 16-bit GEMMs (some long enough in K to be split, some with beta),
- * which an idle device's batch window gathers into one group. As each
+ * small 16-bit GEMMs (some long enough in K to be split, some with beta):
+ * the bf16 ones first, then the f16 ones, so that an idle device's batch
+ * window gathers the long GEMM and the small bf16 ones into one group (a
+ * group holds one kernel configuration, and a session's ops are taken in
+ * order). Both daemons deal the plan with --mode spt, the cheapest
+ * problems first, so that the small ops' tiles run before the long one's
+ * (sorted, the default, puts the longest K first). As each
  * ticket completes, in completion order, the client copies that op's C
  * back at once, while the group may still run, and checks it: small ones
  * against the double-precision reference (and the bytes around them),
  * the long one at sampled elements. With early completion the daemon
- * must count ops answered before their group ended, without it none; the
- * bits must be the same either way. (How many ops of one group came back
- * before another is printed, not asserted: it depends on the plan's order
- * and on when the completion thread looks.)
+ * must count ops answered before their group ended, and the small ops
+ * beside the long one must be answered before it (their run time, to
+ * their own end, shorter); without it none of that. The bits must be the
+ * same either way.
  */
 #define EARLY_SMALL 47
 
@@ -864,6 +869,7 @@ struct early_out {
         uint64_t hash[EARLY_SMALL + 1];
         long long ops_early;
         int before_others; /* ops answered before another op of their group */
+        int beside_long;   /* small ops in the long op's group */
         int bad;
         char why[256];
 };
@@ -914,9 +920,10 @@ static int early_client(const struct e2e_daemon *d, void *arg)
         }
         if (cudaMemcpy(dev, ar.base, ar.used, cudaMemcpyHostToDevice) != cudaSuccess)
                 return 5;
-        for (int i = 0; i < N; i++)
-                if (gemmd_submit(c, &p[i].op, 1, GEMMD_PRIO_NORMAL, &t[i]))
-                        return 6;
+        for (int pass = 0; pass < 2; pass++) /* bf16 (the even ones and the long one), then f16 */
+                for (int i = 0; i < N; i++)
+                        if ((i & 1) == pass && gemmd_submit(c, &p[i].op, 1, GEMMD_PRIO_NORMAL, &t[i]))
+                                return 6;
         memset(r, 0, sizeof(r));
         while (left > 0) {
                 gemmd_ticket got;
@@ -955,6 +962,7 @@ static int early_client(const struct e2e_daemon *d, void *arg)
                 for (int j = 0; j < N && !first; j++)
                         first = r[j].group_id == r[i].group_id && r[i].run_us < r[j].run_us;
                 out->before_others += first;
+                out->beside_long += i > 0 && r[i].group_id == r[0].group_id;
         }
         if (gemmd_stats(c, 1, &json))
                 return 10;
@@ -974,8 +982,8 @@ static void early_run(const char *early, struct early_out *out)
         struct e2e_daemon d;
 
         memset(out, 0, sizeof(*out));
-        cr_assert_eq(e2e_daemon_start(&d, "--backend", "cuda", "--early-completion", early, "--batch-window-us",
-                                      "20000", NULL),
+        cr_assert_eq(e2e_daemon_start(&d, "--backend", "cuda", "--early-completion", early, "--mode", "spt",
+                                      "--batch-window-us", "20000", NULL),
                      0);
         run_client(&d, early_client, out, early);
 }
@@ -988,13 +996,20 @@ Test(gpu_e2e, early_completion_answers_each_op_when_its_c_is_whole)
         cr_assert_neq(o, MAP_FAILED);
         early_run("yes", &o[0]);
         early_run("no", &o[1]);
-        printf("early completion: %lld ops answered early, %d before another op of their group "
-               "(--early-completion yes); %lld, %d (no)\n",
-               o[0].ops_early, o[0].before_others, o[1].ops_early, o[1].before_others);
+        printf("early completion: %lld ops answered early, %d before another op of their group, %d small "
+               "ops beside the long one (--early-completion yes); %lld, %d, %d (no)\n",
+               o[0].ops_early, o[0].before_others, o[0].beside_long, o[1].ops_early, o[1].before_others,
+               o[1].beside_long);
         cr_expect_eq(o[0].bad, 0, "--early-completion yes: %d wrong, last: %s", o[0].bad, o[0].why);
         cr_expect_eq(o[1].bad, 0, "--early-completion no: %d wrong, last: %s", o[1].bad, o[1].why);
         cr_expect_gt(o[0].ops_early, 0, "no op was answered early");
         cr_expect_eq(o[1].ops_early, 0, "--early-completion no answered ops early");
+        /* The batch window must have put small ops beside the long one, or
+         * nothing below is tested; each of them is done long before it. */
+        cr_expect_geq(o[0].beside_long, EARLY_SMALL / 4, "%d small ops beside the long one", o[0].beside_long);
+        cr_expect_geq(o[0].before_others, o[0].beside_long, "%d of %d answered before the long one",
+                      o[0].before_others, o[0].beside_long);
+        cr_expect_eq(o[1].before_others, 0, "--early-completion no: ops of one group answered apart");
         for (int i = 0; i < EARLY_SMALL + 1; i++)
                 cr_expect_eq(o[0].hash[i], o[1].hash[i], "op %d: bits differ", i);
         munmap(o, 2 * sizeof(*o));

@@ -784,6 +784,41 @@ Test(plan, rr_and_sorted_order)
         sched_plan_deinit(&pl);
 }
 
+/* spt deals round-robin as rr does, after sorting by ascending problem
+ * cost: here each problem has more tiles and more K chunks than the one
+ * before it in cost order, so that order holds under any cost model, and
+ * the input lists them out of it. The cheapest problems fill the first
+ * positions of every CTA, so they are whole first. */
+Test(plan, spt_deals_the_cheapest_problems_first)
+{
+        struct sched_problem probs[5] = {
+                gemm(256, 256, 512, GEMMD_BF16), gemm(64, 64, 64, GEMMD_BF16),
+                gemm(640, 640, 640, GEMMD_BF16), gemm(64, 128, 128, GEMMD_BF16),
+                gemm(128, 128, 256, GEMMD_BF16),
+        };
+        static const uint32_t spt_order[5] = {1, 3, 4, 0, 2};
+        struct sched_config cfg = {SCHED_SPT, {64, 64, 64}, 7};
+        struct sched_plan pl;
+        uint32_t i, t, g = 0;
+
+        sched_plan_init(&pl);
+        cr_assert_eq(sched_plan_build(&pl, probs, 5, &cfg), 0);
+        check_plan(&pl, probs, 5, &cfg);
+        for (i = 0; i < 5; i++) {
+                uint32_t p = spt_order[i];
+
+                for (t = 0; t < sched_tile_count(&probs[p], cfg.shape); t++, g++) {
+                        const struct sched_entry *e = &pl.entries[pl.cta_begin[g % 7] + g / 7];
+
+                        cr_assert(e->problem == p && e->tile == t, "g %u: problem %u tile %u", g, e->problem,
+                                  e->tile);
+                }
+        }
+        cr_assert_eq(g, pl.nentries);
+        cr_assert_str_eq(sched_mode_name(SCHED_SPT), "spt");
+        sched_plan_deinit(&pl);
+}
+
 /* lpt keeps runs of one problem on a CTA, and deals whole rounds as rr
  * does: in the group below CTA c takes tiles c, c + 64, c + 128, c + 192,
  * so at each step the CTAs run 64 neighbouring tiles (shared operand
