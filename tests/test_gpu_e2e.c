@@ -686,6 +686,9 @@ Test(gpu_e2e, wide_tile_same_bits_as_the_usual_one)
  * the resident kernel takes (some long enough in K to be split), among
  * random problems it does not take, so it is stopped and started again
  * within a round, and a pause after each round lets it stop for idleness.
+ * Groups hold at most three ops (--max-group-ops), so that most fit the
+ * resident kernel (it takes a group of no more tiles than CTAs), where a
+ * round's 16-bit GEMMs would otherwise gather into a few large groups.
  * Every result must match the double-precision reference (C poisoned with
  * NaN where beta is 0), every element outside it must be untouched, and
  * the bits must be those of the same problems on a daemon without it.
@@ -817,7 +820,8 @@ static void res_run(const char *resident, struct res_out *out)
         struct e2e_daemon d;
 
         memset(out, 0, sizeof(*out));
-        cr_assert_eq(e2e_daemon_start(&d, "--backend", "cuda", "--resident", resident, NULL), 0);
+        cr_assert_eq(e2e_daemon_start(&d, "--backend", "cuda", "--resident", resident, "--max-group-ops", "3", NULL),
+                     0);
         run_client(&d, res_client, out, resident);
 }
 
