@@ -341,12 +341,12 @@ static struct lane *pick(struct worker *w, int match, uint32_t key, double cap, 
                                 continue;
                         do {
                                 struct lane *l = u->ring;
-                                struct op *before = NULL;
+                                struct op *before = NULL, *found = NULL;
 
                                 if (match) {
-                                        while (!lane_find(l, key, &before) && l->next != u->ring)
+                                        while (!(found = lane_find(l, key, &before)) && l->next != u->ring)
                                                 l = l->next;
-                                        if (!lane_find(l, key, &before)) {
+                                        if (!found) {
                                                 u = u->next;
                                                 continue;
                                         }
@@ -452,11 +452,6 @@ static void form_group(struct worker *w, struct group *g)
         }
 }
 
-/* Hands every op of a finished group back to its request; the requests
- * this finishes go on `done`. Called with the lock held, by whichever
- * thread learns first that the group is done (the backend's completion
- * thread, to save the latency of a hop through the worker). Makes no
- * device calls. */
 /* Hands op i of g back with `status`, done at t_done; the request it
  * finishes goes on `done`. Called with the lock held. */
 static void complete_op(struct worker *w, struct group *g, uint32_t i, int status, uint64_t t_done,
@@ -488,8 +483,12 @@ static void complete_op(struct worker *w, struct group *g, uint32_t i, int statu
         op_finish(o, done);
 }
 
-/* Every op of g not handed back early (worker_op_done) gets the group's
- * status. */
+/* Hands every op of a finished group not handed back early
+ * (worker_ops_done) back to its request, with the group's status; the
+ * requests this finishes go on `done`. Called with the lock held, by
+ * whichever thread learns first that the group is done (the backend's
+ * completion thread, to save the latency of a hop through the worker).
+ * Makes no device calls. */
 static void complete_ops(struct worker *w, struct group *g, struct done_list *done)
 {
         const char *kname = w->be->kernel_name(w->be, g->key);
