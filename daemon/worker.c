@@ -128,8 +128,10 @@ static struct op *lane_take(struct lane *l, struct op *prev)
 
 /* How far into a session's queue a group looks for an op of its kernel
  * configuration: far enough for a client that interleaves types, short
- * enough to keep the walk cheap under the worker's lock. */
-#define LANE_LOOK 32
+ * enough to keep the walk cheap under the worker's lock (each pick may
+ * walk this far into every lane that does not match: eight times the
+ * cost of looking at the heads alone, at worst). */
+#define LANE_LOOK 8
 
 /* The first op of key `key` among the first LANE_LOOK of lane l, and in
  * *prev the op before it (NULL: the head); NULL when none. */
