@@ -21,6 +21,7 @@
 #include <time.h>
 
 #include "daemon/backend.h"
+#include "daemon/lock.h"
 #include "daemon/log.h"
 #include "daemon/worker.h"
 #include "gemmd.h"
@@ -1560,7 +1561,7 @@ int backend_cuda_new(int ordinal, const struct gemmd_config *cfg, struct backend
                 res_init(cb);
         for (uint32_t k = 0; k < 8; k++)
                 cb->wide[k] = cuda_gemm_shape_wide((int)(k & 3), (int)(k >> 2) & 1);
-        pthread_mutex_init(&cb->done_lock, NULL);
+        lock_init(&cb->done_lock);
         pthread_cond_init(&cb->done_cond, NULL);
         pthread_mutex_init(&cb->pin_lock, NULL);
         pthread_cond_init(&cb->pin_cond, NULL);

@@ -14,6 +14,7 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include "daemon/lock.h"
 #include "daemon/log.h"
 #include "daemon/metrics.h"
 #include "daemon/notify.h"
@@ -601,7 +602,7 @@ static int loop_init(struct server *srv, struct evloop *ev, int i, uv_loop_t *ma
                 }
                 ev->loop = &ev->own;
         }
-        pthread_mutex_init(&ev->done_lock, NULL);
+        lock_init(&ev->done_lock);
         uv_async_init(ev->loop, &ev->async, on_async);
         ev->async.data = ev;
         uv_timer_init(ev->loop, &ev->hello_timer);

@@ -20,6 +20,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "daemon/lock.h"
 #include "daemon/log.h"
 #include "daemon/metrics.h"
 #include "daemon/ring.h"
@@ -65,8 +66,8 @@ int session_accept(struct evloop *ev, int fd)
 
         if (!s)
                 goto err;
-        pthread_mutex_init(&s->out_lock, NULL);
-        pthread_mutex_init(&s->ring_lock, NULL);
+        lock_init(&s->out_lock);
+        lock_init(&s->ring_lock);
         s->rbuf = malloc(SESSION_RBUF);
         s->lanes = calloc((size_t)srv->nworkers * NPRIO, sizeof(*s->lanes));
         if (!s->rbuf || !s->lanes)

@@ -10,6 +10,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "daemon/lock.h"
 #include "daemon/log.h"
 #include "gemmd.h"
 #include "scheduler/cost.h"
@@ -884,7 +885,9 @@ int worker_start(struct worker *w, int index, struct backend *be, const struct g
                 if (be->slot_init && (rc = be->slot_init(be, &w->slots[i])) != 0)
                         goto err_slots;
         }
-        pthread_mutex_init(&w->lock, NULL);
+        /* The loops, the worker and the completion thread each take it for
+         * microseconds, many times per group. */
+        lock_init(&w->lock);
         pthread_cond_init(&w->cond, NULL);
         rc = -pthread_create(&w->thread, NULL, worker_main, w);
         if (rc)
