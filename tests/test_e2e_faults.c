@@ -37,6 +37,19 @@ static long long device_number(gemmd_client *c, const char *key)
         return v;
 }
 
+/* Waits until the first device has nothing queued or in flight: a killed
+ * client's memory stays mapped until the group that reads it is done.
+ * Returns 0, or -1 on timeout. */
+static int wait_device_idle(gemmd_client *c, int timeout_ms)
+{
+        for (int waited = 0; waited < timeout_ms; waited += 10) {
+                if (device_number(c, "queued") == 0 && device_number(c, "inflight_groups") == 0)
+                        return 0;
+                usleep(10000);
+        }
+        return -1;
+}
+
 /* ---- killed clients ---------------------------------------------------------- */
 
 #define DOOMED_SUBMITS 64
@@ -155,6 +168,8 @@ Test(faults, clients_killed_mid_flight_cost_others_nothing_and_resources_return)
         cr_assert_not_null(mon);
         kill_one(&d, 0); /* warm-up */
         cr_assert_eq(hard_wait_sessions(mon, 1, 20000, &got), 0, "%lld sessions", got);
+        /* Its running group still holds its memory: the base is taken after. */
+        cr_assert_eq(wait_device_idle(mon, 20000), 0, "the device did not go idle");
         cr_assert_eq(hard_res_settled(d.pid, &base, 5000), 0);
         ops0 = device_number(mon, "ops");
 
@@ -179,6 +194,7 @@ Test(faults, clients_killed_mid_flight_cost_others_nothing_and_resources_return)
         cr_assert_gt(by_ops, 0);
 
         cr_assert_eq(hard_wait_sessions(mon, 1, 20000, &got), 0, "%lld sessions", got);
+        cr_assert_eq(wait_device_idle(mon, 20000), 0, "the device did not go idle");
         cr_assert_eq(hard_res_settled(d.pid, &after, 5000), 0);
         ops1 = device_number(mon, "ops");
         fprintf(stderr, "12 clients killed with %d ops queued each; bystander ran %llu ops, all "
