@@ -388,6 +388,8 @@ static void form_group(struct worker *w, struct group *g)
         double active = 0;
         int have_key = 0;
         const uint64_t t_pick = now_ns();
+        /* Once the first op set the group's key, the others must match it. */
+        const int one_key = !w->be->mixed_keys || cfg->one_kernel_groups;
 
         g->nops = 0;
         g->tiles = 0;
@@ -411,8 +413,7 @@ static void form_group(struct worker *w, struct group *g)
         for (;;) {
                 int p = 0;
                 struct op *prev = NULL;
-                const int match = have_key && (!w->be->mixed_keys || cfg->one_kernel_groups);
-                struct lane *l = pick(w, match, g->key, cap * active, &p, &prev);
+                struct lane *l = pick(w, have_key && one_key, g->key, cap * active, &p, &prev);
                 struct ulane *u;
                 struct op *o;
                 uint64_t tiles, cost;
@@ -476,12 +477,10 @@ static void complete_op(struct worker *w, struct group *g, uint32_t i, int statu
         else
                 w->st.flops += op_flops(o);
         w->st.queue_us_hist[hist_bucket(queue_us)]++;
-        if (o->t_enq_ns >= o->req->t_admit_ns && o->t_pick_ns >= o->t_enq_ns &&
-            g->t_launch_ns >= o->t_pick_ns) {
-                w->st.staged_ns += o->t_enq_ns - o->req->t_admit_ns;
-                w->st.waiting_ns += o->t_pick_ns - o->t_enq_ns;
-                w->st.forming_ns += g->t_launch_ns - o->t_pick_ns;
-        }
+        /* Every op here was stamped in order: admitted, enqueued, picked, launched. */
+        w->st.staged_ns += o->t_enq_ns - o->req->t_admit_ns;
+        w->st.waiting_ns += o->t_pick_ns - o->t_enq_ns;
+        w->st.forming_ns += g->t_launch_ns - o->t_pick_ns;
         g->ops[i] = NULL;
         op_finish(o, done);
 }

@@ -86,16 +86,31 @@ const char *hard_res_str(const struct hard_res *r, char *buf, size_t len)
         return buf;
 }
 
-long long hard_json_number(const char *json, const char *key)
+/* Where the number that follows "key": starts in json, or NULL. */
+static const char *json_value(const char *json, const char *key)
 {
         char pat[64];
         const char *p;
 
         if (!json)
-                return -1;
+                return NULL;
         snprintf(pat, sizeof(pat), "\"%s\":", key);
         p = strstr(json, pat);
-        return p ? strtoll(p + strlen(pat), NULL, 10) : -1;
+        return p ? p + strlen(pat) : NULL;
+}
+
+long long hard_json_number(const char *json, const char *key)
+{
+        const char *v = json_value(json, key);
+
+        return v ? strtoll(v, NULL, 10) : -1;
+}
+
+double hard_json_double(const char *json, const char *key)
+{
+        const char *v = json_value(json, key);
+
+        return v ? strtod(v, NULL) : -1.0;
 }
 
 int hard_wait_sessions(gemmd_client *c, long long want, int timeout_ms, long long *got)

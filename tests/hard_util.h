@@ -40,6 +40,8 @@ const char *hard_res_str(const struct hard_res *r, char *buf, size_t len);
 
 /* A number that follows "key": in a JSON text (the first occurrence), or -1. */
 long long hard_json_number(const char *json, const char *key);
+/* The same for a number with a fraction (-1.0: absent). */
+double hard_json_double(const char *json, const char *key);
 
 /* Polls the daemon's stats over connection c until "sessions_now" is
  * `want`, for up to timeout_ms. Returns 0, or -1 with the last value in

@@ -20,6 +20,7 @@
 
 #include "gemmd.h"
 #include "tests/e2e_util.h"
+#include "tests/hard_util.h"
 #include "tests/e2e_assert.h"
 
 TestSuite(e2e, .init = e2e_setup, .fini = e2e_teardown, .timeout = 180);
@@ -48,17 +49,6 @@ static gemmd_ticket submit1(gemmd_client *c, const struct gemmd_op *op, int prio
 
         cr_assert_eq(rc, 0, "gemmd_submit: %s", gemmd_strerror(rc));
         return t;
-}
-
-/* A number of the first device in a JSON stats reply (-1: absent). */
-static double json_double(const char *json, const char *key)
-{
-        char pat[64];
-        const char *p;
-
-        snprintf(pat, sizeof(pat), "\"%s\":", key);
-        p = strstr(json, pat);
-        return p ? strtod(p + strlen(pat), NULL) : -1.0;
 }
 
 static void wait1(gemmd_client *c, gemmd_ticket t, struct gemmd_result *r)
@@ -141,8 +131,8 @@ Test(e2e, batch_window_holds_a_lone_request_for_company)
          * parts add up to the two requests' queue times. */
         char *json = NULL;
         cr_assert_eq(gemmd_stats(c1, 1, &json), 0);
-        const double staged = json_double(json, "queue_staged_s"), waiting = json_double(json, "queue_waiting_s"),
-                     forming = json_double(json, "queue_forming_s");
+        const double staged = hard_json_double(json, "queue_staged_s"), waiting = hard_json_double(json, "queue_waiting_s"),
+                     forming = hard_json_double(json, "queue_forming_s");
         const double queued = (r1.queue_us + r2.queue_us) / 1e6;
         cr_assert_geq(waiting, 0.06, "waiting %.6f s of %.6f s queued", waiting, queued);
         cr_assert(staged >= 0 && staged < 0.01 && forming >= 0 && forming < 0.01, "staged %.6f s, forming %.6f s",

@@ -18,31 +18,10 @@
 
 #include "gemmd.h"
 #include "tests/e2e_util.h"
+#include "tests/hard_util.h"
 #include "tests/e2e_assert.h"
 
 TestSuite(e2e, .init = e2e_setup, .fini = e2e_teardown, .timeout = 240);
-
-/* A number that follows `key` in a JSON text (the first occurrence). */
-static long long json_number(const char *json, const char *key)
-{
-        char pat[64];
-        const char *p;
-
-        snprintf(pat, sizeof(pat), "\"%s\":", key);
-        p = strstr(json, pat);
-        return p ? strtoll(p + strlen(pat), NULL, 10) : -1;
-}
-
-/* The same for a number with a fraction. */
-static double json_double(const char *json, const char *key)
-{
-        char pat[64];
-        const char *p;
-
-        snprintf(pat, sizeof(pat), "\"%s\":", key);
-        p = strstr(json, pat);
-        return p ? strtod(p + strlen(pat), NULL) : -1.0;
-}
 
 /* What a client process gets: the daemon and its number. */
 struct child {
@@ -197,8 +176,8 @@ Test(e2e, eight_clients_1000_mixed_ops_each_all_correct)
         c = e2e_connect(&d);
         cr_assert_not_null(c);
         cr_assert_eq(gemmd_stats(c, 1, &json), 0);
-        cr_expect_geq(json_number(json, "ops"), STRESS_CLIENTS * STRESS_OPS, "%s", json);
-        cr_expect_eq(json_number(json, "ops_failed"), 0, "%s", json);
+        cr_expect_geq(hard_json_number(json, "ops"), STRESS_CLIENTS * STRESS_OPS, "%s", json);
+        cr_expect_eq(hard_json_number(json, "ops_failed"), 0, "%s", json);
         free(json);
         gemmd_disconnect(c);
         STOP(&d);
@@ -266,7 +245,7 @@ Test(e2e, client_killed_with_ops_in_flight_costs_others_nothing)
                 cr_assert_eq(read(fd, &b, 1), 1, "the doomed client did not submit");
                 close(fd);
                 cr_assert_eq(gemmd_stats(c, 1, &json), 0);
-                cr_assert_gt(json_number(json, "queued_ops"), 0, "nothing in flight: %s", json);
+                cr_assert_gt(hard_json_number(json, "queued_ops"), 0, "nothing in flight: %s", json);
                 free(json);
                 json = NULL;
                 kill(pid, SIGKILL);
@@ -287,11 +266,11 @@ Test(e2e, client_killed_with_ops_in_flight_costs_others_nothing)
                         free(json);
                         json = NULL;
                         cr_assert_eq(gemmd_stats(c, 1, &json), 0);
-                        if (json_number(json, "sessions_now") == 1)
+                        if (hard_json_number(json, "sessions_now") == 1)
                                 break;
                         usleep(10000);
                 }
-                cr_assert_eq(json_number(json, "sessions_now"), 1, "%s", json);
+                cr_assert_eq(hard_json_number(json, "sessions_now"), 1, "%s", json);
                 free(json);
                 json = NULL;
         }
@@ -651,31 +630,31 @@ Test(e2e, gemmctl_status_stats_gemm_syr2k_and_errors)
         cr_assert_eq(st, 0, "stats --json: %s", x.stderr_text);
         cr_assert_eq(x.stdout_text[0], '{', "%s", x.stdout_text);
         cr_assert(strstr(x.stdout_text, "\"devices\""), "%s", x.stdout_text);
-        cr_assert_geq(json_number(x.stdout_text, "ops"), 12, "%s", x.stdout_text);
+        cr_assert_geq(hard_json_number(x.stdout_text, "ops"), 12, "%s", x.stdout_text);
         /* Every one of those requests was answered after device work, and
          * waited a measured, sane time for its reply. */
-        cr_assert_geq(json_number(x.stdout_text, "replies"), 12, "%s", x.stdout_text);
+        cr_assert_geq(hard_json_number(x.stdout_text, "replies"), 12, "%s", x.stdout_text);
         /* Small results and no Launched messages: the completing thread
          * answered every one of them itself, into gemmctl's ring while it
          * polled, else (with one event loop) on its socket; with several
          * loops, those not put in the ring the loops answer. */
-        if (json_number(x.stdout_text, "loops") == 1)
-                cr_assert_eq(json_number(x.stdout_text, "replies_now") +
-                                     json_number(x.stdout_text, "replies_ring"),
-                             json_number(x.stdout_text, "replies"), "%s", x.stdout_text);
+        if (hard_json_number(x.stdout_text, "loops") == 1)
+                cr_assert_eq(hard_json_number(x.stdout_text, "replies_now") +
+                                     hard_json_number(x.stdout_text, "replies_ring"),
+                             hard_json_number(x.stdout_text, "replies"), "%s", x.stdout_text);
         else
-                cr_assert_eq(json_number(x.stdout_text, "replies_now"), 0, "%s", x.stdout_text);
+                cr_assert_eq(hard_json_number(x.stdout_text, "replies_now"), 0, "%s", x.stdout_text);
         /* The loop's account: its parts lie within its busy time (give or
          * take the read that carried this stats request, counted in part). */
-        cr_assert_gt(json_number(x.stdout_text, "loop_callbacks"), 0, "%s", x.stdout_text);
-        cr_assert_gt(json_double(x.stdout_text, "loop_frames_s"), 0.0, "%s", x.stdout_text);
-        cr_assert_gt(json_double(x.stdout_text, "loop_enqueue_s"), 0.0, "%s", x.stdout_text);
-        cr_assert_leq(json_double(x.stdout_text, "loop_recv_s") + json_double(x.stdout_text, "loop_frames_s"),
-                      json_double(x.stdout_text, "loop_busy_s") + 1e-3, "%s", x.stdout_text);
-        cr_assert_leq(json_double(x.stdout_text, "loop_enqueue_s"), json_double(x.stdout_text, "loop_frames_s"),
+        cr_assert_gt(hard_json_number(x.stdout_text, "loop_callbacks"), 0, "%s", x.stdout_text);
+        cr_assert_gt(hard_json_double(x.stdout_text, "loop_frames_s"), 0.0, "%s", x.stdout_text);
+        cr_assert_gt(hard_json_double(x.stdout_text, "loop_enqueue_s"), 0.0, "%s", x.stdout_text);
+        cr_assert_leq(hard_json_double(x.stdout_text, "loop_recv_s") + hard_json_double(x.stdout_text, "loop_frames_s"),
+                      hard_json_double(x.stdout_text, "loop_busy_s") + 1e-3, "%s", x.stdout_text);
+        cr_assert_leq(hard_json_double(x.stdout_text, "loop_enqueue_s"), hard_json_double(x.stdout_text, "loop_frames_s"),
                       "%s", x.stdout_text);
-        cr_assert_geq(json_number(x.stdout_text, "reply_wait_s"), 0.0, "%s", x.stdout_text);
-        cr_assert_lt(json_number(x.stdout_text, "reply_wait_s"), 60.0, "%s", x.stdout_text);
+        cr_assert_geq(hard_json_number(x.stdout_text, "reply_wait_s"), 0.0, "%s", x.stdout_text);
+        cr_assert_lt(hard_json_number(x.stdout_text, "reply_wait_s"), 60.0, "%s", x.stdout_text);
 
         /* Failures: one line on stderr, non-zero exit. */
         a = path_in_dir("a.npy");

@@ -749,6 +749,28 @@ Test(plan, split_tails)
         sched_plan_deinit(&lpt);
 }
 
+/* Checks that pl deals the tiles of probs, taken in `order`, round-robin:
+ * global tile g on CTA g % ctas at position g / ctas, and nothing else. */
+static void check_rr_order(const struct sched_plan *pl, const struct sched_problem *probs, const uint32_t *order,
+                           uint32_t n, const struct sched_config *cfg)
+{
+        const uint32_t c = cfg->ctas;
+        uint32_t g = 0;
+
+        for (uint32_t i = 0; i < n; i++) {
+                const uint32_t p = order[i];
+
+                for (uint32_t t = 0; t < sched_tile_count(&probs[p], cfg->shape); t++, g++) {
+                        cr_assert(g / c < pl->cta_begin[g % c + 1] - pl->cta_begin[g % c], "g %u", g);
+                        const struct sched_entry *e = &pl->entries[pl->cta_begin[g % c] + g / c];
+
+                        cr_assert(e->problem == p && e->tile == t, "%s, g %u: problem %u tile %u",
+                                  sched_mode_name(cfg->mode), g, e->problem, e->tile);
+                }
+        }
+        cr_assert_eq(g, pl->nentries);
+}
+
 /* rr is CUTLASS's order: global tile g on CTA g % ctas, position g / ctas;
  * sorted is the same after a stable sort by descending K. */
 Test(plan, rr_and_sorted_order)
@@ -758,28 +780,15 @@ Test(plan, rr_and_sorted_order)
                 syr2k(500, 100, 1, GEMMD_F32),  gemm(129, 1, 4096, GEMMD_F16),
                 gemm(64, 640, 7, GEMMD_BF16),
         };
-        static const uint32_t sorted_order[5] = {1, 3, 2, 0, 4};
+        static const uint32_t rr_order[5] = {0, 1, 2, 3, 4}, sorted_order[5] = {1, 3, 2, 0, 4};
         struct sched_config cfg = {SCHED_ROUND_ROBIN, {64, 64, 64}, 7};
         struct sched_plan pl;
-        uint32_t i, t, g, pass;
 
         sched_plan_init(&pl);
-        for (pass = 0; pass < 2; pass++) {
+        for (int pass = 0; pass < 2; pass++) {
                 cfg.mode = pass ? SCHED_SORTED : SCHED_ROUND_ROBIN;
                 cr_assert_eq(sched_plan_build(&pl, probs, 5, &cfg), 0);
-                g = 0;
-                for (i = 0; i < 5; i++) {
-                        uint32_t p = pass ? sorted_order[i] : i;
-
-                        for (t = 0; t < sched_tile_count(&probs[p], cfg.shape); t++, g++) {
-                                const struct sched_entry *e =
-                                        &pl.entries[pl.cta_begin[g % 7] + g / 7];
-
-                                cr_assert(e->problem == p && e->tile == t, "g %u", g);
-                                cr_assert(g / 7 < pl.cta_begin[g % 7 + 1] - pl.cta_begin[g % 7]);
-                        }
-                }
-                cr_assert_eq(g, pl.nentries);
+                check_rr_order(&pl, probs, pass ? sorted_order : rr_order, 5, &cfg);
         }
         sched_plan_deinit(&pl);
 }
@@ -799,22 +808,11 @@ Test(plan, spt_deals_the_cheapest_problems_first)
         static const uint32_t spt_order[5] = {1, 3, 4, 0, 2};
         struct sched_config cfg = {SCHED_SPT, {64, 64, 64}, 7};
         struct sched_plan pl;
-        uint32_t i, t, g = 0;
 
         sched_plan_init(&pl);
         cr_assert_eq(sched_plan_build(&pl, probs, 5, &cfg), 0);
         check_plan(&pl, probs, 5, &cfg);
-        for (i = 0; i < 5; i++) {
-                uint32_t p = spt_order[i];
-
-                for (t = 0; t < sched_tile_count(&probs[p], cfg.shape); t++, g++) {
-                        const struct sched_entry *e = &pl.entries[pl.cta_begin[g % 7] + g / 7];
-
-                        cr_assert(e->problem == p && e->tile == t, "g %u: problem %u tile %u", g, e->problem,
-                                  e->tile);
-                }
-        }
-        cr_assert_eq(g, pl.nentries);
+        check_rr_order(&pl, probs, spt_order, 5, &cfg);
         cr_assert_str_eq(sched_mode_name(SCHED_SPT), "spt");
         sched_plan_deinit(&pl);
 }
