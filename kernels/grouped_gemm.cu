@@ -28,9 +28,11 @@
 #include <string.h>
 
 #include <atomic>
-#include <type_traits>
+#ifdef GEMMD_KTRACE
+#include <cstdio>
+#include <cstdlib>
+#endif
 #include <mutex>
-#include <type_traits>
 #include <type_traits>
 
 #include "include/gemmd.h"
@@ -1175,12 +1177,36 @@ extern "C" int cuda_gemm_res_launch(int dtype, struct cuda_res_host *host, void 
 #endif
 }
 
+#if defined(GEMMD_KTRACE) && GEMMD_WGMMA
+/* The phase timing's means (wgmma_gemm.cuh, g_kt), at exit. */
+static void ktrace_print(void)
+{
+        unsigned long long v[KT_N + 3];
+        if (cudaMemcpyFromSymbol(v, g_kt, sizeof(v)) != cudaSuccess || v[KT_N] == 0)
+                return;
+        const double n = (double)v[KT_N], ghz = (double)v[KT_N - 1] / (double)v[KT_N + 2];
+        const double us = 1.0 / (n * ghz * 1e3);
+        fprintf(stderr,
+                "ktrace: %llu CTAs with work, %.2f warpgroup tiles each (a full tile is two), SM clock %.3f GHz; per CTA, mean us: barriers "
+                "%.2f, first plan entries and problems read %.2f, first copy issued %.2f, its stage full %.2f, "
+                "first tile's k-loop %.2f, C staged in shared memory %.2f, stored %.2f, the rest %.2f; whole "
+                "%.2f\n",
+                v[KT_N], (double)v[KT_N + 1] / n, ghz, v[0] * us, v[1] * us, v[2] * us, v[3] * us, v[4] * us,
+                v[5] * us, v[6] * us, v[7] * us, v[8] * us);
+}
+#endif
+
 extern "C" int cuda_gemm_launch(const struct cuda_group *g, void *stream)
 {
         if (!g || g->dtype < GEMMD_F32 || g->dtype > GEMMD_BF16)
                 return -EINVAL;
         if (g->nproblems == 0)
                 return 0;
+#if defined(GEMMD_KTRACE) && GEMMD_WGMMA
+        static std::atomic<int> kt_once{0};
+        if (!kt_once.exchange(1))
+                atexit(ktrace_print);
+#endif
         const struct sched_shape want = cuda_gemm_shape(g->dtype, g->tf32);
         const struct sched_shape wide = cuda_gemm_shape_wide(g->dtype, g->tf32);
         const struct sched_shape have = g->cfg.shape;

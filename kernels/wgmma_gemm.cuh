@@ -248,6 +248,26 @@ __device__ __forceinline__ uint64_t globaltimer()
         return t;
 }
 
+#ifdef GEMMD_KTRACE
+/*
+ * Phase timing of the 16-bit Hopper kernel, for a diagnostic build only
+ * (the make line is in the README's Performance section): each CTA with
+ * work stamps its SM clock at entry, once its barriers are set up, once
+ * its first plan entries and problems are read, at its first copy issued,
+ * when that stage is full, at the end of its first tile's k-loop, once
+ * that tile's C is staged in shared memory and once it is stored, and at
+ * its end; it adds the intervals to g_kt, and the process prints their
+ * means over CTAs and launches at exit (grouped_gemm.cu, ktrace_print).
+ * The stamps cost a little: the figures compare phases, they do not time
+ * gemmd.
+ */
+enum { KT_ENTRY, KT_INIT, KT_PLAN, KT_ISSUE, KT_FULL, KT_MMA, KT_STAGED, KT_STORE, KT_END, KT_N };
+__device__ unsigned long long g_kt[KT_N + 3]; /* intervals, CTAs, warpgroup tiles, ns entry to end */
+#define KT_AT(s, i) ((s)[i] = clock64())
+#else
+#define KT_AT(s, i) ((void)0)
+#endif
+
 /*
  * Warps 1-3 of CTA 0: for each posted group, copy its launch data from
  * pinned host memory into its slot of the area (one PCIe read per 16 bytes
@@ -961,6 +981,18 @@ __global__ void __launch_bounds__(WCfg::THREADS, 1) wgmma_kernel(const __grid_co
         extern __shared__ unsigned char wsmem[];
         __shared__ uint32_t s_flag;
         __shared__ EarlyQ s_eq; /* early completion (16-bit GEMMs) */
+#ifdef GEMMD_KTRACE
+        __shared__ long long s_kt[KT_N];
+        __shared__ uint32_t s_kt_tiles;
+        __shared__ uint64_t s_kt_ns;
+        if (threadIdx.x == 0) {
+                s_kt_ns = globaltimer();
+                for (int i = 1; i < KT_N; i++)
+                        s_kt[i] = 0;
+                s_kt_tiles = 0;
+                KT_AT(s_kt, KT_ENTRY);
+        }
+#endif
         const uint32_t raw = smem_u32(wsmem);
         const uint32_t base = (raw + 1023u) & ~1023u;
         unsigned char *gbase = wsmem + (base - raw);
@@ -982,6 +1014,10 @@ __global__ void __launch_bounds__(WCfg::THREADS, 1) wgmma_kernel(const __grid_co
                 asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
         }
         __syncthreads();
+#ifdef GEMMD_KTRACE
+        if (threadIdx.x == 0)
+                KT_AT(s_kt, KT_INIT);
+#endif
 
         if (wg == 0) {
                 /* Producer: warp 0; lane 0 issues the copies. */
@@ -1080,6 +1116,10 @@ __global__ void __launch_bounds__(WCfg::THREADS, 1) wgmma_kernel(const __grid_co
                                         const uint32_t own = half ? (nhalf++ & 1 ? HDR_OWN1 : HDR_OWN0) : 0u;
                                         h[15] = x.tri | own | (F32C && (flags[x.prob] & 4) ? HDR_TMA_C : 0u);
                                 }
+#ifdef GEMMD_KTRACE
+                                if (i == 0 && s_kt[KT_ISSUE] == 0)
+                                        KT_AT(s_kt, KT_ISSUE);
+#endif
                                 mbar_expect_tx(full, W::STAGE_BYTES);
                                 const int32_t k0 = (int32_t)(x.kbeg + (c0 + j) * WK<T>::BK);
                                 tma_load_2d(sa, term ? tb : ta, full, k0, (int32_t)x.m0);
@@ -1134,6 +1174,10 @@ __global__ void __launch_bounds__(WCfg::THREADS, 1) wgmma_kernel(const __grid_co
                                                 }
                                         }
                                         uint32_t mask = __ballot_sync(0xffffffffu, ok);
+#ifdef GEMMD_KTRACE
+                                        if (lane == 0 && s_kt[KT_PLAN] == 0)
+                                                KT_AT(s_kt, KT_PLAN);
+#endif
                                         while (mask) {
                                                 const int L = __ffs(mask) - 1;
                                                 mask &= mask - 1;
@@ -1305,6 +1349,10 @@ __global__ void __launch_bounds__(WCfg::THREADS, 1) wgmma_kernel(const __grid_co
                         queue(w.prob);
                         continue;
                 }
+#ifdef GEMMD_KTRACE
+                if (wt == 0 && s_kt[KT_FULL] == 0)
+                        KT_AT(s_kt, KT_FULL);
+#endif
                 /* This consumer's rows of the tile: its 64, or all of a half tile. */
                 const uint32_t rsh = own >= 0 ? 0u : (uint32_t)cw * 64;
                 pp.a_off = base + rsh * 128;
@@ -1329,6 +1377,10 @@ __global__ void __launch_bounds__(WCfg::THREADS, 1) wgmma_kernel(const __grid_co
                 if (lane == 0 && pp.pending >= 0)
                         mbar_arrive(bars + 8 * (L::STAGES + pp.pending));
                 pp.pending = -1;
+#ifdef GEMMD_KTRACE
+                if (wt == 0 && s_kt[KT_MMA] == 0)
+                        KT_AT(s_kt, KT_MMA);
+#endif
 
                 if (wsb) {
                         /* Publish this entry's chunk sums; the last arrival
@@ -1435,6 +1487,10 @@ __global__ void __launch_bounds__(WCfg::THREADS, 1) wgmma_kernel(const __grid_co
                                 }
                         }
                         named_bar(2 + cw, 128);
+#ifdef GEMMD_KTRACE
+                        if (wt == 0 && s_kt[KT_STAGED] == 0)
+                                KT_AT(s_kt, KT_STAGED);
+#endif
                         {
                                 const bool cvec = ((p.c & 15u) == 0) && (p.ldc % 8) == 0;
                                 const uint32_t r0 = m0 + rsh;
@@ -1466,8 +1522,30 @@ __global__ void __launch_bounds__(WCfg::THREADS, 1) wgmma_kernel(const __grid_co
                                 }
                         }
                 }
+#ifdef GEMMD_KTRACE
+                if (wt == 0) {
+                        if (s_kt[KT_STORE] == 0)
+                                KT_AT(s_kt, KT_STORE);
+                        atomicAdd(&s_kt_tiles, 1u);
+                }
+#endif
                 queue(w.prob);
         }
+#ifdef GEMMD_KTRACE
+        named_bar(1, 256);
+        bool kt_all = true; /* a CTA that ran no 16-bit tile of a plan misses some */
+        for (int i = 1; i < KT_END; i++)
+                kt_all = kt_all && s_kt[i] != 0;
+        if (ctid == 0 && kt_all) {
+                KT_AT(s_kt, KT_END);
+                for (int i = 1; i < KT_N; i++)
+                        atomicAdd(&g_kt[i - 1], (unsigned long long)(s_kt[i] - s_kt[i - 1]));
+                atomicAdd(&g_kt[KT_N - 1], (unsigned long long)(s_kt[KT_END] - s_kt[KT_ENTRY]));
+                atomicAdd(&g_kt[KT_N], 1ull);
+                atomicAdd(&g_kt[KT_N + 1], (unsigned long long)s_kt_tiles);
+                atomicAdd(&g_kt[KT_N + 2], (unsigned long long)(globaltimer() - s_kt_ns));
+        }
+#endif
         /* Staged C still on its way out: its shared memory must outlive the copies. */
         if (F32C && wt == 0)
                 bulk_wait();
