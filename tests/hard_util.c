@@ -79,6 +79,17 @@ int hard_res_settled(pid_t pid, struct hard_res *r, int timeout_ms)
         return 0;
 }
 
+int hard_res_back(pid_t pid, const struct hard_res *base, struct hard_res *r, int timeout_ms)
+{
+        for (int waited = 0;; waited += 20) {
+                if (hard_res_read(pid, r))
+                        return -1;
+                if ((r->fds == base->fds && r->shm_maps == base->shm_maps) || waited >= timeout_ms)
+                        return 0;
+                usleep(20000);
+        }
+}
+
 const char *hard_res_str(const struct hard_res *r, char *buf, size_t len)
 {
         snprintf(buf, len, "fds %d, VmRSS %ld kB, shared mappings %d", r->fds, r->rss_kb,

@@ -35,6 +35,14 @@ int hard_res_read(pid_t pid, struct hard_res *r);
  * its descriptor is closed), or after timeout_ms. Returns 0 or -1. */
 int hard_res_settled(pid_t pid, struct hard_res *r, int timeout_ms);
 
+/* Reads pid's resources once its descriptors and shared mappings are back
+ * at base's, or after timeout_ms (a leak: the caller's comparison then
+ * fails). What a killed client held can outlive its session by more than
+ * hard_res_settled's 100 ms: a session whose op still runs (on a busy
+ * device process, say) is freed only when that op is answered. Returns 0
+ * or -1. */
+int hard_res_back(pid_t pid, const struct hard_res *base, struct hard_res *r, int timeout_ms);
+
 /* One line, e.g. "fds 12, VmRSS 5120 kB, shared mappings 0". */
 const char *hard_res_str(const struct hard_res *r, char *buf, size_t len);
 

@@ -445,7 +445,7 @@ int main(int argc, char **argv)
                 bad++;
         }
         /* Give the daemon a moment to release what the last ones held. */
-        hard_res_settled(d.pid, &after, 5000);
+        hard_res_back(d.pid, &base, &after, 10000);
         sum.wrong = atomic_load(&tally->wrong); /* killed clients' too, and the warm-up's */
         printf("soak: %llu requests (%llu ops) completed and checked in %.0f s, %llu of them by "
                "the %d clients alive at the end, whose every ticket completed once: %llu wrong, "
