@@ -37,10 +37,10 @@ int hard_res_settled(pid_t pid, struct hard_res *r, int timeout_ms);
 
 /* Reads pid's resources once its descriptors and shared mappings are back
  * at base's, or after timeout_ms (a leak: the caller's comparison then
- * fails). What a killed client held can outlive its session by more than
- * hard_res_settled's 100 ms: a session whose op still runs (on a busy
- * device process, say) is freed only when that op is answered. Returns 0
- * or -1. */
+ * fails). What a killed client held is released when the device is done
+ * with it: its buffer stays mapped while an op that reads it runs (on a
+ * busy device process, say), which can outlast hard_res_settled's 100 ms
+ * without change. Returns 0 or -1. */
 int hard_res_back(pid_t pid, const struct hard_res *base, struct hard_res *r, int timeout_ms);
 
 /* One line, e.g. "fds 12, VmRSS 5120 kB, shared mappings 0". */
