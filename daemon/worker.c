@@ -228,9 +228,11 @@ void worker_enqueue(struct worker *w, struct lane *l, int prio)
 {
         if (!l->st_head)
                 return;
-        pthread_mutex_lock(&w->lock);
+        /* Read before the lock: the loops, the worker and the completion
+         * thread all wait on it. */
         const uint64_t t = now_ns();
 
+        pthread_mutex_lock(&w->lock);
         for (struct op *o = l->st_head; o; o = o->next) {
                 w->pending_tiles += op_tiles(w, o);
                 o->t_enq_ns = t;

@@ -653,8 +653,8 @@ Test(e2e, gemmctl_status_stats_gemm_syr2k_and_errors)
                       hard_json_double(x.stdout_text, "loop_busy_s") + 1e-3, "%s", x.stdout_text);
         cr_assert_leq(hard_json_double(x.stdout_text, "loop_enqueue_s"), hard_json_double(x.stdout_text, "loop_frames_s"),
                       "%s", x.stdout_text);
-        cr_assert_geq(hard_json_number(x.stdout_text, "reply_wait_s"), 0.0, "%s", x.stdout_text);
-        cr_assert_lt(hard_json_number(x.stdout_text, "reply_wait_s"), 60.0, "%s", x.stdout_text);
+        cr_assert_geq(hard_json_double(x.stdout_text, "reply_wait_s"), 0.0, "%s", x.stdout_text);
+        cr_assert_lt(hard_json_double(x.stdout_text, "reply_wait_s"), 60.0, "%s", x.stdout_text);
 
         /* Failures: one line on stderr, non-zero exit. */
         a = path_in_dir("a.npy");

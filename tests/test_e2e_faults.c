@@ -43,7 +43,18 @@ static long long device_number(gemmd_client *c, const char *key)
 static int wait_device_idle(gemmd_client *c, int timeout_ms)
 {
         for (int waited = 0; waited < timeout_ms; waited += 10) {
-                if (device_number(c, "queued") == 0 && device_number(c, "inflight_groups") == 0)
+                char *json = NULL;
+                int idle = 0;
+
+                /* Both counts from one snapshot. */
+                if (gemmd_stats(c, 1, &json) == 0) {
+                        const char *dev = strstr(json, "\"devices\":");
+
+                        idle = dev && hard_json_number(dev, "queued") == 0 &&
+                               hard_json_number(dev, "inflight_groups") == 0;
+                }
+                free(json);
+                if (idle)
                         return 0;
                 usleep(10000);
         }
