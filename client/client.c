@@ -1425,6 +1425,7 @@ static const char *const gemmd_errors[] = {
         [14] = "connection to the daemon lost",
         [15] = "permission denied by the daemon",
         [16] = "unknown ticket",
+        [17] = "the daemon ran out of memory or another resource",
 };
 
 const char *gemmd_last_error(const gemmd_client *c)

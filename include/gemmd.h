@@ -89,7 +89,8 @@ extern "C" {
 #define GEMMD_EDISCONNECT  (-1014) /* the connection to the daemon was lost */
 #define GEMMD_EPERM        (-1015) /* not allowed for this user */
 #define GEMMD_ENOTICKET    (-1016) /* unknown ticket */
-#define GEMMD_ELAST        (-1016)
+#define GEMMD_ERESOURCE    (-1017) /* the daemon ran out of memory or another resource */
+#define GEMMD_ELAST        (-1017)
 
 enum gemmd_op_kind { GEMMD_GEMM = 0, GEMMD_SYR2K = 1 };
 enum gemmd_dtype { GEMMD_F32 = 0, GEMMD_F16 = 1, GEMMD_BF16 = 2 };

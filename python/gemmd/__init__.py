@@ -16,7 +16,7 @@ checkout this package lies in, then the system's libgemmd.
 
 from ._client import Client, Future, GemmdError, OpInfo
 from ._lib import (EBOUNDS, EBUSY, ECANCELED, EDEVICE, EDISCONNECT, EINVAL, ELIMIT, ENOBUF,
-                   ENOTICKET, EOVERFLOW, EPERM, EPROTO, ESHUTDOWN, ETOOBIG, EUNSUPPORTED,
+                   ENOTICKET, EOVERFLOW, ERESOURCE, EPERM, EPROTO, ESHUTDOWN, ETOOBIG, EUNSUPPORTED,
                    EVERSION, PRIO_HIGH, PRIO_LOW, PRIO_NORMAL, strerror)
 
 __all__ = [
@@ -24,5 +24,5 @@ __all__ = [
     "PRIO_LOW", "PRIO_NORMAL", "PRIO_HIGH",
     "EPROTO", "EVERSION", "ETOOBIG", "EINVAL", "EBOUNDS", "EOVERFLOW", "ENOBUF", "EBUSY",
     "ELIMIT", "EUNSUPPORTED", "EDEVICE", "ESHUTDOWN", "ECANCELED", "EDISCONNECT", "EPERM",
-    "ENOTICKET",
+    "ENOTICKET", "ERESOURCE",
 ]
