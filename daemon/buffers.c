@@ -10,6 +10,8 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/vfs.h>
+#include <linux/magic.h>
 #include <unistd.h>
 
 #include "gemmd.h"
@@ -30,33 +32,53 @@ static void release_shm(struct gbuf *b)
                 munmap(b->host, b->bytes);
 }
 
+int gbuf_map_sealed(int fd, uint64_t bytes, void **out)
+{
+        struct statfs fs;
+        struct stat st;
+        int seals;
+        void *p;
+
+        /* The seal first: once F_SEAL_SHRINK is on, the size read next can
+         * only grow. Read the other way round, a client could truncate and
+         * seal between the two and have the daemon map a file that is
+         * already shorter than the mapping. */
+        seals = fcntl(fd, F_GET_SEALS);
+        if (seals < 0 || !(seals & F_SEAL_SHRINK))
+                return GEMMD_EINVAL;
+        if (fstat(fd, &st) < 0 || fstatfs(fd, &fs) < 0)
+                return -errno;
+        /* Shared memory (tmpfs) only: a hugetlbfs memfd can be sealed too,
+         * but a page of it punched out under the mapping may find no huge
+         * page to come back in, and that fault is a SIGBUS. A hole punched
+         * in tmpfs reads as zeros. */
+        if (!S_ISREG(st.st_mode) || fs.f_type != TMPFS_MAGIC)
+                return GEMMD_EINVAL;
+        if ((uint64_t)st.st_size < bytes)
+                return GEMMD_EBOUNDS;
+        p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+        if (p == MAP_FAILED) {
+                /* A write seal (the daemon writes C there), or the process
+                 * out of mappings: the client's fault, or the daemon's. */
+                if (errno == EPERM || errno == EACCES)
+                        return GEMMD_EINVAL;
+                return errno == ENOMEM ? GEMMD_ERESOURCE : -errno;
+        }
+        *out = p;
+        return 0;
+}
+
 int gbuf_new_shm(int fd, uint64_t bytes, struct gbuf **out)
 {
         struct gbuf *b;
-        struct stat st;
         void *p;
+        int rc;
 
         if (bytes == 0)
                 return GEMMD_EINVAL;
-        /* The file must really hold the bytes the client claims, or touching
-         * the mapping past its end would raise SIGBUS in the daemon. */
-        if (fstat(fd, &st) < 0)
-                return -errno;
-        if (!S_ISREG(st.st_mode) || (uint64_t)st.st_size < bytes)
-                return GEMMD_EBOUNDS;
-        /* Nor may it shrink later: a client that truncated the file under
-         * the mapping would make the daemon's next touch of it SIGBUS. A
-         * memfd sealed against shrinking (as libgemmd seals them) is safe;
-         * anything else is refused. */
-        {
-                int seals = fcntl(fd, F_GET_SEALS);
-
-                if (seals < 0 || !(seals & F_SEAL_SHRINK))
-                        return GEMMD_EINVAL;
-        }
-        p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-        if (p == MAP_FAILED)
-                return -errno;
+        rc = gbuf_map_sealed(fd, bytes, &p);
+        if (rc)
+                return rc;
         b = calloc(1, sizeof(*b));
         if (!b) {
                 munmap(p, bytes);

@@ -55,10 +55,19 @@ struct gbuf {
 extern int gbuf_keep_fds;
 extern void (*gbuf_forget)(struct gbuf *b);
 
-/* Maps `bytes` of the memfd `fd` (which the caller keeps ownership of).
- * Returns 0 and a buffer with one reference, or a negative code:
- * GEMMD_EBOUNDS when the file is not that long, GEMMD_EINVAL when it is
- * not sealed against shrinking (F_SEAL_SHRINK). */
+/* Maps `bytes` of `fd` read-write and shared, if nothing the client can
+ * do later makes the mapping unreadable (a read past a file's end is a
+ * SIGBUS in the daemon): fd must be a memfd on shared memory (not
+ * hugetlbfs) sealed against shrinking (F_SEAL_SHRINK) and at least
+ * `bytes` long, and not sealed against writes. Returns 0 and the mapping
+ * in *out, or a negative code: GEMMD_EINVAL when fd is not such a memfd,
+ * GEMMD_EBOUNDS when it is shorter, GEMMD_ERESOURCE when the daemon has
+ * no mapping left, or another -errno. */
+int gbuf_map_sealed(int fd, uint64_t bytes, void **out);
+
+/* Maps `bytes` of the memfd `fd` (which the caller keeps ownership of) as
+ * gbuf_map_sealed does. Returns 0 and a buffer with one reference, or
+ * gbuf_map_sealed's codes (GEMMD_EINVAL also for bytes == 0). */
 int gbuf_new_shm(int fd, uint64_t bytes, struct gbuf **out);
 
 /* A malloc'd buffer for inline operands, `bytes` long: a copy of `init`,

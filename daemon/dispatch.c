@@ -146,8 +146,9 @@ static void on_register(struct session *s, uint64_t rid, const Gemmd__V1__Buffer
         close(fd);
         if (rc) {
                 session_send_error(s, rid, rc, -1, "cannot map the buffer: %s",
-                                   rc == GEMMD_EINVAL ? "shared memory must be a memfd sealed against "
-                                                        "shrinking (F_SEAL_SHRINK)"
+                                   rc == GEMMD_EINVAL ? "shared memory must be a memfd on tmpfs (not "
+                                                        "hugetlbfs), sealed against shrinking "
+                                                        "(F_SEAL_SHRINK) and not against writes"
                                                       : gemmd_strerror(rc));
                 return;
         }

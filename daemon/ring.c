@@ -25,11 +25,9 @@
  * followed by a RingKick.
  */
 #include <errno.h>
-#include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include "daemon/ring.h"
@@ -47,25 +45,19 @@ static void send_kick(struct session *s)
 }
 
 /* Maps the ring in fd if it is one the daemon can trust not to move:
- * RING_BYTES long and sealed against shrinking, as for shared-memory
- * buffers (a file cut short under the mapping would SIGBUS the daemon). */
+ * RING_BYTES long, a memfd sealed against shrinking, as shared-memory
+ * buffers are (gbuf_map_sealed: a file cut short under the mapping would
+ * SIGBUS the daemon). */
 static int map_ring(int fd, struct gemmd_ring **out)
 {
-        struct stat st;
-        int seals;
         void *p;
+        int rc = gbuf_map_sealed(fd, RING_BYTES, &p);
 
-        if (fstat(fd, &st) < 0)
-                return -errno;
-        seals = fcntl(fd, F_GET_SEALS);
-        if (!S_ISREG(st.st_mode) || (uint64_t)st.st_size < RING_BYTES || seals < 0 ||
-            !(seals & F_SEAL_SHRINK))
-                return GEMMD_EINVAL;
-        p = mmap(NULL, RING_BYTES, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-        if (p == MAP_FAILED)
-                return -errno;
-        *out = p;
-        return 0;
+        if (rc == GEMMD_EBOUNDS)
+                rc = GEMMD_EINVAL;
+        if (!rc)
+                *out = p;
+        return rc;
 }
 
 void ring_attach(struct session *s, uint64_t rid, const Gemmd__V1__RingAttach *m)
@@ -95,8 +87,10 @@ void ring_attach(struct session *s, uint64_t rid, const Gemmd__V1__RingAttach *m
                                    : s->ring              ? "the session already has rings"
                                    : m->version != GEMMD_RING_VERSION ? "ring version not supported"
                                    : m->bytes != RING_BYTES ? "rings of the wrong size"
-                                   : rc == GEMMD_EINVAL   ? "the rings must be a memfd of the size "
-                                                            "given, sealed against shrinking"
+                                   : rc == GEMMD_EINVAL   ? "the rings must be a memfd on tmpfs (not "
+                                                            "hugetlbfs) of the size given, sealed "
+                                                            "against shrinking and not against "
+                                                            "writes"
                                                           : gemmd_strerror(rc));
                 return;
         }

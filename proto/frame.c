@@ -656,6 +656,10 @@ int frame_err_to_code(int err)
                 return 0;
         if (err <= GEMMD_EBASE - 1 && err >= GEMMD_ELAST)
                 return GEMMD_EBASE - err;
-        /* A system error inside the daemon surfaces as a device failure. */
+        /* Out of memory, descriptors or mappings is the daemon's state,
+         * not the device's; any other system error inside the daemon
+         * surfaces as a device failure. */
+        if (err == -ENOMEM || err == -EMFILE || err == -ENFILE || err == -EAGAIN)
+                return GEMMD__V1__CODE__RESOURCE;
         return GEMMD__V1__CODE__DEVICE;
 }

@@ -1,5 +1,7 @@
-# tests/fuzz.mk: libFuzzer targets for frame decoding (fuzz_frame) and op
-# validation (fuzz_validate), in tests/fuzz/.
+# tests/fuzz.mk: libFuzzer targets for frame decoding (fuzz_frame), op
+# validation (fuzz_validate) and the mapping of clients' memfds as buffers
+# and rings while the client truncates, punches and seals them (fuzz_shm),
+# in tests/fuzz/.
 #
 #   make fuzz         build them with clang (-fsanitize=fuzzer,address,undefined)
 #                     and run each for FUZZ_SECONDS (60) from tests/fuzz/corpus/;
@@ -19,7 +21,7 @@ FUZZ_CFLAGS := -std=gnu11 -g -O1 -I. -Iinclude -I$(BUILD) -D_GNU_SOURCE \
 # names modes with, from the ordinary build: both uninstrumented).
 FUZZ_SRCS := tests/fuzz/fuzz_common.c proto/frame.c $(BUILD)/proto/gemmd.pb-c.c \
              daemon/validate.c daemon/buffers.c daemon/config.c client/client.c client/cuda_ipc.c
-FUZZ_TARGETS := frame validate
+FUZZ_TARGETS := frame validate shm
 
 $(FUZZ_DIR)/fuzz_%: tests/fuzz/fuzz_%.c $(FUZZ_SRCS) tests/fuzz/fuzz_common.h $(SCHED_OBJS) \
                     | $(BUILD)/proto/gemmd.pb-c.h
@@ -55,7 +57,8 @@ fuzz-seeds: $(BUILD)/fuzz-seeds
 # The replay of the corpus that `make test` runs.
 FUZZ_REPLAY_OBJS := $(BUILD)/tests/fuzz/fuzz_common.o $(BUILD)/daemon/validate.o \
                     $(BUILD)/daemon/buffers.o $(BUILD)/daemon/config.o
-$(FUZZ_REPLAY_OBJS) $(BUILD)/tests/fuzz/fuzz_frame.o $(BUILD)/tests/fuzz/fuzz_validate.o: \
+$(FUZZ_REPLAY_OBJS) $(BUILD)/tests/fuzz/fuzz_frame.o $(BUILD)/tests/fuzz/fuzz_validate.o \
+        $(BUILD)/tests/fuzz/fuzz_shm.o: \
         | $(BUILD)/proto/gemmd.pb-c.h
 
 $(BUILD)/tests/fuzz/driver_%.o: tests/fuzz/driver.c

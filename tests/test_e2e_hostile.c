@@ -325,7 +325,7 @@ static void c_register_a_pipe(struct hctx *x)
         cr_assert_eq(hard_raw_send(&x->r, 70, &env, p, 1, 0), 0);
         close(p[0]);
         close(p[1]);
-        expect_error(&x->r, 70, GEMMD__V1__CODE__BOUNDS);
+        expect_error(&x->r, 70, GEMMD__V1__CODE__INVALID);
         expect_session_alive(x, 71);
 }
 

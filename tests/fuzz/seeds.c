@@ -239,17 +239,61 @@ static void validate_seeds(const char *dir)
         }
 }
 
+/* One input of fuzz_shm: flags, the file's size, the size asked for,
+ * then the client's script as (action, argument) pairs. */
+static void shm_seed(const char *dir, const char *name, uint8_t flags, uint32_t file, uint32_t want,
+                     const uint8_t *script, size_t steps)
+{
+        slen = 0;
+        stream[slen++] = flags;
+        for (int i = 0; i < 3; i++)
+                stream[slen++] = (uint8_t)(file >> (8 * i));
+        for (int i = 0; i < 3; i++)
+                stream[slen++] = (uint8_t)(want >> (8 * i));
+        memcpy(stream + slen, script, 2 * steps);
+        slen += 2 * steps;
+        flush(dir, name);
+}
+
+/* The attacks on a mapping that fuzz_shm starts from: truncated and then
+ * sealed during the map, with and without a pause first, on both paths;
+ * a sealed file punched, grown and sealed further; write seals. Actions:
+ * 0 truncate, 1 punch, 2 grow, 3 seal shrink, 4 seal grow and future
+ * write, 5 seal write, 6 spin. */
+static void shm_seeds(const char *dir)
+{
+        static const uint8_t cut[] = {0, 0, 3, 0};
+        static const uint8_t wait_cut[] = {6, 40, 0, 0, 3, 0};
+        static const uint8_t churn[] = {1, 2, 2, 0, 0, 0, 4, 0, 5, 0, 1, 0, 0, 1};
+        static const uint8_t seal_late[] = {6, 200, 3, 0, 0, 0};
+
+        shm_seed(dir, "buffer-cut-then-sealed", 2, 64 << 10, 64 << 10, cut, 2);
+        shm_seed(dir, "buffer-wait-cut-sealed", 2, 64 << 10, 64 << 10, wait_cut, 3);
+        shm_seed(dir, "ring-cut-then-sealed", 3, 328064, 0, cut, 2);
+        shm_seed(dir, "ring-wait-cut-sealed", 3, 328064, 0, wait_cut, 3);
+        shm_seed(dir, "buffer-sealed-churn", 2 | 4, 64 << 10, 64 << 10, churn, 7);
+        shm_seed(dir, "ring-sealed-churn", 1 | 2 | 4, 328064, 0, churn, 7);
+        shm_seed(dir, "buffer-write-sealed", 2 | 4 | 16, 64 << 10, 64 << 10, churn, 7);
+        shm_seed(dir, "buffer-future-write-sealed", 2 | 4 | 32, 64 << 10, 4096, churn, 7);
+        shm_seed(dir, "buffer-sealed-late", 2, 64 << 10, 64 << 10, seal_late, 3);
+        shm_seed(dir, "buffer-unsealable", 0, 64 << 10, 64 << 10, cut, 2);
+        shm_seed(dir, "buffer-short", 2 | 4, 4096, 64 << 10, churn, 7);
+}
+
 int main(int argc, char **argv)
 {
-        char frame_dir[512], validate_dir[512];
+        char frame_dir[512], validate_dir[512], shm_dir[512];
         const char *root = argc > 1 ? argv[1] : "tests/fuzz/corpus";
 
         snprintf(frame_dir, sizeof(frame_dir), "%s/frame", root);
         snprintf(validate_dir, sizeof(validate_dir), "%s/validate", root);
+        snprintf(shm_dir, sizeof(shm_dir), "%s/shm", root);
         mkdir(root, 0755);
         mkdir(frame_dir, 0755);
         mkdir(validate_dir, 0755);
+        mkdir(shm_dir, 0755);
         frames(frame_dir);
         validate_seeds(validate_dir);
+        shm_seeds(shm_dir);
         return 0;
 }
