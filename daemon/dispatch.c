@@ -402,6 +402,10 @@ void dispatch_frame(struct session *s, const uint8_t *buf, uint32_t len, int fro
                         session_send_error(s, 0, GEMMD_ELIMIT, -1,
                                            "message too large to decode (more than %u ops?)",
                                            s->srv->cfg->lim.max_ops_per_submit);
+                else if (s->arena.wide_field)
+                        session_send_error(s, 0, GEMMD_EPROTO, -1,
+                                           "%s.%s is a 32-bit field and was sent a larger value",
+                                           s->arena.wide_message, s->arena.wide_field);
                 else
                         session_send_error(s, 0, GEMMD_EPROTO, -1, "malformed message (%u bytes)", len);
                 if (s->state == SESSION_HELLO)

@@ -105,3 +105,109 @@ Test(attack_small, a_frame_limit_below_the_inline_limit_is_refused)
         gemmd_disconnect(c);
         STOP(&d);
 }
+
+/* ---- 32-bit fields given more than 32 bits ------------------------------- */
+
+/* Appends varint v to *p. */
+static uint8_t *put_varint(uint8_t *p, uint64_t v)
+{
+        while (v >= 0x80) {
+                *p++ = (uint8_t)(v | 0x80);
+                v >>= 7;
+        }
+        *p++ = (uint8_t)v;
+        return p;
+}
+
+/* Appends a length-delimited field of n bytes at src to *p. */
+static uint8_t *put_bytes(uint8_t *p, uint32_t field, const uint8_t *src, size_t n)
+{
+        p = put_varint(p, (uint64_t)field << 3 | 2);
+        p = put_varint(p, n);
+        memcpy(p, src, n);
+        return p + n;
+}
+
+/* Writes the frame of request `rid`: the 2 x 2 x 2 inline GEMM whose Op
+ * ends with varint field op_field = op_v and whose Submit ends with
+ * varint field sub_field = sub_v (a field 0: none). protobuf-c keeps the
+ * last of a field sent twice, so these override what the Op says. */
+static void send_gemm2_with(struct hard_raw *r, uint64_t rid, uint32_t op_field, uint64_t op_v,
+                            uint32_t sub_field, uint64_t sub_v)
+{
+        Gemmd__V1__Envelope env = GEMMD__V1__ENVELOPE__INIT;
+        struct hard_gemm2 g;
+        static uint8_t op[1024], sub[1024], frame[2048];
+        uint8_t *p;
+        size_t n;
+
+        hard_gemm2_submit(&g, &env);
+        cr_assert_lt(gemmd__v1__op__get_packed_size(&g.op), sizeof(op) - 32);
+        p = op + gemmd__v1__op__pack(&g.op, op);
+        if (op_field) {
+                p = put_varint(p, (uint64_t)op_field << 3);
+                p = put_varint(p, op_v);
+        }
+        n = (size_t)(p - op);
+        p = put_bytes(sub, 1, op, n);
+        if (sub_field) {
+                p = put_varint(p, (uint64_t)sub_field << 3);
+                p = put_varint(p, sub_v);
+        }
+        n = (size_t)(p - sub);
+        p = put_varint(frame + 4, 1 << 3);
+        p = put_varint(p, rid);
+        p = put_bytes(p, 16, sub, n);
+        n = (size_t)(p - frame - 4);
+        frame[0] = (uint8_t)n;
+        frame[1] = (uint8_t)(n >> 8);
+        frame[2] = (uint8_t)(n >> 16);
+        frame[3] = (uint8_t)(n >> 24);
+        cr_assert_eq(hard_raw_write(r, frame, n + 4, NULL, 0), 0);
+}
+
+/* Reads the answer to the frame just sent: PROTOCOL naming `field`. */
+static void expect_wide_refused(struct hard_raw *r, const char *field)
+{
+        Gemmd__V1__Envelope *e = hard_raw_recv(r, 10000);
+
+        cr_assert_not_null(e, "no answer");
+        cr_assert_eq(e->body_case, GEMMD__V1__ENVELOPE__BODY_ERROR,
+                     "%s past 32 bits was accepted (answer %d)", field, (int)e->body_case);
+        cr_expect_eq(e->error->code, GEMMD__V1__CODE__PROTOCOL);
+        cr_expect(e->error->message && strstr(e->error->message, field), "%s",
+                  e->error->message ? e->error->message : "(no message)");
+}
+
+/* protobuf-c keeps the low 32 bits of a 32-bit field: trans_b = 2^32 + 1
+ * read as 1 (T) and priority = 2^32 as 0, values that pass every check
+ * after decoding. The daemon now answers such a frame with PROTOCOL, and
+ * the session, and the daemon, go on. */
+Test(attack_small, a_32_bit_field_past_32_bits_is_a_protocol_error)
+{
+        struct e2e_daemon d;
+        struct hard_raw r;
+        Gemmd__V1__Envelope *e;
+
+        START(&d, "--threads", "1", NULL);
+        cr_assert_eq(hard_raw_open(&r, d.sock), 0);
+        cr_assert_eq(hard_raw_hello(&r), 0);
+
+        send_gemm2_with(&r, 2, 4, (1ull << 32) + 1, 0, 0);
+        expect_wide_refused(&r, "Op.trans_b");
+        send_gemm2_with(&r, 3, 0, 0, 2, 1ull << 32);
+        expect_wide_refused(&r, "Submit.priority");
+        send_gemm2_with(&r, 4, 1, (1ull << 32) | GEMMD__V1__OP_KIND__GEMM, 0, 0);
+        expect_wide_refused(&r, "Op.kind");
+
+        /* The same frames with values that fit are served. */
+        send_gemm2_with(&r, 5, 4, 1, 2, 2);
+        e = hard_raw_recv(&r, 10000);
+        cr_assert(e && e->body_case == GEMMD__V1__ENVELOPE__BODY_COMPLETION,
+                  "a valid submit was not served");
+        cr_expect_eq(e->request_id, 5);
+        cr_assert_eq(e->completion->n_results, 1);
+        cr_expect_eq(e->completion->results[0]->status, GEMMD__V1__CODE__OK);
+        hard_raw_close(&r);
+        STOP(&d);
+}
