@@ -15,6 +15,7 @@ static const char *code_names[] = {
         "ok",      "protocol", "version",     "too_big", "invalid",  "bounds",
         "overflow", "no_buffer", "busy",       "limit",   "unsupported", "device",
         "shutdown", "canceled", "disconnected", "permission", "no_ticket",
+        "resource",
 };
 #define NCODES (sizeof(code_names) / sizeof(code_names[0]))
 
@@ -149,6 +150,9 @@ static void render_text(struct server *srv, FILE *f, double up_s)
                         st.groups ? st.run_ns / 1e3 / st.groups : 0.0,
                         (unsigned long long)st.idle_gaps,
                         st.idle_gaps ? st.idle_gap_ns / 1e3 / st.idle_gaps : 0.0);
+                if (st.recoveries)
+                        fprintf(f, "  device recoveries after a device error: %llu\n",
+                                (unsigned long long)st.recoveries);
                 if (b->wide_shape)
                         fprintf(f, "  groups on the wide tile: %llu\n", (unsigned long long)st.wide_groups);
                 if (st.resident_groups)
@@ -244,6 +248,7 @@ static void render_json(struct server *srv, FILE *f, double up_s)
                         (unsigned long long)backend_proc_restarts(b), (unsigned long long)st.wide_groups,
                         (unsigned long long)st.resident_groups, (unsigned long long)st.ops_early,
                         st.staged_ns / 1e9, st.waiting_ns / 1e9, st.forming_ns / 1e9);
+                fprintf(f, "\"recoveries\":%llu,", (unsigned long long)st.recoveries);
                 hist_json(f, "group_size_log2", st.group_size_hist);
                 fprintf(f, ",");
                 hist_json(f, "queue_us_log2", st.queue_us_hist);

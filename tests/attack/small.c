@@ -211,3 +211,101 @@ Test(attack_small, a_32_bit_field_past_32_bits_is_a_protocol_error)
         hard_raw_close(&r);
         STOP(&d);
 }
+
+/* ---- launch failures that are not the device's ---------------------------- */
+
+/* A number of the first device in the daemon's stats (JSON), or -1. */
+static long long device_number(gemmd_client *c, const char *key)
+{
+        char *json = NULL;
+        long long v = -1;
+
+        if (gemmd_stats(c, 1, &json) == 0) {
+                const char *dev = strstr(json, "\"devices\":");
+
+                v = dev ? hard_json_number(dev, key) : -1;
+        }
+        free(json);
+        return v;
+}
+
+/* Runs n random inline ops on c, checked against the reference. */
+static void run_checked(gemmd_client *c, uint64_t *seed, int n)
+{
+        for (int i = 0; i < n; i++) {
+                struct e2e_spec s;
+                struct e2e_prob p;
+                char why[300];
+
+                e2e_spec_random(&s, seed, 24);
+                cr_assert_eq(e2e_prob_inline(&p, &s, seed), 0);
+                cr_assert_eq(e2e_run_checked(c, &p, 1, 1, NULL, why, sizeof(why)), 0, "%s", why);
+                e2e_prob_free(&p);
+        }
+}
+
+/* Every launch failure was answered GEMMD_EDEVICE and replaced the device
+ * process (a recovery: every group in flight on the device lost), so any
+ * op whose launch ran out of memory, or whose plan was refused, cost the
+ * other users the device's work. Such a failure (injected by a debug op
+ * in the fault-injection build) now answers its cause, and the device,
+ * its process and the other clients' work go on as they were. */
+Test(attack_small, a_launch_failure_not_the_devices_keeps_the_device)
+{
+        static const struct {
+                const char *err; /* GEMMD_FI_LAUNCH_ERROR; NULL: a device fault */
+                int status, recoveries;
+        } cases[] = {
+                {"ENOMEM", GEMMD_ERESOURCE, 0},
+                {"EINVAL", GEMMD_EINVAL, 0},
+                {NULL, GEMMD_EDEVICE, 1}, /* what the others are told apart from */
+        };
+        char *fi = e2e_build_path("gemmd-fi");
+
+        cr_assert(fi && access(fi, X_OK) == 0, "no gemmd-fi beside gemmd");
+        free(fi);
+        for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+                struct e2e_daemon d;
+                struct e2e_spec s;
+                struct e2e_prob p;
+                gemmd_client *victim, *other;
+                uint64_t seed = 91 + i;
+                const char *what = cases[i].err ? cases[i].err : "a device fault";
+                long long pid;
+                int rc;
+
+                setenv("E2E_GEMMD", "gemmd-fi", 1);
+                if (cases[i].err)
+                        setenv("GEMMD_FI_LAUNCH_ERROR", cases[i].err, 1);
+                rc = e2e_daemon_start(&d, "--device-process", "yes", "--threads", "2", NULL);
+                unsetenv("E2E_GEMMD");
+                unsetenv("GEMMD_FI_LAUNCH_ERROR");
+                cr_assert_eq(rc, 0);
+                victim = e2e_connect(&d);
+                other = e2e_connect(&d);
+                cr_assert(victim && other);
+                run_checked(other, &seed, 2);
+                pid = device_number(other, "process_pid");
+                cr_assert_gt(pid, 0);
+
+                e2e_spec_random(&s, &seed, 24);
+                cr_assert_eq(e2e_prob_inline(&p, &s, &seed), 0);
+                p.op.flags |= GEMMD_OPF_DEBUG_FAULT;
+                rc = gemmd_run(victim, &p.op, 1, NULL);
+                cr_expect_eq(rc, cases[i].status, "launch failing with %s: %s", what,
+                             gemmd_strerror(rc));
+                e2e_prob_free(&p);
+
+                run_checked(other, &seed, 3);
+                run_checked(victim, &seed, 2);
+                cr_expect_eq(device_number(other, "recoveries"), cases[i].recoveries, "%s", what);
+                cr_expect_eq(device_number(other, "process_restarts"), cases[i].recoveries,
+                             "%s", what);
+                if (!cases[i].recoveries)
+                        cr_expect_eq(device_number(other, "process_pid"), pid, "%s", what);
+                cr_expect_eq(device_number(other, "ops_failed"), 1);
+                gemmd_disconnect(victim);
+                gemmd_disconnect(other);
+                STOP(&d);
+        }
+}
