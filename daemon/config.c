@@ -113,6 +113,7 @@ enum {
         OPT_EARLY,
         OPT_ONE_KERNEL,
         OPT_COST,
+        OPT_ADMIN_GID,
 };
 
 static const struct option options[] = {
@@ -144,6 +145,7 @@ static const struct option options[] = {
         {"max-user-share", required_argument, NULL, OPT_USER_SHARE},
         {"allow-uid", required_argument, NULL, OPT_ALLOW_UID},
         {"allow-gid", required_argument, NULL, OPT_ALLOW_GID},
+        {"admin-gid", required_argument, NULL, OPT_ADMIN_GID},
         {"config", required_argument, NULL, OPT_CONFIG},
         {"max-user-sessions", required_argument, NULL, OPT_USER_SESSIONS},
         {"hello-timeout-ms", required_argument, NULL, OPT_HELLO_TIMEOUT},
@@ -224,6 +226,8 @@ static void usage(FILE *f, const struct gemmd_config *d)
                 "      --hello-timeout-ms MS    close a connection that sends no Hello this long (default: %u)\n"
                 "      --allow-uid LIST         only these users may connect (uids or names, comma-separated)\n"
                 "      --allow-gid LIST         ... or members of these groups (gids or names)\n"
+                "      --admin-gid LIST         members of these groups see every user's sessions in the\n"
+                "                               stats, as root does (default: none; others see their own)\n"
                 "      --config FILE            read `option = value` lines first (the command line wins)\n"
                 "  -v, --verbose                log every connection and group\n"
                 "  -h, --help                   this text\n"
@@ -646,6 +650,9 @@ int config_parse_args(struct gemmd_config *cfg, int argc, char **argv)
                         break;
                 case OPT_ALLOW_GID:
                         bad = parse_ids(optarg, 1, &cfg->allow_gids, &cfg->n_allow_gids);
+                        break;
+                case OPT_ADMIN_GID:
+                        bad = parse_ids(optarg, 1, &cfg->admin_gids, &cfg->n_admin_gids);
                         break;
                 case OPT_CONFIG:
                         break; /* read before the other options */

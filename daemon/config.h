@@ -84,6 +84,10 @@ struct gemmd_config {
         uint32_t *allow_uids;
         uint32_t *allow_gids;
         uint32_t n_allow_uids, n_allow_gids;
+        /* Whose stats show every session: root and these groups' members;
+         * everyone else sees the totals and its own sessions. */
+        uint32_t *admin_gids;
+        uint32_t n_admin_gids;
         const char *config_file; /* --config, already applied */
 };
 

@@ -368,7 +368,8 @@ static void on_stats(struct session *s, uint64_t rid, const Gemmd__V1__StatsRequ
         Gemmd__V1__Envelope env = GEMMD__V1__ENVELOPE__INIT;
         Gemmd__V1__StatsReply r = GEMMD__V1__STATS_REPLY__INIT;
         char *text = NULL;
-        int rc = stats_render(s->srv, m->json, &text);
+        /* Other users' sessions (pids, holdings) are theirs to see. */
+        int rc = stats_render(s->srv, m->json, s->admin ? -1 : (long long)s->cred.uid, &text);
 
         if (rc) {
                 session_send_error(s, rid, rc, -1, "cannot render stats");

@@ -10,6 +10,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <grp.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "gemmd.h"
@@ -308,4 +310,141 @@ Test(attack_small, a_launch_failure_not_the_devices_keeps_the_device)
                 gemmd_disconnect(other);
                 STOP(&d);
         }
+}
+
+/* ---- stats seen by another user ------------------------------------------- */
+
+struct as_user {
+        const char *sock;
+        uid_t uid;
+        gid_t gid;
+        gid_t extra; /* a supplementary group, or 0 for none */
+};
+
+/* Child of stats_as: becomes the user, connects, and writes its stats in
+ * JSON, a NUL, then as text, to fd. */
+static int stats_child(void *ctx, int fd)
+{
+        const struct as_user *u = ctx;
+        gemmd_client *c = NULL;
+        char *json = NULL, *text = NULL;
+
+        if (setgroups(u->extra ? 1 : 0, &u->extra) || setgid(u->gid) || setuid(u->uid))
+                return 2;
+        if (gemmd_connect(u->sock, &c) || gemmd_stats(c, 1, &json) || gemmd_stats(c, 0, &text))
+                return 3;
+        if (write(fd, json, strlen(json) + 1) < 0 || write(fd, text, strlen(text)) < 0)
+                return 4;
+        gemmd_disconnect(c);
+        return 0;
+}
+
+/* The stats a client of user u gets (JSON, then text at *text; both
+ * freed by the caller with the first). */
+static char *stats_as(const struct as_user *u, char **text)
+{
+        size_t len = 0, cap = 1 << 20;
+        char *buf = calloc(1, cap);
+        pid_t pid;
+        int fd;
+        ssize_t got;
+
+        cr_assert_not_null(buf);
+        pid = e2e_fork(stats_child, (void *)u, &fd);
+        cr_assert_gt(pid, 0);
+        while (len < cap - 1 && (got = read(fd, buf + len, cap - 1 - len)) > 0)
+                len += (size_t)got;
+        close(fd);
+        cr_assert_eq(e2e_wait_child(pid, 30000), 0, "the client of uid %d failed", (int)u->uid);
+        *text = buf + strlen(buf) + 1;
+        cr_assert_leq((size_t)(*text - buf), len);
+        return buf;
+}
+
+/* A root client that holds a buffer and has run an op: what the others
+ * must not see. */
+static gemmd_client *root_session(struct e2e_daemon *d, struct e2e_arena *ar)
+{
+        gemmd_client *c = e2e_connect(d);
+        uint64_t seed = 7;
+
+        cr_assert_not_null(c);
+        cr_assert_eq(e2e_arena_init(ar, c, 3u << 20), 0);
+        run_checked(c, &seed, 1);
+        /* The acting users must reach the socket. */
+        cr_assert_eq(chmod(e2e_dir, 0711), 0);
+        cr_assert_eq(chmod(d->sock, 0666), 0);
+        return c;
+}
+
+/* Any user who could connect read every session's pid, uid and holdings
+ * (and the per-user table) through stats. Another user now sees the
+ * daemon-wide totals and its own sessions only, in JSON and in text. */
+Test(attack_small, another_user_sees_only_its_own_sessions)
+{
+        struct as_user u = {.uid = 60011, .gid = 60011};
+        struct e2e_daemon d;
+        struct e2e_arena ar;
+        gemmd_client *root;
+        char *json, *text, pid[32];
+
+        if (geteuid() != 0)
+                cr_skip_test("acting as another user needs root");
+        START(&d, "--threads", "1", NULL);
+        root = root_session(&d, &ar);
+        u.sock = d.sock;
+        json = stats_as(&u, &text);
+        snprintf(pid, sizeof(pid), "\"pid\":%d,", (int)getpid());
+
+        cr_expect_eq(hard_json_number(json, "sessions_now"), 2, "%s", json);
+        cr_expect(strstr(json, "\"all_sessions\":false"), "%s", json);
+        cr_expect_not(strstr(json, "\"uid\":0,") || strstr(json, "\"uid\":0}") ||
+                              strstr(json, pid) || strstr(json, "\"buffer_bytes\":3145728"),
+                      "user 60011 sees root's session: %s", json);
+        cr_expect(strstr(json, "{\"uid\":60011,\"sessions\":1,"), "its own user is missing: %s",
+                  json);
+        cr_expect_not(strstr(text, " uid 0,") || strstr(text, "uid 0:") ||
+                              strstr(text, "3145728 bytes"),
+                      "user 60011 sees root's session: %s", text);
+        cr_expect(strstr(text, " uid 60011,"), "its own session is missing: %s", text);
+        free(json);
+        gemmd_disconnect(root);
+        STOP(&d);
+}
+
+/* Root and the members of an --admin-gid group, by their primary or a
+ * supplementary group, still see every session; other groups do not. */
+Test(attack_small, root_and_admin_groups_see_every_session)
+{
+        static const struct {
+                uid_t uid;
+                gid_t gid, extra;
+                int all;
+        } who[] = {{60012, 4242, 0, 1}, {60013, 60013, 4242, 1}, {60014, 60014, 4243, 0}};
+        struct e2e_daemon d;
+        struct e2e_arena ar;
+        gemmd_client *root;
+        char *json, pid[32];
+
+        if (geteuid() != 0)
+                cr_skip_test("acting as other users needs root");
+        START(&d, "--threads", "1", "--admin-gid", "4242", NULL);
+        root = root_session(&d, &ar);
+        snprintf(pid, sizeof(pid), "\"pid\":%d,", (int)getpid());
+        cr_assert_eq(gemmd_stats(root, 1, &json), 0);
+        cr_expect(strstr(json, "\"all_sessions\":true") && strstr(json, pid), "root: %s", json);
+        free(json);
+        for (size_t i = 0; i < sizeof(who) / sizeof(who[0]); i++) {
+                struct as_user u = {d.sock, who[i].uid, who[i].gid, who[i].extra};
+                char *text;
+
+                json = stats_as(&u, &text);
+                cr_expect_eq(strstr(json, pid) != NULL, who[i].all, "uid %d: %s", (int)who[i].uid,
+                             json);
+                cr_expect_eq(strstr(text, "3145728 bytes") != NULL, who[i].all, "uid %d: %s",
+                             (int)who[i].uid, text);
+                free(json);
+        }
+        gemmd_disconnect(root);
+        STOP(&d);
 }
