@@ -83,7 +83,9 @@ static int peek(struct lex *l)
         return l->p < l->end ? (unsigned char)*l->p : -1;
 }
 
-/* Reads a quoted string (no escapes) into out. Returns 0 or -1. */
+/* Reads a quoted string (no escapes) into out. A NUL or another control
+ * byte inside is refused: out is compared as a C string, so '<f4\0' would
+ * pass for '<f4'. Returns 0 or -1. */
 static int read_str(struct lex *l, char *out, size_t cap)
 {
         const char *start;
@@ -94,7 +96,7 @@ static int read_str(struct lex *l, char *out, size_t cap)
                 return -1;
         q = *l->p++;
         for (start = l->p; l->p < l->end && *l->p != q; l->p++)
-                if (*l->p == '\\' || *l->p == '\n')
+                if (*l->p == '\\' || (unsigned char)*l->p < 0x20 || *l->p == 0x7f)
                         return -1;
         if (l->p >= l->end || (size_t)(l->p - start) >= cap)
                 return -1;
@@ -210,7 +212,8 @@ static int read_dict(struct lex *l, struct npy_header *h, char *why, size_t whyl
                                 strcpy(h->descr, "[structured]");
                         } else if (read_str(l, h->descr, sizeof(h->descr))) {
                                 return fail(-EINVAL, why, whylen,
-                                            "malformed header: bad 'descr'");
+                                            "malformed header: 'descr' is not a quoted dtype of "
+                                            "printable characters");
                         }
                 } else if (!strcmp(key, "fortran_order") && !seen_fortran) {
                         seen_fortran = 1;

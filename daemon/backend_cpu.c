@@ -104,6 +104,23 @@ static uint32_t next_work(const struct group *g, uint32_t c)
         return c;
 }
 
+#ifdef GEMMD_FAULT_INJECTION
+/* A launch failure that is not the device's, in place of the injected
+ * device fault: GEMMD_FI_LAUNCH_ERROR=ENOMEM or EINVAL in the daemon's
+ * environment makes a debug_fault op's launch fail with that errno, as a
+ * plan or an allocation can. Returns it negated, or 0. */
+static int fi_launch_error(void)
+{
+        const char *e = getenv("GEMMD_FI_LAUNCH_ERROR");
+
+        if (e && !strcmp(e, "ENOMEM"))
+                return -ENOMEM;
+        if (e && !strcmp(e, "EINVAL"))
+                return -EINVAL;
+        return 0;
+}
+#endif
+
 static int launch(struct backend *be, struct group *g)
 {
         struct cpu_backend *cb = (struct cpu_backend *)be;
@@ -119,6 +136,8 @@ static int launch(struct backend *be, struct group *g)
          * group fails. */
         for (uint32_t i = 0; i < g->nops; i++)
                 if (g->ops[i]->debug_fault) {
+                        if (fi_launch_error())
+                                return fi_launch_error();
                         if (devhost_active) {
                                 log_warn("cpu: injecting a device fault: the device process dies");
                                 raise(SIGKILL);

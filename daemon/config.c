@@ -113,6 +113,7 @@ enum {
         OPT_EARLY,
         OPT_ONE_KERNEL,
         OPT_COST,
+        OPT_ADMIN_GID,
 };
 
 static const struct option options[] = {
@@ -144,6 +145,7 @@ static const struct option options[] = {
         {"max-user-share", required_argument, NULL, OPT_USER_SHARE},
         {"allow-uid", required_argument, NULL, OPT_ALLOW_UID},
         {"allow-gid", required_argument, NULL, OPT_ALLOW_GID},
+        {"admin-gid", required_argument, NULL, OPT_ADMIN_GID},
         {"config", required_argument, NULL, OPT_CONFIG},
         {"max-user-sessions", required_argument, NULL, OPT_USER_SESSIONS},
         {"hello-timeout-ms", required_argument, NULL, OPT_HELLO_TIMEOUT},
@@ -206,7 +208,8 @@ static void usage(FILE *f, const struct gemmd_config *d)
                 "                               parts on tensor cores (default), or fused multiply-adds\n"
                 "      --max-group-tiles N      tiles in one group (default: %llu)\n"
                 "      --max-group-ops N        ops in one group (default: %u)\n"
-                "      --max-frame-bytes N      largest frame accepted (default: %llu)\n"
+                "      --max-frame-bytes N      largest frame accepted, at least the inline limit + 1 MiB\n"
+                "                               (default: %llu, or the inline limit + 1 MiB if larger)\n"
                 "      --max-ops-per-submit N   ops in one submit (default: %u)\n"
                 "      --max-inline-bytes N     inline operand bytes in one submit (default: %llu)\n"
                 "      --max-inflight-ops N     unfinished ops per session (default: %u)\n"
@@ -223,6 +226,8 @@ static void usage(FILE *f, const struct gemmd_config *d)
                 "      --hello-timeout-ms MS    close a connection that sends no Hello this long (default: %u)\n"
                 "      --allow-uid LIST         only these users may connect (uids or names, comma-separated)\n"
                 "      --allow-gid LIST         ... or members of these groups (gids or names)\n"
+                "      --admin-gid LIST         members of these groups see every user's sessions in the\n"
+                "                               stats, as root does (default: none; others see their own)\n"
                 "      --config FILE            read `option = value` lines first (the command line wins)\n"
                 "  -v, --verbose                log every connection and group\n"
                 "  -h, --help                   this text\n"
@@ -311,6 +316,49 @@ static int parse_ids(const char *s, int groups, uint32_t **out, uint32_t *n)
         return 0;
 }
 
+/* Parses --devices: comma-separated device indices, each listed once, into
+ * a new array that replaces *out. Returns 0, or 1 after saying what is
+ * wrong. */
+static int parse_devices(const char *s, uint32_t **out, uint32_t *n)
+{
+        uint32_t *v = calloc(strlen(s) / 2 + 1, sizeof(*v)), cnt = 0;
+        const char *p = s;
+
+        if (!v)
+                return 1;
+        for (;;) {
+                const char *end = strchr(p, ',');
+                size_t len = end ? (size_t)(end - p) : strlen(p);
+                unsigned long long id = 0;
+                size_t i;
+
+                for (i = 0; i < len && p[i] >= '0' && p[i] <= '9' && id <= DEVICE_MAX; i++)
+                        id = id * 10 + (unsigned)(p[i] - '0');
+                if (len == 0 || i < len || id > DEVICE_MAX) {
+                        fprintf(stderr, "gemmd: --devices takes device indices from 0 to %d, "
+                                        "comma-separated: \"%.*s\" is not one\n",
+                                DEVICE_MAX, (int)len, p);
+                        goto bad;
+                }
+                for (i = 0; i < cnt; i++)
+                        if (v[i] == id) {
+                                fprintf(stderr, "gemmd: --devices lists device %llu twice\n", id);
+                                goto bad;
+                        }
+                v[cnt++] = (uint32_t)id;
+                if (!end)
+                        break;
+                p = end + 1;
+        }
+        free(*out);
+        *out = v;
+        *n = cnt;
+        return 0;
+bad:
+        free(v);
+        return 1;
+}
+
 static char *trim(char *s)
 {
         char *e;
@@ -395,6 +443,28 @@ int config_load_file(struct gemmd_config *cfg, const char *path)
         return rc;
 }
 
+/* A frame must be able to carry the inline bytes a submit is allowed, with
+ * 1 MiB for the rest of it. The default frame limit grows to fit; one that
+ * was given is refused rather than silently changed. Returns 0 or -EINVAL
+ * after saying why. */
+static int check_frame_bytes(struct gemmd_config *cfg)
+{
+        uint64_t need = cfg->lim.max_inline_bytes + (1u << 20);
+
+        if (cfg->lim.max_frame_bytes >= need)
+                return 0;
+        if (!cfg->max_frame_given) {
+                cfg->lim.max_frame_bytes = need;
+                return 0;
+        }
+        fprintf(stderr, "gemmd: --max-frame-bytes %llu is too small for --max-inline-bytes %llu: "
+                        "a frame must hold the inline bytes and 1 MiB more, %llu in all; raise "
+                        "--max-frame-bytes or lower --max-inline-bytes\n",
+                (unsigned long long)cfg->lim.max_frame_bytes,
+                (unsigned long long)cfg->lim.max_inline_bytes, (unsigned long long)need);
+        return -EINVAL;
+}
+
 int config_parse_args(struct gemmd_config *cfg, int argc, char **argv)
 {
         struct gemmd_config defaults = *cfg;
@@ -452,6 +522,7 @@ int config_parse_args(struct gemmd_config *cfg, int argc, char **argv)
                         cfg->threads = (int)v;
                         break;
                 case OPT_DEVICES:
+                        bad = parse_devices(optarg, &cfg->device_ids, &cfg->n_device_ids);
                         cfg->devices = optarg;
                         break;
                 case OPT_MODE:
@@ -528,6 +599,7 @@ int config_parse_args(struct gemmd_config *cfg, int argc, char **argv)
                 case OPT_MAX_FRAME:
                         bad = parse_u64(optarg, 4096, 1u << 30, &v);
                         cfg->lim.max_frame_bytes = v;
+                        cfg->max_frame_given = 1;
                         break;
                 case OPT_MAX_OPS:
                         bad = parse_u64(optarg, 1, 65536, &v);
@@ -579,6 +651,9 @@ int config_parse_args(struct gemmd_config *cfg, int argc, char **argv)
                 case OPT_ALLOW_GID:
                         bad = parse_ids(optarg, 1, &cfg->allow_gids, &cfg->n_allow_gids);
                         break;
+                case OPT_ADMIN_GID:
+                        bad = parse_ids(optarg, 1, &cfg->admin_gids, &cfg->n_admin_gids);
+                        break;
                 case OPT_CONFIG:
                         break; /* read before the other options */
                 case OPT_USER_SESSIONS:
@@ -620,8 +695,5 @@ int config_parse_args(struct gemmd_config *cfg, int argc, char **argv)
         }
         if (!cfg->lim.max_user_sessions || cfg->lim.max_user_sessions > cfg->lim.max_sessions)
                 cfg->lim.max_user_sessions = cfg->lim.max_sessions;
-        /* A frame must be able to carry the inline bytes it is allowed. */
-        if (cfg->lim.max_frame_bytes < cfg->lim.max_inline_bytes + (1u << 20))
-                cfg->lim.max_frame_bytes = cfg->lim.max_inline_bytes + (1u << 20);
-        return 0;
+        return check_frame_bytes(cfg);
 }

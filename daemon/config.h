@@ -33,7 +33,10 @@ struct gemmd_config {
         enum backend_kind backend;
         int foreground;
         int threads;          /* CPU backend worker threads */
-        const char *devices;  /* CUDA devices, "0,1"; NULL: all */
+        const char *devices;  /* CUDA devices as given, "0,1"; NULL: all */
+        uint32_t *device_ids; /* the same, parsed: n_device_ids distinct indices */
+        uint32_t n_device_ids;
+#define DEVICE_MAX 1023
         const char *metrics_listen; /* "unix:PATH" or "tcp:HOST:PORT"; NULL: no metrics */
         enum sched_mode mode; /* plan mode of every group */
         uint32_t max_groups_inflight; /* D: groups launched and not done, per device; 0: the backend's */
@@ -74,12 +77,17 @@ struct gemmd_config {
         uint64_t max_group_bytes;
         uint32_t max_group_ops;
         struct limits lim;
+        int max_frame_given;          /* --max-frame-bytes set: checked, never raised */
         int verbose;
         /* Who may connect: when either list is non-empty, a peer whose uid
          * is in allow_uids or one of whose groups is in allow_gids. */
         uint32_t *allow_uids;
         uint32_t *allow_gids;
         uint32_t n_allow_uids, n_allow_gids;
+        /* Whose stats show every session: root and these groups' members;
+         * everyone else sees the totals and its own sessions. */
+        uint32_t *admin_gids;
+        uint32_t n_admin_gids;
         const char *config_file; /* --config, already applied */
 };
 

@@ -388,8 +388,10 @@ static void handle(const struct xmsg *m, int xfd)
 
                 rc = s ? launch(s) : -EINVAL;
                 if (rc) {
+                        /* Its cause, not always the device's: the daemon's
+                         * worker replaces this process only for GEMMD_EDEVICE. */
                         struct xmsg d = {.type = X_DONE, .slot = m->slot, .b = UINT64_MAX,
-                                         .rc = rc > 0 ? rc : GEMMD_EDEVICE};
+                                         .rc = worker_launch_status(rc)};
 
                         log_err("device process: launch of group %llu failed: %s",
                                 s ? (unsigned long long)s->g.id : 0ull, gemmd_strerror(rc));

@@ -369,7 +369,8 @@ static void on_stats(struct session *s, uint64_t rid, const Gemmd__V1__StatsRequ
         Gemmd__V1__Envelope env = GEMMD__V1__ENVELOPE__INIT;
         Gemmd__V1__StatsReply r = GEMMD__V1__STATS_REPLY__INIT;
         char *text = NULL;
-        int rc = stats_render(s->srv, m->json, &text);
+        /* Other users' sessions (pids, holdings) are theirs to see. */
+        int rc = stats_render(s->srv, m->json, s->admin ? -1 : (long long)s->cred.uid, &text);
 
         if (rc) {
                 session_send_error(s, rid, rc, -1, "cannot render stats");
@@ -403,6 +404,10 @@ void dispatch_frame(struct session *s, const uint8_t *buf, uint32_t len, int fro
                         session_send_error(s, 0, GEMMD_ELIMIT, -1,
                                            "message too large to decode (more than %u ops?)",
                                            s->srv->cfg->lim.max_ops_per_submit);
+                else if (s->arena.wide_field)
+                        session_send_error(s, 0, GEMMD_EPROTO, -1,
+                                           "%s.%s is a 32-bit field and was sent a larger value",
+                                           s->arena.wide_message, s->arena.wide_field);
                 else
                         session_send_error(s, 0, GEMMD_EPROTO, -1, "malformed message (%u bytes)", len);
                 if (s->state == SESSION_HELLO)

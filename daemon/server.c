@@ -487,6 +487,18 @@ void server_maybe_finish(struct evloop *ev)
         finish(srv);
 }
 
+#ifdef GEMMD_WITH_CUDA
+/* Whether --devices names device d: an exact match of an index, so that
+ * "10" does not also select 1 and 0. */
+static int device_listed(const struct gemmd_config *cfg, uint32_t d)
+{
+        for (uint32_t i = 0; i < cfg->n_device_ids; i++)
+                if (cfg->device_ids[i] == d)
+                        return 1;
+        return 0;
+}
+#endif
+
 static int start_backends(struct server *srv)
 {
         const struct gemmd_config *cfg = srv->cfg;
@@ -506,11 +518,14 @@ static int start_backends(struct server *srv)
                 srv->backends = calloc((size_t)ncuda, sizeof(*srv->backends));
                 if (!srv->backends)
                         return -ENOMEM;
+                for (uint32_t i = 0; i < cfg->n_device_ids; i++)
+                        if (cfg->device_ids[i] >= (uint32_t)ncuda) {
+                                log_err("--devices %s: there is no device %u (%d found)",
+                                        cfg->devices, cfg->device_ids[i], ncuda);
+                                return -ENODEV;
+                        }
                 for (int d = 0; d < ncuda; d++) {
-                        char want[16];
-
-                        snprintf(want, sizeof(want), "%d", d);
-                        if (cfg->devices && !strstr(cfg->devices, want))
+                        if (cfg->devices && !device_listed(cfg, (uint32_t)d))
                                 continue;
                         rc = cfg->device_process
                                      ? backend_proc_new(BACKEND_CUDA, d, cfg, &srv->backends[n])

@@ -76,6 +76,7 @@ struct session {
         uint64_t t_accept_ns;
         int denied; /* GEMMD_EPERM (not on the allow-list) or GEMMD_ELIMIT (one
                      * session too many): the first frame gets that, then close */
+        int admin;  /* root or in --admin-gid: its stats show every session */
 
         /* Input: a read buffer of whole small frames, or one large body. */
         uint8_t *rbuf;
@@ -351,6 +352,10 @@ int dispatch_pack_completion(const struct request *r, uint8_t **buf, size_t *n);
 int dispatch_pack_completion_body(const struct request *r, uint8_t *dst, size_t cap, size_t *n);
 
 /* stats.c */
-int stats_render(struct server *srv, int json, char **out);
+/* Renders the daemon's stats as text or JSON into *out (malloc'd). With
+ * only_uid >= 0, the sessions and per-user counts shown are those of that
+ * uid alone (the daemon-wide totals stay); with -1, everyone's. Returns 0
+ * or a negative errno. */
+int stats_render(struct server *srv, int json, long long only_uid, char **out);
 
 #endif

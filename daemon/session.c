@@ -118,6 +118,7 @@ int session_accept(struct evloop *ev, int fd)
         if (srv->cfg->verbose)
                 log_info("session %llu: connected (pid %d, uid %d)", (unsigned long long)s->id,
                          (int)s->cred.pid, (int)s->cred.uid);
+        s->admin = users_admin(srv->cfg, fd, &s->cred);
         /* A session denied above answers its Hello with LIMIT (dispatch.c). */
         if (!s->denied && !users_allowed(srv->cfg, fd, &s->cred)) {
                 static uint64_t last_log_ns;

@@ -15,6 +15,7 @@ static const char *code_names[] = {
         "ok",      "protocol", "version",     "too_big", "invalid",  "bounds",
         "overflow", "no_buffer", "busy",       "limit",   "unsupported", "device",
         "shutdown", "canceled", "disconnected", "permission", "no_ticket",
+        "resource",
 };
 #define NCODES (sizeof(code_names) / sizeof(code_names[0]))
 
@@ -69,7 +70,14 @@ static struct loop_sum loop_sum(const struct server *srv)
         return a;
 }
 
-static void render_text(struct server *srv, FILE *f, double up_s)
+/* Whether the viewer of the stats (only_uid, as stats_render) sees what
+ * uid holds. */
+static int shown(long long only_uid, uint32_t uid)
+{
+        return only_uid < 0 || (uint32_t)only_uid == uid;
+}
+
+static void render_text(struct server *srv, FILE *f, double up_s, long long only_uid)
 {
         const struct loop_sum ls = loop_sum(srv);
 
@@ -149,6 +157,9 @@ static void render_text(struct server *srv, FILE *f, double up_s)
                         st.groups ? st.run_ns / 1e3 / st.groups : 0.0,
                         (unsigned long long)st.idle_gaps,
                         st.idle_gaps ? st.idle_gap_ns / 1e3 / st.idle_gaps : 0.0);
+                if (st.recoveries)
+                        fprintf(f, "  device recoveries after a device error: %llu\n",
+                                (unsigned long long)st.recoveries);
                 if (b->wide_shape)
                         fprintf(f, "  groups on the wide tile: %llu\n", (unsigned long long)st.wide_groups);
                 if (st.resident_groups)
@@ -167,25 +178,31 @@ static void render_text(struct server *srv, FILE *f, double up_s)
                 hist_text(f, "queue time", "us ", st.queue_us_hist);
                 hist_text(f, "run time", "us ", st.run_us_hist);
         }
-        fprintf(f, "sessions:\n");
+        fprintf(f, only_uid < 0 ? "sessions:\n" : "sessions (yours):\n");
         pthread_mutex_lock(&srv->lock);
         for (int i = 0; i < srv->nloops; i++) {
-                for (struct session *s = srv->loops[i].sessions; s; s = s->next)
+                for (struct session *s = srv->loops[i].sessions; s; s = s->next) {
+                        if (!shown(only_uid, s->cred.uid))
+                                continue;
                         fprintf(f, "  %llu: pid %d uid %d, submits %llu, ops ok %llu failed %llu, "
                                    "rejected %llu, in flight %u, buffers %u (%llu bytes)\n",
                                 (unsigned long long)s->id, (int)s->cred.pid, (int)s->cred.uid,
                                 (unsigned long long)s->submits, (unsigned long long)s->ops_ok,
                                 (unsigned long long)s->ops_failed, (unsigned long long)s->rejected,
                                 s->inflight_ops, s->bufs.n, (unsigned long long)s->bufs.bytes);
+                }
         }
-        fprintf(f, "users:\n");
-        for (struct user *u = srv->users; u; u = u->next)
+        fprintf(f, only_uid < 0 ? "users:\n" : "users (you):\n");
+        for (struct user *u = srv->users; u; u = u->next) {
+                if (!shown(only_uid, u->uid))
+                        continue;
                 fprintf(f, "  uid %u: %u sessions, %u ops in flight, %llu bytes registered\n",
                         u->uid, u->sessions, u->inflight_ops, (unsigned long long)u->buffer_bytes);
+        }
         pthread_mutex_unlock(&srv->lock);
 }
 
-static void render_json(struct server *srv, FILE *f, double up_s)
+static void render_json(struct server *srv, FILE *f, double up_s, long long only_uid)
 {
         const struct loop_sum ls = loop_sum(srv);
         int first = 1;
@@ -244,6 +261,7 @@ static void render_json(struct server *srv, FILE *f, double up_s)
                         (unsigned long long)backend_proc_restarts(b), (unsigned long long)st.wide_groups,
                         (unsigned long long)st.resident_groups, (unsigned long long)st.ops_early,
                         st.staged_ns / 1e9, st.waiting_ns / 1e9, st.forming_ns / 1e9);
+                fprintf(f, "\"recoveries\":%llu,", (unsigned long long)st.recoveries);
                 hist_json(f, "group_size_log2", st.group_size_hist);
                 fprintf(f, ",");
                 hist_json(f, "queue_us_log2", st.queue_us_hist);
@@ -251,10 +269,13 @@ static void render_json(struct server *srv, FILE *f, double up_s)
                 hist_json(f, "run_us_log2", st.run_us_hist);
                 fprintf(f, "}");
         }
-        fprintf(f, "],\"sessions\":[");
+        /* all_sessions: false when only the viewer's own are listed. */
+        fprintf(f, "],\"all_sessions\":%s,\"sessions\":[", only_uid < 0 ? "true" : "false");
         pthread_mutex_lock(&srv->lock);
         for (int i = 0; i < srv->nloops; i++) {
-                for (struct session *s = srv->loops[i].sessions; s; s = s->next, first = 0)
+                for (struct session *s = srv->loops[i].sessions; s; s = s->next) {
+                        if (!shown(only_uid, s->cred.uid))
+                                continue;
                         fprintf(f, "%s{\"id\":%llu,\"pid\":%d,\"uid\":%d,\"submits\":%llu,\"ops_ok\":%llu,"
                                    "\"ops_failed\":%llu,\"rejected\":%llu,\"inflight\":%u,\"buffers\":%u,"
                                    "\"buffer_bytes\":%llu}",
@@ -263,17 +284,24 @@ static void render_json(struct server *srv, FILE *f, double up_s)
                                 (unsigned long long)s->ops_ok, (unsigned long long)s->ops_failed,
                                 (unsigned long long)s->rejected, s->inflight_ops, s->bufs.n,
                                 (unsigned long long)s->bufs.bytes);
+                        first = 0;
+                }
         }
         fprintf(f, "],\"users\":[");
-        for (struct user *u = srv->users; u; u = u->next)
+        first = 1;
+        for (struct user *u = srv->users; u; u = u->next) {
+                if (!shown(only_uid, u->uid))
+                        continue;
                 fprintf(f, "%s{\"uid\":%u,\"sessions\":%u,\"inflight\":%u,\"buffer_bytes\":%llu}",
-                        u == srv->users ? "" : ",", u->uid, u->sessions, u->inflight_ops,
+                        first ? "" : ",", u->uid, u->sessions, u->inflight_ops,
                         (unsigned long long)u->buffer_bytes);
+                first = 0;
+        }
         pthread_mutex_unlock(&srv->lock);
         fprintf(f, "]}\n");
 }
 
-int stats_render(struct server *srv, int json, char **out)
+int stats_render(struct server *srv, int json, long long only_uid, char **out)
 {
         double up_s = (now_ns() - srv->t_start_ns) / 1e9;
         size_t len;
@@ -282,9 +310,9 @@ int stats_render(struct server *srv, int json, char **out)
         if (!f)
                 return -errno;
         if (json)
-                render_json(srv, f, up_s);
+                render_json(srv, f, up_s, only_uid);
         else
-                render_text(srv, f, up_s);
+                render_text(srv, f, up_s, only_uid);
         if (fclose(f) != 0)
                 return -ENOMEM;
         return 0;

@@ -17,20 +17,19 @@ static int listed(const uint32_t *v, uint32_t n, uint32_t id)
         return 0;
 }
 
-int users_allowed(const struct gemmd_config *cfg, int fd, const struct ucred *cred)
+/* Whether the peer of `fd` is a member of one of gids[0 .. n): its
+ * primary group, or one of its supplementary groups as they were at
+ * connect() (SO_PEERGROUPS). Returns 1 or 0. */
+static int in_groups(const uint32_t *gids, uint32_t n, int fd, const struct ucred *cred)
 {
         gid_t small[64], *groups = small;
         socklen_t len = sizeof(small);
         int ok = 0;
 
-        if (!cfg->n_allow_uids && !cfg->n_allow_gids)
-                return 1;
-        if (listed(cfg->allow_uids, cfg->n_allow_uids, cred->uid) ||
-            listed(cfg->allow_gids, cfg->n_allow_gids, cred->gid))
-                return 1;
-        if (!cfg->n_allow_gids)
+        if (!n)
                 return 0;
-        /* The peer's supplementary groups as they were at connect(). */
+        if (listed(gids, n, cred->gid))
+                return 1;
         if (getsockopt(fd, SOL_SOCKET, SO_PEERGROUPS, groups, &len) < 0) {
                 if (errno != ERANGE || !(groups = malloc(len)))
                         return 0;
@@ -38,10 +37,23 @@ int users_allowed(const struct gemmd_config *cfg, int fd, const struct ucred *cr
                         len = 0;
         }
         for (size_t i = 0; i < len / sizeof(gid_t) && !ok; i++)
-                ok = listed(cfg->allow_gids, cfg->n_allow_gids, groups[i]);
+                ok = listed(gids, n, groups[i]);
         if (groups != small)
                 free(groups);
         return ok;
+}
+
+int users_allowed(const struct gemmd_config *cfg, int fd, const struct ucred *cred)
+{
+        if (!cfg->n_allow_uids && !cfg->n_allow_gids)
+                return 1;
+        return listed(cfg->allow_uids, cfg->n_allow_uids, cred->uid) ||
+               in_groups(cfg->allow_gids, cfg->n_allow_gids, fd, cred);
+}
+
+int users_admin(const struct gemmd_config *cfg, int fd, const struct ucred *cred)
+{
+        return cred->uid == 0 || in_groups(cfg->admin_gids, cfg->n_admin_gids, fd, cred);
 }
 
 struct user *users_get(struct server *srv, uint32_t uid)

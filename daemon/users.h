@@ -39,6 +39,11 @@ struct user {
  * its supplementary groups (SO_PEERGROUPS) is. Returns 1 or 0. */
 int users_allowed(const struct gemmd_config *cfg, int fd, const struct ucred *cred);
 
+/* Whether the peer may see every user's sessions in the stats: root, or a
+ * member (primary or supplementary group) of an --admin-gid group.
+ * Returns 1 or 0. */
+int users_admin(const struct gemmd_config *cfg, int fd, const struct ucred *cred);
+
 /* The user of `uid`, created on first use, with one more session
  * reference. Returns NULL when out of memory. Both with srv->lock held. */
 struct user *users_get(struct server *srv, uint32_t uid);

@@ -639,6 +639,27 @@ static int launch_group(struct worker *w, struct group *g, uint64_t *launch_ns)
         return rc;
 }
 
+int worker_launch_status(int rc)
+{
+        switch (rc) {
+        case -ENOMEM:
+        case -ENOSPC:
+        case -EAGAIN:
+        case -EMFILE:
+        case -ENFILE:
+        case -ENOBUFS:
+                return GEMMD_ERESOURCE;
+        case -EINVAL:
+                return GEMMD_EINVAL;
+        case -EOVERFLOW:
+        case -ERANGE:
+                return GEMMD_EOVERFLOW;
+        }
+        if (rc <= GEMMD_EBASE - 1 && rc >= GEMMD_ELAST)
+                return rc;
+        return GEMMD_EDEVICE;
+}
+
 void worker_control(struct worker *w, struct wctl *c)
 {
         c->next = NULL;
@@ -782,6 +803,7 @@ static void *worker_main(void *arg)
                         int rc = w->be->recover(w->be);
                         pthread_mutex_lock(&w->lock);
                         w->recover_pending = 0;
+                        w->st.recoveries++;
                         if (rc) {
                                 /* Nothing more can run here: fail what comes
                                  * and have the daemon drain and exit non-zero,
@@ -837,7 +859,9 @@ static void *worker_main(void *arg)
                                         if (rc) {
                                                 struct done_list done = DONE_LIST_INIT(done);
 
-                                                g->status = GEMMD_EDEVICE;
+                                                /* A recovery (finish_group) only
+                                                 * for what the device did. */
+                                                g->status = worker_launch_status(rc);
                                                 g->timed = 0; /* nothing to measure */
                                                 g->t_done_ns = g->t_launch_ns = now_ns();
                                                 complete_ops(w, g, &done);

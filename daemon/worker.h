@@ -103,6 +103,7 @@ struct worker_stats {
          * (waiting for the worker and a free slot), to launched (the
          * group's forming and plan build). */
         uint64_t staged_ns, waiting_ns, forming_ns;
+        uint64_t recoveries; /* device recoveries after a group failed with GEMMD_EDEVICE */
 };
 
 /* Hands back requests whose last op has finished, linked through their
@@ -220,6 +221,14 @@ struct launch_notice {
 };
 
 void launch_notice_send(struct wctl *c);
+
+/* The status the ops of a group get when its launch failed with `rc` (a
+ * plan's or a backend's launch()): a gemmd code as it is, resource
+ * exhaustion (-ENOMEM, -ENOSPC, -EAGAIN, descriptors) as GEMMD_ERESOURCE,
+ * a refused argument (-EINVAL, -EOVERFLOW, -ERANGE) as GEMMD_EINVAL or
+ * GEMMD_EOVERFLOW, and anything else as GEMMD_EDEVICE. Only the last
+ * starts a device recovery. */
+int worker_launch_status(int rc);
 
 /* Called by the backend when a launched group has finished (any thread).
  * The finished requests are handed back from the calling thread, after

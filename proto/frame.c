@@ -130,6 +130,7 @@ void frame_arena_reset(struct frame_arena *a)
         }
         a->used = 0;
         a->exhausted = 0;
+        a->wide_message = a->wide_field = NULL;
 }
 
 void frame_arena_deinit(struct frame_arena *a)
@@ -443,7 +444,158 @@ Gemmd__V1__Envelope *frame_unpack(struct frame_arena *a, const uint8_t *buf, siz
         if (env)
                 return env;
         frame_arena_reset(a);
-        return gemmd__v1__envelope__unpack(&a->alloc, len, buf);
+        env = gemmd__v1__envelope__unpack(&a->alloc, len, buf);
+        /* After protobuf-c, so that its verdict on the arena stands; the
+         * plain Submits above never get here (rd_small checks their
+         * fields), so the walk costs the request path nothing. */
+        if (env && frame_check_widths(&gemmd__v1__envelope__descriptor, buf, len,
+                                      &a->wide_message, &a->wide_field))
+                return NULL;
+        return env;
+}
+
+/* ---- 32-bit fields given more than 32 bits ----------------------------
+ *
+ * protobuf-c keeps the low 32 bits of a varint read into a 32-bit field,
+ * so a trans_b of 2^32 + 1 would read as 1 and pass every check of the
+ * field. The wire bytes are walked again with the message descriptors,
+ * after protobuf-c has accepted them, and such a message is refused. */
+
+/* Nesting of messages that the walk follows: gemmd.v1's is at most 4 deep
+ * (Envelope, Submit, Op, Operand) and none contains itself. */
+#define WIDTH_MAX_DEPTH 16
+
+enum width { W_ANY, W_U32, W_I32 };
+
+/* What a varint of field f must fit in. */
+static enum width width_of(const ProtobufCFieldDescriptor *f)
+{
+        switch (f->type) {
+        case PROTOBUF_C_TYPE_UINT32:
+        case PROTOBUF_C_TYPE_SINT32: /* zigzag: 32 bits on the wire */
+        case PROTOBUF_C_TYPE_BOOL:
+                return W_U32;
+        case PROTOBUF_C_TYPE_INT32:
+        case PROTOBUF_C_TYPE_ENUM:
+                return W_I32;
+        default:
+                return W_ANY;
+        }
+}
+
+/* A varint of up to 10 bytes, as protobuf-c reads one; *over is set when
+ * its tenth byte carries bits past the 64th. Returns 0, or -1 when the
+ * bytes end first or run past 10. */
+static int wire_varint(const uint8_t **p, const uint8_t *end, uint64_t *v, int *over)
+{
+        uint64_t x = 0;
+
+        *over = 0;
+        for (int i = 0; i < 10 && *p < end; i++) {
+                uint8_t b = *(*p)++;
+
+                x |= (uint64_t)(b & 0x7f) << (7 * i);
+                if (i == 9 && (b & 0x7f) > 1)
+                        *over = 1;
+                if (!(b & 0x80)) {
+                        *v = x;
+                        return 0;
+                }
+        }
+        return -1;
+}
+
+/* Whether varint v (with *over from wire_varint) fits width w. A negative
+ * int32 or enum is written as its 64-bit sign extension, so exactly those
+ * values above INT32_MAX are accepted for them. */
+static int width_fits(enum width w, uint64_t v, int over)
+{
+        if (w == W_ANY)
+                return 1;
+        if (over)
+                return 0;
+        if (w == W_U32)
+                return v <= UINT32_MAX;
+        return v <= INT32_MAX || v >= 0xffffffff80000000ull;
+}
+
+/* The walk of frame_check_widths over one message's bytes [p, end). */
+static int check_widths(const ProtobufCMessageDescriptor *d, const uint8_t *p, const uint8_t *end,
+                        int depth, const char **message, const char **field)
+{
+        const ProtobufCFieldDescriptor *f;
+
+        while (p < end) {
+                uint64_t tag, v;
+                int over;
+
+                if (wire_varint(&p, end, &tag, &over) || over)
+                        return -1;
+                f = NULL;
+                if (tag >> 3 <= UINT32_MAX)
+                        f = protobuf_c_message_descriptor_get_field(d, (unsigned)(tag >> 3));
+                switch (tag & 7) {
+                case 0:
+                        if (wire_varint(&p, end, &v, &over))
+                                return -1;
+                        if (f && !width_fits(width_of(f), v, over))
+                                goto wide;
+                        break;
+                case 1:
+                case 5:
+                        v = (tag & 7) == 1 ? 8 : 4;
+                        if ((uint64_t)(end - p) < v)
+                                return -1;
+                        p += v;
+                        break;
+                case 2: {
+                        const uint8_t *q, *q_end;
+
+                        if (wire_varint(&p, end, &v, &over) || over || v > (uint64_t)(end - p))
+                                return -1;
+                        q = p;
+                        q_end = p + v;
+                        p = q_end;
+                        if (f && f->type == PROTOBUF_C_TYPE_MESSAGE) {
+                                if (depth >= WIDTH_MAX_DEPTH ||
+                                    check_widths(f->descriptor, q, q_end, depth + 1, message, field))
+                                        return -1;
+                                break;
+                        }
+                        /* A packed repeated field: varints back to back.
+                         * (protobuf-c reads a bool sent length-delimited as
+                         * true when any of its bytes is non-zero: not a
+                         * truncation, and left to it.) */
+                        while (f && f->label == PROTOBUF_C_LABEL_REPEATED &&
+                               width_of(f) != W_ANY && q < q_end) {
+                                if (wire_varint(&q, q_end, &v, &over))
+                                        return -1;
+                                if (!width_fits(width_of(f), v, over))
+                                        goto wide;
+                        }
+                        break;
+                }
+                default:
+                        return -1; /* groups: protobuf-c refuses them too */
+                }
+        }
+        return 0;
+wide:
+        if (message)
+                *message = d->short_name;
+        if (field)
+                *field = f->name;
+        return -1;
+}
+
+int frame_check_widths(const ProtobufCMessageDescriptor *desc, const uint8_t *buf, size_t len,
+                       const char **message, const char **field)
+{
+        if (message)
+                *message = NULL;
+        if (field)
+                *field = NULL;
+        return check_widths(desc, buf, buf + len, 0, message, field);
 }
 
 /* ---- Completion encoding ----------------------------------------------- */

@@ -47,6 +47,9 @@ struct frame_arena {
         size_t used; /* bytes handed out since the last reset */
         size_t cap;
         int exhausted; /* an allocation was refused since the last reset */
+        /* The last unpack was refused for a 32-bit field given more than
+         * 32 bits (frame_check_widths): its message and field names. */
+        const char *wide_message, *wide_field;
 };
 
 void frame_arena_init(struct frame_arena *a, size_t cap);
@@ -56,9 +59,21 @@ void frame_arena_deinit(struct frame_arena *a);
 /* Unpacks `len` bytes into an Envelope allocated from the arena (reset
  * first), as protobuf-c would (plain Submits take a shorter path to the
  * same structs, whose inline operand bytes point into buf instead of being
- * copied: buf must outlive the Envelope). Returns NULL for malformed input
- * or when the arena's cap would be exceeded; a->exhausted tells which. */
+ * copied: buf must outlive the Envelope), except that a 32-bit field given
+ * more than 32 bits is refused (frame_check_widths) where protobuf-c would
+ * keep the low 32. Returns NULL for malformed input, for such a field (its
+ * names in a->wide_message and a->wide_field) or when the arena's cap
+ * would be exceeded (a->exhausted). */
 Gemmd__V1__Envelope *frame_unpack(struct frame_arena *a, const uint8_t *buf, size_t len);
+
+/* Walks the wire bytes of a message of type `desc` (and of every message
+ * inside it) for a varint of a 32-bit field that does not fit: a uint32,
+ * bool or sint32 above 2^32 - 1, or an int32 or enum that is neither below
+ * 2^31 nor a negative number's 64-bit sign extension. Returns 0; or -1,
+ * setting *message and *field (either may be NULL) to the names of the
+ * first such field, or to NULL for bytes that do not parse. */
+int frame_check_widths(const ProtobufCMessageDescriptor *desc, const uint8_t *buf, size_t len,
+                       const char **message, const char **field);
 
 /* Maps a gemmd.v1.Code to the library's negative code and back. */
 int frame_code_to_err(int code);

@@ -1554,6 +1554,47 @@ Test(npy, parse_header_from_memory)
         cr_assert_eq(npy_parse_header(hdr, sizeof(hdr) - 2, &h, NULL, 0), -EINVAL);
 }
 
+/* A descr must be exactly one the module reads: a NUL, a control byte or
+ * anything else after '<f4' is refused, naming the problem. */
+Test(npy, descr_with_trailing_bytes_is_refused)
+{
+        static const struct {
+                const char *descr;
+                size_t len;
+                int err;
+                const char *why;
+        } cases[] = {
+                {"<f4\0", 4, -EINVAL, "printable"},
+                {"<f4\0\0\0\0", 7, -EINVAL, "printable"},
+                {"<f2\t", 4, -EINVAL, "printable"},
+                {"\0<f4", 4, -EINVAL, "printable"},
+                {"<f4 ", 4, -ENOTSUP, "'<f4 ' is not supported"},
+                {"<f4x", 4, -ENOTSUP, "'<f4x' is not supported"},
+                {"<f44", 4, -ENOTSUP, "'<f44' is not supported"},
+        };
+
+        for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+                char hdr[128], why[160] = "";
+                struct npy_header h;
+                enum npy_dtype dt;
+                size_t n = 0;
+                int rc;
+
+                memset(hdr, ' ', sizeof(hdr));
+                memcpy(hdr, "\x93NUMPY\x01\x00v\x00{'descr': '", 21);
+                n = 21;
+                memcpy(hdr + n, cases[i].descr, cases[i].len);
+                n += cases[i].len;
+                memcpy(hdr + n, "', 'fortran_order': False, 'shape': (2, 3), }", 45);
+                hdr[127] = '\n';
+                rc = npy_parse_header(hdr, sizeof(hdr), &h, why, sizeof(why));
+                if (rc == 0)
+                        rc = npy_descr_dtype(h.descr, &dt, why, sizeof(why));
+                cr_expect_eq(rc, cases[i].err, "case %zu: %d (%s)", i, rc, why);
+                cr_expect(strstr(why, cases[i].why), "case %zu: %s", i, why);
+        }
+}
+
 Test(npy, save_errors)
 {
         static const float v[4];

@@ -2,7 +2,9 @@
  * test_frame_codec.c - the hand-written fast paths of proto/frame.c (Submit
  * decoding, Completion encoding) against protobuf-c itself, on random and
  * mutated messages: the bytes written must be identical, and decoding must
- * agree on success, on arena exhaustion, and on every decoded field.
+ * agree on success, on arena exhaustion, and on every decoded field; and
+ * the one place they must not agree: a 32-bit field given more than 32
+ * bits, whose low bits protobuf-c keeps and gemmd refuses.
  */
 #include <criterion/criterion.h>
 #include <stdlib.h>
@@ -199,6 +201,12 @@ Test(frame_codec, submit_decoder_agrees_with_protobuf_c)
                 x1 = frame_unpack(&a1, buf, len);
                 frame_arena_reset(&a2);
                 x2 = gemmd__v1__envelope__unpack(&a2.alloc, len, buf);
+                /* Where protobuf-c took a 32-bit field's low bits, gemmd refuses. */
+                if (x2 && frame_check_widths(&gemmd__v1__envelope__descriptor, buf, len, NULL, NULL)) {
+                        cr_assert_null(x1, "case %d: a 32-bit field given more was decoded", it);
+                        cr_assert_not_null(a1.wide_field, "case %d: no field named", it);
+                        x2 = NULL;
+                }
                 cr_assert_eq(!!x1, !!x2, "case %d: decodes %d, protobuf-c %d", it, !!x1, !!x2);
                 cr_assert_eq(a1.exhausted, a2.exhausted, "case %d: arena exhaustion differs", it);
                 if (x1) {
@@ -217,4 +225,170 @@ Test(frame_codec, submit_decoder_agrees_with_protobuf_c)
         }
         /* Most unmutated cases decode: the comparison saw real messages. */
         cr_assert_gt(same, 10000, "only %d cases decoded", same);
+}
+
+/* ---- 32-bit fields given more than 32 bits --------------------------------- */
+
+struct wr {
+        uint8_t b[256];
+        size_t n;
+};
+
+static void put_var(struct wr *w, uint64_t v)
+{
+        while (v >= 0x80) {
+                w->b[w->n++] = (uint8_t)(v | 0x80);
+                v >>= 7;
+        }
+        w->b[w->n++] = (uint8_t)v;
+}
+
+/* A varint field. */
+static void put_vfield(struct wr *w, uint32_t field, uint64_t v)
+{
+        put_var(w, (uint64_t)field << 3);
+        put_var(w, v);
+}
+
+/* A length-delimited field holding the bytes of `in`. */
+static void put_msg(struct wr *w, uint32_t field, const struct wr *in)
+{
+        put_var(w, (uint64_t)field << 3 | 2);
+        put_var(w, in->n);
+        memcpy(w->b + w->n, in->b, in->n);
+        w->n += in->n;
+}
+
+/* An Envelope (request 7) of a Submit of one f32 GEMM 4 x 4 x 4 with
+ * trans_b = tb, then the Submit's `extra` varint field (0: none). */
+static void submit_with(struct wr *env, uint64_t tb, uint32_t extra, uint64_t extra_v)
+{
+        struct wr op = {.n = 0}, sm = {.n = 0};
+
+        put_vfield(&op, 4, tb);
+        for (uint32_t f = 8; f <= 13; f++)
+                put_vfield(&op, f, 4);
+        put_msg(&sm, 1, &op);
+        if (extra)
+                put_vfield(&sm, extra, extra_v);
+        env->n = 0;
+        put_vfield(env, 1, 7);
+        put_msg(env, 16, &sm);
+}
+
+/* An Envelope of an Error whose op_index (int32) is the varint v. */
+static void error_with(struct wr *env, uint64_t v)
+{
+        struct wr e = {.n = 0};
+
+        put_vfield(&e, 1, 4);
+        put_vfield(&e, 3, v);
+        env->n = 0;
+        put_vfield(env, 1, 9);
+        put_msg(env, 18, &e);
+}
+
+/* frame_unpack's verdict on env: 1 decoded, 0 refused for the field
+ * `field` of `message`. Asserts protobuf-c itself decodes it either way. */
+static int decodes(const struct wr *env, const char *message, const char *field)
+{
+        struct frame_arena a;
+        Gemmd__V1__Envelope *x;
+        int ok;
+
+        frame_arena_init(&a, 1u << 20);
+        x = gemmd__v1__envelope__unpack(&a.alloc, env->n, env->b);
+        cr_assert_not_null(x, "protobuf-c refuses the message itself");
+        x = frame_unpack(&a, env->b, env->n);
+        ok = x != NULL;
+        if (!ok) {
+                cr_assert_not(a.exhausted);
+                cr_assert_str_eq(a.wide_message ? a.wide_message : "(none)", message);
+                cr_assert_str_eq(a.wide_field ? a.wide_field : "(none)", field);
+        }
+        frame_arena_deinit(&a);
+        return ok;
+}
+
+Test(frame_codec, a_32_bit_field_given_more_is_refused)
+{
+        struct frame_arena a;
+        Gemmd__V1__Envelope *x;
+        struct wr env;
+
+        /* protobuf-c alone reads trans_b = 2^32 + 1 as 1 (T): the hole. */
+        submit_with(&env, (1ull << 32) + 1, 0, 0);
+        frame_arena_init(&a, 1u << 20);
+        x = gemmd__v1__envelope__unpack(&a.alloc, env.n, env.b);
+        cr_assert(x && x->submit && x->submit->n_ops == 1);
+        cr_assert_eq(x->submit->ops[0]->trans_b, 1);
+        frame_arena_deinit(&a);
+        cr_expect_not(decodes(&env, "Op", "trans_b"));
+
+        submit_with(&env, 1, 0, 0);
+        cr_expect(decodes(&env, NULL, NULL), "trans_b = 1");
+        submit_with(&env, 1, 2, 1ull << 32);
+        cr_expect_not(decodes(&env, "Submit", "priority"));
+        submit_with(&env, 1, 2, UINT32_MAX);
+        cr_expect(decodes(&env, NULL, NULL), "priority = 2^32 - 1 fits a uint32");
+        submit_with(&env, 1, 3, 1ull << 32);
+        cr_expect_not(decodes(&env, "Submit", "notify_launch"));
+        /* An enum is an int32: negative numbers come sign-extended to 64
+         * bits, and nothing else above 2^31 - 1 is one. */
+        submit_with(&env, (uint64_t)-1, 0, 0);
+        cr_expect(decodes(&env, NULL, NULL), "trans_b = -1");
+        submit_with(&env, UINT32_MAX, 0, 0);
+        cr_expect_not(decodes(&env, "Op", "trans_b"));
+        /* Fields past the schema and 64-bit fields are not 32-bit ones. */
+        submit_with(&env, 0, 9, UINT64_MAX);
+        cr_expect(decodes(&env, NULL, NULL), "an unknown field of 2^64 - 1");
+}
+
+Test(frame_codec, an_int32_takes_exactly_its_sign_extensions)
+{
+        static const struct {
+                uint64_t v;
+                int ok;
+        } cases[] = {
+                {0, 1},
+                {INT32_MAX, 1},
+                {(uint64_t)INT32_MAX + 1, 0},
+                {UINT32_MAX, 0},
+                {1ull << 32, 0},
+                {(uint64_t)(int64_t)-1, 1},
+                {(uint64_t)(int64_t)INT32_MIN, 1},
+                {(uint64_t)(int64_t)INT32_MIN - 1, 0},
+                {0xffffffff00000000ull, 0},
+                {0x8000000000000000ull, 0},
+        };
+
+        for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+                struct wr env;
+
+                error_with(&env, cases[i].v);
+                cr_expect_eq(decodes(&env, "Error", "op_index"), cases[i].ok,
+                             "op_index 0x%llx", (unsigned long long)cases[i].v);
+        }
+}
+
+/* A tenth varint byte past bit 63, which protobuf-c drops, is more than
+ * 32 bits for a 32-bit field (and is skipped for a 64-bit one). */
+Test(frame_codec, a_varint_past_64_bits_is_refused_for_32_bit_fields)
+{
+        static const uint8_t minus_one_over[] = {0xff, 0xff, 0xff, 0xff, 0xff,
+                                                 0xff, 0xff, 0xff, 0xff, 0x7f};
+        struct wr e = {.n = 0}, env = {.n = 0};
+
+        put_vfield(&e, 1, 4);
+        put_var(&e, 3 << 3);
+        memcpy(e.b + e.n, minus_one_over, sizeof(minus_one_over));
+        e.n += sizeof(minus_one_over);
+        put_msg(&env, 18, &e);
+        cr_expect_not(decodes(&env, "Error", "op_index"));
+
+        env.n = 0;
+        put_var(&env, 1 << 3); /* request_id, a uint64 */
+        memcpy(env.b + env.n, minus_one_over, sizeof(minus_one_over));
+        env.n += sizeof(minus_one_over);
+        cr_expect(decodes(&env, NULL, NULL), "a uint64 of 10 full bytes");
 }

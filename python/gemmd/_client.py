@@ -190,8 +190,23 @@ class _Mat:
         return _Mat(arr, want_t=self.t)
 
 
+def _real(x, name):
+    """x, when its values are real numbers gemmd can take (floats, integers,
+    bfloat16). Anything else raises TypeError: NumPy would cast a complex
+    array to real with only a warning, dropping the imaginary part, and
+    booleans, strings or objects are not numbers to multiply."""
+    dt = x.dtype
+    if _is_bf16(dt) or dt.kind in "fiu":
+        return x
+    if dt.kind == "c":
+        raise TypeError("%s is complex (%s): gemmd multiplies real matrices only; pass its .real "
+                        "to drop the imaginary part" % (name, dt))
+    raise TypeError("%s has dtype %s: gemmd takes real numbers (float32, float16 or bfloat16; "
+                    "float64 and integers are computed in f32)" % (name, dt))
+
+
 def _as2d(x, name):
-    x = np.asarray(x)
+    x = _real(np.asarray(x), name)
     if x.ndim != 2:
         raise ValueError("%s must be 2-D, not of shape %s" % (name, x.shape))
     if x.size == 0:
@@ -689,7 +704,7 @@ class Client:
     @staticmethod
     def _check_c_out(c, out, shape):
         if c is not None:
-            c = np.asarray(c)
+            c = _real(np.asarray(c), "c")
             try:
                 np.broadcast_shapes(c.shape, shape)
             except ValueError:

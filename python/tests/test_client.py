@@ -148,6 +148,28 @@ class TestGemm(DaemonTestCase, Check):
             self.c.gemm(a, b, dtype="int8")
         with self.assertRaises(ValueError):
             self.c.gemm(a, b, dtype="f16", allow_tf32=True)
+        got = self.c.gemm(np.rint(a * 4).astype(np.int32), np.rint(b * 4).astype(np.int16))
+        self.assertEqual(got.dtype, np.float32)
+        self.assertClose(got, gemm_ref(np.rint(a * 4), np.rint(b * 4), None, 1, 0, 0, 0), "f32",
+                         48, "integer inputs")
+
+    def test_complex_and_other_non_real_inputs_are_refused(self):
+        """NumPy casts complex to real with only a ComplexWarning: the
+        imaginary part would be dropped without an error."""
+        a, b = rand(self.rng, (8, 6)), rand(self.rng, (6, 4))
+        z = a + 1j * a
+        for args, kw, name in [((z, b), {}, "a is complex"),
+                               ((a, b.astype(np.complex64)), {}, "b is complex"),
+                               ((a, b, z[:, :4].copy()), {"beta": 1.0}, "c is complex"),
+                               ((z, b), {"dtype": "f32"}, "a is complex"),
+                               ((a > 0, b), {}, "a has dtype bool"),
+                               ((a.astype(object), b), {}, "a has dtype object")]:
+            with self.assertRaises(TypeError) as cm:
+                self.c.gemm(*args, **kw)
+            self.assertIn(name, str(cm.exception))
+        with self.assertRaises(TypeError) as cm:
+            self.c.syr2k(z[:, :6], a[:, :6])
+        self.assertIn("a is complex", str(cm.exception))
 
     def test_bad_arguments(self):
         a = rand(self.rng, (4, 5))
