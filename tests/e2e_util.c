@@ -159,6 +159,20 @@ static void exec_daemon(const char *log, char **argv)
 
 int e2e_daemon_start(struct e2e_daemon *d, ...)
 {
+        const char *flags[MAX_FLAGS + 1];
+        int n = 0;
+        va_list ap;
+
+        va_start(ap, d);
+        while (n < MAX_FLAGS && (flags[n] = va_arg(ap, const char *)))
+                n++;
+        va_end(ap);
+        flags[n] = NULL;
+        return e2e_daemon_startv(d, flags);
+}
+
+int e2e_daemon_startv(struct e2e_daemon *d, const char *const *flags)
+{
         char *argv[MAX_FLAGS + 8];
         /* E2E_GEMMD names another daemon binary beside it (gemmd-fi). */
         const char *name = getenv("E2E_GEMMD");
@@ -171,8 +185,6 @@ int e2e_daemon_start(struct e2e_daemon *d, ...)
         char *bin = e2e_build_path(name && *name ? name : "gemmd");
         int argc = 0, slot = -1, n = ndaemons_started++;
         uint64_t deadline;
-        const char *flag;
-        va_list ap;
         pid_t pid;
 
         memset(d, 0, sizeof(*d));
@@ -191,10 +203,8 @@ int e2e_daemon_start(struct e2e_daemon *d, ...)
                 argv[argc++] = "--device-process";
                 argv[argc++] = (char *)devproc;
         }
-        va_start(ap, d);
-        while ((flag = va_arg(ap, const char *)) && argc < MAX_FLAGS + 6)
-                argv[argc++] = (char *)flag;
-        va_end(ap);
+        for (int i = 0; flags[i] && argc < MAX_FLAGS + 6; i++)
+                argv[argc++] = (char *)flags[i];
         argv[argc] = NULL;
         for (int i = 0; i < MAX_DAEMONS && slot < 0; i++)
                 if (!running[i].pid)

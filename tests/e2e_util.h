@@ -52,6 +52,8 @@ struct e2e_daemon {
  * overrides the first), and waits up to 10 s until its socket accepts a
  * connection. Returns 0, or -1 after printing why and the daemon's log. */
 int e2e_daemon_start(struct e2e_daemon *d, ...) __attribute__((sentinel));
+/* The same with the flags in a NULL-terminated array. */
+int e2e_daemon_startv(struct e2e_daemon *d, const char *const *flags);
 
 /* Sends SIGTERM and waits up to 20 s. Returns 0 if gemmd exited with
  * status 0; otherwise prints what happened and its log, kills it if it was

@@ -7,7 +7,8 @@ HARD_SUITES := $(addprefix $(BUILD)/tests/,test_e2e_users test_e2e_hostile test_
                test_e2e_ring test_systemd test_soak)
 HARD_UTIL := $(BUILD)/tests/hard_util.o $(BUILD)/tests/e2e_util.o
 
-$(HARD_SUITES:=.o) $(HARD_UTIL) $(BUILD)/tests/soak.o: | $(BUILD)/proto/gemmd.pb-c.h
+$(HARD_SUITES:=.o) $(HARD_UTIL) $(BUILD)/tests/soak.o $(BUILD)/tests/soak_hostile.o: \
+        | $(BUILD)/proto/gemmd.pb-c.h
 
 # test_systemd runs `make install` in this tree.
 $(BUILD)/tests/test_systemd.o: CFLAGS += -DGEMMD_SRCDIR='"$(CURDIR)"'
@@ -17,7 +18,8 @@ $(HARD_SUITES): $(BUILD)/tests/%: $(BUILD)/tests/%.o $(HARD_UTIL) $(BUILD)/libge
 	$(call say,LD,$@)
 	$(Q)$(CC) -o $@ $< $(HARD_UTIL) $(BUILD)/libgemmd.a $(PBC_A) $(CRITERION_LIBS) -lm -lpthread
 
-$(BUILD)/soak: $(BUILD)/tests/soak.o $(HARD_UTIL) $(BUILD)/libgemmd.a | $(BUILD)/gemmd
+$(BUILD)/soak: $(BUILD)/tests/soak.o $(BUILD)/tests/soak_hostile.o $(HARD_UTIL) $(BUILD)/libgemmd.a \
+               | $(BUILD)/gemmd
 	$(call say,LD,$@)
 	$(Q)$(CC) -o $@ $^ $(PBC_A) -lm -lpthread
 

@@ -20,6 +20,20 @@
  * no completion is lost or repeated, no client failed, the daemon's
  * descriptors and shared mappings are back to the baseline, its VmRSS
  * within a few MiB of it, and it exits 0 on SIGTERM.
+ *
+ * With --hostile H (as root), the clients above act as one user (uid
+ * SOAK_HONEST_UID) and are not killed, while H processes of another user
+ * (SOAK_HOSTILE_UID) attack the daemon for the whole run, each picking one
+ * attack after another: memfds truncated and sealed during registration
+ * and ring attach, inline outputs of 16 MiB whose replies are never read,
+ * buffers, sessions and partial frames with descriptors held up to the
+ * caps, floods of garbage frames; about every --kill-ms one of them is
+ * SIGKILLed mid-attack and replaced. The daemon runs with small per-user
+ * limits (hostile_flags), and its descriptors, shared mappings and VmRSS
+ * are sampled throughout: the run passes when, beside the above, the
+ * honest user lost nothing and waited at most HONEST_MAX_MS for any
+ * request, and the daemon stayed within the bounds the man page gives for
+ * those limits (hostile_bounds).
  */
 #include <errno.h>
 #include <getopt.h>
@@ -35,24 +49,32 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <grp.h>
+#include <sys/stat.h>
+
 #include "gemmd.h"
 #include "tests/hard_util.h"
+#include "tests/soak_hostile.h"
 
 #define WINDOW 4          /* requests in flight per client */
 #define MAX_PER_SUBMIT 3
 #define SLOT_BYTES (256u << 10)
 #define MAX_CLIENTS 512
 #define RSS_SLACK_KB (16 * 1024)
+#define HONEST_MAX_MS 5000 /* the longest an honest request may take beside attackers */
 
 struct report {
         uint64_t requests, ops; /* completed and checked */
         uint64_t wrong, lost, repeated, failed;
         uint64_t reconnects, abandoned;
+        uint64_t lat_hist[32]; /* submit to checked result, log2 us buckets */
+        uint64_t lat_max_us;
 };
 
 struct slot {
         gemmd_ticket t;
         int busy;
+        uint64_t t_submit_us;
         size_t n;
         struct e2e_prob p[MAX_PER_SUBMIT];
 };
@@ -135,6 +157,35 @@ static int cl_submit(struct client *k, int i)
                 return -1;
         }
         s->busy = 1;
+        s->t_submit_us = e2e_now_us();
+        return 0;
+}
+
+/* Adds one request's latency to the client's report. */
+static void count_latency(struct report *rep, uint64_t us)
+{
+        int b = 0;
+
+        while (b < 31 && (1ull << (b + 1)) <= us)
+                b++;
+        rep->lat_hist[b]++;
+        if (us > rep->lat_max_us)
+                rep->lat_max_us = us;
+}
+
+/* The latency below which a fraction q of the report's requests finished
+ * (the upper edge of its log2 bucket, in us). */
+static uint64_t latency_quantile(const struct report *rep, double q)
+{
+        uint64_t n = 0, seen = 0;
+
+        for (int b = 0; b < 32; b++)
+                n += rep->lat_hist[b];
+        for (int b = 0; b < 32; b++) {
+                seen += rep->lat_hist[b];
+                if (n && seen >= q * (double)n)
+                        return 2ull << b;
+        }
         return 0;
 }
 
@@ -175,6 +226,7 @@ static void cl_collect(struct client *k, gemmd_ticket t, int timeout_ms)
                 }
                 k->rep.requests++;
                 k->rep.ops += s->n;
+                count_latency(&k->rep, e2e_now_us() - s->t_submit_us);
                 atomic_fetch_add(&tally->requests, 1);
                 atomic_fetch_add(&tally->ops, s->n);
         }
@@ -260,7 +312,21 @@ struct child {
 
 static uint64_t next_seed = 1;
 
-static int spawn(struct child *ch, const char *sock, int id)
+/* Who a child acts as: the clients of a plain soak run as the caller,
+ * those of a hostile one as two other users. */
+enum role { AS_CALLER, HONEST, HOSTILE };
+
+/* Takes the uid (and gid) of role in a child; 0, or -1. */
+static int become(enum role role)
+{
+        uid_t uid = role == HONEST ? SOAK_HONEST_UID : SOAK_HOSTILE_UID;
+
+        if (role == AS_CALLER)
+                return 0;
+        return setgroups(0, NULL) || setgid(uid) || setuid(uid) ? -1 : 0;
+}
+
+static int spawn_as(struct child *ch, const char *sock, int id, enum role role)
 {
         int p[2];
 
@@ -279,6 +345,12 @@ static int spawn(struct child *ch, const char *sock, int id)
                 signal(SIGTERM, on_term);
                 sigprocmask(SIG_SETMASK, &old, NULL);
                 close(p[0]);
+                if (become(role)) {
+                        perror("soak: setuid");
+                        _exit(7);
+                }
+                if (role == HOSTILE)
+                        hostile_main(sock, id, next_seed * 0x9E3779B97F4A7C15ull);
                 _exit(client_main(sock, id, next_seed * 0x9E3779B97F4A7C15ull, p[1]));
         }
         sigprocmask(SIG_SETMASK, &old, NULL);
@@ -288,6 +360,13 @@ static int spawn(struct child *ch, const char *sock, int id)
         close(p[1]);
         ch->fd = p[0];
         return 0;
+}
+
+static enum role client_role = AS_CALLER;
+
+static int spawn(struct child *ch, const char *sock, int id)
+{
+        return spawn_as(ch, sock, id, client_role);
 }
 
 /* Stops every child and adds up the reports. Returns the number of
@@ -311,6 +390,10 @@ static int stop_all(struct child *ch, int n, struct report *sum)
                         sum->failed += r.failed;
                         sum->reconnects += r.reconnects;
                         sum->abandoned += r.abandoned;
+                        for (int b = 0; b < 32; b++)
+                                sum->lat_hist[b] += r.lat_hist[b];
+                        if (r.lat_max_us > sum->lat_max_us)
+                                sum->lat_max_us = r.lat_max_us;
                 } else {
                         bad++;
                 }
@@ -326,8 +409,73 @@ static int stop_all(struct child *ch, int n, struct report *sum)
 static void usage(void)
 {
         fprintf(stderr, "usage: soak [--clients N] [--seconds S] [--kill-ms MS] [--threads T] "
-                        "[--seed X] [--backend cpu|cuda]\n");
+                        "[--seed X] [--backend cpu|cuda] [--hostile H]\n");
         exit(2);
+}
+
+/* The daemon's resources at their highest while it was sampled. */
+static void res_peak(struct hard_res *peak, const struct hard_res *now)
+{
+        if (now->fds > peak->fds)
+                peak->fds = now->fds;
+        if (now->shm_maps > peak->shm_maps)
+                peak->shm_maps = now->shm_maps;
+        if (now->rss_kb > peak->rss_kb)
+                peak->rss_kb = now->rss_kb;
+}
+
+/*
+ * The hostile run: nclients honest clients (started by the caller, in ch)
+ * serve beside nhostile attackers for `seconds`, one attacker killed and
+ * replaced about every kill_ms; the daemon's resources are sampled every
+ * 20 ms. Stops the attackers, and returns how many things went wrong:
+ * attackers that could not start, and peaks past the man page's bounds.
+ */
+static int hostile_run(const struct e2e_daemon *d, const struct hard_res *base, int nhostile,
+                       int seconds, int kill_ms, uint64_t *rng)
+{
+        static struct child hc[MAX_CLIENTS];
+        struct hostile_bounds b;
+        struct hard_res peak = *base, now;
+        uint64_t deadline = e2e_now_us() + (uint64_t)seconds * 1000000u, next_kill;
+        int bad = 0, kills = 0;
+
+        for (int i = 0; i < nhostile; i++)
+                if (spawn_as(&hc[i], d->sock, 1000 + i, HOSTILE))
+                        return 1;
+        next_kill = e2e_now_us() + (uint64_t)kill_ms * 1000u;
+        while (e2e_now_us() < deadline) {
+                usleep(20000);
+                if (hard_res_read(d->pid, &now) == 0)
+                        res_peak(&peak, &now);
+                if (e2e_now_us() < next_kill)
+                        continue;
+                int victim = (int)(e2e_rand(rng) % (uint64_t)nhostile);
+
+                kill(hc[victim].pid, SIGKILL);
+                waitpid(hc[victim].pid, NULL, 0);
+                close(hc[victim].fd);
+                kills++;
+                if (spawn_as(&hc[victim], d->sock, 1000 + victim, HOSTILE))
+                        return bad + 1;
+                next_kill = e2e_now_us() + (uint64_t)(kill_ms / 2 + e2e_rand(rng) % (uint64_t)kill_ms) * 1000u;
+        }
+        for (int i = 0; i < nhostile; i++) {
+                kill(hc[i].pid, SIGKILL);
+                waitpid(hc[i].pid, NULL, 0);
+                close(hc[i].fd);
+        }
+        /* Three users: the honest one, the hostile one, and the monitor. */
+        hostile_bounds(3, base->fds, base->rss_kb, &b);
+        printf("soak: %d attackers of uid %d, %d killed mid-attack and replaced; daemon peaks: "
+               "fds %d (bound %ld), shared mappings %d (bound %ld), VmRSS %ld kB (bound %ld kB)\n",
+               nhostile, SOAK_HOSTILE_UID, kills, peak.fds, b.fds, peak.shm_maps, b.shm_maps,
+               peak.rss_kb, b.rss_kb);
+        if (peak.fds > b.fds || peak.shm_maps > b.shm_maps || peak.rss_kb > b.rss_kb) {
+                fprintf(stderr, "soak: the daemon went past the bounds of its limits\n");
+                bad++;
+        }
+        return bad;
 }
 
 int main(int argc, char **argv)
@@ -336,10 +484,10 @@ int main(int argc, char **argv)
                 {"clients", required_argument, NULL, 'c'}, {"seconds", required_argument, NULL, 's'},
                 {"kill-ms", required_argument, NULL, 'k'}, {"threads", required_argument, NULL, 't'},
                 {"seed", required_argument, NULL, 'x'},    {"backend", required_argument, NULL, 'b'},
-                {NULL, 0, NULL, 0},
+                {"hostile", required_argument, NULL, 'H'}, {NULL, 0, NULL, 0},
         };
         static struct child ch[MAX_CLIENTS];
-        int nclients = 16, seconds = 10, kill_ms = 150, o, bad = 0, kills = 0, ok;
+        int nclients = 16, seconds = 10, kill_ms = 150, o, bad = 0, kills = 0, ok, nhostile = 0;
         const char *threads = "2", *backend = "cpu";
         struct report warm = {0}, sum = {0};
         int nwarm;
@@ -370,21 +518,43 @@ int main(int argc, char **argv)
                 case 'b':
                         backend = optarg;
                         break;
+                case 'H':
+                        nhostile = atoi(optarg);
+                        break;
                 default:
                         usage();
                 }
         }
-        if (nclients < 1 || nclients > MAX_CLIENTS || seconds < 1 || kill_ms < 1)
+        if (nclients < 1 || nclients > MAX_CLIENTS || seconds < 1 || kill_ms < 1 || nhostile < 0 ||
+            nhostile > MAX_CLIENTS)
                 usage();
+        if (nhostile && geteuid() != 0) {
+                fprintf(stderr, "soak: --hostile acts as two other users, which needs root\n");
+                return 77;
+        }
         rng = next_seed;
         signal(SIGPIPE, SIG_IGN);
         tally = mmap(NULL, sizeof(*tally), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
         if (tally == MAP_FAILED)
                 return 1;
         e2e_setup();
-        if (e2e_daemon_start(&d, "--threads", threads, "--backend", backend, NULL)) {
-                e2e_teardown();
-                return 1;
+        {
+                const char *flags[64] = {"--threads", threads, "--backend", backend};
+                int n = 4;
+
+                for (int i = 0; nhostile && hostile_flags[i] && n < 63; i++)
+                        flags[n++] = hostile_flags[i];
+                flags[n] = NULL;
+                if (e2e_daemon_startv(&d, flags)) {
+                        e2e_teardown();
+                        return 1;
+                }
+        }
+        /* The users the clients act as must reach the socket. */
+        if (nhostile) {
+                client_role = HONEST;
+                if (chmod(e2e_dir, 0711) || chmod(d.sock, 0666))
+                        goto fail;
         }
         mon = e2e_connect(&d);
         if (!mon)
@@ -403,10 +573,16 @@ int main(int argc, char **argv)
                 fprintf(stderr, "soak: warm-up sessions did not go away (%lld left)\n", got);
                 goto fail;
         }
-        printf("soak: %d clients for %d s, one killed about every %d ms; warm-up %llu requests; "
-               "baseline %s\n",
-               nclients, seconds, kill_ms, (unsigned long long)warm.requests,
-               hard_res_str(&base, b1, sizeof(b1)));
+        if (nhostile)
+                printf("soak: %d clients of uid %d for %d s beside %d attackers of uid %d; warm-up "
+                       "%llu requests; baseline %s\n",
+                       nclients, SOAK_HONEST_UID, seconds, nhostile, SOAK_HOSTILE_UID,
+                       (unsigned long long)warm.requests, hard_res_str(&base, b1, sizeof(b1)));
+        else
+                printf("soak: %d clients for %d s, one killed about every %d ms; warm-up %llu "
+                       "requests; baseline %s\n",
+                       nclients, seconds, kill_ms, (unsigned long long)warm.requests,
+                       hard_res_str(&base, b1, sizeof(b1)));
         fflush(stdout);
 
         atomic_store(&tally->requests, 0);
@@ -416,7 +592,9 @@ int main(int argc, char **argv)
                         goto fail;
         start = e2e_now_us();
         deadline = start + (uint64_t)seconds * 1000000u;
-        while (e2e_now_us() < deadline) {
+        if (nhostile)
+                bad += hostile_run(&d, &base, nhostile, seconds, kill_ms, &rng);
+        while (!nhostile && e2e_now_us() < deadline) {
                 int victim, st;
 
                 usleep((useconds_t)(kill_ms / 2 + e2e_rand(&rng) % (uint64_t)kill_ms) * 1000u);
@@ -459,7 +637,16 @@ int main(int argc, char **argv)
                (unsigned long long)sum.abandoned);
         printf("soak: daemon before %s\nsoak: daemon after  %s\n", hard_res_str(&base, b1, sizeof(b1)),
                hard_res_str(&after, b2, sizeof(b2)));
+        printf("soak: request latency of the clients alive at the end: p50 %llu us, p99 %llu us, "
+               "max %llu us\n",
+               (unsigned long long)latency_quantile(&sum, 0.5),
+               (unsigned long long)latency_quantile(&sum, 0.99), (unsigned long long)sum.lat_max_us);
         ok = !bad && !sum.wrong && !sum.lost && !sum.repeated && !sum.failed && sum.requests > 0;
+        if (nhostile && sum.lat_max_us > HONEST_MAX_MS * 1000ull) {
+                fprintf(stderr, "soak: an honest request waited %llu ms beside the attackers\n",
+                        (unsigned long long)sum.lat_max_us / 1000);
+                ok = 0;
+        }
         if (after.fds != base.fds || after.shm_maps != base.shm_maps) {
                 fprintf(stderr, "soak: descriptors or shared mappings not back to the baseline\n");
                 ok = 0;

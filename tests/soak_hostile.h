@@ -1,0 +1,31 @@
+/*
+ * soak_hostile.h - the hostile user of `soak --hostile`: one process that
+ * attacks the daemon until it is killed, and the limits and bounds that
+ * the soak holds the daemon to while it does.
+ */
+#ifndef GEMMD_SOAK_HOSTILE_H
+#define GEMMD_SOAK_HOSTILE_H
+
+#include <stdint.h>
+
+#define SOAK_HONEST_UID 60031
+#define SOAK_HOSTILE_UID 60032
+
+/* The daemon's flags for a hostile soak (a NULL-terminated list): small
+ * per-user caps, so that the bounds below are tight enough to mean
+ * something on a test machine. */
+extern const char *const hostile_flags[];
+
+/* What the man page says the daemon may hold at most, for hostile_flags,
+ * `users` users and the baseline it started from: descriptors, shared
+ * mappings and resident memory (kB). */
+struct hostile_bounds {
+        long fds, shm_maps, rss_kb;
+};
+void hostile_bounds(int users, long base_fds, long base_rss_kb, struct hostile_bounds *b);
+
+/* Attacks the daemon on sock, one attack after another picked with seed,
+ * until the process is killed. Never returns. */
+void hostile_main(const char *sock, int id, uint64_t seed) __attribute__((noreturn));
+
+#endif
