@@ -544,7 +544,9 @@ static int place(struct proc_backend *p, struct pslot *s, const struct op *o, in
                         if (rc || a.rc) {
                                 log_err("device %d: cannot map shared memory in the device "
                                         "process: %s", p->ordinal, gemmd_strerror(rc ? rc : a.rc));
-                                return GEMMD_EDEVICE;
+                                /* The device process said why: out of
+                                 * mappings is not a broken device. */
+                                return rc ? GEMMD_EDEVICE : worker_launch_status(a.rc);
                         }
                         b->xref[i] = a.a;
                         b->xgen[i] = p->gen;

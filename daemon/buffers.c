@@ -64,6 +64,13 @@ int gbuf_map_sealed(int fd, uint64_t bytes, void **out)
                         return GEMMD_EINVAL;
                 return errno == ENOMEM ? GEMMD_ERESOURCE : -errno;
         }
+        /* No seal may follow: a write seal added later would keep a device
+         * process, which maps the file only when a group first needs it,
+         * from mapping it at all (the daemon's own mapping predates it). */
+        if (!(seals & F_SEAL_SEAL) && fcntl(fd, F_ADD_SEALS, F_SEAL_SEAL) < 0) {
+                munmap(p, bytes);
+                return GEMMD_EINVAL;
+        }
         *out = p;
         return 0;
 }

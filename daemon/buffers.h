@@ -59,7 +59,9 @@ extern void (*gbuf_forget)(struct gbuf *b);
  * do later makes the mapping unreadable (a read past a file's end is a
  * SIGBUS in the daemon): fd must be a memfd on shared memory (not
  * hugetlbfs) sealed against shrinking (F_SEAL_SHRINK) and at least
- * `bytes` long, and not sealed against writes. Returns 0 and the mapping
+ * `bytes` long, and not sealed against writes; then seals it against
+ * further seals (F_SEAL_SEAL), so that what mapped it once maps it again
+ * (a device process, after a restart). Returns 0 and the mapping
  * in *out, or a negative code: GEMMD_EINVAL when fd is not such a memfd,
  * GEMMD_EBOUNDS when it is shorter, GEMMD_ERESOURCE when the daemon has
  * no mapping left, or another -errno. */

@@ -265,9 +265,8 @@ enum change { SHRINK, PUNCH, GROW, SEAL, NCHANGES };
 static const char *const change_names[NCHANGES] = {"shrink", "punch", "grow", "seal"};
 
 /* Applies one change to the sealed memfd fd of `bytes` that the daemon maps.
- * Shrinking must fail: the seal the daemon asked for holds. The others may
- * work or not (a write seal cannot be added while the daemon maps the file
- * writable; growing fails once F_SEAL_GROW is on). */
+ * Shrinking and sealing must fail: the seal the daemon asked for holds, and
+ * the daemon sealed the file against more. Punching and growing work. */
 static void apply(int fd, enum change c, uint64_t bytes)
 {
         switch (c) {
@@ -276,14 +275,19 @@ static void apply(int fd, enum change c, uint64_t bytes)
                           "a registered memfd could be truncated");
                 break;
         case PUNCH:
-                (void)!fallocate(fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, 0, (off_t)bytes);
+                cr_assert_eq(fallocate(fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, 0, (off_t)bytes),
+                             0);
                 break;
         case GROW:
-                (void)!ftruncate(fd, (off_t)(2 * bytes));
+                cr_assert_eq(ftruncate(fd, (off_t)(2 * bytes)), 0);
                 break;
         case SEAL:
-                (void)!fcntl(fd, F_ADD_SEALS, F_SEAL_GROW | F_SEAL_FUTURE_WRITE);
-                (void)!fcntl(fd, F_ADD_SEALS, F_SEAL_WRITE);
+                /* The daemon sealed it against further seals: a write seal
+                 * would keep a device process from mapping it. */
+                cr_assert(fcntl(fd, F_ADD_SEALS, F_SEAL_GROW | F_SEAL_FUTURE_WRITE) < 0 &&
+                                  errno == EPERM,
+                          "a registered memfd could be sealed further");
+                cr_assert(fcntl(fd, F_ADD_SEALS, F_SEAL_WRITE) < 0);
                 break;
         default:
                 break;
@@ -351,7 +355,9 @@ Test(attack_seals, truncating_punching_growing_and_sealing_in_every_order_while_
                         if (e->request_id < first || e->request_id > rid)
                                 continue;
                         cr_assert_eq(e->body_case, GEMMD__V1__ENVELOPE__BODY_COMPLETION);
-                        cr_expect_eq(e->completion->results[0]->status, 0);
+                        cr_expect_eq(e->completion->results[0]->status, 0, "status %d: %s",
+                                     (int)e->completion->results[0]->status,
+                                     e->completion->results[0]->message);
                         got++;
                 }
                 cr_assert_eq(run_gemm(&r, ++rid, buf), 0, "the buffer is no longer usable");
