@@ -388,8 +388,10 @@ static void handle(const struct xmsg *m, int xfd)
 
                 rc = s ? launch(s) : -EINVAL;
                 if (rc) {
+                        /* Memory that ran out here leaves the device sound. */
                         struct xmsg d = {.type = X_DONE, .slot = m->slot, .b = UINT64_MAX,
-                                         .rc = rc > 0 ? rc : GEMMD_EDEVICE};
+                                         .rc = rc == -ENOMEM || rc == GEMMD_ERESOURCE ? GEMMD_ERESOURCE
+                                                                                      : GEMMD_EDEVICE};
 
                         log_err("device process: launch of group %llu failed: %s",
                                 s ? (unsigned long long)s->g.id : 0ull, gemmd_strerror(rc));
