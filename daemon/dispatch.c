@@ -142,9 +142,14 @@ static void on_register(struct session *s, uint64_t rid, const Gemmd__V1__Buffer
                                    (unsigned long long)lim->max_buffer_bytes);
                 return;
         }
+        if (users_map_take(s, rid)) {
+                close(fd);
+                return;
+        }
         rc = gbuf_new_shm(fd, m->bytes, &b);
         close(fd);
         if (rc) {
+                users_map_give(s);
                 session_send_error(s, rid, rc, -1, "cannot map the buffer: %s",
                                    rc == GEMMD_EINVAL ? "shared memory must be a memfd on tmpfs (not "
                                                         "hugetlbfs), sealed against shrinking "
@@ -152,6 +157,7 @@ static void on_register(struct session *s, uint64_t rid, const Gemmd__V1__Buffer
                                                       : gemmd_strerror(rc));
                 return;
         }
+        users_map_pass(s, b);
         /* Checked again with the add, under the lock that the user's
          * sessions on other loops, and the metrics, take too. */
         pthread_mutex_lock(&s->srv->lock);

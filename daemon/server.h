@@ -207,6 +207,7 @@ struct server {
          * and completion of a request take it once each. */
         pthread_mutex_t lock;
         struct user *users; /* users with sessions (users.h) */
+        atomic_uint mappings; /* buffers and rings mapped for all users (users_map_take) */
         uint32_t nsessions;
         uint32_t ndenied; /* sessions with `denied` set, counted in nsessions */
         uint64_t next_session_id;

@@ -190,11 +190,11 @@ static void free_session(struct session *s)
                 free(o);
         }
         frame_arena_deinit(&s->arena);
+        ring_free(s); /* gives back its user's count of it */
         pthread_mutex_lock(&s->srv->lock);
         users_put(s->srv, s->user);
         pthread_mutex_unlock(&s->srv->lock);
         pthread_mutex_destroy(&s->out_lock);
-        ring_free(s);
         pthread_mutex_destroy(&s->ring_lock);
         free(s->lanes);
         free(s->rbuf);

@@ -14,7 +14,7 @@
 static const char *code_names[] = {
         "ok",      "protocol", "version",     "too_big", "invalid",  "bounds",
         "overflow", "no_buffer", "busy",       "limit",   "unsupported", "device",
-        "shutdown", "canceled", "disconnected", "permission", "no_ticket",
+        "shutdown", "canceled", "disconnected", "permission", "no_ticket", "resource",
 };
 #define NCODES (sizeof(code_names) / sizeof(code_names[0]))
 
@@ -180,8 +180,10 @@ static void render_text(struct server *srv, FILE *f, double up_s)
         }
         fprintf(f, "users:\n");
         for (struct user *u = srv->users; u; u = u->next)
-                fprintf(f, "  uid %u: %u sessions, %u ops in flight, %llu bytes registered\n",
-                        u->uid, u->sessions, u->inflight_ops, (unsigned long long)u->buffer_bytes);
+                fprintf(f, "  uid %u: %u sessions, %u ops in flight, %llu bytes registered, %u buffers "
+                           "and rings mapped\n",
+                        u->uid, u->sessions, u->inflight_ops, (unsigned long long)u->buffer_bytes,
+                        (unsigned)atomic_load(&u->mappings));
         pthread_mutex_unlock(&srv->lock);
 }
 
@@ -196,6 +198,8 @@ static void render_json(struct server *srv, FILE *f, double up_s)
         fprintf(f, "\"sessions_now\":%u,\"sessions_total\":%llu,\"requests\":%llu,\"queued_ops\":%u,",
                 srv->nsessions, (unsigned long long)srv->sessions_total,
                 (unsigned long long)srv->requests, srv->queued_ops);
+        fprintf(f, "\"mappings\":%u,\"max_mappings\":%u,", (unsigned)atomic_load(&srv->mappings),
+                srv->cfg->lim.max_mappings);
         pthread_mutex_unlock(&srv->lock);
         fprintf(f, "\"replies\":%llu,\"replies_now\":%llu,\"replies_ring\":%llu,\"submits_ring\":%llu,\"rings_now\":%u,"
                    "\"reply_wait_s\":%.6f,\"busy_sessions\":%u,\"client_poll_max\":%u,\"no_poll_replies\":%llu,",
@@ -266,9 +270,10 @@ static void render_json(struct server *srv, FILE *f, double up_s)
         }
         fprintf(f, "],\"users\":[");
         for (struct user *u = srv->users; u; u = u->next)
-                fprintf(f, "%s{\"uid\":%u,\"sessions\":%u,\"inflight\":%u,\"buffer_bytes\":%llu}",
+                fprintf(f, "%s{\"uid\":%u,\"sessions\":%u,\"inflight\":%u,\"buffer_bytes\":%llu,"
+                           "\"mappings\":%u}",
                         u == srv->users ? "" : ",", u->uid, u->sessions, u->inflight_ops,
-                        (unsigned long long)u->buffer_bytes);
+                        (unsigned long long)u->buffer_bytes, (unsigned)atomic_load(&u->mappings));
         pthread_mutex_unlock(&srv->lock);
         fprintf(f, "]}\n");
 }

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "daemon/server.h"
+#include "gemmd.h"
 
 static int listed(const uint32_t *v, uint32_t n, uint32_t id)
 {
@@ -74,6 +75,51 @@ struct user *users_get(struct server *srv, uint32_t uid)
                 srv->users->prev = u;
         srv->users = u;
         return u;
+}
+
+int users_map_take(struct session *s, uint64_t rid)
+{
+        struct server *srv = s->srv;
+        const struct limits *lim = &srv->cfg->lim;
+        unsigned user, all;
+        int over;
+
+        /* Checked and counted under the lock the user's sessions on other
+         * loops take: they can only give back meanwhile, never take. */
+        pthread_mutex_lock(&srv->lock);
+        user = atomic_load(&s->user->mappings);
+        all = atomic_load(&srv->mappings);
+        over = user >= lim->max_user_buffers || all >= lim->max_mappings;
+        if (!over) {
+                atomic_fetch_add(&s->user->mappings, 1);
+                atomic_fetch_add(&srv->mappings, 1);
+        }
+        pthread_mutex_unlock(&srv->lock);
+        if (!over)
+                return 0;
+        if (user >= lim->max_user_buffers)
+                session_send_error(s, rid, GEMMD_ELIMIT, -1,
+                                   "uid %d holds %u buffers and rings mapped, the most one user may "
+                                   "(--max-user-buffers %u)",
+                                   (int)s->cred.uid, user, lim->max_user_buffers);
+        else
+                session_send_error(s, rid, GEMMD_ELIMIT, -1,
+                                   "the daemon holds %u buffers and rings mapped for all users, the "
+                                   "most it may (--max-mappings %u)",
+                                   all, lim->max_mappings);
+        return GEMMD_ELIMIT;
+}
+
+void users_map_give(struct session *s)
+{
+        atomic_fetch_sub(&s->user->mappings, 1);
+        atomic_fetch_sub(&s->srv->mappings, 1);
+}
+
+void users_map_pass(struct session *s, struct gbuf *b)
+{
+        b->counted[0] = &s->user->mappings;
+        b->counted[1] = &s->srv->mappings;
 }
 
 void users_put(struct server *srv, struct user *u)

@@ -29,6 +29,10 @@ struct user {
         uint32_t denied;       /* of those, sessions refused (see struct session) */
         uint32_t inflight_ops; /* admitted, not yet completed, all sessions */
         uint64_t buffer_bytes; /* registered, all sessions */
+        /* Buffers and rings the daemon holds mapped for it (released
+         * buffers that ops still use included); taken under the server's
+         * lock (users_map_take), given back by any thread. */
+        atomic_uint mappings;
         struct ushare *shares; /* one per worker */
         struct ulane *ulanes;  /* nworkers * NPRIO: worker i, priority p at i * NPRIO + p */
 };
@@ -45,5 +49,19 @@ struct user *users_get(struct server *srv, uint32_t uid);
 
 /* Drops a session reference; the last one frees the user. Accepts NULL. */
 void users_put(struct server *srv, struct user *u);
+
+struct session;
+struct gbuf;
+
+/* Counts one more mapping (a buffer or a ring) for s's user and for the
+ * daemon, unless that passes --max-user-buffers or --max-mappings: then
+ * answers request rid with LIMIT, naming the cap, and returns
+ * GEMMD_ELIMIT. Loop thread. */
+int users_map_take(struct session *s, uint64_t rid);
+/* Gives back a mapping that users_map_take counted for s. Any thread. */
+void users_map_give(struct session *s);
+/* Hands the mapping counted for s to buffer b: b's last reference gives
+ * it back, whichever thread drops it. */
+void users_map_pass(struct session *s, struct gbuf *b);
 
 #endif

@@ -18,9 +18,11 @@
  */
 #include <criterion/criterion.h>
 #include <errno.h>
+#include <grp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "gemmd.h"
@@ -128,4 +130,201 @@ Test(attack_budget, no_room_for_an_op_in_a_group_fails_it_and_the_worker_serves_
 Test(attack_budget, no_memory_for_a_groups_plan_fails_its_ops_and_the_worker_serves_on)
 {
         worker_out_of_memory("plan");
+}
+
+/* ---- memory mappings ------------------------------------------------------ */
+
+#define HOG_SESSIONS 16
+#define HOG_TRIES 2048
+
+/* What a hog reports: the buffers it registered, and the Error that
+ * stopped it (code 0: none did). */
+struct hog_report {
+        int registered;
+        int code;
+        char message[240];
+};
+
+struct hog {
+        const char *sock;
+        uid_t uid;
+};
+
+/* A client of user h->uid that registers 4 KiB buffers over HOG_SESSIONS
+ * sessions in turn, up to HOG_TRIES, until the daemon refuses one; it
+ * writes its report on fd and holds its sessions until fd reads end of
+ * file. Runs in a child process (no Criterion here). */
+static int hog_main(void *ctx, int fd)
+{
+        const struct hog *h = ctx;
+        struct hard_raw r[HOG_SESSIONS];
+        struct hog_report rep = {0};
+        char b;
+
+        if (setgroups(0, NULL) || setgid(h->uid) || setuid(h->uid))
+                return 2;
+        for (int i = 0; i < HOG_SESSIONS; i++)
+                if (hard_raw_open(&r[i], h->sock) || hard_raw_hello(&r[i]))
+                        return 3;
+        for (int i = 0; i < HOG_TRIES && !rep.code; i++) {
+                Gemmd__V1__Envelope env = GEMMD__V1__ENVELOPE__INIT, *e;
+                Gemmd__V1__BufferRegister reg = GEMMD__V1__BUFFER_REGISTER__INIT;
+                struct hard_raw *x = &r[i % HOG_SESSIONS];
+                int mfd = hard_memfd(4096), rc;
+
+                if (mfd < 0)
+                        return 4;
+                reg.kind = GEMMD__V1__BUFFER_REGISTER__KIND__SHM;
+                reg.bytes = 4096;
+                env.body_case = GEMMD__V1__ENVELOPE__BODY_BUFFER_REGISTER;
+                env.buffer_register = &reg;
+                rc = hard_raw_send(x, (uint64_t)i + 1, &env, &mfd, 1, 0);
+                close(mfd);
+                if (rc || !(e = hard_raw_recv(x, WAIT_MS)))
+                        return 5;
+                if (e->body_case == GEMMD__V1__ENVELOPE__BODY_BUFFER_REPLY) {
+                        rep.registered++;
+                } else if (e->body_case == GEMMD__V1__ENVELOPE__BODY_ERROR) {
+                        rep.code = e->error->code;
+                        snprintf(rep.message, sizeof(rep.message), "%s", e->error->message);
+                } else {
+                        return 6;
+                }
+        }
+        if (write(fd, &rep, sizeof(rep)) != sizeof(rep))
+                return 7;
+        while (read(fd, &b, 1) > 0)
+                ;
+        for (int i = 0; i < HOG_SESSIONS; i++)
+                hard_raw_close(&r[i]);
+        return 0;
+}
+
+/* Starts a hog of user uid and reads its report; *fd keeps it holding. */
+static pid_t hog_start(const char *sock, uid_t uid, struct hog_report *rep, int *fd)
+{
+        struct hog h = {sock, uid};
+        pid_t pid = e2e_fork(hog_main, &h, fd);
+
+        cr_assert_gt(pid, 0);
+        cr_assert_eq(read(*fd, rep, sizeof(*rep)), (ssize_t)sizeof(*rep), "hog of uid %d: no report",
+                     (int)uid);
+        fprintf(stderr, "uid %d registered %d buffers of 4 KiB; then %d: %s\n", (int)uid,
+                rep->registered, rep->code, rep->message);
+        return pid;
+}
+
+/* Lets a hog go and waits for it. */
+static void hog_stop(pid_t pid, int fd)
+{
+        close(fd);
+        cr_assert_eq(e2e_wait_child(pid, WAIT_MS), 0, "the hog failed");
+}
+
+/* A top-level number of the daemon's JSON stats, or -1. */
+static long long stats_number(gemmd_client *c, const char *key)
+{
+        char *json = NULL;
+        long long v = -1;
+
+        if (gemmd_stats(c, 1, &json) == 0)
+                v = hard_json_number(json, key);
+        free(json);
+        return v;
+}
+
+/* Run as another user: connects, registers a buffer and runs an op on it.
+ * Returns 0 when all of that worked. */
+static int bystander_main(void *ctx, int fd)
+{
+        const struct hog *h = ctx;
+        struct e2e_arena ar;
+        struct e2e_spec s = {.kind = GEMMD_GEMM, .dtype = GEMMD_F32, .m = 24, .n = 16, .k = 8,
+                             .alpha = 1.0f};
+        struct e2e_prob p;
+        gemmd_client *c;
+        uint64_t seed = 5;
+        char why[256];
+
+        if (setgroups(0, NULL) || setgid(h->uid) || setuid(h->uid))
+                return 2;
+        if (gemmd_connect(h->sock, &c) || e2e_arena_init(&ar, c, 1u << 20) ||
+            e2e_prob_place(&p, &s, &ar, &seed))
+                return 3;
+        if (e2e_run_checked(c, &p, 1, 1, NULL, why, sizeof(why))) {
+                fprintf(stderr, "bystander: %s\n", why);
+                return 4;
+        }
+        gemmd_disconnect(c);
+        return 0;
+}
+
+/* One user registers small buffers over many sessions, as fast as it can,
+ * as one that wants to take the node's memory mappings would (by default
+ * 1024 buffers x 1024 sessions are allowed: 65,000 of them reach the
+ * kernel's vm.max_map_count in seconds). It meets --max-user-buffers with
+ * a LIMIT that names it, holding no more mappings than that; another user
+ * is served meanwhile; a third meets the daemon-wide --max-mappings; and
+ * what the first held comes back when it leaves. */
+Test(attack_budget, a_user_registering_thousands_of_buffers_meets_its_mapping_cap)
+{
+        struct e2e_daemon d;
+        struct hard_res base, held, after;
+        struct hog_report rep, rep3;
+        struct hog by = {NULL, 60032};
+        gemmd_client *mon;
+        long long before_all;
+        char b1[128], b2[128];
+        int fd, fd3;
+        pid_t pid, pid3, bp;
+
+        START(&d, "--max-user-buffers", "200", "--max-mappings", "300", NULL);
+        cr_assert_eq(chmod(e2e_dir, 0711), 0);
+        cr_assert_eq(chmod(d.sock, 0666), 0);
+        mon = e2e_connect(&d);
+        cr_assert_not_null(mon);
+        cr_assert_eq(hard_res_settled(d.pid, &base, 5000), 0);
+        before_all = stats_number(mon, "mappings");
+        cr_assert_geq(before_all, 0, "no mappings in the stats");
+
+        pid = hog_start(d.sock, 60031, &rep, &fd);
+        cr_expect_eq(rep.registered, 200, "one user holds %d buffers (--max-user-buffers 200)",
+                     rep.registered);
+        cr_expect_eq(rep.code, GEMMD__V1__CODE__LIMIT);
+        cr_expect(strstr(rep.message, "--max-user-buffers"), "the refusal does not name the cap: %s",
+                  rep.message);
+        cr_assert_eq(hard_res_read(d.pid, &held), 0);
+        cr_expect_leq(held.shm_maps, base.shm_maps + 200, "the daemon maps %d client memfds (%d before)",
+                      held.shm_maps, base.shm_maps);
+        cr_expect_eq(stats_number(mon, "mappings"), before_all + 200);
+
+        /* Another user is served while the hog holds its buffers. */
+        by.sock = d.sock;
+        bp = e2e_fork(bystander_main, &by, NULL);
+        cr_assert_gt(bp, 0);
+        cr_expect_eq(e2e_wait_child(bp, WAIT_MS), 0, "another user was not served");
+
+        /* A third takes what is left of the daemon's mappings, and no more. */
+        pid3 = hog_start(d.sock, 60033, &rep3, &fd3);
+        cr_expect_eq(rep3.registered, 300 - 200 - (int)before_all,
+                     "a second hog got %d buffers of the daemon's 300", rep3.registered);
+        cr_expect_eq(rep3.code, GEMMD__V1__CODE__LIMIT);
+        cr_expect(strstr(rep3.message, "--max-mappings"), "the refusal does not name the cap: %s",
+                  rep3.message);
+        hog_stop(pid3, fd3);
+
+        /* What the hog held comes back with its sessions. */
+        hog_stop(pid, fd);
+        cr_assert_eq(hard_res_back(d.pid, &base, &after, 10000), 0);
+        fprintf(stderr, "mapping hogs: daemon before %s, after %s\n", hard_res_str(&base, b1, sizeof(b1)),
+                hard_res_str(&after, b2, sizeof(b2)));
+        cr_expect_eq(after.shm_maps, base.shm_maps);
+        for (int i = 0; i < 100 && stats_number(mon, "mappings") != before_all; i++)
+                usleep(20000);
+        cr_expect_eq(stats_number(mon, "mappings"), before_all);
+        pid = hog_start(d.sock, 60031, &rep, &fd);
+        cr_expect_eq(rep.registered, 200, "after it left, the user got %d buffers", rep.registered);
+        hog_stop(pid, fd);
+        gemmd_disconnect(mon);
+        STOP(&d);
 }
