@@ -181,9 +181,10 @@ static void render_text(struct server *srv, FILE *f, double up_s)
         fprintf(f, "users:\n");
         for (struct user *u = srv->users; u; u = u->next)
                 fprintf(f, "  uid %u: %u sessions, %u ops in flight, %llu bytes registered, %u buffers "
-                           "and rings mapped\n",
+                           "and rings mapped, %llu inline bytes held\n",
                         u->uid, u->sessions, u->inflight_ops, (unsigned long long)u->buffer_bytes,
-                        (unsigned)atomic_load(&u->mappings));
+                        (unsigned)atomic_load(&u->mappings),
+                        (unsigned long long)atomic_load(&u->inline_held));
         pthread_mutex_unlock(&srv->lock);
 }
 
@@ -271,9 +272,10 @@ static void render_json(struct server *srv, FILE *f, double up_s)
         fprintf(f, "],\"users\":[");
         for (struct user *u = srv->users; u; u = u->next)
                 fprintf(f, "%s{\"uid\":%u,\"sessions\":%u,\"inflight\":%u,\"buffer_bytes\":%llu,"
-                           "\"mappings\":%u}",
+                           "\"mappings\":%u,\"inline_held\":%llu}",
                         u == srv->users ? "" : ",", u->uid, u->sessions, u->inflight_ops,
-                        (unsigned long long)u->buffer_bytes, (unsigned)atomic_load(&u->mappings));
+                        (unsigned long long)u->buffer_bytes, (unsigned)atomic_load(&u->mappings),
+                        (unsigned long long)atomic_load(&u->inline_held));
         pthread_mutex_unlock(&srv->lock);
         fprintf(f, "]}\n");
 }

@@ -122,6 +122,44 @@ void users_map_pass(struct session *s, struct gbuf *b)
         b->counted[1] = &s->srv->mappings;
 }
 
+uint64_t users_inline_room(struct session *s)
+{
+        const struct limits *lim = &s->srv->cfg->lim;
+        uint64_t mine = atomic_load(&s->inline_held), user = atomic_load(&s->user->inline_held);
+        uint64_t a = mine < lim->max_session_inline_bytes ? lim->max_session_inline_bytes - mine : 0;
+        uint64_t b = user < lim->max_user_inline_bytes ? lim->max_user_inline_bytes - user : 0;
+
+        return a < b ? a : b;
+}
+
+int users_inline_take(struct session *s, uint64_t n)
+{
+        struct server *srv = s->srv;
+        int over;
+
+        if (!n)
+                return 0;
+        /* Checked and counted under the lock that the user's other loops
+         * take: they can only give back meanwhile. */
+        pthread_mutex_lock(&srv->lock);
+        over = atomic_load(&s->user->inline_held) + n > srv->cfg->lim.max_user_inline_bytes;
+        if (!over)
+                atomic_fetch_add(&s->user->inline_held, n);
+        pthread_mutex_unlock(&srv->lock);
+        if (over)
+                return GEMMD_EBUSY;
+        atomic_fetch_add(&s->inline_held, n);
+        return 0;
+}
+
+void users_inline_give(struct session *s, uint64_t n)
+{
+        if (!n)
+                return;
+        atomic_fetch_sub(&s->inline_held, n);
+        atomic_fetch_sub(&s->user->inline_held, n);
+}
+
 void users_put(struct server *srv, struct user *u)
 {
         if (!u || --u->sessions)

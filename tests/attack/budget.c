@@ -27,6 +27,7 @@
 
 #include "gemmd.h"
 #include "tests/e2e_assert.h"
+#include "proto/ring.h"
 #include "tests/hard_util.h"
 
 TestSuite(attack_budget, .init = e2e_setup, .fini = e2e_teardown, .timeout = 240);
@@ -325,6 +326,170 @@ Test(attack_budget, a_user_registering_thousands_of_buffers_meets_its_mapping_ca
         pid = hog_start(d.sock, 60031, &rep, &fd);
         cr_expect_eq(rep.registered, 200, "after it left, the user got %d buffers", rep.registered);
         hog_stop(pid, fd);
+        gemmd_disconnect(mon);
+        STOP(&d);
+}
+
+/* ---- memory: inline results never read ------------------------------------- */
+
+#define AMP_N 2048 /* C is AMP_N x AMP_N f32: 16 MiB, inline, sent without data */
+#define AMP_SESSIONS 4
+#define AMP_FIRST 96 /* submits of the first session */
+#define AMP_MORE 8   /* of each of the others */
+#define MIB (1ull << 20)
+
+/* The daemon's VmHWM (its peak resident set), in kB, or -1. */
+static long peak_kb(pid_t pid)
+{
+        char path[64], *text, *p;
+        long kb = -1;
+
+        snprintf(path, sizeof(path), "/proc/%d/status", (int)pid);
+        text = e2e_read_file(path, NULL);
+        if (text && (p = strstr(text, "VmHWM:")))
+                kb = strtol(p + 6, NULL, 10);
+        free(text);
+        return kb;
+}
+
+/* A GEMM of AMP_N x AMP_N x 1 with A and B in the session's buffer buf and
+ * C inline, its data left out: 51 bytes on the wire, 16 MiB of result. */
+static int send_amplifier(struct hard_raw *r, uint64_t rid, uint64_t buf)
+{
+        Gemmd__V1__Envelope env = GEMMD__V1__ENVELOPE__INIT;
+        Gemmd__V1__Submit sub = GEMMD__V1__SUBMIT__INIT;
+        Gemmd__V1__Op op = GEMMD__V1__OP__INIT, *ops[1] = {&op};
+        Gemmd__V1__Operand a = GEMMD__V1__OPERAND__INIT, b = GEMMD__V1__OPERAND__INIT;
+        Gemmd__V1__Operand c = GEMMD__V1__OPERAND__INIT;
+
+        op.kind = GEMMD__V1__OP_KIND__GEMM;
+        op.dtype = GEMMD__V1__DTYPE__F32;
+        op.m = op.n = AMP_N;
+        op.k = 1;
+        op.lda = op.ldc = AMP_N;
+        op.ldb = 1;
+        op.alpha = 1.0f;
+        a.buffer_id = b.buffer_id = buf;
+        b.offset = AMP_N * 4;
+        op.a = &a;
+        op.b = &b;
+        op.c = &c;
+        sub.n_ops = 1;
+        sub.ops = ops;
+        env.body_case = GEMMD__V1__ENVELOPE__BODY_SUBMIT;
+        env.submit = &sub;
+        return hard_raw_send(r, rid, &env, NULL, 0, 0);
+}
+
+/* The first Error of r's frames, its message copied to msg. Returns its
+ * code, or -1 when none came. */
+static int first_error(struct hard_raw *r, char *msg, size_t len)
+{
+        for (int i = 0; i < 64; i++) {
+                Gemmd__V1__Envelope *e = hard_raw_recv(r, WAIT_MS);
+
+                if (!e)
+                        return -1;
+                if (e->body_case == GEMMD__V1__ENVELOPE__BODY_ERROR) {
+                        snprintf(msg, len, "%s", e->error->message);
+                        return e->error->code;
+                }
+        }
+        return -1;
+}
+
+/* The amplification of a submit of 51 bytes into a reply of 16 MiB: one
+ * session sends 96 of them and reads nothing, three more of the same user
+ * 8 each. With the default limits the daemon grew by 1.5 GB for the first
+ * session alone, whatever --max-output-bytes said: the results were
+ * allocated at admission and packed into replies that were never read.
+ * Now the session's and the user's byte budgets refuse what does not fit,
+ * with BUSY, and the daemon's peak memory stays under the bound gemmd(8)
+ * gives for the limits in force (MEMORY):
+ *   sessions x (read buffer + frame body + decode arena + unread replies +
+ *   1 KiB per op in flight + ring) + min(sessions x session budget, user
+ *   budget), and with --device-process the group slots' copies. */
+Test(attack_budget, inline_results_never_read_meet_the_byte_budgets_and_memory_stays_bounded)
+{
+        const uint64_t frame = 20 * MIB, out = MIB, session_budget = 64 * MIB, user_budget = 128 * MIB;
+        const uint64_t inflight = 4096, ops_per_submit = 4096, slots = 3;
+        const char *devproc = getenv("E2E_DEVPROC");
+        struct e2e_daemon d;
+        struct hard_raw r[AMP_SESSIONS];
+        uint64_t buf[AMP_SESSIONS], per_session, inline_part, bound;
+        long hwm0, hwm1;
+        gemmd_client *mon;
+        char msg[256];
+        int sent = 0;
+
+        START(&d, "--threads", "2", "--max-output-bytes", "1048576", "--max-frame-bytes", "20971520",
+              "--max-session-inline-bytes", "67108864", "--max-user-inline-bytes", "134217728", NULL);
+        mon = e2e_connect(&d);
+        cr_assert_not_null(mon);
+        for (int i = 0; i < AMP_SESSIONS; i++) {
+                cr_assert_eq(hard_raw_open(&r[i], d.sock), 0);
+                cr_assert_eq(hard_raw_hello(&r[i]), 0);
+                buf[i] = (uint64_t)hard_raw_register(&r[i], 1, 2 * AMP_N * 4, 2 * AMP_N * 4);
+                cr_assert_gt((int64_t)buf[i], 0);
+        }
+        cr_assert_eq(e2e_round_trip(mon), 0);
+        hwm0 = peak_kb(d.pid);
+        cr_assert_gt(hwm0, 0);
+
+        for (int i = 0; i < AMP_SESSIONS; i++)
+                for (int j = 0; j < (i ? AMP_MORE : AMP_FIRST); j++, sent++)
+                        cr_assert_eq(send_amplifier(&r[i], (uint64_t)j + 2, buf[i]), 0);
+        /* Everything admitted runs; its replies stay unread. */
+        for (int i = 0; i < 1000 && device_number(mon, "ops") < 4; i++)
+                usleep(20000);
+        cr_assert_eq(e2e_round_trip(mon), 0);
+        usleep(300000);
+        hwm1 = peak_kb(d.pid);
+        cr_expect_eq(device_number(mon, "ops"), 4,
+                     "%lld of %d submits of 32 MiB each ran within budgets of 64 and 128 MiB",
+                     device_number(mon, "ops"), sent);
+        {
+                char *json = NULL;
+
+                cr_assert_eq(gemmd_stats(mon, 1, &json), 0);
+                cr_expect_eq(hard_json_number(strstr(json, "\"rejections\""), "busy"), sent - 4,
+                             "the attacker was not refused: %s", json);
+                free(json);
+        }
+
+        /* The bound of gemmd(8)'s MEMORY for these limits: the monitor's
+         * session and the attacker's, one user's inline budget, and with a
+         * device process its group slots (max-groups-inflight + 1 on the
+         * CPU backend), each with at most the inline bytes admitted. */
+        per_session = 64 * 1024 + frame + (2 * frame + 512 * ops_per_submit) + out + 1024 * inflight +
+                      RING_BYTES;
+        inline_part = (AMP_SESSIONS + 1) * session_budget < user_budget ? (AMP_SESSIONS + 1) * session_budget
+                                                                        : user_budget;
+        bound = (AMP_SESSIONS + 1) * per_session + inline_part;
+        if (devproc && *devproc && strcmp(devproc, "no"))
+                bound += slots * inline_part;
+        fprintf(stderr, "%d submits of 16 MiB inline results never read: daemon peak %ld kB -> %ld kB, "
+                        "bound %llu kB\n", sent, hwm0, hwm1, (unsigned long long)(bound >> 10));
+        cr_expect_leq((uint64_t)(hwm1 - hwm0), bound >> 10, "the daemon's peak grew by %ld kB, over %llu kB",
+                      hwm1 - hwm0, (unsigned long long)(bound >> 10));
+
+        /* The refusals say which budget and that retrying may work. */
+        cr_expect_eq(first_error(&r[0], msg, sizeof(msg)), GEMMD__V1__CODE__BUSY);
+        cr_expect(strstr(msg, "--max-session-inline-bytes"), "session refusal: %s", msg);
+        cr_expect_eq(first_error(&r[AMP_SESSIONS - 1], msg, sizeof(msg)), GEMMD__V1__CODE__BUSY);
+        cr_expect(strstr(msg, "--max-user-inline-bytes"), "user refusal: %s", msg);
+
+        /* Once the attacker leaves, what it held is free: the budgets serve
+         * the user's next client. */
+        for (int i = 0; i < AMP_SESSIONS; i++)
+                hard_raw_close(&r[i]);
+        {
+                long long got;
+                uint64_t seed = 11;
+
+                cr_assert_eq(hard_wait_sessions(mon, 1, WAIT_MS, &got), 0);
+                run_checked(mon, &seed);
+        }
         gemmd_disconnect(mon);
         STOP(&d);
 }
