@@ -381,6 +381,23 @@ static int send_amplifier(struct hard_raw *r, uint64_t rid, uint64_t buf)
         return hard_raw_send(r, rid, &env, NULL, 0, 0);
 }
 
+/* Submits the daemon refused with BUSY so far (its JSON stats), or -1. */
+static long long busy_count(gemmd_client *c)
+{
+        char *json = NULL;
+        long long v = -1;
+
+        if (gemmd_stats(c, 1, &json) == 0) {
+                const char *rej = strstr(json, "\"rejections\":{");
+
+                v = !rej ? -1 : strstr(rej, "\"busy\":") && strstr(rej, "\"busy\":") < strchr(rej, '}')
+                                    ? hard_json_number(rej, "busy")
+                                    : 0;
+        }
+        free(json);
+        return v;
+}
+
 /* The first Error of r's frames, its message copied to msg. Returns its
  * code, or -1 when none came. */
 static int first_error(struct hard_raw *r, char *msg, size_t len)
@@ -436,8 +453,15 @@ Test(attack_budget, inline_results_never_read_meet_the_byte_budgets_and_memory_s
         hwm0 = peak_kb(d.pid);
         cr_assert_gt(hwm0, 0);
 
-        for (int i = 0; i < AMP_SESSIONS; i++)
-                for (int j = 0; j < (i ? AMP_MORE : AMP_FIRST); j++, sent++)
+        /* The first session alone, then the others: with several event
+         * loops, sessions are read in no given order. */
+        for (int j = 0; j < AMP_FIRST; j++, sent++)
+                cr_assert_eq(send_amplifier(&r[0], (uint64_t)j + 2, buf[0]), 0);
+        for (int i = 0; i < 1000 && busy_count(mon) < AMP_FIRST - 2; i++)
+                usleep(20000);
+        cr_expect_eq(busy_count(mon), AMP_FIRST - 2, "the first session's refusals");
+        for (int i = 1; i < AMP_SESSIONS; i++)
+                for (int j = 0; j < AMP_MORE; j++, sent++)
                         cr_assert_eq(send_amplifier(&r[i], (uint64_t)j + 2, buf[i]), 0);
         /* Everything admitted runs; its replies stay unread. */
         for (int i = 0; i < 1000 && device_number(mon, "ops") < 4; i++)
@@ -448,14 +472,9 @@ Test(attack_budget, inline_results_never_read_meet_the_byte_budgets_and_memory_s
         cr_expect_eq(device_number(mon, "ops"), 4,
                      "%lld of %d submits of 32 MiB each ran within budgets of 64 and 128 MiB",
                      device_number(mon, "ops"), sent);
-        {
-                char *json = NULL;
-
-                cr_assert_eq(gemmd_stats(mon, 1, &json), 0);
-                cr_expect_eq(hard_json_number(strstr(json, "\"rejections\""), "busy"), sent - 4,
-                             "the attacker was not refused: %s", json);
-                free(json);
-        }
+        for (int i = 0; i < 1000 && busy_count(mon) < sent - 4; i++)
+                usleep(20000);
+        cr_expect_eq(busy_count(mon), sent - 4, "%lld of %d submits were refused", busy_count(mon), sent);
 
         /* The bound of gemmd(8)'s MEMORY for these limits: the monitor's
          * session and the attacker's, one user's inline budget, and with a
@@ -473,11 +492,22 @@ Test(attack_budget, inline_results_never_read_meet_the_byte_budgets_and_memory_s
         cr_expect_leq((uint64_t)(hwm1 - hwm0), bound >> 10, "the daemon's peak grew by %ld kB, over %llu kB",
                       hwm1 - hwm0, (unsigned long long)(bound >> 10));
 
-        /* The refusals say which budget and that retrying may work. */
+        /* The refusals say which budget. The first session filled its own;
+         * of the others, which took the user's last 64 MiB depends on the
+         * order they were read in, but a session that got one submit or
+         * none in met the user's budget first. */
         cr_expect_eq(first_error(&r[0], msg, sizeof(msg)), GEMMD__V1__CODE__BUSY);
         cr_expect(strstr(msg, "--max-session-inline-bytes"), "session refusal: %s", msg);
-        cr_expect_eq(first_error(&r[AMP_SESSIONS - 1], msg, sizeof(msg)), GEMMD__V1__CODE__BUSY);
-        cr_expect(strstr(msg, "--max-user-inline-bytes"), "user refusal: %s", msg);
+        {
+                int user_refused = 0;
+
+                for (int i = 1; i < AMP_SESSIONS; i++) {
+                        cr_expect_eq(first_error(&r[i], msg, sizeof(msg)), GEMMD__V1__CODE__BUSY);
+                        user_refused += strstr(msg, "--max-user-inline-bytes") != NULL;
+                }
+                cr_expect_geq(user_refused, AMP_SESSIONS - 2, "sessions refused for the user's budget: %d",
+                              user_refused);
+        }
 
         /* Once the attacker leaves, what it held is free: the budgets serve
          * the user's next client. */
