@@ -38,7 +38,9 @@ struct backend {
         const char *(*kernel_name)(struct backend *b, uint32_t key);
         /* Starts g (its plan is built). Returns 0, after which exactly one
          * worker_group_done(g, status) follows, or a negative code, after
-         * which none does. */
+         * which none does: GEMMD_ERESOURCE when host memory (or a mapping)
+         * ran out before anything reached the device, which then needs no
+         * repair (its ops fail with that code). */
         int (*launch)(struct backend *b, struct group *g);
         /* Prepares a group slot's backend state; called once per slot. */
         int (*slot_init)(struct backend *b, struct group *g);

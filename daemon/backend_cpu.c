@@ -67,7 +67,7 @@ static int reserve_ws(struct cpu_slot *s, const struct group *g)
                 float *p = realloc(s->ws.chunks, floats * sizeof(float));
 
                 if (!p)
-                        return -ENOMEM;
+                        return GEMMD_ERESOURCE;
                 s->ws.chunks = p;
                 s->ws_floats = floats;
         }
@@ -75,7 +75,7 @@ static int reserve_ws(struct cpu_slot *s, const struct group *g)
                 uint32_t *p = realloc(s->ws.arrivals, arrivals * sizeof(uint32_t));
 
                 if (!p)
-                        return -ENOMEM;
+                        return GEMMD_ERESOURCE;
                 s->ws.arrivals = p;
                 s->ws_arrivals = arrivals;
         }

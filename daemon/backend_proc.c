@@ -612,13 +612,15 @@ static int launch(struct backend *be, struct group *g)
                 for (int j = 0; j < 3; j++)
                         if (g->ops[i]->buf[j]->kind == GBUF_INLINE)
                                 need += align64(g->ops[i]->span[j]);
+        /* Nothing has reached the device process yet: memory that runs
+         * out here fails the group's ops and no more (backend.h). */
         if ((rc = grow(s, need)))
-                return rc;
+                return rc == -ENOMEM || rc == -EMFILE || rc == -ENFILE ? GEMMD_ERESOURCE : rc;
         if (s->ops_cap < g->nops) {
                 uint64_t *v = realloc(s->c_inline, g->nops * sizeof(*v));
 
                 if (!v)
-                        return -ENOMEM;
+                        return GEMMD_ERESOURCE;
                 s->c_inline = v;
                 s->ops_cap = g->nops;
         }

@@ -150,6 +150,9 @@ void gbuf_unref(struct gbuf *b)
                 return;
         if (b->release)
                 b->release(b);
+        for (int i = 0; i < 2; i++)
+                if (b->counted[i])
+                        atomic_fetch_sub_explicit(b->counted[i], 1, memory_order_relaxed);
         free(b);
 }
 

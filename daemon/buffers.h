@@ -47,6 +47,10 @@ struct gbuf {
         int fd;
         uint32_t xgen[GBUF_XPROCS];
         uint64_t xref[GBUF_XPROCS];
+        /* The counts of mappings this buffer is one of (its user's and the
+         * daemon's, users.h), given back by its last reference: a buffer
+         * released while ops still use it stays mapped, and counted. */
+        atomic_uint *counted[2];
 };
 
 /* Set before the first buffer when device processes serve: shared memory

@@ -72,6 +72,17 @@ void config_defaults(struct gemmd_config *cfg)
         cfg->lim.max_user_share = 100;
         cfg->lim.max_user_sessions = 0; /* --max-sessions unless set */
         cfg->lim.hello_timeout_ms = 10000;
+        /* The kernel's default vm.max_map_count is 65530: one user's
+         * sessions may hold a sixteenth of that, all users together half
+         * (resolved after parsing); the other half is the daemon's own. */
+        cfg->lim.max_user_buffers = 4096;
+        cfg->lim.max_mappings = MAPPINGS_AUTO;
+        /* 32 inline results of the largest submit (16 MiB, counted twice:
+         * the result and the reply that carries it) per session, 128 per
+         * user: far more than a client needs to keep a device busy (large
+         * operands belong in shared memory), far less than a node's memory. */
+        cfg->lim.max_session_inline_bytes = 1ull << 30;
+        cfg->lim.max_user_inline_bytes = 4ull << 30;
 }
 
 enum {
@@ -114,6 +125,10 @@ enum {
         OPT_ONE_KERNEL,
         OPT_COST,
         OPT_ADMIN_GID,
+        OPT_USER_BUFFERS,
+        OPT_MAPPINGS,
+        OPT_SESSION_INLINE,
+        OPT_USER_INLINE,
 };
 
 static const struct option options[] = {
@@ -161,6 +176,10 @@ static const struct option options[] = {
         {"early-completion", required_argument, NULL, OPT_EARLY},
         {"one-kernel-groups", required_argument, NULL, OPT_ONE_KERNEL},
         {"cost", required_argument, NULL, OPT_COST},
+        {"max-user-buffers", required_argument, NULL, OPT_USER_BUFFERS},
+        {"max-mappings", required_argument, NULL, OPT_MAPPINGS},
+        {"max-session-inline-bytes", required_argument, NULL, OPT_SESSION_INLINE},
+        {"max-user-inline-bytes", required_argument, NULL, OPT_USER_INLINE},
         {NULL, 0, NULL, 0},
 };
 
@@ -223,6 +242,12 @@ static void usage(FILE *f, const struct gemmd_config *d)
                 "      --max-user-buffer-bytes N  registered bytes of one user, all sessions (default: %llu)\n"
                 "      --max-user-share PCT     share of a device one user keeps while others wait (default: %u)\n"
                 "      --max-user-sessions N    concurrent connections of one user (default: --max-sessions)\n"
+                "      --max-user-buffers N     buffers and rings one user's sessions hold mapped (default: %u)\n"
+                "      --max-mappings N|auto    buffers and rings of all users together (default: auto, half of\n"
+                "                               /proc/sys/vm/max_map_count)\n"
+                "      --max-session-inline-bytes N  bytes held for one session's inline operands and the\n"
+                "                               replies carrying inline results (default: %llu)\n"
+                "      --max-user-inline-bytes N  the same for one user, all sessions (default: %llu)\n"
                 "      --hello-timeout-ms MS    close a connection that sends no Hello this long (default: %u)\n"
                 "      --allow-uid LIST         only these users may connect (uids or names, comma-separated)\n"
                 "      --allow-gid LIST         ... or members of these groups (gids or names)\n"
@@ -243,7 +268,24 @@ static void usage(FILE *f, const struct gemmd_config *d)
                 (unsigned long long)d->lim.max_buffer_bytes,
                 (unsigned long long)d->lim.max_output_bytes, d->lim.max_user_inflight_ops,
                 (unsigned long long)d->lim.max_user_buffer_bytes, d->lim.max_user_share,
-                d->lim.hello_timeout_ms);
+                d->lim.max_user_buffers, (unsigned long long)d->lim.max_session_inline_bytes,
+                (unsigned long long)d->lim.max_user_inline_bytes, d->lim.hello_timeout_ms);
+}
+
+/* Half of the kernel's limit on this process's memory mappings: the most
+ * buffers and rings all users may hold mapped, leaving the other half to
+ * the daemon's own (libraries, thread stacks, large allocations). */
+static uint32_t auto_mappings(void)
+{
+        unsigned long long n = 65530; /* the kernel's default */
+        FILE *f = fopen("/proc/sys/vm/max_map_count", "re");
+
+        if (f) {
+                if (fscanf(f, "%llu", &n) != 1 || n < 64)
+                        n = 65530;
+                fclose(f);
+        }
+        return n / 2 > INT32_MAX ? INT32_MAX : (uint32_t)(n / 2);
 }
 
 /* Parses yes or no into *out; returns 0, or -EINVAL (and *out untouched). */
@@ -660,6 +702,23 @@ int config_parse_args(struct gemmd_config *cfg, int argc, char **argv)
                         bad = parse_u64(optarg, 1, 1u << 20, &v);
                         cfg->lim.max_user_sessions = (uint32_t)v;
                         break;
+                case OPT_USER_BUFFERS:
+                        bad = parse_u64(optarg, 1, 1u << 24, &v);
+                        cfg->lim.max_user_buffers = (uint32_t)v;
+                        break;
+                case OPT_MAPPINGS:
+                        v = MAPPINGS_AUTO;
+                        bad = strcmp(optarg, "auto") && parse_u64(optarg, 1, INT32_MAX, &v);
+                        cfg->lim.max_mappings = (uint32_t)v;
+                        break;
+                case OPT_SESSION_INLINE:
+                        bad = parse_u64(optarg, 1, 1ull << 48, &v);
+                        cfg->lim.max_session_inline_bytes = v;
+                        break;
+                case OPT_USER_INLINE:
+                        bad = parse_u64(optarg, 1, 1ull << 52, &v);
+                        cfg->lim.max_user_inline_bytes = v;
+                        break;
                 case OPT_HELLO_TIMEOUT:
                         bad = parse_u64(optarg, 10, 3600000, &v);
                         cfg->lim.hello_timeout_ms = (uint32_t)v;
@@ -695,5 +754,9 @@ int config_parse_args(struct gemmd_config *cfg, int argc, char **argv)
         }
         if (!cfg->lim.max_user_sessions || cfg->lim.max_user_sessions > cfg->lim.max_sessions)
                 cfg->lim.max_user_sessions = cfg->lim.max_sessions;
+        if (cfg->lim.max_mappings == MAPPINGS_AUTO)
+                cfg->lim.max_mappings = auto_mappings();
+        if (cfg->lim.max_session_inline_bytes > cfg->lim.max_user_inline_bytes)
+                cfg->lim.max_session_inline_bytes = cfg->lim.max_user_inline_bytes;
         return check_frame_bytes(cfg);
 }

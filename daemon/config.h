@@ -26,6 +26,17 @@ struct limits {
         uint32_t max_user_share;        /* percent of a device a user keeps while others wait */
         uint32_t max_user_sessions;
         uint32_t hello_timeout_ms;      /* a connection that sends no Hello is closed */
+        /* Memory mappings (registered buffers and rings, users.h): one
+         * user's, and all users' together, which is below the kernel's
+         * vm.max_map_count (read at start when MAPPINGS_AUTO). */
+        uint32_t max_user_buffers;
+        uint32_t max_mappings;
+#define MAPPINGS_AUTO 0
+        /* Bytes the daemon holds for inline operands and the replies that
+         * carry inline results, from admission until the reply is written:
+         * per session and per user (users.h). */
+        uint64_t max_session_inline_bytes;
+        uint64_t max_user_inline_bytes;
 };
 
 struct gemmd_config {

@@ -13,7 +13,8 @@
 #include "daemon/users.h"
 #include "gemmd.h"
 
-/* Opens (owned == 0) or allocates (owned == 1) device memory. */
+/* Opens (owned == 0) or allocates (owned == 1) device memory, counted as
+ * one of its user's mappings (users_map_take) from the start. */
 struct dev_task {
         struct wctl c;
         struct session *s;
@@ -100,8 +101,10 @@ static void open_done(struct wctl *c)
                 struct gbuf tmp = {.owner = t->w, .ipc_base = t->token, .dev_owned = t->owned};
 
                 release_device(&tmp);
-                rc = -ENOMEM;
+                rc = GEMMD_ERESOURCE;
         }
+        if (!b)
+                users_map_give(s);
         if (b) {
                 atomic_init(&b->refs, 1);
                 b->kind = GBUF_CUDA;
@@ -113,6 +116,8 @@ static void open_done(struct wctl *c)
                 b->dev_owned = t->owned;
                 b->owner = t->w;
                 b->release = release_device;
+                /* Its last reference gives back the mapping counted at start. */
+                users_map_pass(s, b);
                 /* The limits are checked again: other requests of the
                  * session may have used them up meanwhile. */
                 int over;
@@ -197,9 +202,12 @@ void devmem_register(struct session *s, uint64_t rid, const Gemmd__V1__BufferReg
                                    "a CUDA IPC registration needs a 64-byte handle and a size");
                 return;
         }
+        if (users_map_take(s, rid))
+                return;
         t = calloc(1, sizeof(*t));
         if (!t) {
-                session_send_error(s, rid, -ENOMEM, -1, "out of memory");
+                users_map_give(s);
+                session_send_error(s, rid, GEMMD_ERESOURCE, -1, "out of memory");
                 return;
         }
         memcpy(t->handle, m->ipc_handle.data, 64);
@@ -238,9 +246,12 @@ void devmem_alloc(struct session *s, uint64_t rid, const Gemmd__V1__DeviceAlloc 
                                    (unsigned long long)lim->max_user_buffer_bytes);
                 return;
         }
+        if (users_map_take(s, rid))
+                return;
         t = calloc(1, sizeof(*t));
         if (!t) {
-                session_send_error(s, rid, -ENOMEM, -1, "out of memory");
+                users_map_give(s);
+                session_send_error(s, rid, GEMMD_ERESOURCE, -1, "out of memory");
                 return;
         }
         t->owned = 1;

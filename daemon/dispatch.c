@@ -142,9 +142,14 @@ static void on_register(struct session *s, uint64_t rid, const Gemmd__V1__Buffer
                                    (unsigned long long)lim->max_buffer_bytes);
                 return;
         }
+        if (users_map_take(s, rid)) {
+                close(fd);
+                return;
+        }
         rc = gbuf_new_shm(fd, m->bytes, &b);
         close(fd);
         if (rc) {
+                users_map_give(s);
                 session_send_error(s, rid, rc, -1, "cannot map the buffer: %s",
                                    rc == GEMMD_EINVAL ? "shared memory must be a memfd on tmpfs (not "
                                                         "hugetlbfs), sealed against shrinking "
@@ -152,6 +157,7 @@ static void on_register(struct session *s, uint64_t rid, const Gemmd__V1__Buffer
                                                       : gemmd_strerror(rc));
                 return;
         }
+        users_map_pass(s, b);
         /* Checked again with the add, under the lock that the user's
          * sessions on other loops, and the metrics, take too. */
         pthread_mutex_lock(&s->srv->lock);
@@ -290,12 +296,42 @@ static void uncount(struct session *s, uint32_t n)
         server_uncount_shared(s, n);
 }
 
+/* A submit whose inline operands and results need `asked` bytes (or more:
+ * validation stops at the first that does not fit) that the session's or
+ * its user's byte budget has no room for. BUSY while the room may come
+ * back: what is held goes as the client reads its replies. */
+static void refuse_inline(struct session *s, uint64_t rid, uint64_t asked)
+{
+        const struct limits *lim = &s->srv->cfg->lim;
+        unsigned long long mine = atomic_load(&s->inline_held);
+        unsigned long long user = atomic_load(&s->user->inline_held);
+
+        if (asked > lim->max_session_inline_bytes)
+                session_send_error(s, rid, GEMMD_ELIMIT, -1,
+                                   "inline operands and results of %llu bytes or more, over a "
+                                   "session's budget of %llu (--max-session-inline-bytes)",
+                                   (unsigned long long)asked,
+                                   (unsigned long long)lim->max_session_inline_bytes);
+        else if (mine + asked > lim->max_session_inline_bytes)
+                session_send_error(s, rid, GEMMD_EBUSY, -1,
+                                   "the session holds %llu bytes of inline operands and unread "
+                                   "results; %llu more exceed its %llu (--max-session-inline-bytes)",
+                                   mine, (unsigned long long)asked,
+                                   (unsigned long long)lim->max_session_inline_bytes);
+        else
+                session_send_error(s, rid, GEMMD_EBUSY, -1,
+                                   "uid %d holds %llu bytes of inline operands and unread results; "
+                                   "%llu more exceed its %llu (--max-user-inline-bytes)",
+                                   (int)s->cred.uid, user, (unsigned long long)asked,
+                                   (unsigned long long)lim->max_user_inline_bytes);
+}
+
 static void on_submit(struct session *s, uint64_t rid, const Gemmd__V1__Submit *m)
 {
         struct server *srv = s->srv;
         const struct limits *lim = &srv->cfg->lim;
         uint32_t n = (uint32_t)m->n_ops;
-        uint64_t inline_bytes = 0;
+        struct inline_tally tally = {0};
         struct request *r;
         struct worker *w;
         char msg[256];
@@ -332,21 +368,33 @@ static void on_submit(struct session *s, uint64_t rid, const Gemmd__V1__Submit *
         r = calloc(1, sizeof(*r) + n * sizeof(struct op));
         if (!r) {
                 uncount(s, n);
-                session_send_error(s, rid, -ENOMEM, -1, "out of memory");
+                session_send_error(s, rid, GEMMD_ERESOURCE, -1, "the daemon is out of memory");
                 return;
         }
+        /* The byte budgets are checked as inline operands are met, before
+         * they are allocated, and counted once all are. */
+        tally.room = users_inline_room(s);
         for (uint32_t i = 0; i < n; i++) {
-                int rc = validate_op(m->ops[i], &s->bufs, lim, &r->ops[i], &inline_bytes, msg,
-                                     sizeof(msg));
+                int rc = validate_op(m->ops[i], &s->bufs, lim, &r->ops[i], &tally, msg, sizeof(msg));
 
                 if (rc) {
                         free_request(r, i);
                         uncount(s, n);
-                        session_send_error(s, rid, rc, (int)i, "op %u: %s", i, msg);
+                        if (rc == GEMMD_EBUSY)
+                                refuse_inline(s, rid, tally.held);
+                        else
+                                session_send_error(s, rid, rc, (int)i, "op %u: %s", i, msg);
                         return;
                 }
                 r->ops[i].req = r;
         }
+        if (users_inline_take(s, tally.held)) {
+                free_request(r, n);
+                uncount(s, n);
+                refuse_inline(s, rid, tally.held);
+                return;
+        }
+        r->held = tally.held;
         r->s = s;
         r->home = s->ev;
         r->id = rid;
@@ -599,6 +647,10 @@ void dispatch_completion(struct request *r)
                 session_reply_taken(s);
         else if (!r->replied && s->state != SESSION_CLOSED && ring_reply(r))
                 session_send_completion(s, r);
+        /* Unless its reply took them (session_send_completion), the bytes
+         * it held are free now: the reply is written or in the ring, or
+         * there is none. */
+        users_inline_give(s, r->held);
         uncount_session(s, n);
         free_request(r, n);
         session_unref(s); /* may free s */

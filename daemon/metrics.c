@@ -26,8 +26,7 @@
 static const char *const code_names[] = {
         "ok",       "protocol", "version",      "too_big",    "invalid",   "bounds",
         "overflow", "no_buffer", "busy",        "limit",      "unsupported", "device",
-        "shutdown", "canceled", "disconnected", "permission", "no_ticket",
-        "resource",
+        "shutdown", "canceled", "disconnected", "permission", "no_ticket", "resource",
 };
 #define NNAMED (sizeof(code_names) / sizeof(code_names[0]))
 #define NCODES 32 /* as server.rejections; codes past NNAMED print as numbers */

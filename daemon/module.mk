@@ -19,9 +19,10 @@ BIN += $(BUILD)/gemmd
 
 # build/gemmd-fi: gemmd with fault injection compiled in, for the tests of
 # recovery from a broken device (a CUDA context with a sticky error; on the
-# CPU backend, a device process that dies); never installed. Only the
-# files that look at GEMMD_FAULT_INJECTION are compiled a second time.
-FI_SRCS := validate backend_cpu $(if $(filter 1,$(WITH_CUDA)),backend_cuda)
+# CPU backend, a device process that dies) and from the worker's allocations
+# failing (GEMMD_FAULT_ALLOC, worker.c); never installed. Only the files
+# that look at GEMMD_FAULT_INJECTION are compiled a second time.
+FI_SRCS := validate backend_cpu worker $(if $(filter 1,$(WITH_CUDA)),backend_cuda)
 FI_OBJS := $(FI_SRCS:%=$(BUILD)/fi/daemon/%.o) $(if $(filter 1,$(WITH_CUDA)),$(BUILD)/daemon/fault_cuda.o)
 FI_BASE := $(filter-out $(FI_SRCS:%=$(BUILD)/daemon/%.o),$(DAEMON_OBJS))
 

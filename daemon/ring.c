@@ -31,6 +31,7 @@
 #include <unistd.h>
 
 #include "daemon/ring.h"
+#include "daemon/users.h"
 #include "gemmd.h"
 
 /* Tells a client that sleeps to look at its completion ring. Loop thread. */
@@ -76,10 +77,14 @@ void ring_attach(struct session *s, uint64_t rid, const Gemmd__V1__RingAttach *m
                 rc = GEMMD_EUNSUPPORTED;
         else if (m->bytes != RING_BYTES)
                 rc = GEMMD_EINVAL;
-        else
-                rc = map_ring(fd, &ring);
+        else if (users_map_take(s, rid))
+                rc = GEMMD_ELIMIT; /* the client was told */
+        else if ((rc = map_ring(fd, &ring)) != 0)
+                users_map_give(s);
         if (fd >= 0)
                 close(fd);
+        if (rc == GEMMD_ELIMIT)
+                return;
         if (rc) {
                 session_send_error(s, rid, rc, -1, "%s",
                                    !s->srv->cfg->rings    ? "rings are off (--rings no)"
@@ -128,8 +133,10 @@ void ring_close(struct session *s)
 
 void ring_free(struct session *s)
 {
-        if (s->ring)
+        if (s->ring) {
                 munmap(s->ring, RING_BYTES);
+                users_map_give(s);
+        }
         s->ring = NULL;
 }
 

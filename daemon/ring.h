@@ -18,7 +18,8 @@ void ring_attach(struct session *s, uint64_t rid, const Gemmd__V1__RingAttach *m
  * threads stop writing to it. Loop thread. */
 void ring_close(struct session *s);
 
-/* The session is freed: unmaps the ring. */
+/* The session is freed: unmaps the ring and gives back the mapping it
+ * counted for its user (users_map_take), who must still be held. */
 void ring_free(struct session *s);
 
 /* Takes the Submits waiting in s's ring, if its client reads its replies.

@@ -59,6 +59,7 @@ enum session_state {
 struct outbuf {
         struct outbuf *next;
         size_t len;
+        uint64_t held; /* budget bytes given back once it is written (request.held) */
         uint8_t data[];
 };
 
@@ -103,6 +104,10 @@ struct session {
 
         struct gbuf_table bufs;
         struct user *user;  /* the peer's uid: what it holds over all its sessions */
+        /* Bytes held for its inline operands and the replies carrying
+         * inline results (users_inline_take); added by its loop, given
+         * back by whichever thread writes the reply. */
+        atomic_uint_fast64_t inline_held;
         struct lane *lanes; /* nworkers * NPRIO */
         int staged;         /* a lane holds ops not yet handed over */
         uint32_t inflight_ops;
@@ -208,6 +213,7 @@ struct server {
          * and completion of a request take it once each. */
         pthread_mutex_t lock;
         struct user *users; /* users with sessions (users.h) */
+        atomic_uint mappings; /* buffers and rings mapped for all users (users_map_take) */
         uint32_t nsessions;
         uint32_t ndenied; /* sessions with `denied` set, counted in nsessions */
         uint64_t next_session_id;
@@ -295,8 +301,9 @@ void session_set_state(struct session *s, enum session_state st);
 void session_hand_over(struct session *s);
 /* Queues a frame for the client; closes the session on failure. */
 void session_send(struct session *s, const Gemmd__V1__Envelope *env);
-/* Queues the Completion of r (dispatch_pack_completion). */
-void session_send_completion(struct session *s, const struct request *r);
+/* Queues the Completion of r (dispatch_pack_completion), which takes over
+ * the budget bytes r held (request.held) until it is written. */
+void session_send_completion(struct session *s, struct request *r);
 /* Any thread, for a list of requests whose last ops are done (linked by
  * next): answers r and the requests after it of the same session, each
  * packed and queued behind whatever is queued, then written with one

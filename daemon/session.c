@@ -188,14 +188,15 @@ static void free_session(struct session *s)
 
         for (o = s->out_head; o; o = next) {
                 next = o->next;
+                users_inline_give(s, o->held);
                 free(o);
         }
         frame_arena_deinit(&s->arena);
+        ring_free(s); /* gives back its user's count of it */
         pthread_mutex_lock(&s->srv->lock);
         users_put(s->srv, s->user);
         pthread_mutex_unlock(&s->srv->lock);
         pthread_mutex_destroy(&s->out_lock);
-        ring_free(s);
         pthread_mutex_destroy(&s->ring_lock);
         free(s->lanes);
         free(s->rbuf);
@@ -354,6 +355,7 @@ static int write_out(struct session *s)
                         if (!s->out_head)
                                 s->out_tail = NULL;
                         s->out_off = 0;
+                        users_inline_give(s, o->held);
                         free(o);
                 }
         }
@@ -385,8 +387,9 @@ static void flush(struct session *s)
                 server_maybe_finish(s->ev);
 }
 
-/* Queues a frame packed (rc 0) into buf, n bytes after its outbuf header. */
-static void queue_frame(struct session *s, int rc, uint8_t *buf, size_t n)
+/* Queues a frame packed (rc 0) into buf, n bytes after its outbuf header,
+ * holding `held` budget bytes until it is written. */
+static void queue_frame(struct session *s, int rc, uint8_t *buf, size_t n, uint64_t held)
 {
         struct outbuf *o;
         int first;
@@ -399,6 +402,7 @@ static void queue_frame(struct session *s, int rc, uint8_t *buf, size_t n)
         }
         o = (struct outbuf *)buf;
         o->len = n;
+        o->held = held;
         pthread_mutex_lock(&s->out_lock);
         enqueue(s, o);
         first = s->out_head == o;
@@ -428,10 +432,10 @@ void session_send(struct session *s, const Gemmd__V1__Envelope *env)
         if (s->state == SESSION_CLOSED)
                 return;
         rc = frame_pack(env, offsetof(struct outbuf, data), UINT32_MAX, &buf, &n);
-        queue_frame(s, rc, buf, n);
+        queue_frame(s, rc, buf, n, 0);
 }
 
-void session_send_completion(struct session *s, const struct request *r)
+void session_send_completion(struct session *s, struct request *r)
 {
         uint8_t *buf = NULL;
         size_t n = 0;
@@ -441,7 +445,9 @@ void session_send_completion(struct session *s, const struct request *r)
                 return;
         ring_hint(s);
         rc = dispatch_pack_completion(r, &buf, &n);
-        queue_frame(s, rc, buf, n);
+        queue_frame(s, rc, buf, n, rc ? 0 : r->held);
+        if (!rc)
+                r->held = 0;
 }
 
 /* Replies larger than this are left to the loop thread: packing them and
@@ -486,6 +492,9 @@ struct request *session_reply_now(struct request *r, int *stuck)
                 }
                 r->replied = 1;
                 ((struct outbuf *)buf)->len = n;
+                /* The reply holds the request's budget bytes from here on. */
+                ((struct outbuf *)buf)->held = r->held;
+                r->held = 0;
                 enqueue(s, (struct outbuf *)buf);
                 answered++;
                 tail = r;

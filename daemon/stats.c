@@ -14,8 +14,7 @@
 static const char *code_names[] = {
         "ok",      "protocol", "version",     "too_big", "invalid",  "bounds",
         "overflow", "no_buffer", "busy",       "limit",   "unsupported", "device",
-        "shutdown", "canceled", "disconnected", "permission", "no_ticket",
-        "resource",
+        "shutdown", "canceled", "disconnected", "permission", "no_ticket", "resource",
 };
 #define NCODES (sizeof(code_names) / sizeof(code_names[0]))
 
@@ -196,8 +195,11 @@ static void render_text(struct server *srv, FILE *f, double up_s, long long only
         for (struct user *u = srv->users; u; u = u->next) {
                 if (!shown(only_uid, u->uid))
                         continue;
-                fprintf(f, "  uid %u: %u sessions, %u ops in flight, %llu bytes registered\n",
-                        u->uid, u->sessions, u->inflight_ops, (unsigned long long)u->buffer_bytes);
+                fprintf(f, "  uid %u: %u sessions, %u ops in flight, %llu bytes registered, %u buffers "
+                           "and rings mapped, %llu inline bytes held\n",
+                        u->uid, u->sessions, u->inflight_ops, (unsigned long long)u->buffer_bytes,
+                        (unsigned)atomic_load(&u->mappings),
+                        (unsigned long long)atomic_load(&u->inline_held));
         }
         pthread_mutex_unlock(&srv->lock);
 }
@@ -213,6 +215,8 @@ static void render_json(struct server *srv, FILE *f, double up_s, long long only
         fprintf(f, "\"sessions_now\":%u,\"sessions_total\":%llu,\"requests\":%llu,\"queued_ops\":%u,",
                 srv->nsessions, (unsigned long long)srv->sessions_total,
                 (unsigned long long)srv->requests, srv->queued_ops);
+        fprintf(f, "\"mappings\":%u,\"max_mappings\":%u,", (unsigned)atomic_load(&srv->mappings),
+                srv->cfg->lim.max_mappings);
         pthread_mutex_unlock(&srv->lock);
         fprintf(f, "\"replies\":%llu,\"replies_now\":%llu,\"replies_ring\":%llu,\"submits_ring\":%llu,\"rings_now\":%u,"
                    "\"reply_wait_s\":%.6f,\"busy_sessions\":%u,\"client_poll_max\":%u,\"no_poll_replies\":%llu,",
@@ -292,9 +296,11 @@ static void render_json(struct server *srv, FILE *f, double up_s, long long only
         for (struct user *u = srv->users; u; u = u->next) {
                 if (!shown(only_uid, u->uid))
                         continue;
-                fprintf(f, "%s{\"uid\":%u,\"sessions\":%u,\"inflight\":%u,\"buffer_bytes\":%llu}",
+                fprintf(f, "%s{\"uid\":%u,\"sessions\":%u,\"inflight\":%u,\"buffer_bytes\":%llu,"
+                           "\"mappings\":%u,\"inline_held\":%llu}",
                         first ? "" : ",", u->uid, u->sessions, u->inflight_ops,
-                        (unsigned long long)u->buffer_bytes);
+                        (unsigned long long)u->buffer_bytes, (unsigned)atomic_load(&u->mappings),
+                        (unsigned long long)atomic_load(&u->inline_held));
                 first = 0;
         }
         pthread_mutex_unlock(&srv->lock);

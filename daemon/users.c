@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "daemon/server.h"
+#include "gemmd.h"
 
 static int listed(const uint32_t *v, uint32_t n, uint32_t id)
 {
@@ -86,6 +87,89 @@ struct user *users_get(struct server *srv, uint32_t uid)
                 srv->users->prev = u;
         srv->users = u;
         return u;
+}
+
+int users_map_take(struct session *s, uint64_t rid)
+{
+        struct server *srv = s->srv;
+        const struct limits *lim = &srv->cfg->lim;
+        unsigned user, all;
+        int over;
+
+        /* Checked and counted under the lock the user's sessions on other
+         * loops take: they can only give back meanwhile, never take. */
+        pthread_mutex_lock(&srv->lock);
+        user = atomic_load(&s->user->mappings);
+        all = atomic_load(&srv->mappings);
+        over = user >= lim->max_user_buffers || all >= lim->max_mappings;
+        if (!over) {
+                atomic_fetch_add(&s->user->mappings, 1);
+                atomic_fetch_add(&srv->mappings, 1);
+        }
+        pthread_mutex_unlock(&srv->lock);
+        if (!over)
+                return 0;
+        if (user >= lim->max_user_buffers)
+                session_send_error(s, rid, GEMMD_ELIMIT, -1,
+                                   "uid %d holds %u buffers and rings mapped, the most one user may "
+                                   "(--max-user-buffers %u)",
+                                   (int)s->cred.uid, user, lim->max_user_buffers);
+        else
+                session_send_error(s, rid, GEMMD_ELIMIT, -1,
+                                   "the daemon holds %u buffers and rings mapped for all users, the "
+                                   "most it may (--max-mappings %u)",
+                                   all, lim->max_mappings);
+        return GEMMD_ELIMIT;
+}
+
+void users_map_give(struct session *s)
+{
+        atomic_fetch_sub(&s->user->mappings, 1);
+        atomic_fetch_sub(&s->srv->mappings, 1);
+}
+
+void users_map_pass(struct session *s, struct gbuf *b)
+{
+        b->counted[0] = &s->user->mappings;
+        b->counted[1] = &s->srv->mappings;
+}
+
+uint64_t users_inline_room(struct session *s)
+{
+        const struct limits *lim = &s->srv->cfg->lim;
+        uint64_t mine = atomic_load(&s->inline_held), user = atomic_load(&s->user->inline_held);
+        uint64_t a = mine < lim->max_session_inline_bytes ? lim->max_session_inline_bytes - mine : 0;
+        uint64_t b = user < lim->max_user_inline_bytes ? lim->max_user_inline_bytes - user : 0;
+
+        return a < b ? a : b;
+}
+
+int users_inline_take(struct session *s, uint64_t n)
+{
+        struct server *srv = s->srv;
+        int over;
+
+        if (!n)
+                return 0;
+        /* Checked and counted under the lock that the user's other loops
+         * take: they can only give back meanwhile. */
+        pthread_mutex_lock(&srv->lock);
+        over = atomic_load(&s->user->inline_held) + n > srv->cfg->lim.max_user_inline_bytes;
+        if (!over)
+                atomic_fetch_add(&s->user->inline_held, n);
+        pthread_mutex_unlock(&srv->lock);
+        if (over)
+                return GEMMD_EBUSY;
+        atomic_fetch_add(&s->inline_held, n);
+        return 0;
+}
+
+void users_inline_give(struct session *s, uint64_t n)
+{
+        if (!n)
+                return;
+        atomic_fetch_sub(&s->inline_held, n);
+        atomic_fetch_sub(&s->user->inline_held, n);
 }
 
 void users_put(struct server *srv, struct user *u)

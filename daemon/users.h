@@ -29,6 +29,13 @@ struct user {
         uint32_t denied;       /* of those, sessions refused (see struct session) */
         uint32_t inflight_ops; /* admitted, not yet completed, all sessions */
         uint64_t buffer_bytes; /* registered, all sessions */
+        /* Buffers and rings the daemon holds mapped for it (released
+         * buffers that ops still use included); taken under the server's
+         * lock (users_map_take), given back by any thread. */
+        atomic_uint mappings;
+        /* Bytes held for its sessions' inline operands and the replies
+         * carrying inline results; as for mappings. */
+        atomic_uint_fast64_t inline_held;
         struct ushare *shares; /* one per worker */
         struct ulane *ulanes;  /* nworkers * NPRIO: worker i, priority p at i * NPRIO + p */
 };
@@ -50,5 +57,29 @@ struct user *users_get(struct server *srv, uint32_t uid);
 
 /* Drops a session reference; the last one frees the user. Accepts NULL. */
 void users_put(struct server *srv, struct user *u);
+
+struct session;
+struct gbuf;
+
+/* Counts one more mapping (a buffer or a ring) for s's user and for the
+ * daemon, unless that passes --max-user-buffers or --max-mappings: then
+ * answers request rid with LIMIT, naming the cap, and returns
+ * GEMMD_ELIMIT. Loop thread. */
+int users_map_take(struct session *s, uint64_t rid);
+/* Gives back a mapping that users_map_take counted for s. Any thread. */
+void users_map_give(struct session *s);
+/* Hands the mapping counted for s to buffer b: b's last reference gives
+ * it back, whichever thread drops it. */
+void users_map_pass(struct session *s, struct gbuf *b);
+
+/* The inline bytes s may still take before its budget or its user's is
+ * full (--max-session-inline-bytes, --max-user-inline-bytes). Loop thread. */
+uint64_t users_inline_room(struct session *s);
+/* Counts n more inline bytes for s and its user, unless the user's budget
+ * has filled meanwhile (its sessions on other loops take too): then
+ * returns GEMMD_EBUSY. Loop thread. */
+int users_inline_take(struct session *s, uint64_t n);
+/* Gives back n bytes counted by users_inline_take. Any thread. */
+void users_inline_give(struct session *s, uint64_t n);
 
 #endif

@@ -63,7 +63,7 @@ void op_release(struct op *o)
 
 /* Resolves one operand to a buffer reference and an offset. */
 static int resolve(const struct operand_shape *sh, int is_c, float beta, size_t esz,
-                   const struct gbuf_table *t, struct op *out, int idx, uint64_t *inline_bytes,
+                   const struct gbuf_table *t, struct op *out, int idx, struct inline_tally *tally,
                    uint64_t max_inline, char *msg, size_t len)
 {
         const Gemmd__V1__Operand *in = sh->in;
@@ -116,13 +116,18 @@ static int resolve(const struct operand_shape *sh, int is_c, float beta, size_t 
         /* An inline C counts once: its result replaces its input. Checked
          * before allocating: an output C sent without data costs nothing on
          * the wire, whatever its size. */
-        if (*inline_bytes > max_inline || span > max_inline - *inline_bytes)
+        if (tally->bytes > max_inline || span > max_inline - tally->bytes)
                 return fail(msg, len, GEMMD_ELIMIT, "inline operands exceed %llu bytes",
                             (unsigned long long)max_inline);
-        *inline_bytes += span;
+        tally->bytes += span;
+        /* Within max_inline (at most 2^30): no overflow. */
+        tally->held += is_c ? 2 * span : span;
+        if (tally->held > tally->room)
+                return fail(msg, len, GEMMD_EBUSY, "inline operands over the byte budget");
         rc = gbuf_new_inline(span, have ? in->data.data : NULL, &b);
         if (rc)
-                return fail(msg, len, rc, "%s: out of memory", sh->name);
+                return fail(msg, len, GEMMD_ERESOURCE, "%s: the daemon is out of memory for %llu inline bytes",
+                            sh->name, (unsigned long long)span);
         out->buf[idx] = b;
         out->off[idx] = 0;
         return 0;
@@ -136,7 +141,7 @@ static int ranges_overlap(const struct op *o, int i, int j)
 }
 
 int validate_op(const Gemmd__V1__Op *in, const struct gbuf_table *t, const struct limits *lim,
-                struct op *out, uint64_t *inline_bytes, char *msg, size_t len)
+                struct op *out, struct inline_tally *tally, char *msg, size_t len)
 {
         struct operand_shape sh[3];
         int64_t m = in->m, n = in->n, k = in->k;
@@ -203,7 +208,7 @@ int validate_op(const Gemmd__V1__Op *in, const struct gbuf_table *t, const struc
                 sh[2].rows = sh[2].cols = n;
         }
         for (int i = 0; i < 3; i++) {
-                rc = resolve(&sh[i], i == 2, in->beta, esz, t, out, i, inline_bytes,
+                rc = resolve(&sh[i], i == 2, in->beta, esz, t, out, i, tally,
                              lim->max_inline_bytes, msg, len);
                 if (rc)
                         goto err;
@@ -212,7 +217,7 @@ int validate_op(const Gemmd__V1__Op *in, const struct gbuf_table *t, const struc
                 rc = fail(msg, len, GEMMD_EINVAL, "C overlaps an input operand");
                 goto err;
         }
-        if (*inline_bytes > lim->max_inline_bytes) {
+        if (tally->bytes > lim->max_inline_bytes) {
                 rc = fail(msg, len, GEMMD_ELIMIT, "inline operands exceed %llu bytes",
                           (unsigned long long)lim->max_inline_bytes);
                 goto err;

@@ -13,16 +13,28 @@
 #include "daemon/work.h"
 #include "proto/gemmd.pb-c.h"
 
+/* What the inline operands of one submit cost, summed as validate_op goes
+ * through its ops. */
+struct inline_tally {
+        uint64_t bytes; /* inline operand bytes, input and output: --max-inline-bytes */
+        /* Bytes the daemon will hold for them until the reply is written:
+         * each operand, and an inline C once more for the reply that
+         * carries it back. At most `room` (the budgets' room, users.h),
+         * checked before anything is allocated; over it, validate_op
+         * fails with GEMMD_EBUSY and `held` says how much was asked. */
+        uint64_t held, room;
+};
+
 /* Validates `in` against the session's buffers `t` and the limits, and
  * fills *out: normalized column-major problem, operand addresses, one new
  * reference per operand buffer. Inline operands are copied into fresh
- * inline buffers; *inline_bytes is increased by their size (input and
- * output) so the caller can enforce the per-submit cap.
+ * inline buffers and counted in *tally, so that the caller can enforce the
+ * per-submit cap and the byte budgets.
  *
  * Returns 0, or a negative GEMMD_E* code with a one-line reason in msg;
  * on error *out holds no references. Loop thread only. */
 int validate_op(const Gemmd__V1__Op *in, const struct gbuf_table *t, const struct limits *lim,
-                struct op *out, uint64_t *inline_bytes, char *msg, size_t msglen);
+                struct op *out, struct inline_tally *tally, char *msg, size_t msglen);
 
 /* Drops the buffer references an op holds. */
 void op_release(struct op *o);

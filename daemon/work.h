@@ -61,6 +61,10 @@ struct request {
         uint64_t launch_gid; /* the worker's: last group that noticed it */
         void *home; /* the event loop of its session (server.h), for its control tasks */
         uint64_t t_admit_ns;
+        /* Bytes counted against its session's and user's budgets at
+         * admission (users_inline_take): handed with its reply to the
+         * frame that carries it, or given back when it is dropped. */
+        uint64_t held;
         struct op ops[];
 };
 

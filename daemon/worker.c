@@ -187,6 +187,38 @@ static uint64_t op_flops(const struct op *o)
         return 2ull * p->m * p->n * p->k;
 }
 
+/* The worker's allocations a fault-injection build can make fail. */
+enum alloc_site { ALLOC_GROUP, ALLOC_PLAN };
+
+#ifdef GEMMD_FAULT_INJECTION
+/* In a fault-injection build, GEMMD_FAULT_ALLOC=group or =plan turns a
+ * debug op (Op.debug_fault) into a failed allocation of the worker's
+ * instead of a device fault: the room for the op in its group, or its
+ * group's plan. That is what the worker meets when the node's memory or
+ * memory mappings run out, without having to exhaust them. */
+static int alloc_fault(const struct op *o, enum alloc_site site)
+{
+        static const char *names[] = {"group", "plan"};
+        const char *env = getenv("GEMMD_FAULT_ALLOC");
+
+        return o->debug_fault && env && !strcmp(env, names[site]);
+}
+#else
+static inline int alloc_fault(const struct op *o, enum alloc_site site)
+{
+        return 0;
+}
+#endif
+
+/* Whether an op of g is set to fail the allocation at `site`. */
+static int group_alloc_fault(const struct group *g, enum alloc_site site)
+{
+        for (uint32_t i = 0; i < g->nops; i++)
+                if (alloc_fault(g->ops[i], site))
+                        return 1;
+        return 0;
+}
+
 /* Requests whose last op finished under the worker's lock, in order: they
  * are handed back (hand_back) once the lock is released, so that answering
  * them never holds up the loop thread's enqueues. */
@@ -215,6 +247,17 @@ static void hand_back(struct worker *w, struct done_list *done)
 {
         if (done->head)
                 w->complete(done->head, w->ctx);
+}
+
+/* Fails op o, already taken off its lane, with GEMMD_ERESOURCE: the worker
+ * had no memory to put it in a group. Called with the lock held. */
+static void refuse_op(struct worker *w, struct op *o, struct done_list *done)
+{
+        o->status = GEMMD_ERESOURCE;
+        o->t_launch_ns = o->t_done_ns = now_ns();
+        w->st.ops++;
+        w->st.ops_failed++;
+        op_finish(o, done);
 }
 
 /* Called under the lock, after any change the worker thread may have to
@@ -382,8 +425,11 @@ static struct lane *pick(struct worker *w, int match, uint32_t key, double cap, 
  * half-life) is over that share of the recent usage of all users with work
  * loses its priority while a user under the share has work: priorities
  * cannot buy more than the share (the device never idles for it: with
- * nobody under the share, everyone is served in fair turn). Stops at the group caps. Called with the lock held. */
-static void form_group(struct worker *w, struct group *g)
+ * nobody under the share, everyone is served in fair turn). Stops at the group caps.
+ * An op that finds no memory in a group still empty fails with
+ * GEMMD_ERESOURCE and goes on `refused`, to be handed back once the lock
+ * is released. Called with the lock held. */
+static void form_group(struct worker *w, struct group *g, struct done_list *refused)
 {
         const struct gemmd_config *cfg = w->cfg;
         double cap = cfg->lim.max_user_share < 100 ? cfg->lim.max_user_share / 100.0 : 0;
@@ -419,6 +465,7 @@ static void form_group(struct worker *w, struct group *g)
                 struct ulane *u;
                 struct op *o;
                 uint64_t tiles, cost;
+                int refuse;
 
                 if (!l)
                         break; /* nothing, or other kernel configs that wait for a later group */
@@ -428,22 +475,30 @@ static void form_group(struct worker *w, struct group *g)
                 if (g->nops > 0 && (g->nops >= cfg->max_group_ops ||
                                     g->tiles + tiles > cfg->max_group_tiles ||
                                     g->bytes + o->bytes > cfg->max_group_bytes ||
-                                    group_reserve(g, g->nops + 1)))
-                        break;
-                if (g->nops == 0 && group_reserve(g, 1))
-                        break;
+                                    alloc_fault(o, ALLOC_GROUP) || group_reserve(g, g->nops + 1)))
+                        break; /* a later group takes it */
+                refuse = g->nops == 0 && (alloc_fault(o, ALLOC_GROUP) || group_reserve(g, 1));
                 lane_take(l, prev);
                 u->ring = l->next;
                 w->ring[p] = u->next;
                 if (!l->head)
                         lane_unlink(w, p, l);
+                w->pending_ops--;
+                w->pending_tiles -= tiles;
+                if (refuse) {
+                        /* No room for even one op: it fails, instead of
+                         * staying queued for groups that could never take
+                         * it while the worker went round forming them,
+                         * holding its lock. One op per group formed: memory
+                         * that comes back serves the rest. */
+                        refuse_op(w, o, refused);
+                        break;
+                }
                 cost = op_cost(w, o);
                 w->vclock = u->sh->vtime;
                 u->sh->vtime += cost;
                 u->sh->usage += (double)cost;
                 active += (double)cost;
-                w->pending_ops--;
-                w->pending_tiles -= tiles;
                 if (!have_key) {
                         g->key = o->key;
                         have_key = 1;
@@ -583,9 +638,31 @@ static void take_wide(struct worker *w, struct group *g)
                 g->cfg.shape = ws;
 }
 
+/* Fails every op of g with GEMMD_ERESOURCE and frees its slot: memory for
+ * `what` (its plan, or the backend's part of its launch) ran out before
+ * anything reached the device, so there is nothing to repair and the
+ * worker goes on with the next group. Called without the lock. */
+static void refuse_group(struct worker *w, struct group *g, const char *what)
+{
+        struct done_list done = DONE_LIST_INIT(done);
+
+        log_err("worker %d: out of memory for %s: the %u ops of group %llu fail", w->index, what,
+                g->nops, (unsigned long long)g->id);
+        pthread_mutex_lock(&w->lock);
+        g->status = GEMMD_ERESOURCE;
+        g->timed = 0;
+        g->t_done_ns = g->t_launch_ns = now_ns();
+        complete_ops(w, g, &done);
+        finish_group(w, g);
+        pthread_mutex_unlock(&w->lock);
+        hand_back(w, &done);
+}
+
 /* Builds g's plan and launches it. Called with the lock released; sets
  * *launch_ns to the host time the backend's launch() took (0 when it was
- * not called), for the caller to count under the lock it takes next. */
+ * not called), for the caller to count under the lock it takes next.
+ * Returns 0 also when memory ran out before the launch: g's ops have then
+ * failed with GEMMD_ERESOURCE (refuse_group) and its slot is free. */
 static int launch_group(struct worker *w, struct group *g, uint64_t *launch_ns)
 {
         uint64_t t0 = now_ns();
@@ -604,9 +681,15 @@ static int launch_group(struct worker *w, struct group *g, uint64_t *launch_ns)
          * all: it cuts K to give every CTA work. */
         if (g->cfg.mode != SCHED_SPLIT && g->cfg.mode != SCHED_DEVICE && g->tiles < g->cfg.ctas)
                 g->cfg.ctas = g->tiles ? (uint32_t)g->tiles : 1;
-        rc = sched_plan_build(&g->plan, g->sp, g->nops, &g->cfg);
+        rc = group_alloc_fault(g, ALLOC_PLAN) ? -ENOMEM
+                                              : sched_plan_build(&g->plan, g->sp, g->nops, &g->cfg);
         pthread_mutex_lock(&w->lock);
         w->st.plan_ns += now_ns() - t0;
+        if (rc == -ENOMEM) {
+                pthread_mutex_unlock(&w->lock);
+                refuse_group(w, g, "its plan");
+                return 0;
+        }
         if (rc) {
                 pthread_mutex_unlock(&w->lock);
                 log_err("worker %d: plan of group %llu failed: %d", w->index,
@@ -633,6 +716,10 @@ static int launch_group(struct worker *w, struct group *g, uint64_t *launch_ns)
                 if (--w->inflight == 0)
                         w->st.busy_ns += now_ns() - w->busy_since_ns;
                 pthread_mutex_unlock(&w->lock);
+                if (rc == GEMMD_ERESOURCE) {
+                        refuse_group(w, g, "its launch");
+                        return 0;
+                }
                 log_err("worker %d: launch of group %llu failed: %d", w->index,
                         (unsigned long long)g->id, rc);
         }
@@ -840,9 +927,16 @@ static void *worker_main(void *arg)
                                 }
                         }
                         if (g) {
+                                struct done_list refused = DONE_LIST_INIT(refused);
+
                                 g->busy = 1;
                                 g->id = ++w->next_group_id;
-                                form_group(w, g);
+                                form_group(w, g, &refused);
+                                if (refused.head) {
+                                        pthread_mutex_unlock(&w->lock);
+                                        hand_back(w, &refused);
+                                        pthread_mutex_lock(&w->lock);
+                                }
                                 if (g->nops == 0) {
                                         g->busy = 0;
                                 } else {
@@ -909,6 +1003,9 @@ int worker_start(struct worker *w, int index, struct backend *be, const struct g
                 sched_plan_init(&w->slots[i].plan);
                 if (be->slot_init && (rc = be->slot_init(be, &w->slots[i])) != 0)
                         goto err_slots;
+                /* A group's first ops need no allocation while it forms. */
+                if ((rc = group_reserve(&w->slots[i], 64)) != 0)
+                        goto err_slots;
         }
         /* The loops, the worker and the completion thread each take it for
          * microseconds, many times per group. */
@@ -934,6 +1031,9 @@ err_slots:
                 if (be->slot_deinit)
                         be->slot_deinit(be, &w->slots[i]);
                 sched_plan_deinit(&w->slots[i].plan);
+                free(w->slots[i].ops);
+                free(w->slots[i].kp);
+                free(w->slots[i].sp);
         }
         free(w->slots);
         w->slots = NULL;

@@ -54,7 +54,7 @@ static void read_bytes(ProtobufCBinaryData d)
 
 static void on_submit(const Gemmd__V1__Submit *m)
 {
-        uint64_t inline_bytes = 0;
+        struct inline_tally tally = {.room = UINT64_MAX};
         char msg[256];
 
         /* dispatch.c refuses more ops than the limit before looking. */
@@ -63,7 +63,7 @@ static void on_submit(const Gemmd__V1__Submit *m)
         for (size_t i = 0; i < m->n_ops; i++) {
                 struct op o;
 
-                if (validate_op(m->ops[i], &table, &lim, &o, &inline_bytes, msg, sizeof(msg)) != 0) {
+                if (validate_op(m->ops[i], &table, &lim, &o, &tally, msg, sizeof(msg)) != 0) {
                         read_str(msg);
                         break; /* the daemon rejects the whole submit */
                 }

@@ -102,7 +102,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         struct reader r = {data, size};
         Gemmd__V1__Op op = GEMMD__V1__OP__INIT;
         Gemmd__V1__Operand a, b, c;
-        uint64_t sizes[4], inline_bytes = 0;
+        uint64_t sizes[4];
+        struct inline_tally tally = {.room = UINT64_MAX};
         struct op out;
         char msg[256];
         int nbuf;
@@ -134,7 +135,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         operand(&r, &a, &op.a);
         operand(&r, &b, &op.b);
         operand(&r, &c, &op.c);
-        if (validate_op(&op, &table, &lim, &out, &inline_bytes, msg, sizeof(msg)) == 0) {
+        if (validate_op(&op, &table, &lim, &out, &tally, msg, sizeof(msg)) == 0) {
                 fuzz_check_op(&out);
                 op_release(&out);
         }
