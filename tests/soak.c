@@ -25,7 +25,7 @@
  * SOAK_HONEST_UID) and are not killed, while H processes of another user
  * (SOAK_HOSTILE_UID) attack the daemon for the whole run, each picking one
  * attack after another: memfds truncated and sealed during registration
- * and ring attach, inline outputs of 16 MiB whose replies are never read,
+ * and ring attach, inline outputs at the limit whose replies are never read,
  * buffers, sessions and partial frames with descriptors held up to the
  * caps, floods of garbage frames; about every --kill-ms one of them is
  * SIGKILLed mid-attack and replaced. The daemon runs with small per-user

@@ -19,43 +19,54 @@
 #include "proto/ring.h"
 #include "tests/hard_util.h"
 
-/* Small per-user caps, so that the bounds the man page gives for them are
- * tight enough to test here. */
+/* Small caps, so that the bounds the man page gives for them (MEMORY)
+ * are tight enough to mean something on a test machine. */
 const char *const hostile_flags[] = {
-        "--max-sessions", "96",
-        "--max-user-sessions", "32",
+        "--max-sessions", "48",
+        "--max-user-sessions", "16",
+        "--max-inline-bytes", "4194304",
+        "--max-frame-bytes", "5242880",
+        "--max-ops-per-submit", "256",
         "--max-buffers", "64",
         "--max-user-buffers", "256",
         "--max-inflight-ops", "128",
         "--max-user-inflight-ops", "1024",
         "--max-output-bytes", "1048576",
-        "--max-session-inline-bytes", "67108864",
-        "--max-user-inline-bytes", "134217728",
+        "--max-session-inline-bytes", "33554432",
+        "--max-user-inline-bytes", "67108864",
         "--hello-timeout-ms", "2000",
         "--frame-timeout-ms", "2000",
         NULL,
 };
 
-#define SESSIONS 96            /* --max-sessions */
-#define USER_SESSIONS 32       /* --max-user-sessions */
-#define USER_BUFFERS 256       /* --max-user-buffers */
-#define OUTPUT_BYTES (1 << 20) /* --max-output-bytes */
-#define USER_INLINE (128 << 20) /* --max-user-inline-bytes */
-#define FRAME_BYTES (17 << 20) /* --max-frame-bytes: the default, inline limit + 1 MiB */
-#define SESSION_FDS 8          /* SESSION_MAX_FDS: descriptors a session may hold unread */
+/* The same limits as numbers, for the bounds. */
+#define SESSIONS 48
+#define USER_SESSIONS 16
+#define INLINE_BYTES (4L << 20)
+#define FRAME_BYTES (5L << 20)
+#define OPS_PER_SUBMIT 256L
+#define USER_BUFFERS 256
+#define INFLIGHT_OPS 128L
+#define OUTPUT_BYTES (1L << 20)
+#define SESSION_INLINE (32L << 20)
+#define USER_INLINE (64L << 20)
+#define SESSION_FDS 8 /* SESSION_MAX_FDS: descriptors a session may hold unread */
 
 void hostile_bounds(int users, long base_fds, long base_rss_kb, struct hostile_bounds *b)
 {
-        /* Each session: its socket and the descriptors it may hold. */
-        b->fds = base_fds + (long)SESSIONS * (1 + SESSION_FDS);
+        /* gemmd(8), MEMORY: what one session may make the daemon hold. */
+        const long f = (64L << 10) + 3 * FRAME_BYTES + 512 * OPS_PER_SUBMIT + OUTPUT_BYTES +
+                       (1L << 10) * INFLIGHT_OPS + (1L << 20);
+        const long per_user_inline = USER_SESSIONS * SESSION_INLINE < USER_INLINE
+                                             ? USER_SESSIONS * SESSION_INLINE
+                                             : USER_INLINE;
+
+        /* Each session: its socket and the descriptors it may hold unread;
+         * each buffer (with a device process) one more. */
+        b->fds = base_fds + (long)SESSIONS * (1 + SESSION_FDS) + (long)users * USER_BUFFERS;
         /* Each buffer or ring is one mapping, capped per user. */
         b->shm_maps = (long)users * USER_BUFFERS;
-        /* Each user: its inline budget; each session: its read buffer, a
-         * frame being decoded (the body and its arena) and the replies it
-         * leaves unread. */
-        b->rss_kb = base_rss_kb +
-                    ((long)users * USER_INLINE +
-                     (long)SESSIONS * (64 * 1024 + 3L * FRAME_BYTES / 16 + OUTPUT_BYTES)) / 1024;
+        b->rss_kb = base_rss_kb + ((long)SESSIONS * f + (long)users * per_user_inline) / 1024;
 }
 
 /* ---- one attack each ------------------------------------------------------ */
@@ -138,8 +149,9 @@ static void attack_race(const char *sock, uint64_t *seed)
         }
 }
 
-/* Submits of 51 bytes whose inline C of 16 MiB comes with no data, A and
- * B in a registered buffer, and replies never read. */
+/* Submits of some 50 bytes whose inline C of 4 MiB (the inline limit)
+ * comes with no data, A and B in a registered buffer, and replies never
+ * read. */
 static void attack_amplify(const char *sock)
 {
         Gemmd__V1__Envelope env = GEMMD__V1__ENVELOPE__INIT;
@@ -157,13 +169,13 @@ static void attack_amplify(const char *sock)
                 goto out;
         op.kind = GEMMD__V1__OP_KIND__GEMM;
         op.dtype = GEMMD__V1__DTYPE__F32;
-        op.m = op.n = 2048;
+        op.m = op.n = 1024;
         op.k = 1;
-        op.lda = op.ldc = 2048;
+        op.lda = op.ldc = 1024;
         op.ldb = 1;
         op.alpha = 1.0f;
         a.buffer_id = b.buffer_id = (uint64_t)buf;
-        b.offset = 8192;
+        b.offset = 4096;
         op.a = &a;
         op.b = &b;
         op.c = &c;
