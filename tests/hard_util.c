@@ -445,3 +445,44 @@ int64_t hard_raw_register(struct hard_raw *r, uint64_t rid, uint64_t bytes, uint
                 return -(int64_t)rep->error->code;
         return INT64_MIN;
 }
+
+long long hard_device_number(gemmd_client *c, const char *key)
+{
+        char *json = NULL;
+        long long v = -1;
+
+        if (gemmd_stats(c, 1, &json) == 0) {
+                const char *dev = strstr(json, "\"devices\":");
+
+                v = dev ? hard_json_number(dev, key) : -1;
+        }
+        free(json);
+        return v;
+}
+
+int hard_raw_amplify(struct hard_raw *r, uint64_t rid, uint64_t buf, int64_t n)
+{
+        Gemmd__V1__Envelope env = GEMMD__V1__ENVELOPE__INIT;
+        Gemmd__V1__Submit sub = GEMMD__V1__SUBMIT__INIT;
+        Gemmd__V1__Op op = GEMMD__V1__OP__INIT, *ops[1] = {&op};
+        Gemmd__V1__Operand a = GEMMD__V1__OPERAND__INIT, b = GEMMD__V1__OPERAND__INIT;
+        Gemmd__V1__Operand c = GEMMD__V1__OPERAND__INIT;
+
+        op.kind = GEMMD__V1__OP_KIND__GEMM;
+        op.dtype = GEMMD__V1__DTYPE__F32;
+        op.m = op.n = n;
+        op.k = 1;
+        op.lda = op.ldc = n;
+        op.ldb = 1;
+        op.alpha = 1.0f;
+        a.buffer_id = b.buffer_id = buf;
+        b.offset = (uint64_t)n * 4;
+        op.a = &a;
+        op.b = &b;
+        op.c = &c;
+        sub.n_ops = 1;
+        sub.ops = ops;
+        env.body_case = GEMMD__V1__ENVELOPE__BODY_SUBMIT;
+        env.submit = &sub;
+        return hard_raw_send(r, rid, &env, NULL, 0, 0);
+}

@@ -51,6 +51,9 @@ long long hard_json_number(const char *json, const char *key);
 /* The same for a number with a fraction (-1.0: absent). */
 double hard_json_double(const char *json, const char *key);
 
+/* A number of the first device in the daemon's JSON stats, or -1. */
+long long hard_device_number(gemmd_client *c, const char *key);
+
 /* Polls the daemon's stats over connection c until "sessions_now" is
  * `want`, for up to timeout_ms. Returns 0, or -1 with the last value in
  * *got. */
@@ -94,6 +97,13 @@ Gemmd__V1__Envelope *hard_raw_recv(struct hard_raw *r, int timeout_ms);
 /* 1 if the peer closed the connection within timeout_ms (frames still
  * arriving are read and dropped), else 0. */
 int hard_raw_wait_eof(struct hard_raw *r, int timeout_ms);
+
+/* Sends, as request rid, an n x n x 1 f32 GEMM whose A and B lie in the
+ * session's buffer buf (2 n floats) and whose C is inline, its data left
+ * out: some 50 bytes on the wire for n x n x 4 bytes of result, the
+ * amplification the daemon's byte budgets bound. Returns as
+ * hard_raw_send. */
+int hard_raw_amplify(struct hard_raw *r, uint64_t rid, uint64_t buf, int64_t n);
 
 /* Sends Hello and expects HelloReply. Returns 0 or -1. */
 int hard_raw_hello(struct hard_raw *r);

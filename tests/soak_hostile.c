@@ -154,40 +154,16 @@ static void attack_race(const char *sock, uint64_t *seed)
  * read. */
 static void attack_amplify(const char *sock)
 {
-        Gemmd__V1__Envelope env = GEMMD__V1__ENVELOPE__INIT;
-        Gemmd__V1__Submit sub = GEMMD__V1__SUBMIT__INIT;
-        Gemmd__V1__Op op = GEMMD__V1__OP__INIT, *ops[1] = {&op};
-        Gemmd__V1__Operand a = GEMMD__V1__OPERAND__INIT, b = GEMMD__V1__OPERAND__INIT,
-                           c = GEMMD__V1__OPERAND__INIT;
         struct hard_raw r;
         int64_t buf;
 
         if (open_session(&r, sock))
                 return;
         buf = hard_raw_register(&r, 2, 65536, 65536);
-        if (buf <= 0)
-                goto out;
-        op.kind = GEMMD__V1__OP_KIND__GEMM;
-        op.dtype = GEMMD__V1__DTYPE__F32;
-        op.m = op.n = 1024;
-        op.k = 1;
-        op.lda = op.ldc = 1024;
-        op.ldb = 1;
-        op.alpha = 1.0f;
-        a.buffer_id = b.buffer_id = (uint64_t)buf;
-        b.offset = 4096;
-        op.a = &a;
-        op.b = &b;
-        op.c = &c;
-        sub.n_ops = 1;
-        sub.ops = ops;
-        env.body_case = GEMMD__V1__ENVELOPE__BODY_SUBMIT;
-        env.submit = &sub;
-        for (uint64_t i = 0; i < 96; i++)
-                if (hard_raw_send(&r, 100 + i, &env, NULL, 0, 0))
+        for (uint64_t i = 0; buf > 0 && i < 96; i++)
+                if (hard_raw_amplify(&r, 100 + i, (uint64_t)buf, 1024))
                         break;
         usleep(1500000);
-out:
         hard_raw_close(&r);
 }
 

@@ -22,21 +22,6 @@
 
 TestSuite(faults, .init = e2e_setup, .fini = e2e_teardown, .timeout = 180);
 
-/* A number of the first device in the daemon's stats (JSON), or -1. */
-static long long device_number(gemmd_client *c, const char *key)
-{
-        char *json = NULL;
-        long long v = -1;
-
-        if (gemmd_stats(c, 1, &json) == 0) {
-                const char *dev = strstr(json, "\"devices\":");
-
-                v = dev ? hard_json_number(dev, key) : -1;
-        }
-        free(json);
-        return v;
-}
-
 /* Waits until the first device has nothing queued or in flight: a killed
  * client's memory stays mapped until the group that reads it is done.
  * Returns 0, or -1 on timeout. */
@@ -182,7 +167,7 @@ Test(faults, clients_killed_mid_flight_cost_others_nothing_and_resources_return)
         /* Its running group still holds its memory: the base is taken after. */
         cr_assert_eq(wait_device_idle(mon, 20000), 0, "the device did not go idle");
         cr_assert_eq(hard_res_settled(d.pid, &base, 5000), 0);
-        ops0 = device_number(mon, "ops");
+        ops0 = hard_device_number(mon, "ops");
 
         cr_assert_eq(pipe(stop) | pipe(out), 0);
         fflush(NULL);
@@ -207,7 +192,7 @@ Test(faults, clients_killed_mid_flight_cost_others_nothing_and_resources_return)
         cr_assert_eq(hard_wait_sessions(mon, 1, 20000, &got), 0, "%lld sessions", got);
         cr_assert_eq(wait_device_idle(mon, 20000), 0, "the device did not go idle");
         cr_assert_eq(hard_res_back(d.pid, &base, &after, 10000), 0);
-        ops1 = device_number(mon, "ops");
+        ops1 = hard_device_number(mon, "ops");
         fprintf(stderr, "12 clients killed with %d ops queued each; bystander ran %llu ops, all "
                         "right; the device ran %lld of the killed clients' ops; daemon before %s, "
                         "after %s\n",
@@ -429,15 +414,15 @@ Test(faults, a_killed_device_process_fails_its_groups_then_another_serves_the_sa
         cr_assert_not_null(c);
         cr_assert_eq(e2e_arena_init(&ar, c, 8u << 20), 0);
         run_shared_checked(c, &ar, &seed, 8);
-        pid0 = device_number(c, "process_pid");
+        pid0 = hard_device_number(c, "process_pid");
         cr_assert_gt(pid0, 0, "no device process in the stats");
-        cr_assert_eq(device_number(c, "process_restarts"), 0);
+        cr_assert_eq(hard_device_number(c, "process_restarts"), 0);
 
         /* One op running (about a second on one thread), three queued
          * behind it, which form the next group. */
         cr_assert_eq(e2e_timed_op(c, 2048, 2048, 1024, &slow), 0);
         cr_assert_eq(gemmd_submit(c, &slow, 1, GEMMD_PRIO_NORMAL, &t[0]), 0);
-        for (int tries = 0; tries < 1000 && device_number(c, "inflight_groups") != 1; tries++)
+        for (int tries = 0; tries < 1000 && hard_device_number(c, "inflight_groups") != 1; tries++)
                 usleep(1000);
         for (int i = 1; i < 4; i++)
                 cr_assert_eq(gemmd_submit(c, &slow, 1, GEMMD_PRIO_NORMAL, &t[i]), 0);
@@ -453,9 +438,9 @@ Test(faults, a_killed_device_process_fails_its_groups_then_another_serves_the_sa
         }
 
         run_shared_checked(c, &ar, &seed, 8);
-        pid1 = device_number(c, "process_pid");
+        pid1 = hard_device_number(c, "process_pid");
         cr_expect(pid1 > 0 && pid1 != pid0, "device process %lld, before %lld", pid1, pid0);
-        cr_expect_eq(device_number(c, "process_restarts"), 1);
+        cr_expect_eq(hard_device_number(c, "process_restarts"), 1);
         cr_expect(kill((pid_t)pid0, 0) < 0 && errno == ESRCH, "the old device process was not reaped");
         gemmd_disconnect(c);
         cr_assert_eq(e2e_daemon_stop(&d), 0);
@@ -502,8 +487,8 @@ Test(faults, an_injected_device_fault_fails_its_group_and_the_sessions_go_on)
         run_shared_checked(c2, &ar2, &seed, 4);
         run_shared_checked(c1, &ar1, &seed, 4);
         run_one_checked(c1, &seed);
-        cr_expect_eq(device_number(c1, "process_restarts"), 1);
-        cr_expect_eq(device_number(c1, "ops_failed"), 1);
+        cr_expect_eq(hard_device_number(c1, "process_restarts"), 1);
+        cr_expect_eq(hard_device_number(c1, "ops_failed"), 1);
         gemmd_disconnect(c1);
         gemmd_disconnect(c2);
         cr_assert_eq(e2e_daemon_stop(&d), 0);
@@ -525,7 +510,7 @@ Test(faults, the_device_process_lets_go_of_a_closed_sessions_memory)
         cr_assert_eq(e2e_daemon_start(&d, "--device-process", "yes", "--threads", "2", NULL), 0);
         mon = e2e_connect(&d);
         cr_assert_not_null(mon);
-        dev = device_number(mon, "process_pid");
+        dev = hard_device_number(mon, "process_pid");
         cr_assert_gt(dev, 0);
         cr_assert_eq(hard_res_settled((pid_t)dev, &base, 5000), 0);
 
@@ -580,7 +565,7 @@ Test(faults, a_killed_daemon_leaves_no_device_process_behind)
         cr_assert_eq(e2e_daemon_start(&d, "--device-process", "yes", "--threads", "1", NULL), 0);
         c = e2e_connect(&d);
         cr_assert_not_null(c);
-        dev = device_number(c, "process_pid");
+        dev = hard_device_number(c, "process_pid");
         cr_assert_gt(dev, 0);
         gemmd_disconnect(c);
         kill(d.pid, SIGKILL);

@@ -47,21 +47,6 @@ static void run_checked(gemmd_client *c, uint64_t *seed)
         e2e_prob_free(&p);
 }
 
-/* A number of the first device in the daemon's stats (JSON), or -1. */
-static long long device_number(gemmd_client *c, const char *key)
-{
-        char *json = NULL;
-        long long v = -1;
-
-        if (gemmd_stats(c, 1, &json) == 0) {
-                const char *dev = strstr(json, "\"devices\":");
-
-                v = dev ? hard_json_number(dev, key) : -1;
-        }
-        free(json);
-        return v;
-}
-
 /* Starts build/gemmd-fi with GEMMD_FAULT_ALLOC=site: a debug op then fails
  * the worker's allocation at that site instead of faulting the device. */
 static void start_fi(struct e2e_daemon *d, const char *site)
@@ -115,9 +100,9 @@ static void worker_out_of_memory(const char *site)
                 run_checked(c2, &seed);
                 run_checked(c1, &seed);
         }
-        cr_expect_eq(device_number(c2, "ops_failed"), 1);
+        cr_expect_eq(hard_device_number(c2, "ops_failed"), 1);
         /* Nothing was left to repair: no device process was replaced. */
-        cr_expect_leq(device_number(c2, "process_restarts"), 0);
+        cr_expect_leq(hard_device_number(c2, "process_restarts"), 0);
         gemmd_disconnect(c1);
         gemmd_disconnect(c2);
         STOP(&d);
@@ -352,35 +337,6 @@ static long peak_kb(pid_t pid)
         return kb;
 }
 
-/* A GEMM of AMP_N x AMP_N x 1 with A and B in the session's buffer buf and
- * C inline, its data left out: 51 bytes on the wire, 16 MiB of result. */
-static int send_amplifier(struct hard_raw *r, uint64_t rid, uint64_t buf)
-{
-        Gemmd__V1__Envelope env = GEMMD__V1__ENVELOPE__INIT;
-        Gemmd__V1__Submit sub = GEMMD__V1__SUBMIT__INIT;
-        Gemmd__V1__Op op = GEMMD__V1__OP__INIT, *ops[1] = {&op};
-        Gemmd__V1__Operand a = GEMMD__V1__OPERAND__INIT, b = GEMMD__V1__OPERAND__INIT;
-        Gemmd__V1__Operand c = GEMMD__V1__OPERAND__INIT;
-
-        op.kind = GEMMD__V1__OP_KIND__GEMM;
-        op.dtype = GEMMD__V1__DTYPE__F32;
-        op.m = op.n = AMP_N;
-        op.k = 1;
-        op.lda = op.ldc = AMP_N;
-        op.ldb = 1;
-        op.alpha = 1.0f;
-        a.buffer_id = b.buffer_id = buf;
-        b.offset = AMP_N * 4;
-        op.a = &a;
-        op.b = &b;
-        op.c = &c;
-        sub.n_ops = 1;
-        sub.ops = ops;
-        env.body_case = GEMMD__V1__ENVELOPE__BODY_SUBMIT;
-        env.submit = &sub;
-        return hard_raw_send(r, rid, &env, NULL, 0, 0);
-}
-
 /* Submits the daemon refused with BUSY so far (its JSON stats), or -1. */
 static long long busy_count(gemmd_client *c)
 {
@@ -456,22 +412,22 @@ Test(attack_budget, inline_results_never_read_meet_the_byte_budgets_and_memory_s
         /* The first session alone, then the others: with several event
          * loops, sessions are read in no given order. */
         for (int j = 0; j < AMP_FIRST; j++, sent++)
-                cr_assert_eq(send_amplifier(&r[0], (uint64_t)j + 2, buf[0]), 0);
+                cr_assert_eq(hard_raw_amplify(&r[0], (uint64_t)j + 2, buf[0], AMP_N), 0);
         for (int i = 0; i < 1000 && busy_count(mon) < AMP_FIRST - 2; i++)
                 usleep(20000);
         cr_expect_eq(busy_count(mon), AMP_FIRST - 2, "the first session's refusals");
         for (int i = 1; i < AMP_SESSIONS; i++)
                 for (int j = 0; j < AMP_MORE; j++, sent++)
-                        cr_assert_eq(send_amplifier(&r[i], (uint64_t)j + 2, buf[i]), 0);
+                        cr_assert_eq(hard_raw_amplify(&r[i], (uint64_t)j + 2, buf[i], AMP_N), 0);
         /* Everything admitted runs; its replies stay unread. */
-        for (int i = 0; i < 1000 && device_number(mon, "ops") < 4; i++)
+        for (int i = 0; i < 1000 && hard_device_number(mon, "ops") < 4; i++)
                 usleep(20000);
         cr_assert_eq(e2e_round_trip(mon), 0);
         usleep(300000);
         hwm1 = peak_kb(d.pid);
-        cr_expect_eq(device_number(mon, "ops"), 4,
+        cr_expect_eq(hard_device_number(mon, "ops"), 4,
                      "%lld of %d submits of 32 MiB each ran within budgets of 64 and 128 MiB",
-                     device_number(mon, "ops"), sent);
+                     hard_device_number(mon, "ops"), sent);
         for (int i = 0; i < 1000 && busy_count(mon) < sent - 4; i++)
                 usleep(20000);
         cr_expect_eq(busy_count(mon), sent - 4, "%lld of %d submits were refused", busy_count(mon), sent);

@@ -216,21 +216,6 @@ Test(attack_small, a_32_bit_field_past_32_bits_is_a_protocol_error)
 
 /* ---- launch failures that are not the device's ---------------------------- */
 
-/* A number of the first device in the daemon's stats (JSON), or -1. */
-static long long device_number(gemmd_client *c, const char *key)
-{
-        char *json = NULL;
-        long long v = -1;
-
-        if (gemmd_stats(c, 1, &json) == 0) {
-                const char *dev = strstr(json, "\"devices\":");
-
-                v = dev ? hard_json_number(dev, key) : -1;
-        }
-        free(json);
-        return v;
-}
-
 /* Runs n random inline ops on c, checked against the reference. */
 static void run_checked(gemmd_client *c, uint64_t *seed, int n)
 {
@@ -287,7 +272,7 @@ Test(attack_small, a_launch_failure_not_the_devices_keeps_the_device)
                 other = e2e_connect(&d);
                 cr_assert(victim && other);
                 run_checked(other, &seed, 2);
-                pid = device_number(other, "process_pid");
+                pid = hard_device_number(other, "process_pid");
                 cr_assert_gt(pid, 0);
 
                 e2e_spec_random(&s, &seed, 24);
@@ -300,12 +285,12 @@ Test(attack_small, a_launch_failure_not_the_devices_keeps_the_device)
 
                 run_checked(other, &seed, 3);
                 run_checked(victim, &seed, 2);
-                cr_expect_eq(device_number(other, "recoveries"), cases[i].recoveries, "%s", what);
-                cr_expect_eq(device_number(other, "process_restarts"), cases[i].recoveries,
+                cr_expect_eq(hard_device_number(other, "recoveries"), cases[i].recoveries, "%s", what);
+                cr_expect_eq(hard_device_number(other, "process_restarts"), cases[i].recoveries,
                              "%s", what);
                 if (!cases[i].recoveries)
-                        cr_expect_eq(device_number(other, "process_pid"), pid, "%s", what);
-                cr_expect_eq(device_number(other, "ops_failed"), 1);
+                        cr_expect_eq(hard_device_number(other, "process_pid"), pid, "%s", what);
+                cr_expect_eq(hard_device_number(other, "ops_failed"), 1);
                 gemmd_disconnect(victim);
                 gemmd_disconnect(other);
                 STOP(&d);
