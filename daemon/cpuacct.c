@@ -132,13 +132,14 @@ static double tv_s(struct timeval tv)
         return (double)tv.tv_sec + tv.tv_usec / 1e6;
 }
 
-/* CPU seconds of process pid if it is a child of ours (the pid of a
- * device process that was reaped may already name another process), else
- * 0. */
+/* CPU seconds of process pid, every thread of it, if it is a child of
+ * ours (the pid of a device process that was reaped may already name
+ * another process), else 0. Its CPU clock counts nanoseconds; /proc's
+ * figures come in ticks of 10 ms, more than a short burst of work. */
 static double child_s(pid_t pid)
 {
         char path[64], buf[1024], *p;
-        unsigned long long ut, st;
+        clockid_t clock;
         int ppid;
         FILE *f;
         size_t n;
@@ -155,11 +156,10 @@ static double child_s(pid_t pid)
          * that follow start after its last ')'. */
         if (!(p = strrchr(buf, ')')))
                 return 0;
-        if (sscanf(p + 1, " %*c %d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu", &ppid, &ut,
-                   &st) != 3 ||
-            ppid != (int)getpid())
+        if (sscanf(p + 1, " %*c %d", &ppid) != 1 || ppid != (int)getpid() ||
+            clock_getcpuclockid(pid, &clock) != 0)
                 return 0;
-        return (double)(ut + st) / (double)sysconf(_SC_CLK_TCK);
+        return clock_ns(clock) / 1e9;
 }
 
 /* The device processes' seconds: the reaped ones' (the children's rusage:

@@ -8,8 +8,8 @@
  * What no role names (the time before the main thread registered, threads
  * that libraries start, such as the CUDA driver's) is the process's total
  * less the roles' sum. A device process (--device-process) is a process of
- * its own: its time is read from /proc and, once it is reaped, from the
- * children's rusage.
+ * its own: its time is read from its CPU clock while it lives and, once
+ * it is reaped, from the children's rusage.
  *
  * All functions are thread-safe.
  */
