@@ -18,6 +18,7 @@
 #include <string.h>
 
 #include "daemon/backend.h"
+#include "daemon/cpuacct.h"
 #include "daemon/devproc.h"
 #include "daemon/log.h"
 #include "gemmd.h"
@@ -174,6 +175,7 @@ static void *pool_main(void *arg)
 {
         struct cpu_backend *cb = arg;
 
+        cpuacct_thread_start(CPU_COMPUTE);
         pthread_mutex_lock(&cb->lock);
         for (;;) {
                 struct group *g = cb->head;

@@ -21,6 +21,7 @@
 #include <time.h>
 
 #include "daemon/backend.h"
+#include "daemon/cpuacct.h"
 #include "daemon/lock.h"
 #include "daemon/log.h"
 #include "daemon/worker.h"
@@ -547,6 +548,7 @@ static void *done_main(void *arg)
         struct cuda_slot *watched = NULL, **wtail = &watched; /* in launch order */
         uint64_t active = 0, since = 0;
 
+        cpuacct_thread_start(CPU_COMPLETION);
         cudaSetDevice(cb->ordinal);
         for (;;) {
                 struct cuda_slot **pp;
@@ -711,6 +713,7 @@ static void *pin_main(void *arg)
 {
         struct cuda_backend *cb = arg;
 
+        cpuacct_thread_start(CPU_PIN);
         cudaSetDevice(cb->ordinal);
         pthread_mutex_lock(&cb->pin_lock);
         for (;;) {

@@ -30,6 +30,7 @@
 #include <unistd.h>
 
 #include "daemon/backend.h"
+#include "daemon/cpuacct.h"
 #include "daemon/devproc.h"
 #include "daemon/log.h"
 #include "daemon/worker.h"
@@ -214,6 +215,7 @@ static void *reader_main(void *arg)
         uint64_t active = 0;
         int st = 0;
 
+        cpuacct_thread_start(CPU_DEVPROC_READER);
         for (uint32_t idle = 0;;) {
                 struct xmsg m;
                 ssize_t n;

@@ -10,6 +10,7 @@
 #include <uv.h>
 
 #include "daemon/config.h"
+#include "daemon/cpuacct.h"
 #include "daemon/devproc.h"
 #include "daemon/log.h"
 #include "daemon/notify.h"
@@ -27,6 +28,7 @@ int main(int argc, char **argv)
         /* The daemon starts its device processes as itself (devproc.h). */
         if (argc == 3 && strcmp(argv[1], "--device-host") == 0)
                 return devhost_main(atoi(argv[2]));
+        cpuacct_thread_start(CPU_LOOP); /* this thread runs loop 0 */
         config_defaults(&cfg);
         rc = config_parse_args(&cfg, argc, argv);
         if (rc)

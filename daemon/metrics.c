@@ -17,6 +17,7 @@
 #include <unistd.h>
 #include <uv.h>
 
+#include "daemon/cpuacct.h"
 #include "daemon/log.h"
 #include "daemon/server.h"
 #include "daemon/unixsock.h"
@@ -352,6 +353,21 @@ static void render_server(FILE *f, struct server *srv, double up_s)
         }
 }
 
+/* What the host's CPUs paid, by thread role. The roles but device-process
+ * add up to the daemon's process; rate() over gemmd_device_ops_total gives
+ * the CPU time per op. */
+static void render_cpu(FILE *f, struct server *srv)
+{
+        struct cpuacct a;
+
+        cpuacct_read(srv, &a);
+        header(f, "gemmd_cpu_seconds_total", "counter",
+               "CPU seconds used since the start, by thread role (other: the daemon's process time "
+               "no role names; device-process: the device processes)");
+        for (int r = 0; r < CPU_ROLES; r++)
+                fprintf(f, "gemmd_cpu_seconds_total{role=\"%s\"} %.6f\n", cpuacct_role_name(r), a.s[r]);
+}
+
 /* Writes a log2 histogram (bucket i holds the values v with i ==
  * hist_bucket(v): [2^i, 2^(i+1)) and 0 in bucket 0) as a Prometheus
  * histogram. Bucket i's bound is 2^(i+1) * scale, less `minus` (1 for
@@ -483,6 +499,7 @@ int metrics_render(struct server *srv, char **out, size_t *len)
                 return -ENOMEM;
         render_server(f, srv, up_s);
         render_devices(f, srv, up_s);
+        render_cpu(f, srv);
         pthread_mutex_lock(&counts_lock);
         render_counts(f);
         pthread_mutex_unlock(&counts_lock);

@@ -14,6 +14,7 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include "daemon/cpuacct.h"
 #include "daemon/lock.h"
 #include "daemon/log.h"
 #include "daemon/metrics.h"
@@ -324,6 +325,7 @@ void server_run(struct server *srv)
 
 static void *loop_main(void *arg)
 {
+        cpuacct_thread_start(CPU_LOOP);
         run_loop(arg);
         return NULL;
 }

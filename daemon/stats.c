@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "daemon/cpuacct.h"
 #include "daemon/server.h"
 #include "daemon/users.h"
 #include "gemmd.h"
@@ -69,6 +70,59 @@ static struct loop_sum loop_sum(const struct server *srv)
         return a;
 }
 
+/* CPU microseconds per op of s seconds over `ops` ops (0 before any). */
+static double us_per_op(double s, uint64_t ops)
+{
+        return ops ? s * 1e6 / (double)ops : 0.0;
+}
+
+/* What the host's CPUs paid: seconds per thread role since the start, and
+ * per op run. A role shows once it has a thread or has used any time. */
+static void cpu_text(struct server *srv, FILE *f)
+{
+        struct cpuacct a;
+
+        cpuacct_read(srv, &a);
+        fprintf(f, "cpu: %.3f s since the start (this process %.3f, device processes %.3f); %llu ops "
+                   "run, %.1f us per op\n",
+                a.total_s, a.process_s, a.s[CPU_DEVICE_PROCESS], (unsigned long long)a.ops,
+                us_per_op(a.total_s, a.ops));
+        for (int r = 0; r < CPU_ROLES; r++) {
+                if (!a.n[r] && a.s[r] <= 0)
+                        continue;
+                fprintf(f, "  %-15s %9.3f s  %9.1f us per op", cpuacct_role_name(r), a.s[r],
+                        us_per_op(a.s[r], a.ops));
+                if (r == CPU_DEVICE_PROCESS)
+                        fprintf(f, "  (%u process%s)", a.n[r], a.n[r] == 1 ? "" : "es");
+                else if (r != CPU_OTHER)
+                        fprintf(f, "  (%u thread%s)", a.n[r], a.n[r] == 1 ? "" : "s");
+                fprintf(f, "\n");
+        }
+}
+
+/* The same as "cpu":{...}, last in the object: a reader that looks for
+ * the first "ops" finds the devices' as before. */
+static void cpu_json(struct server *srv, FILE *f)
+{
+        struct cpuacct a;
+
+        cpuacct_read(srv, &a);
+        fprintf(f, "\"cpu\":{\"total_s\":%.6f,\"process_s\":%.6f,\"device_process_s\":%.6f,"
+                   "\"ops\":%llu,\"us_per_op\":%.3f,\"roles\":{",
+                a.total_s, a.process_s, a.s[CPU_DEVICE_PROCESS], (unsigned long long)a.ops,
+                us_per_op(a.total_s, a.ops));
+        for (int r = 0; r < CPU_ROLES; r++) {
+                fprintf(f, "%s\"%s\":{\"s\":%.6f,\"us_per_op\":%.3f", r ? "," : "",
+                        cpuacct_role_name(r), a.s[r], us_per_op(a.s[r], a.ops));
+                /* Live threads, or processes; "other" has no count. */
+                if (r != CPU_OTHER)
+                        fprintf(f, ",\"%s\":%u", r == CPU_DEVICE_PROCESS ? "processes" : "threads",
+                                a.n[r]);
+                fprintf(f, "}");
+        }
+        fprintf(f, "}}");
+}
+
 /* Whether the viewer of the stats (only_uid, as stats_render) sees what
  * uid holds. */
 static int shown(long long only_uid, uint32_t uid)
@@ -122,6 +176,7 @@ static void render_text(struct server *srv, FILE *f, double up_s, long long only
                 if (srv->rejections[i])
                         fprintf(f, " %s=%llu", code_names[i], (unsigned long long)srv->rejections[i]);
         fprintf(f, "\n");
+        cpu_text(srv, f);
         for (int i = 0; i < srv->nworkers; i++) {
                 struct worker_stats st;
                 uint32_t pending, inflight;
@@ -304,7 +359,9 @@ static void render_json(struct server *srv, FILE *f, double up_s, long long only
                 first = 0;
         }
         pthread_mutex_unlock(&srv->lock);
-        fprintf(f, "]}\n");
+        fprintf(f, "],");
+        cpu_json(srv, f);
+        fprintf(f, "}\n");
 }
 
 int stats_render(struct server *srv, int json, long long only_uid, char **out)

@@ -10,6 +10,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "daemon/cpuacct.h"
 #include "daemon/lock.h"
 #include "daemon/log.h"
 #include "gemmd.h"
@@ -859,6 +860,7 @@ static void *worker_main(void *arg)
         struct worker *w = arg;
         const struct gemmd_config *cfg = w->cfg;
 
+        cpuacct_thread_start(CPU_WORKER);
         pthread_mutex_lock(&w->lock);
         for (;;) {
                 while (w->ctl_head) {

@@ -16,10 +16,13 @@
 # the remaining points are recorded as skipped.
 #
 # Output under $OUT (default ./service-out): service.jsonl (one JSON object
-# per point: gemmbench's, plus label, status, exit and wall_s), service.txt
+# per point: gemmbench's, plus label, status, exit and wall_s, and for gemmd
+# points what the host's CPUs paid: cpu_ops, the ops the daemon ran for the
+# point, and cpu_us_per_op, its CPU microseconds per op by thread role and in
+# all, from `gemmctl stats` before and after), service.txt
 # (tables), service.png (TF/s and p99 latency against clients, one line per
 # mode, one panel per window and max-dim), service.log (stderr of the runs).
-# Binaries come from $GEMMD_BIN (flat: gemmbench, gemmd), else build/.
+# Binaries come from $GEMMD_BIN (flat: gemmbench, gemmd, gemmctl), else build/.
 #
 # Knobs (environment): SWEEP_CLIENTS, SWEEP_WINDOWS, SWEEP_DIMS, SWEEP_MODES,
 # SWEEP_SECONDS (per point, default 2), SWEEP_WARMUP (default 0.25),
@@ -35,6 +38,7 @@ mkdir -p "$OUT"
 bin=${GEMMD_BIN:-build}
 gb=$bin/gemmbench
 gd=$bin/gemmd
+gc=$bin/gemmctl
 here=$(cd "$(dirname "$0")" && pwd)
 plot=$here/../bench/plot_service.py
 CLIENTS=${SWEEP_CLIENTS:-1 2 4 8 16 32 64}
@@ -50,7 +54,7 @@ log=$OUT/service.log
 : >"$jsonl"
 : >"$log"
 
-for x in "$gb" "$gd"; do
+for x in "$gb" "$gd" "$gc"; do
         [ -x "$x" ] || { echo "service-sweep: $x not found" >&2; exit 1; }
 done
 # shellcheck source=scripts/service-lib.sh
@@ -69,9 +73,29 @@ synth() { # label mode memory clients window dim status reason
                 "$1" "$2" "$3" "$4" "$5" "$6" "$7" "$8" >>"$jsonl"
 }
 
+# The daemon's JSON stats, or nothing.
+stats() { "$gc" --socket "$tmp/gemmd.sock" stats --json 2>/dev/null; }
+
+# cpu_fields BEFORE AFTER: ,"cpu_ops":N,"cpu_us_per_op":{ROLE:US,...,"total":US}
+# over the ops run between two stats, or nothing.
+cpu_fields() {
+        python3 - "$1" "$2" <<'PY'
+import json, sys
+try:
+    a, b = (json.loads(s)["cpu"] for s in sys.argv[1:3])
+except (ValueError, KeyError):
+    sys.exit(0)
+ops = b["ops"] - a["ops"]
+if ops > 0:
+    per = {r: round((b["roles"][r]["s"] - a["roles"][r]["s"]) * 1e6 / ops, 2) + 0.0 for r in b["roles"]}
+    per["total"] = round((b["total_s"] - a["total_s"]) * 1e6 / ops, 2)
+    print(',"cpu_ops":%d,"cpu_us_per_op":%s' % (ops, json.dumps(per, separators=(",", ":"))))
+PY
+}
+
 # point LABEL CLIENTS WINDOW DIM: runs one point and appends its line.
 point() {
-        local label=$1 n=$2 w=$3 d=$4 mode memory args rc start wall out
+        local label=$1 n=$2 w=$3 d=$4 mode memory args rc start wall out before=""
         case $label in
         gemmd) mode=gemmd memory=ipc ;;
         gemmd-shm) mode=gemmd memory=shm ;;
@@ -92,6 +116,7 @@ point() {
                         start_daemon "$gd" "$OUT/gemmd.log" ${GEMMD_ARGS:-} || echo "service-sweep: gemmd did not start" | tee -a "$log"
                 fi
                 args+=(--socket "$tmp/gemmd.sock" --memory "$memory")
+                before=$(stats)
         fi
         start=$(now)
         echo "== $label clients=$n window=$w max-dim=$d" >>"$log"
@@ -100,6 +125,7 @@ point() {
         last_rc=$rc
         wall=$(awk -v a="$start" -v b="$(now)" 'BEGIN { printf "%.2f", b - a }')
         out=$(printf '%s\n' "$out" | grep '^{' | tail -n 1)
+        [ -n "$before" ] && [ -n "$out" ] && out="${out%\}}$(cpu_fields "$before" "$(stats)")}"
         if [ -z "$out" ]; then
                 synth "$label" "$mode" "$memory" "$n" "$w" "$d" failed "no report (exit $rc)"
         else

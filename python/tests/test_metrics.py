@@ -143,6 +143,12 @@ class TestMetricsTcp(DaemonTestCase):
         self.assertGreater(d("gemmd_loop_busy_seconds_total", loop="0"), 0)
         self.assertLess(d("gemmd_loop_busy_seconds_total", loop="0"),
                         get(after, "gemmd_uptime_seconds") - get(before, "gemmd_uptime_seconds"))
+        # The host's CPU by thread role: the loop read the requests, the
+        # worker grouped them and the compute threads ran them.
+        self.assertEqual(types["gemmd_cpu_seconds_total"], "counter")
+        for role in ("loop", "worker", "compute"):
+            self.assertGreater(d("gemmd_cpu_seconds_total", role=role), 0, role)
+        self.assertEqual(get(after, "gemmd_cpu_seconds_total", role="device-process"), 0)
         busy = get(after, "gemmd_device_busy_ratio", device="0")
         self.assertTrue(0 < busy <= 1, busy)
         self.assertGreater(get(after, "gemmd_device_flops_per_second", device="0"), 0)
