@@ -634,6 +634,15 @@ static void check_stray_fds(struct session *s)
                            n);
 }
 
+/* After a read's frames: a large message's decoded form goes back at once
+ * (frame_arena_reset keeps only a small chunk), so that an idle session
+ * holds its read buffer and little else. */
+static void frames_done(struct session *s)
+{
+        frame_arena_reset(&s->arena);
+        check_stray_fds(s);
+}
+
 void session_hand_over(struct session *s)
 {
         struct server *srv = s->srv;
@@ -699,7 +708,7 @@ static void parse_rbuf(struct session *s)
                 return;
         memmove(s->rbuf, s->rbuf + off, s->rlen - off);
         s->rlen -= off;
-        check_stray_fds(s);
+        frames_done(s);
 }
 
 static void on_readable(struct session *s)
@@ -749,7 +758,7 @@ static void on_readable(struct session *s)
                                 session_hand_over(s);
                                 free(body);
                                 if (s->state != SESSION_CLOSED)
-                                        check_stray_fds(s);
+                                        frames_done(s);
                         }
                 } else {
                         s->rlen += (size_t)n;
