@@ -58,7 +58,8 @@ extern void (*gbuf_forget)(struct gbuf *b);
 /* Maps `bytes` of the memfd `fd` (which the caller keeps ownership of).
  * Returns 0 and a buffer with one reference, or a negative code:
  * GEMMD_EBOUNDS when the file is not that long, GEMMD_EINVAL when it is
- * not sealed against shrinking (F_SEAL_SHRINK). */
+ * not sealed against shrinking (F_SEAL_SHRINK), GEMMD_ERESOURCE when no
+ * descriptor is left to keep (gbuf_keep_fds). */
 int gbuf_new_shm(int fd, uint64_t bytes, struct gbuf **out);
 
 /* A malloc'd buffer for inline operands, `bytes` long: a copy of `init`,

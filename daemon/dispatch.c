@@ -124,8 +124,7 @@ static void on_register(struct session *s, uint64_t rid, const Gemmd__V1__Buffer
         }
         fd = session_take_fd(s);
         if (fd < 0) {
-                session_send_error(s, rid, GEMMD_EPROTO, -1,
-                                   "shared-memory registration without a file descriptor");
+                session_no_fd(s, rid, "shared-memory registration");
                 return;
         }
         if (s->bufs.n >= lim->max_buffers) {

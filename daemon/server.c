@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -94,43 +95,144 @@ static void hand_to_loop(struct evloop *ev, int fd)
         uv_async_send(&ev->async);
 }
 
+/* Refuses the connection fd at once: best effort, one Error frame (err, a
+ * library code, and why), then end of stream. */
+static void refuse_now(struct server *srv, int fd, int err, const char *why)
+{
+        Gemmd__V1__Envelope env = GEMMD__V1__ENVELOPE__INIT;
+        Gemmd__V1__Error e = GEMMD__V1__ERROR__INIT;
+        uint8_t *buf;
+        size_t n;
+
+        e.code = (Gemmd__V1__Code)frame_err_to_code(err);
+        e.message = (char *)why;
+        e.op_index = -1;
+        env.body_case = GEMMD__V1__ENVELOPE__BODY_ERROR;
+        env.error = &e;
+        if (frame_pack(&env, 0, UINT32_MAX, &buf, &n) == 0) {
+                (void)!send(fd, buf, n, MSG_NOSIGNAL | MSG_DONTWAIT);
+                free(buf);
+        }
+        if ((unsigned)e.code < sizeof(srv->rejections) / sizeof(srv->rejections[0]))
+                atomic_fetch_add(&srv->rejections[e.code], 1);
+        close(fd);
+}
+
+/* Says that accept() failed with err, at most once a second, with the
+ * connections refused for it since the last time (`refused` more now): a
+ * full descriptor table meets every client that comes. */
+static void accept_warn(struct server *srv, int err, uint32_t refused)
+{
+        uint64_t now = now_ns();
+        struct rlimit rl = {0};
+
+        srv->accept_refused += refused;
+        if ((srv->accept_warn_ns && now - srv->accept_warn_ns < 1000000000ull) ||
+            ((err == EMFILE || err == ENFILE) && !srv->accept_refused))
+                return; /* the last descriptor was just taken: nobody refused yet */
+        getrlimit(RLIMIT_NOFILE, &rl);
+        if (err == EMFILE || err == ENFILE)
+                log_warn("accept: %s (descriptor limit %llu): %u connection(s) refused since the "
+                         "last warning",
+                         strerror(err), (unsigned long long)rl.rlim_cur, srv->accept_refused);
+        else
+                log_warn("accept: %s: new connections wait", strerror(err));
+        srv->accept_warn_ns = now;
+        srv->accept_refused = 0;
+}
+
+/* The spare descriptor: /dev/null, held to be given up for a connection
+ * the daemon has no descriptor for, so that it can be told and closed. */
+static void take_spare(struct server *srv)
+{
+        if (srv->spare_fd < 0)
+                srv->spare_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+}
+
+static void on_listen(uv_poll_t *h, int status, int events);
+
+static void on_rested(uv_timer_t *t)
+{
+        struct server *srv = t->data;
+
+        if (srv->listening)
+                uv_poll_start(&srv->listen_poll, UV_READABLE, on_listen);
+}
+
+/* No descriptor is left even to refuse a connection with: the listener,
+ * still readable, would be called again at once for as long as that
+ * lasts, so it rests a while (its backlog waits). */
+#define LISTEN_REST_MS 100
+
+static void rest_listener(struct server *srv)
+{
+        uv_poll_stop(&srv->listen_poll);
+        uv_timer_start(&srv->listen_rest, on_rested, LISTEN_REST_MS, 0);
+}
+
+/* Out of descriptors, where accept() fails whether a connection waits or
+ * not: the spare is given up, the next pending connection accepted on it,
+ * told RESOURCE and closed, and the spare taken again (as libuv's users
+ * do). Returns 1 when one was refused, 0 when none was pending, or -1
+ * when there was no spare or the accept still failed (another thread took
+ * the descriptor). */
+static int refuse_on_spare(struct server *srv)
+{
+        int fd, err;
+
+        if (srv->spare_fd < 0)
+                return -1;
+        close(srv->spare_fd);
+        srv->spare_fd = -1;
+        fd = accept4(srv->listen_fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+        err = errno;
+        if (fd >= 0)
+                refuse_now(srv, fd, GEMMD_ERESOURCE,
+                           "too many connections: the daemon is out of file descriptors");
+        take_spare(srv);
+        return fd >= 0 ? 1 : err == EAGAIN || err == EWOULDBLOCK ? 0 : -1;
+}
+
 static void on_listen(uv_poll_t *h, int status, int events)
 {
         struct server *srv = h->data;
 
         for (int i = 0; i < 64; i++) {
                 int fd = accept4(srv->listen_fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
-                int full;
+                int full, err;
 
                 if (fd < 0) {
-                        if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)
-                                log_warn("accept: %s", strerror(errno));
+                        err = errno;
+                        if (err == EAGAIN || err == EWOULDBLOCK)
+                                return;
+                        if (err == EINTR || err == ECONNABORTED)
+                                continue;
+                        if (err == EMFILE || err == ENFILE) {
+                                int rc = refuse_on_spare(srv);
+
+                                if (rc >= 0) {
+                                        accept_warn(srv, err, (uint32_t)rc);
+                                        if (rc)
+                                                continue;
+                                        return;
+                                }
+                        }
+                        /* ENOBUFS, ENOMEM, or no spare: the connection stays
+                         * in the backlog until the listener is back. */
+                        accept_warn(srv, err, 0);
+                        rest_listener(srv);
                         return;
                 }
+                take_spare(srv); /* one refusal took it and could not take it back */
                 pthread_mutex_lock(&srv->lock);
                 full = srv->nsessions - srv->ndenied >= srv->cfg->lim.max_sessions &&
                        srv->ndenied >= SESSION_MAX_DENIED;
                 pthread_mutex_unlock(&srv->lock);
                 if (full) {
                         /* Past the limit a session answers its Hello with
-                         * LIMIT (session_accept). Past that many of them too:
-                         * best effort, one Error frame, then end of stream. */
-                        Gemmd__V1__Envelope env = GEMMD__V1__ENVELOPE__INIT;
-                        Gemmd__V1__Error e = GEMMD__V1__ERROR__INIT;
-                        uint8_t *buf;
-                        size_t n;
-
-                        e.code = GEMMD__V1__CODE__LIMIT;
-                        e.message = "too many connections";
-                        e.op_index = -1;
-                        env.body_case = GEMMD__V1__ENVELOPE__BODY_ERROR;
-                        env.error = &e;
-                        if (frame_pack(&env, 0, UINT32_MAX, &buf, &n) == 0) {
-                                (void)!send(fd, buf, n, MSG_NOSIGNAL | MSG_DONTWAIT);
-                                free(buf);
-                        }
-                        atomic_fetch_add(&srv->rejections[GEMMD__V1__CODE__LIMIT], 1);
-                        close(fd);
+                         * LIMIT (session_accept). Past that many of them too,
+                         * the connection is refused here. */
+                        refuse_now(srv, fd, GEMMD_ELIMIT, "too many connections");
                         continue;
                 }
                 hand_to_loop(&srv->loops[srv->next_loop++ % (uint32_t)srv->nloops], fd);
@@ -405,6 +507,7 @@ static void close_listener(struct server *srv)
                 return;
         srv->listening = 0;
         uv_close((uv_handle_t *)&srv->listen_poll, NULL);
+        uv_close((uv_handle_t *)&srv->listen_rest, NULL);
         close(srv->listen_fd);
         if (srv->listen_owned)
                 unlink(srv->cfg->socket_path);
@@ -617,6 +720,7 @@ int server_init(struct server *srv, uv_loop_t *loop, const struct gemmd_config *
         int rc, want;
 
         memset(srv, 0, sizeof(*srv));
+        srv->spare_fd = -1;
         srv->loop = loop;
         srv->cfg = cfg;
         srv->t_start_ns = now_ns();
@@ -651,6 +755,10 @@ int server_init(struct server *srv, uv_loop_t *loop, const struct gemmd_config *
         rc = metrics_start(srv);
         if (rc)
                 goto err;
+        take_spare(srv);
+        if (srv->spare_fd < 0)
+                log_warn("cannot open /dev/null (%s): out of descriptors, the listener rests instead of refusing",
+                         strerror(errno));
         /* The loops: 0 here, the others each on a thread of its own. A
          * loop that cannot start leaves the daemon with fewer. */
         loop_init(srv, &srv->loops[0], 0, loop);
@@ -684,6 +792,8 @@ int server_init(struct server *srv, uv_loop_t *loop, const struct gemmd_config *
         uv_signal_start(&srv->sigint, on_signal, SIGINT);
         uv_poll_init(loop, &srv->listen_poll, srv->listen_fd);
         srv->listen_poll.data = srv;
+        uv_timer_init(loop, &srv->listen_rest);
+        srv->listen_rest.data = srv;
         uv_poll_start(&srv->listen_poll, UV_READABLE, on_listen);
         srv->listening = 1;
         log_info("listening on %s (%d event loop%s)", srv->listen_owned ? cfg->socket_path : "(socket activation)",
@@ -713,5 +823,8 @@ void server_deinit(struct server *srv)
         free(srv->loops);
         srv->loops = NULL;
         srv->nloops = 0;
+        if (srv->spare_fd >= 0)
+                close(srv->spare_fd);
+        srv->spare_fd = -1;
         pthread_mutex_destroy(&srv->lock);
 }

@@ -85,6 +85,7 @@ struct session {
         int parsing; /* in parse_rbuf: replies flushed meanwhile must not re-enter it */
         int fds[SESSION_MAX_FDS]; /* received with SCM_RIGHTS, not yet used */
         int nfds;
+        int fds_dropped; /* the daemon had no descriptor left to receive one */
         struct frame_arena arena;
 
         /* Output: packed frames not yet written. The loop thread and a
@@ -190,6 +191,13 @@ struct server {
         int listen_owned; /* we created the socket file (not socket activation) */
         uv_poll_t listen_poll;
         int listening;
+        /* Out of descriptors, a connection is refused on the spare one
+         * (on_listen); without it the listener rests a while. At most a
+         * warning a second says so, with the count since the last. */
+        int spare_fd;
+        uv_timer_t listen_rest;
+        uint64_t accept_warn_ns;
+        uint32_t accept_refused;
         uv_signal_t sigterm, sigint;
 
         struct evloop *loops; /* nloops; loops[0] is the main one */
@@ -329,6 +337,10 @@ void session_close(struct session *s);
 void session_unref(struct session *s);
 /* Takes the oldest received file descriptor, or -1. */
 int session_take_fd(struct session *s);
+/* Answers request rid, a `what` that came without the descriptor it
+ * needs: RESOURCE when the daemon had none left to receive it with, else
+ * PROTOCOL. */
+void session_no_fd(struct session *s, uint64_t rid, const char *what);
 
 /* Writes the replies queued while defer_flush was set. */
 void server_flush_dirty(struct evloop *ev);

@@ -13,6 +13,7 @@
  * only after session_reply_taken has waited for the writer to let go.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -179,6 +180,18 @@ int session_take_fd(struct session *s)
         memmove(&s->fds[0], &s->fds[1], (size_t)(s->nfds - 1) * sizeof(int));
         s->nfds--;
         return fd;
+}
+
+void session_no_fd(struct session *s, uint64_t rid, const char *what)
+{
+        if (s->fds_dropped)
+                session_send_error(s, rid, GEMMD_ERESOURCE, -1,
+                                   "%s: the daemon is out of file descriptors and could not "
+                                   "receive the one sent with it",
+                                   what);
+        else
+                session_send_error(s, rid, GEMMD_EPROTO, -1, "%s without a file descriptor", what);
+        s->fds_dropped = 0;
 }
 
 static void free_session(struct session *s)
@@ -568,6 +581,20 @@ void session_send_error(struct session *s, uint64_t request_id, int err, int op_
         session_send(s, &env);
 }
 
+/* Whether this process has no descriptor left (EMFILE, ENFILE): a
+ * descriptor a client sent is then dropped by the kernel (MSG_CTRUNC),
+ * through no fault of the client. */
+static int out_of_fds(int fd)
+{
+        int t = fcntl(fd, F_DUPFD_CLOEXEC, 0);
+
+        if (t >= 0) {
+                close(t);
+                return 0;
+        }
+        return errno == EMFILE || errno == ENFILE;
+}
+
 /* Receives into buf, collecting passed descriptors. Returns bytes read,
  * 0 at end of stream, or a negative code. */
 static ssize_t recv_some(struct session *s, void *buf, size_t len)
@@ -580,7 +607,7 @@ static ssize_t recv_some(struct session *s, void *buf, size_t len)
         struct msghdr mh = {0};
         struct cmsghdr *c;
         ssize_t n;
-        int bad = 0;
+        int bad = 0, early = 0;
 
         mh.msg_iov = &iov;
         mh.msg_iovlen = 1;
@@ -598,7 +625,14 @@ static ssize_t recv_some(struct session *s, void *buf, size_t len)
                 int *fds = (int *)CMSG_DATA(c);
 
                 for (int i = 0; i < nfd; i++) {
-                        if (s->nfds < SESSION_MAX_FDS) {
+                        /* Nothing before Hello takes a descriptor: one
+                         * sent then is not kept, so that a session
+                         * waiting for its Hello (or to be refused) holds
+                         * only its socket. */
+                        if (s->state == SESSION_HELLO) {
+                                close(fds[i]);
+                                early++;
+                        } else if (s->nfds < SESSION_MAX_FDS) {
                                 s->fds[s->nfds++] = fds[i];
                         } else {
                                 close(fds[i]);
@@ -606,8 +640,15 @@ static ssize_t recv_some(struct session *s, void *buf, size_t len)
                         }
                 }
         }
-        if (mh.msg_flags & MSG_CTRUNC)
-                bad = 1;
+        if (mh.msg_flags & MSG_CTRUNC) {
+                if (out_of_fds(s->fd))
+                        s->fds_dropped = 1; /* the frame that needs it says so */
+                else
+                        bad = 1;
+        }
+        if (early && !bad)
+                session_send_error(s, 0, GEMMD_EPROTO, -1,
+                                   "%d file descriptor(s) came before Hello: closed", early);
         if (bad) {
                 session_send_error(s, 0, GEMMD_EPROTO, -1,
                                    "too many or truncated file descriptors (at most %d pending)",
@@ -641,6 +682,8 @@ static void frames_done(struct session *s)
 {
         frame_arena_reset(&s->arena);
         check_stray_fds(s);
+        if (!s->rlen && !s->body)
+                s->fds_dropped = 0; /* its frame is done */
 }
 
 void session_hand_over(struct session *s)

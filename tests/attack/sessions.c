@@ -1,7 +1,8 @@
 /*
  * sessions.c - a hostile local user against everyone else through its
- * connections: large frames whose decoding buffers an idle session would
- * keep.
+ * connections: idle sessions or registered buffers that exhaust the
+ * daemon's descriptors, a descriptor limit too low for --max-sessions, and
+ * large frames whose decoding buffers an idle session would keep.
  */
 #include <criterion/criterion.h>
 #include <errno.h>
@@ -16,6 +17,88 @@
 #include "tests/hard_util.h"
 
 TestSuite(attack_sessions, .init = e2e_setup, .fini = e2e_teardown, .timeout = 150);
+
+/* An answer that does not come within this long is a hang. */
+#define ANSWER_MS 5000
+/* The descriptors a session may hold with a frame not yet whole
+ * (SESSION_MAX_FDS in daemon/server.h). */
+#define SESSION_FDS 8
+
+/* Sends Hello on r and waits up to timeout_ms for the answer. Returns 1 for
+ * HelloReply, 0 for an Error (its wire code in *code, its text in why), or
+ * -1 when nothing came. A daemon that refused the connection at once may
+ * have closed it before the Hello: its Error is read all the same. */
+static int hello_answer(struct hard_raw *r, int timeout_ms, int *code, char *why, size_t len)
+{
+        Gemmd__V1__Envelope env = GEMMD__V1__ENVELOPE__INIT, *rep;
+        Gemmd__V1__Hello h = GEMMD__V1__HELLO__INIT;
+
+        h.protocol_version = GEMMD_PROTOCOL_VERSION;
+        env.body_case = GEMMD__V1__ENVELOPE__BODY_HELLO;
+        env.hello = &h;
+        (void)hard_raw_send(r, 1, &env, NULL, 0, 0);
+        rep = hard_raw_recv(r, timeout_ms);
+        if (!rep)
+                return -1;
+        if (rep->body_case == GEMMD__V1__ENVELOPE__BODY_HELLO_REPLY) {
+                *code = 0;
+                if (why)
+                        snprintf(why, len, "max_sessions %llu",
+                                 (unsigned long long)rep->hello_reply->limits->max_sessions);
+                return 1;
+        }
+        if (rep->body_case != GEMMD__V1__ENVELOPE__BODY_ERROR)
+                return -1;
+        *code = rep->error->code;
+        if (why)
+                snprintf(why, len, "%s", rep->error->message);
+        return 0;
+}
+
+/* The daemon's CPU time so far (user and system, all threads), in seconds. */
+static double cpu_seconds(pid_t pid)
+{
+        char path[64], buf[1024], *p;
+        unsigned long long ut = 0, st = 0;
+        FILE *f;
+
+        snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+        f = fopen(path, "re");
+        if (!f)
+                return -1;
+        p = fgets(buf, sizeof(buf), f);
+        fclose(f);
+        /* After the command's closing parenthesis: state is field 3,
+         * utime and stime fields 14 and 15. */
+        p = p ? strrchr(buf, ')') : NULL;
+        if (!p || sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu", &ut,
+                         &st) != 2)
+                return -1;
+        return (double)(ut + st) / (double)sysconf(_SC_CLK_TCK);
+}
+
+/* Lines of the daemon's log that contain `what`. */
+static int log_lines_with(const struct e2e_daemon *d, const char *what)
+{
+        char *text = e2e_read_file(d->log, NULL), *p = text;
+        int n = 0;
+
+        while (p && (p = strstr(p, what))) {
+                n++;
+                p += strlen(what);
+        }
+        free(text);
+        return n;
+}
+
+static int log_lines(const struct e2e_daemon *d)
+{
+        char *text = e2e_read_file(d->log, NULL);
+        int n = text ? e2e_count_lines(text) : -1;
+
+        free(text);
+        return n;
+}
 
 /* A small GEMM on c, checked. Returns 0 or -1. */
 static int run_gemm(gemmd_client *c)
@@ -49,6 +132,229 @@ static int served(const char *sock)
         rc = run_gemm(c);
         gemmd_disconnect(c);
         return rc;
+}
+
+/* The first bytes of a BufferRegister frame (its length and part of the
+ * envelope), the rest never sent. */
+static const uint8_t partial_register[] = {40, 0, 0, 0, 0x08, 0x07, 0x52};
+
+/* Sends the start of a registration with n new memfds and keeps it
+ * unfinished: the daemon holds the descriptors until the frame ends. */
+static int hold_descriptors(struct hard_raw *r, int n)
+{
+        int fds[SESSION_FDS];
+        int rc;
+
+        for (int i = 0; i < n; i++)
+                fds[i] = hard_memfd(4096);
+        rc = hard_raw_write(r, partial_register, sizeof(partial_register), fds, n);
+        for (int i = 0; i < n; i++)
+                close(fds[i]);
+        return rc;
+}
+
+/* ---- descriptors ---------------------------------------------------------- */
+
+Test(attack_sessions, out_of_descriptors_a_client_is_refused_at_once_and_the_daemon_does_not_spin)
+{
+        enum { EXTRA = 40, MAX_CONNS = 200, AFTER = 20 };
+        struct hard_raw *r = calloc(MAX_CONNS + AFTER, sizeof(*r));
+        struct e2e_daemon d;
+        struct hard_res base, after;
+        struct rlimit rl;
+        int n = 0, code = -1, got;
+        char why[256] = "";
+        double cpu0, cpu;
+        uint64_t t0;
+
+        cr_assert_not_null(r);
+        START(&d, "--threads", "1", NULL);
+        usleep(100000); /* the readiness probe's connection goes away */
+        cr_assert_eq(hard_res_settled(d.pid, &base, 5000), 0);
+        /* As under a supervisor's low limit: room for EXTRA descriptors
+         * past what the daemon has open, far fewer than --max-sessions'
+         * 1024 idle sessions take. */
+        rl.rlim_cur = rl.rlim_max = (rlim_t)base.fds + EXTRA;
+        cr_assert_eq(prlimit(d.pid, RLIMIT_NOFILE, &rl, NULL), 0, "prlimit: %s", strerror(errno));
+        cpu0 = cpu_seconds(d.pid);
+        t0 = e2e_now_us();
+        /* Idle sessions until one is refused; none may go unanswered. */
+        for (; n < MAX_CONNS; n++) {
+                cr_assert_eq(hard_raw_open(&r[n], d.sock), 0);
+                got = hello_answer(&r[n], ANSWER_MS, &code, why, sizeof(why));
+                cr_assert_geq(got, 0, "client %d (of a descriptor limit %d past the daemon's %d) "
+                                      "had no answer within %d ms",
+                              n + 1, EXTRA, base.fds, ANSWER_MS);
+                if (got == 0) {
+                        n++;
+                        break;
+                }
+        }
+        cr_assert_eq(code, GEMMD__V1__CODE__RESOURCE, "client %d: code %d, %s", n, code, why);
+        cr_expect(strstr(why, "too many connections") && strstr(why, "descriptors"), "%s", why);
+        /* Every client that comes meanwhile is told at once too. */
+        for (int i = 0; i < AFTER; i++, n++) {
+                cr_assert_eq(hard_raw_open(&r[n], d.sock), 0);
+                got = hello_answer(&r[n], ANSWER_MS, &code, why, sizeof(why));
+                cr_assert_eq(got, 0, "a client at the descriptor limit had no answer");
+                cr_expect_eq(code, GEMMD__V1__CODE__RESOURCE, "%s", why);
+                hard_raw_close(&r[n]);
+        }
+        /* The library reads the refusal as its handshake's answer. */
+        {
+                gemmd_client *c = NULL;
+                int rc = gemmd_connect(d.sock, &c);
+
+                cr_expect_eq(rc, GEMMD_ERESOURCE, "connect at the limit: %s", gemmd_strerror(rc));
+                cr_expect_null(c);
+        }
+        sleep(2);
+        cpu = cpu_seconds(d.pid) - cpu0;
+        fprintf(stderr, "out of descriptors: %d clients in %.1f s, daemon CPU %.2f s, %d log lines\n",
+                n, (double)(e2e_now_us() - t0) / 1e6, cpu, log_lines(&d));
+        cr_expect_lt(cpu, 1.0, "the daemon spun: %.2f s of CPU", cpu);
+        /* At most a warning a second, however many were refused. */
+        cr_expect_leq(log_lines_with(&d, "accept:"), (int)((e2e_now_us() - t0) / 1000000) + 2);
+        cr_expect_lt(log_lines(&d), 100);
+        /* The descriptors back, the daemon serves again. */
+        for (int i = 0; i < n; i++)
+                hard_raw_close(&r[i]);
+        cr_assert_eq(hard_res_back(d.pid, &base, &after, 10000), 0);
+        cr_expect_eq(after.fds, base.fds);
+        cr_expect_eq(served(d.sock), 0, "the daemon does not serve once descriptors are back");
+        STOP(&d);
+        free(r);
+}
+
+Test(attack_sessions, buffers_that_keep_descriptors_run_out_with_a_clear_error_for_all)
+{
+        enum { EXTRA = 40, MAX_BUFS = 200, MAX_CONNS = 10 };
+        struct hard_raw r, x[MAX_CONNS];
+        struct e2e_daemon d;
+        struct hard_res base, after;
+        struct rlimit rl;
+        int nbufs = 0, n = 0, code = -1, got = 1;
+        char why[256] = "";
+        double cpu0, cpu;
+
+        /* A device process maps a client's shared memory itself, so each
+         * registered buffer keeps a descriptor in the daemon. */
+        START(&d, "--threads", "1", "--device-process", "yes", NULL);
+        cr_assert_eq(hard_raw_open(&r, d.sock), 0);
+        cr_assert_eq(hard_raw_hello(&r), 0);
+        cr_assert_eq(hard_res_settled(d.pid, &base, 5000), 0);
+        rl.rlim_cur = rl.rlim_max = (rlim_t)base.fds + EXTRA;
+        cr_assert_eq(prlimit(d.pid, RLIMIT_NOFILE, &rl, NULL), 0, "prlimit: %s", strerror(errno));
+        cpu0 = cpu_seconds(d.pid);
+        for (; nbufs < MAX_BUFS; nbufs++) {
+                int64_t id = hard_raw_register(&r, 100 + (uint64_t)nbufs, 4096, 4096);
+
+                cr_assert_neq(id, INT64_MIN, "registration %d had no answer", nbufs + 1);
+                if (id < 0) {
+                        code = (int)-id;
+                        break;
+                }
+        }
+        cr_assert_eq(code, GEMMD__V1__CODE__RESOURCE, "registration %d: code %d", nbufs + 1, code);
+        /* Whoever comes next is answered: served while a descriptor is
+         * left, then told RESOURCE; nobody hangs. */
+        for (; n < MAX_CONNS && got; n++) {
+                cr_assert_eq(hard_raw_open(&x[n], d.sock), 0);
+                got = hello_answer(&x[n], ANSWER_MS, &code, why, sizeof(why));
+                cr_assert_geq(got, 0, "client %d had no answer within %d ms", n + 1, ANSWER_MS);
+        }
+        cr_expect_eq(got, 0, "%d clients served with the descriptors gone", n);
+        cr_expect_eq(code, GEMMD__V1__CODE__RESOURCE, "%s", why);
+        sleep(1);
+        cpu = cpu_seconds(d.pid) - cpu0;
+        fprintf(stderr, "%d buffers registered before the descriptors ran out; %d clients after; "
+                        "daemon CPU %.2f s, %d log lines\n",
+                nbufs, n, cpu, log_lines(&d));
+        cr_expect_lt(cpu, 1.0, "the daemon spun: %.2f s of CPU", cpu);
+        cr_expect_lt(log_lines(&d), 100);
+        /* The registering session is still served, and its buffers go
+         * back with it. */
+        cr_expect_eq(hard_raw_register(&r, 99, 4096, 4096), -GEMMD__V1__CODE__RESOURCE);
+        for (int i = 0; i < n; i++)
+                hard_raw_close(&x[i]);
+        hard_raw_close(&r);
+        cr_assert_eq(hard_res_back(d.pid, &base, &after, 10000), 0);
+        cr_expect_eq(after.fds, base.fds - 1, "%d descriptors, %d before with one session",
+                     after.fds, base.fds);
+        cr_expect_eq(served(d.sock), 0);
+        STOP(&d);
+}
+
+Test(attack_sessions, a_descriptor_limit_too_low_for_max_sessions_lowers_it_and_nothing_runs_out)
+{
+        enum { LIMIT = 256, CONNS = 64 };
+        struct hard_raw *r = calloc(CONNS, sizeof(*r));
+        struct e2e_daemon d;
+        struct hard_res base, peak, after;
+        struct rlimit old, low = {LIMIT, LIMIT};
+        int code, served_n = 0, limited = 0;
+        unsigned long long max_sessions = 0;
+        char why[256];
+
+        cr_assert_not_null(r);
+        /* The daemon inherits a limit of 256 descriptors, hard and soft,
+         * and keeps the default --max-sessions 1024; the user may have all
+         * of them, so the descriptors are what runs out first. */
+        cr_assert_eq(getrlimit(RLIMIT_NOFILE, &old), 0);
+        cr_assert_eq(setrlimit(RLIMIT_NOFILE, &low), 0);
+        {
+                int rc = e2e_daemon_start(&d, "--threads", "1", "--max-user-sessions", "1024",
+                                          NULL);
+
+                (void)setrlimit(RLIMIT_NOFILE, &old); /* root may raise it again */
+                cr_assert_eq(rc, 0, "gemmd did not start");
+        }
+        usleep(100000);
+        cr_assert_eq(hard_res_settled(d.pid, &base, 5000), 0);
+        /* Every session it serves holds its socket and all the descriptors
+         * a session may (a registration begun and not finished). */
+        for (int i = 0; i < CONNS; i++) {
+                int got;
+
+                cr_assert_eq(hard_raw_open(&r[i], d.sock), 0);
+                got = hello_answer(&r[i], ANSWER_MS, &code, why, sizeof(why));
+                cr_assert_geq(got, 0, "client %d had no answer within %d ms", i + 1, ANSWER_MS);
+                if (got == 1) {
+                        sscanf(why, "max_sessions %llu", &max_sessions);
+                        cr_assert_eq(hold_descriptors(&r[i], SESSION_FDS), 0);
+                        served_n++;
+                } else {
+                        cr_expect_eq(code, GEMMD__V1__CODE__LIMIT, "client %d: %s", i + 1, why);
+                        limited++;
+                }
+        }
+        cr_assert_lt(max_sessions, 1024, "--max-sessions was not fitted to %d descriptors", LIMIT);
+        cr_expect_geq(max_sessions, 1);
+        cr_expect_eq(log_lines_with(&d, "does not fit the descriptor limit"), 1);
+        cr_assert_eq(hard_res_read(d.pid, &peak), 0);
+        fprintf(stderr, "descriptor limit %d: --max-sessions 1024 fitted to %llu; %d served holding "
+                        "%d descriptors each, %d refused; daemon %d fds\n",
+                LIMIT, max_sessions, served_n, 1 + SESSION_FDS, limited, peak.fds);
+        /* Full, and still descriptors to spare: a newcomer reads LIMIT. */
+        {
+                struct hard_raw x;
+
+                cr_assert_eq(hard_raw_open(&x, d.sock), 0);
+                cr_assert_eq(hello_answer(&x, ANSWER_MS, &code, why, sizeof(why)), 0,
+                             "a client past the sessions had no answer");
+                cr_expect_eq(code, GEMMD__V1__CODE__LIMIT, "%s", why);
+                hard_raw_close(&x);
+        }
+        cr_expect_lt(peak.fds, LIMIT);
+        cr_expect_eq(log_lines_with(&d, "accept:"), 0, "the daemon ran out of descriptors");
+        cr_expect_eq(log_lines_with(&d, "truncated"), 0);
+        for (int i = 0; i < CONNS; i++)
+                hard_raw_close(&r[i]);
+        cr_assert_eq(hard_res_back(d.pid, &base, &after, 10000), 0);
+        cr_expect_eq(after.fds, base.fds);
+        cr_expect_eq(served(d.sock), 0);
+        STOP(&d);
+        free(r);
 }
 
 /* ---- decode buffers -------------------------------------------------------- */
