@@ -72,6 +72,14 @@ void config_defaults(struct gemmd_config *cfg)
         cfg->lim.max_user_share = 100;
         cfg->lim.max_user_sessions = 0; /* --max-sessions unless set */
         cfg->lim.hello_timeout_ms = 10000;
+        /* A client writes each frame whole: one still unfinished as long
+         * after its first byte as a Hello may take is held open on
+         * purpose, with the descriptors sent with it. */
+        cfg->lim.frame_timeout_ms = 10000;
+        /* Clients keep one connection for hours between calls, and a
+         * session that holds nothing costs a descriptor and its read
+         * buffer. */
+        cfg->lim.idle_timeout_ms = 0;
 }
 
 enum {
@@ -113,6 +121,8 @@ enum {
         OPT_EARLY,
         OPT_ONE_KERNEL,
         OPT_COST,
+        OPT_FRAME_TIMEOUT,
+        OPT_IDLE_TIMEOUT,
 };
 
 static const struct option options[] = {
@@ -147,6 +157,8 @@ static const struct option options[] = {
         {"config", required_argument, NULL, OPT_CONFIG},
         {"max-user-sessions", required_argument, NULL, OPT_USER_SESSIONS},
         {"hello-timeout-ms", required_argument, NULL, OPT_HELLO_TIMEOUT},
+        {"frame-timeout-ms", required_argument, NULL, OPT_FRAME_TIMEOUT},
+        {"idle-timeout-ms", required_argument, NULL, OPT_IDLE_TIMEOUT},
         {"spin-us", required_argument, NULL, OPT_SPIN},
         {"timing-every", required_argument, NULL, OPT_TIMING},
         {"f32-kernel", required_argument, NULL, OPT_F32_KERNEL},
@@ -222,6 +234,10 @@ static void usage(FILE *f, const struct gemmd_config *d)
                 "      --max-user-share PCT     share of a device one user keeps while others wait (default: %u)\n"
                 "      --max-user-sessions N    concurrent connections of one user (default: --max-sessions)\n"
                 "      --hello-timeout-ms MS    close a connection that sends no Hello this long (default: %u)\n"
+                "      --frame-timeout-ms MS    close a session whose frame is not whole this long after its first\n"
+                "                               byte (default: %u; 0: never)\n"
+                "      --idle-timeout-ms MS     close a session that has nothing in flight and sends nothing this\n"
+                "                               long (default: %u, never)\n"
                 "      --allow-uid LIST         only these users may connect (uids or names, comma-separated)\n"
                 "      --allow-gid LIST         ... or members of these groups (gids or names)\n"
                 "      --config FILE            read `option = value` lines first (the command line wins)\n"
@@ -239,7 +255,7 @@ static void usage(FILE *f, const struct gemmd_config *d)
                 (unsigned long long)d->lim.max_buffer_bytes,
                 (unsigned long long)d->lim.max_output_bytes, d->lim.max_user_inflight_ops,
                 (unsigned long long)d->lim.max_user_buffer_bytes, d->lim.max_user_share,
-                d->lim.hello_timeout_ms);
+                d->lim.hello_timeout_ms, d->lim.frame_timeout_ms, d->lim.idle_timeout_ms);
 }
 
 /* Parses yes or no into *out; returns 0, or -EINVAL (and *out untouched). */
@@ -585,6 +601,16 @@ int config_parse_args(struct gemmd_config *cfg, int argc, char **argv)
                 case OPT_USER_SESSIONS:
                         bad = parse_u64(optarg, 1, 1u << 20, &v);
                         cfg->lim.max_user_sessions = (uint32_t)v;
+                        break;
+                case OPT_FRAME_TIMEOUT:
+                        v = 0; /* 0: never */
+                        bad = strcmp(optarg, "0") && parse_u64(optarg, 10, 3600000, &v);
+                        cfg->lim.frame_timeout_ms = (uint32_t)v;
+                        break;
+                case OPT_IDLE_TIMEOUT:
+                        v = 0; /* 0: never */
+                        bad = strcmp(optarg, "0") && parse_u64(optarg, 10, 86400000, &v);
+                        cfg->lim.idle_timeout_ms = (uint32_t)v;
                         break;
                 case OPT_HELLO_TIMEOUT:
                         bad = parse_u64(optarg, 10, 3600000, &v);

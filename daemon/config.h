@@ -26,6 +26,8 @@ struct limits {
         uint32_t max_user_share;        /* percent of a device a user keeps while others wait */
         uint32_t max_user_sessions;
         uint32_t hello_timeout_ms;      /* a connection that sends no Hello is closed */
+        uint32_t frame_timeout_ms;      /* a frame begun and not finished is closed (0: never) */
+        uint32_t idle_timeout_ms;       /* a session that holds and sends nothing (0: never) */
 };
 
 struct gemmd_config {

@@ -543,7 +543,7 @@ static void finish(struct server *srv)
                 struct evloop *ev = &srv->loops[i];
 
                 uv_close((uv_handle_t *)&ev->async, NULL);
-                uv_close((uv_handle_t *)&ev->hello_timer, NULL);
+                uv_close((uv_handle_t *)&ev->sweep_timer, NULL);
                 uv_run(ev->loop, UV_RUN_DEFAULT);
                 if (uv_loop_close(ev->loop))
                         log_warn("loop %d: handles left open", i);
@@ -551,7 +551,7 @@ static void finish(struct server *srv)
         uv_close((uv_handle_t *)&srv->sigterm, NULL);
         uv_close((uv_handle_t *)&srv->sigint, NULL);
         uv_close((uv_handle_t *)&srv->loops[0].async, NULL);
-        uv_close((uv_handle_t *)&srv->loops[0].hello_timer, NULL);
+        uv_close((uv_handle_t *)&srv->loops[0].sweep_timer, NULL);
         metrics_stop();
         watchdog_stop();
 }
@@ -690,7 +690,8 @@ static uint32_t client_poll_max(const struct server *srv)
 /* Sets up loop ev (index i; loop 0 is the main thread's `main`). */
 static int loop_init(struct server *srv, struct evloop *ev, int i, uv_loop_t *main)
 {
-        uint64_t every = srv->cfg->lim.hello_timeout_ms / 2;
+        const struct limits *lim = &srv->cfg->lim;
+        uint64_t every = lim->hello_timeout_ms;
         int rc;
 
         ev->srv = srv;
@@ -708,10 +709,15 @@ static int loop_init(struct server *srv, struct evloop *ev, int i, uv_loop_t *ma
         lock_init(&ev->done_lock);
         uv_async_init(ev->loop, &ev->async, on_async);
         ev->async.data = ev;
-        uv_timer_init(ev->loop, &ev->hello_timer);
-        ev->hello_timer.data = ev;
-        every = every > 1000 ? 1000 : every;
-        uv_timer_start(&ev->hello_timer, session_sweep_hello, every, every);
+        uv_timer_init(ev->loop, &ev->sweep_timer);
+        ev->sweep_timer.data = ev;
+        /* At half the shortest timeout, and at least once a second. */
+        if (lim->frame_timeout_ms && lim->frame_timeout_ms < every)
+                every = lim->frame_timeout_ms;
+        if (lim->idle_timeout_ms && lim->idle_timeout_ms < every)
+                every = lim->idle_timeout_ms;
+        every = every / 2 > 1000 ? 1000 : every / 2;
+        uv_timer_start(&ev->sweep_timer, session_sweep, every, every);
         return 0;
 }
 
@@ -771,7 +777,7 @@ int server_init(struct server *srv, uv_loop_t *loop, const struct gemmd_config *
                 if (pthread_create(&ev->thread, NULL, loop_main, ev) != 0) {
                         log_err("cannot start event loop %d: serving with %d", i, srv->nloops);
                         uv_close((uv_handle_t *)&ev->async, NULL);
-                        uv_close((uv_handle_t *)&ev->hello_timer, NULL);
+                        uv_close((uv_handle_t *)&ev->sweep_timer, NULL);
                         uv_run(ev->loop, UV_RUN_DEFAULT);
                         uv_loop_close(ev->loop);
                         break;

@@ -74,6 +74,9 @@ struct session {
         enum session_state state;
         struct ucred cred;
         uint64_t t_accept_ns;
+        uint64_t t_state_ns;  /* when it entered its state */
+        uint64_t t_active_ns; /* its last read or frame (--idle-timeout-ms) */
+        uint64_t t_frame_ns;  /* when the frame not yet whole began, or 0 */
         int denied; /* GEMMD_EPERM (not on the allow-list) or GEMMD_ELIMIT (one
                      * session too many): the first frame gets that, then close */
 
@@ -153,7 +156,7 @@ struct evloop {
         uv_loop_t own; /* the loop of a thread of its own (index > 0) */
         pthread_t thread;
         uv_async_t async;
-        uv_timer_t hello_timer; /* closes connections that send no Hello */
+        uv_timer_t sweep_timer; /* session_sweep */
 
         /* Handed in by other threads: completed requests, control tasks,
          * and accepted connections (index > 0). */
@@ -294,8 +297,11 @@ void server_wake_all(struct server *srv);
 
 /* session.c */
 int session_accept(struct evloop *ev, int fd);
-/* Closes sessions that sent no Hello within the timeout (a timer). */
-void session_sweep_hello(uv_timer_t *t);
+/* Loop ev's timer (every 1 s or less): closes its sessions that sent no
+ * Hello in time (--hello-timeout-ms), left a frame unfinished
+ * (--frame-timeout-ms), did not read their last error, or stayed idle
+ * (--idle-timeout-ms). */
+void session_sweep(uv_timer_t *t);
 void session_set_state(struct session *s, enum session_state st);
 /* Hands the ops that the session's submits admitted (staged on its lanes)
  * to the workers. Called after each read's frames and before a close. */

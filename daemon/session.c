@@ -34,6 +34,7 @@ static void on_io(uv_poll_t *h, int status, int events);
 void session_set_state(struct session *s, enum session_state st)
 {
         s->state = st;
+        s->t_state_ns = now_ns();
 }
 
 static void update_poll(struct session *s)
@@ -93,7 +94,7 @@ int session_accept(struct evloop *ev, int fd)
         s->fd = fd;
         s->out_open = 1;
         s->refs = 1;
-        s->t_accept_ns = now_ns();
+        s->t_accept_ns = s->t_active_ns = now_ns();
         session_set_state(s, SESSION_HELLO);
         /* A Submit's decoded form may be much larger than its frame (an
          * empty Op is 2 bytes on the wire): the arena bounds it. */
@@ -153,20 +154,83 @@ err:
         return rc;
 }
 
-void session_sweep_hello(uv_timer_t *t)
+/* Closes the descriptors that came with a frame not yet whole, and drops
+ * its body: nothing more will be read. */
+static void drop_partial(struct session *s)
+{
+        while (s->nfds)
+                close(session_take_fd(s));
+        free(s->body);
+        s->body = NULL;
+        s->t_frame_ns = 0;
+}
+
+/* Whether s holds nothing and waits for nothing: no frame begun, no
+ * request in flight, no reply unwritten. */
+static int idle(struct session *s)
+{
+        return s->state == SESSION_READY && !s->t_frame_ns && !s->inflight_ops && !s->staged &&
+               !session_has_output(s);
+}
+
+/* Tells the client why it is closed, and closes it once that is written. */
+static void expire(struct session *s, const char *why)
+{
+        session_send_error(s, 0, GEMMD_EPROTO, -1, "%s", why);
+        session_close_after_flush(s);
+}
+
+/* What came of the frame not yet whole, in words ("123 of 4096 bytes"). */
+static void partial_str(const struct session *s, char *buf, size_t len)
+{
+        uint32_t n;
+
+        if (s->body)
+                snprintf(buf, len, "%u of %u bytes", FRAME_HDR_BYTES + s->body_got,
+                         FRAME_HDR_BYTES + s->body_len);
+        else if (s->rlen >= FRAME_HDR_BYTES && !frame_len_decode(s->rbuf, UINT32_MAX, &n))
+                snprintf(buf, len, "%zu of %llu bytes", s->rlen,
+                         (unsigned long long)FRAME_HDR_BYTES + n);
+        else
+                snprintf(buf, len, "%zu bytes of its length", s->rlen);
+}
+
+void session_sweep(uv_timer_t *t)
 {
         struct evloop *ev = t->data;
-        struct server *srv = ev->srv;
-        uint64_t now = now_ns(), limit = srv->cfg->lim.hello_timeout_ms * 1000000ull;
+        const struct limits *lim = &ev->srv->cfg->lim;
+        const uint64_t ms = 1000000ull, now = now_ns();
         struct session *s, *next;
+        char why[200], part[64];
 
         for (s = ev->sessions; s; s = next) {
                 next = s->next;
-                if (s->state != SESSION_HELLO || now - s->t_accept_ns <= limit)
-                        continue;
-                session_send_error(s, 0, GEMMD_EPROTO, -1, "no Hello within %u ms",
-                                   srv->cfg->lim.hello_timeout_ms);
-                session_close_after_flush(s);
+                /* While the client leaves its replies unread its frames are
+                 * not read either: that is --max-output-bytes' business, and
+                 * the frame's clock starts again when reading does. */
+                if (s->t_frame_ns && session_output_full(s))
+                        s->t_frame_ns = now;
+                if (s->state == SESSION_HELLO && now - s->t_accept_ns > lim->hello_timeout_ms * ms) {
+                        snprintf(why, sizeof(why), "no Hello within %u ms (--hello-timeout-ms): closed",
+                                 lim->hello_timeout_ms);
+                        expire(s, why);
+                } else if (s->state == SESSION_READY && s->t_frame_ns && lim->frame_timeout_ms &&
+                           now - s->t_frame_ns > lim->frame_timeout_ms * ms) {
+                        partial_str(s, part, sizeof(part));
+                        snprintf(why, sizeof(why),
+                                 "a frame not whole %u ms after its first byte (%s came; "
+                                 "--frame-timeout-ms): closed with the %d descriptor(s) sent with it",
+                                 lim->frame_timeout_ms, part, s->nfds);
+                        expire(s, why);
+                } else if (lim->idle_timeout_ms && idle(s) &&
+                           now - s->t_active_ns > lim->idle_timeout_ms * ms) {
+                        snprintf(why, sizeof(why),
+                                 "idle for %u ms, nothing in flight (--idle-timeout-ms): closed",
+                                 lim->idle_timeout_ms);
+                        expire(s, why);
+                } else if (s->state == SESSION_CLOSING &&
+                         now - s->t_state_ns > lim->hello_timeout_ms * ms)
+                        session_close(s); /* it does not read its last error */
         }
 }
 
@@ -281,6 +345,7 @@ void session_close_after_flush(struct session *s)
         if (s->state == SESSION_CLOSED)
                 return;
         session_set_state(s, SESSION_CLOSING);
+        drop_partial(s); /* nothing more is read */
         /* Replies from now on queue behind what is queued (the loop's). */
         pthread_mutex_lock(&s->out_lock);
         s->out_open = 0;
@@ -751,6 +816,11 @@ static void parse_rbuf(struct session *s)
                 return;
         memmove(s->rbuf, s->rbuf + off, s->rlen - off);
         s->rlen -= off;
+        /* What is left began with this read, unless nothing was taken. */
+        if (!s->rlen && !s->body)
+                s->t_frame_ns = 0;
+        else if (off || !s->t_frame_ns)
+                s->t_frame_ns = now_ns();
         frames_done(s);
 }
 
@@ -790,7 +860,7 @@ static void on_readable(struct session *s)
                  * it): dispatch_frame takes such requests in before it acts
                  * on anything that depends on them. A read keeps the loop
                  * polling (server_run) as a reap does. */
-                s->ev->active_ns = t1;
+                s->ev->active_ns = s->t_active_ns = t1;
                 if (s->body) {
                         s->body_got += (uint32_t)n;
                         if (s->body_got == s->body_len) {
@@ -800,6 +870,7 @@ static void on_readable(struct session *s)
                                 dispatch_frame(s, body, s->body_len, 0);
                                 session_hand_over(s);
                                 free(body);
+                                s->t_frame_ns = 0; /* the read buffer is empty */
                                 if (s->state != SESSION_CLOSED)
                                         frames_done(s);
                         }

@@ -1,8 +1,9 @@
 /*
  * sessions.c - a hostile local user against everyone else through its
  * connections: idle sessions or registered buffers that exhaust the
- * daemon's descriptors, a descriptor limit too low for --max-sessions, and
- * large frames whose decoding buffers an idle session would keep.
+ * daemon's descriptors, a descriptor limit too low for --max-sessions,
+ * large frames whose decoding buffers an idle session would keep, and
+ * partial frames held open with descriptors.
  */
 #include <criterion/criterion.h>
 #include <errno.h>
@@ -442,4 +443,107 @@ Test(attack_sessions, sessions_give_back_a_large_frames_buffers_once_it_is_done)
         STOP(&d);
         free(a);
         free(b);
+}
+
+/* ---- partial frames --------------------------------------------------------- */
+
+Test(attack_sessions, partial_frames_are_closed_after_the_timeout_with_their_descriptors)
+{
+        enum { WITH_FDS = 20, ONE_BYTE = 10, N = WITH_FDS + ONE_BYTE };
+        struct hard_raw r[N];
+        struct e2e_daemon d;
+        struct hard_res base, held, after;
+        gemmd_client *idle;
+        uint64_t t0, first_us = 0;
+        long long got;
+        char b1[128], b2[128];
+
+        /* The defaults: a frame may take 10 s from its first byte. */
+        START(&d, "--threads", "1", NULL);
+        idle = e2e_connect(&d);
+        cr_assert_not_null(idle);
+        cr_assert_eq(hard_res_settled(d.pid, &base, 5000), 0);
+        for (int i = 0; i < N; i++) {
+                cr_assert_eq(hard_raw_open(&r[i], d.sock), 0);
+                cr_assert_eq(hard_raw_hello(&r[i]), 0);
+        }
+        t0 = e2e_now_us();
+        for (int i = 0; i < N; i++) {
+                static const uint8_t one = 200;
+
+                if (i < WITH_FDS)
+                        cr_assert_eq(hold_descriptors(&r[i], SESSION_FDS), 0);
+                else
+                        cr_assert_eq(hard_raw_write(&r[i], &one, 1, NULL, 0), 0);
+        }
+        usleep(300000);
+        cr_assert_eq(hard_res_read(d.pid, &held), 0);
+        cr_expect_geq(held.fds, base.fds + N + WITH_FDS * SESSION_FDS,
+                      "the daemon does not hold the descriptors sent: %s",
+                      hard_res_str(&held, b1, sizeof(b1)));
+        /* Each one is told why and closed, not before its time. */
+        for (int i = 0; i < N; i++) {
+                Gemmd__V1__Envelope *rep = hard_raw_recv(&r[i], 25000);
+
+                cr_assert_not_null(rep, "session %d: its partial frame is held after %.1f s", i,
+                                   (double)(e2e_now_us() - t0) / 1e6);
+                if (!first_us)
+                        first_us = e2e_now_us() - t0;
+                cr_assert_eq(rep->body_case, GEMMD__V1__ENVELOPE__BODY_ERROR);
+                cr_expect_eq(rep->error->code, GEMMD__V1__CODE__PROTOCOL);
+                cr_expect(strstr(rep->error->message, "--frame-timeout-ms"), "%s",
+                          rep->error->message);
+                if (i == 0)
+                        fprintf(stderr, "partial frame: %s\n", rep->error->message);
+                cr_expect(hard_raw_wait_eof(&r[i], 10000), "session %d stays open", i);
+        }
+        cr_expect_geq(first_us, 9000000, "closed after %.1f s, before the timeout",
+                      (double)first_us / 1e6);
+        cr_assert_eq(hard_res_back(d.pid, &base, &after, 10000), 0);
+        fprintf(stderr, "%d partial frames (%d with %d descriptors): daemon held %s, after %s\n", N,
+                WITH_FDS, SESSION_FDS, hard_res_str(&held, b1, sizeof(b1)),
+                hard_res_str(&after, b2, sizeof(b2)));
+        cr_expect_eq(after.fds, base.fds);
+        cr_expect_eq(hard_wait_sessions(idle, 1, 10000, &got), 0, "%lld sessions", got);
+        /* A session that sent nothing for as long is no partial frame: it
+         * stays, and is served. */
+        cr_expect_eq(e2e_round_trip(idle), 0);
+        for (int i = 0; i < N; i++)
+                hard_raw_close(&r[i]);
+        gemmd_disconnect(idle);
+        STOP(&d);
+}
+
+/* ---- idle sessions ------------------------------------------------------------ */
+
+Test(attack_sessions, idle_sessions_are_closed_where_the_operator_asks_and_busy_ones_stay)
+{
+        struct e2e_daemon d;
+        struct hard_raw r;
+        gemmd_client *busy;
+        Gemmd__V1__Envelope *rep;
+        uint64_t t0;
+
+        /* Off by default (the partial-frame case shows an idle session
+         * kept); an operator who wants idle sessions gone sets it. */
+        START(&d, "--threads", "1", "--idle-timeout-ms", "1000", NULL);
+        busy = e2e_connect(&d);
+        cr_assert_not_null(busy);
+        cr_assert_eq(hard_raw_open(&r, d.sock), 0);
+        cr_assert_eq(hard_raw_hello(&r), 0);
+        t0 = e2e_now_us();
+        /* A client that calls every 200 ms is never idle that long. */
+        while (e2e_now_us() - t0 < 3000000) {
+                cr_assert_eq(e2e_round_trip(busy), 0, "a busy session was closed");
+                usleep(200000);
+        }
+        rep = hard_raw_recv(&r, 100);
+        cr_assert_not_null(rep, "an idle session stayed open");
+        cr_assert_eq(rep->body_case, GEMMD__V1__ENVELOPE__BODY_ERROR);
+        cr_expect(strstr(rep->error->message, "--idle-timeout-ms"), "%s", rep->error->message);
+        cr_expect(hard_raw_wait_eof(&r, 5000));
+        hard_raw_close(&r);
+        cr_expect_eq(run_gemm(busy), 0);
+        gemmd_disconnect(busy);
+        STOP(&d);
 }
