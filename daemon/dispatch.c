@@ -414,9 +414,7 @@ void dispatch_frame(struct session *s, const uint8_t *buf, uint32_t len, int fro
                                            "uid %d is not allowed to use this daemon",
                                            (int)s->cred.uid);
                 else
-                        session_send_error(s, rid, GEMMD_ELIMIT, -1,
-                                           "too many connections (at most %u)",
-                                           s->srv->cfg->lim.max_sessions);
+                        session_send_error(s, rid, GEMMD_ELIMIT, -1, "%s", s->denied_why);
                 session_close_after_flush(s);
                 return;
         }

@@ -103,8 +103,7 @@ static void fit_sessions(struct gemmd_config *cfg, uint64_t nofile)
                  cfg->lim.max_sessions, (unsigned long long)nofile, 1 + SESSION_MAX_FDS,
                  (unsigned long long)fit);
         cfg->lim.max_sessions = (uint32_t)fit;
-        if (cfg->lim.max_user_sessions > fit)
-                cfg->lim.max_user_sessions = (uint32_t)fit;
+        config_session_limits(cfg);
 }
 
 int main(int argc, char **argv)

@@ -196,6 +196,7 @@ static int refuse_on_spare(struct server *srv)
 static void on_listen(uv_poll_t *h, int status, int events)
 {
         struct server *srv = h->data;
+        char why[128];
 
         for (int i = 0; i < 64; i++) {
                 int fd = accept4(srv->listen_fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
@@ -224,15 +225,16 @@ static void on_listen(uv_poll_t *h, int status, int events)
                         return;
                 }
                 take_spare(srv); /* one refusal took it and could not take it back */
+                /* Past a limit a session answers its Hello with LIMIT
+                 * (session_accept), so that its client knows why. Past
+                 * SESSION_MAX_DENIED of them, a connection that would be
+                 * refused is refused here, with its reason; one that would
+                 * be served (a user's first session, say) still is. */
                 pthread_mutex_lock(&srv->lock);
-                full = srv->nsessions - srv->ndenied >= srv->cfg->lim.max_sessions &&
-                       srv->ndenied >= SESSION_MAX_DENIED;
+                full = srv->ndenied >= SESSION_MAX_DENIED;
                 pthread_mutex_unlock(&srv->lock);
-                if (full) {
-                        /* Past the limit a session answers its Hello with
-                         * LIMIT (session_accept). Past that many of them too,
-                         * the connection is refused here. */
-                        refuse_now(srv, fd, GEMMD_ELIMIT, "too many connections");
+                if (full && (err = session_admissible(srv, fd, why, sizeof(why)))) {
+                        refuse_now(srv, fd, err, why);
                         continue;
                 }
                 hand_to_loop(&srv->loops[srv->next_loop++ % (uint32_t)srv->nloops], fd);

@@ -79,6 +79,7 @@ struct session {
         uint64_t t_frame_ns;  /* when the frame not yet whole began, or 0 */
         int denied; /* GEMMD_EPERM (not on the allow-list) or GEMMD_ELIMIT (one
                      * session too many): the first frame gets that, then close */
+        char denied_why[112]; /* GEMMD_ELIMIT: which limit */
 
         /* Input: a read buffer of whole small frames, or one large body. */
         uint8_t *rbuf;
@@ -297,6 +298,10 @@ void server_wake_all(struct server *srv);
 
 /* session.c */
 int session_accept(struct evloop *ev, int fd);
+/* Whether the peer of the accepted connection fd would be served now
+ * (session_accept decides): 0, GEMMD_EPERM (not allowed) or GEMMD_ELIMIT,
+ * with the reason in why. Loop 0, before handing fd to a loop. */
+int session_admissible(struct server *srv, int fd, char *why, size_t len);
 /* Loop ev's timer (every 1 s or less): closes its sessions that sent no
  * Hello in time (--hello-timeout-ms), left a frame unfinished
  * (--frame-timeout-ms), did not read their last error, or stayed idle

@@ -15,6 +15,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -57,6 +58,68 @@ static void update_poll(struct session *s)
                 uv_poll_start(&s->poll, ev, on_io);
         else
                 uv_poll_stop(&s->poll);
+}
+
+/* Whether the daemon serves one more session of user u (NULL: a user with
+ * none), whose count already includes `self` (0 or 1) for that session:
+ * under --max-sessions, under the user's --max-user-sessions, and within
+ * the last --first-session-slots only as the user's first, so that one
+ * user holding everything it may still leaves a place for a user with
+ * none. Called with srv->lock held. Returns 0, or GEMMD_ELIMIT with the
+ * reason in why. */
+static int admit(const struct server *srv, const struct user *u, uint32_t self, char *why,
+                 size_t len)
+{
+        const struct limits *lim = &srv->cfg->lim;
+        uint32_t live = srv->nsessions - srv->ndenied;
+        uint32_t held = u ? u->sessions - u->denied - self : 0;
+
+        if (live >= lim->max_sessions)
+                snprintf(why, len, "too many connections (at most %u)", lim->max_sessions);
+        else if (held >= lim->max_user_sessions)
+                snprintf(why, len, "too many connections: uid %u has %u sessions (at most %u per user)",
+                         u->uid, held, lim->max_user_sessions);
+        else if (held && live >= lim->max_sessions - lim->first_session_slots)
+                snprintf(why, len,
+                         "too many connections: the last %u of %u are kept for users' first sessions",
+                         lim->first_session_slots, lim->max_sessions);
+        else
+                return 0;
+        return GEMMD_ELIMIT;
+}
+
+int session_admissible(struct server *srv, int fd, char *why, size_t len)
+{
+        struct ucred cred;
+        socklen_t clen = sizeof(cred);
+        struct user *u;
+        int rc;
+
+        if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &clen) < 0)
+                return 0; /* session_accept finds out and closes it */
+        if (!users_allowed(srv->cfg, fd, &cred)) {
+                snprintf(why, len, "uid %d is not allowed to use this daemon", (int)cred.uid);
+                return GEMMD_EPERM;
+        }
+        pthread_mutex_lock(&srv->lock);
+        for (u = srv->users; u && u->uid != cred.uid; u = u->next)
+                ;
+        rc = admit(srv, u, 0, why, len);
+        pthread_mutex_unlock(&srv->lock);
+        return rc;
+}
+
+/* Logs a refused connection, at most one line a second over all loops:
+ * refusals may come in floods. */
+static void warn_refused(const struct session *s, const char *why)
+{
+        static _Atomic uint64_t last_ns;
+        uint64_t now = now_ns(), last = atomic_load(&last_ns);
+
+        if (now - last < 1000000000ull || !atomic_compare_exchange_strong(&last_ns, &last, now))
+                return;
+        log_warn("refused a connection from uid %d gid %d pid %d: %s", (int)s->cred.uid,
+                 (int)s->cred.gid, (int)s->cred.pid, why);
 }
 
 int session_accept(struct evloop *ev, int fd)
@@ -103,17 +166,16 @@ int session_accept(struct evloop *ev, int fd)
         gbuf_table_init(&s->bufs);
         pthread_mutex_lock(&srv->lock);
         s->id = ++srv->next_session_id;
+        if (admit(srv, s->user, 1, s->denied_why, sizeof(s->denied_why))) {
+                s->denied = GEMMD_ELIMIT;
+                s->user->denied++;
+                srv->ndenied++;
+        }
         s->next = ev->sessions;
         if (ev->sessions)
                 ev->sessions->prev = s;
         ev->sessions = s;
         srv->nsessions++;
-        if (srv->nsessions - srv->ndenied > srv->cfg->lim.max_sessions ||
-            s->user->sessions - s->user->denied > srv->cfg->lim.max_user_sessions) {
-                s->denied = GEMMD_ELIMIT;
-                s->user->denied++;
-                srv->ndenied++;
-        }
         pthread_mutex_unlock(&srv->lock);
         atomic_fetch_add(&srv->sessions_total, 1);
         update_poll(s);
@@ -121,15 +183,10 @@ int session_accept(struct evloop *ev, int fd)
                 log_info("session %llu: connected (pid %d, uid %d)", (unsigned long long)s->id,
                          (int)s->cred.pid, (int)s->cred.uid);
         /* A session denied above answers its Hello with LIMIT (dispatch.c). */
+        if (s->denied)
+                warn_refused(s, s->denied_why);
         if (!s->denied && !users_allowed(srv->cfg, fd, &s->cred)) {
-                static uint64_t last_log_ns;
-
-                /* One line a second at most: refusals may come in floods. */
-                if (now_ns() - last_log_ns > 1000000000ull) {
-                        last_log_ns = now_ns();
-                        log_warn("refused a connection from uid %d gid %d pid %d: not allowed",
-                                 (int)s->cred.uid, (int)s->cred.gid, (int)s->cred.pid);
-                }
+                warn_refused(s, "not allowed");
                 /* Its Hello is answered with PERMISSION (dispatch.c). */
                 pthread_mutex_lock(&srv->lock);
                 s->denied = GEMMD_EPERM;

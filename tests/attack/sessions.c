@@ -1,16 +1,19 @@
 /*
  * sessions.c - a hostile local user against everyone else through its
- * connections: idle sessions or registered buffers that exhaust the
- * daemon's descriptors, a descriptor limit too low for --max-sessions,
- * large frames whose decoding buffers an idle session would keep, and
- * partial frames held open with descriptors.
+ * connections: idle sessions that exhaust the daemon's descriptors, a
+ * descriptor limit too low for --max-sessions, large frames whose decoding
+ * buffers an idle session would keep, partial frames held open with
+ * descriptors, and one user taking every session (these act as other users,
+ * so they need root).
  */
 #include <criterion/criterion.h>
 #include <errno.h>
+#include <grp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "gemmd.h"
@@ -286,14 +289,53 @@ Test(attack_sessions, buffers_that_keep_descriptors_run_out_with_a_clear_error_f
         STOP(&d);
 }
 
+/* Acting as uid: a process of that user that opens sessions. */
+static int become(uid_t uid)
+{
+        if (setgroups(0, NULL) || setgid(uid) || setuid(uid)) {
+                perror("setuid");
+                return -1;
+        }
+        return 0;
+}
+
+/* One first session of a user of its own that holds the most descriptors
+ * a session can, until the parent lets go (writes a byte to fd: a later
+ * child holds a copy of the parent's end, so closing it says nothing). */
+struct holder {
+        const char *sock;
+        uid_t uid;
+};
+
+static int hold_child(void *ctx, int fd)
+{
+        struct holder *h = ctx;
+        struct hard_raw r;
+        int code = -1;
+        char b = 0;
+
+        if (become(h->uid) || hard_raw_open(&r, h->sock))
+                return 2;
+        b = hello_answer(&r, ANSWER_MS, &code, NULL, 0) == 1 &&
+                    hold_descriptors(&r, SESSION_FDS) == 0
+            ? 'y'
+            : 'n';
+        if (write(fd, &b, 1) != 1)
+                return 3;
+        (void)!read(fd, &b, 1);
+        hard_raw_close(&r);
+        return 0;
+}
+
 Test(attack_sessions, a_descriptor_limit_too_low_for_max_sessions_lowers_it_and_nothing_runs_out)
 {
-        enum { LIMIT = 256, CONNS = 64 };
+        enum { LIMIT = 256, CONNS = 64, ROOT_HOLDERS = 8 };
         struct hard_raw *r = calloc(CONNS, sizeof(*r));
         struct e2e_daemon d;
         struct hard_res base, peak, after;
         struct rlimit old, low = {LIMIT, LIMIT};
-        int code, served_n = 0, limited = 0;
+        int code, served_n = 0, limited = 0, nkids = 0, kid_fd[ROOT_HOLDERS];
+        pid_t kid[ROOT_HOLDERS];
         unsigned long long max_sessions = 0;
         char why[256];
 
@@ -332,6 +374,23 @@ Test(attack_sessions, a_descriptor_limit_too_low_for_max_sessions_lowers_it_and_
         cr_assert_lt(max_sessions, 1024, "--max-sessions was not fitted to %d descriptors", LIMIT);
         cr_expect_geq(max_sessions, 1);
         cr_expect_eq(log_lines_with(&d, "does not fit the descriptor limit"), 1);
+        /* The places kept for users' first sessions, taken by users of
+         * their own, each holding as many descriptors. */
+        if (geteuid() == 0) {
+                cr_assert_eq(chmod(e2e_dir, 0711), 0);
+                cr_assert_eq(chmod(d.sock, 0666), 0);
+                for (; nkids < ROOT_HOLDERS && served_n < (int)max_sessions; nkids++) {
+                        struct holder h = {d.sock, 61000 + (uid_t)nkids};
+                        char b = 0;
+
+                        kid[nkids] = e2e_fork(hold_child, &h, &kid_fd[nkids]);
+                        cr_assert_gt(kid[nkids], 0);
+                        cr_assert_eq(read(kid_fd[nkids], &b, 1), 1);
+                        cr_assert_eq(b, 'y', "user %u's first session was not served",
+                                     (unsigned)h.uid);
+                        served_n++;
+                }
+        }
         cr_assert_eq(hard_res_read(d.pid, &peak), 0);
         fprintf(stderr, "descriptor limit %d: --max-sessions 1024 fitted to %llu; %d served holding "
                         "%d descriptors each, %d refused; daemon %d fds\n",
@@ -349,6 +408,11 @@ Test(attack_sessions, a_descriptor_limit_too_low_for_max_sessions_lowers_it_and_
         cr_expect_lt(peak.fds, LIMIT);
         cr_expect_eq(log_lines_with(&d, "accept:"), 0, "the daemon ran out of descriptors");
         cr_expect_eq(log_lines_with(&d, "truncated"), 0);
+        for (int i = 0; i < nkids; i++) {
+                cr_expect_eq(write(kid_fd[i], "x", 1), 1);
+                cr_expect_eq(e2e_wait_child(kid[i], 10000), 0);
+                close(kid_fd[i]);
+        }
         for (int i = 0; i < CONNS; i++)
                 hard_raw_close(&r[i]);
         cr_assert_eq(hard_res_back(d.pid, &base, &after, 10000), 0);
@@ -511,6 +575,176 @@ Test(attack_sessions, partial_frames_are_closed_after_the_timeout_with_their_des
         for (int i = 0; i < N; i++)
                 hard_raw_close(&r[i]);
         gemmd_disconnect(idle);
+        STOP(&d);
+}
+
+/* ---- one user against the others ----------------------------------------------- */
+
+/* A user's process that opens `sessions` connections with Hello, then
+ * `silent` ones that say nothing, reports how they were answered, and
+ * holds them until the parent lets go. */
+struct flood {
+        const char *sock;
+        uid_t uid;
+        int sessions, silent;
+};
+
+struct flood_result {
+        int served, limited, other, hung;
+        char why[160]; /* the first refusal's */
+};
+
+static int flood_child(void *ctx, int fd)
+{
+        struct flood *f = ctx;
+        struct hard_raw *r = calloc((size_t)(f->sessions + f->silent), sizeof(*r));
+        struct flood_result res = {0};
+        char why[160], b;
+
+        if (!r || become(f->uid))
+                return 2;
+        for (int i = 0; i < f->sessions; i++) {
+                int code = -1, got;
+
+                if (hard_raw_open(&r[i], f->sock)) {
+                        res.other++;
+                        continue;
+                }
+                got = hello_answer(&r[i], ANSWER_MS, &code, why, sizeof(why));
+                if (got == 1) {
+                        res.served++;
+                        continue;
+                }
+                if (got < 0)
+                        res.hung++;
+                else if (code == GEMMD__V1__CODE__LIMIT)
+                        res.limited++;
+                else
+                        res.other++;
+                if (got == 0 && !res.why[0])
+                        snprintf(res.why, sizeof(res.why), "%s", why);
+                hard_raw_close(&r[i]);
+        }
+        for (int i = f->sessions; i < f->sessions + f->silent; i++)
+                (void)hard_raw_open(&r[i], f->sock);
+        if (write(fd, &res, sizeof(res)) != (ssize_t)sizeof(res))
+                return 3;
+        (void)!read(fd, &b, 1);
+        for (int i = 0; i < f->sessions + f->silent; i++)
+                hard_raw_close(&r[i]);
+        return 0;
+}
+
+/* Starts a flood of user uid; its result in *res, its pid returned, the
+ * parent's end of its socket in *fd (closing it ends the flood). */
+static pid_t start_flood(struct flood *f, struct flood_result *res, int *fd)
+{
+        pid_t pid = e2e_fork(flood_child, f, fd);
+
+        cr_assert_gt(pid, 0);
+        cr_assert_eq(read(*fd, res, sizeof(*res)), (ssize_t)sizeof(*res), "the flood failed");
+        fprintf(stderr, "uid %u: %d sessions served, %d refused with LIMIT, %d other, %d hung (%s)\n",
+                (unsigned)f->uid, res->served, res->limited, res->other, res->hung, res->why);
+        return pid;
+}
+
+/* A user's process that connects (twice with `second`) and is served. */
+struct visitor {
+        const char *sock;
+        uid_t uid;
+        int second; /* 1: a second session must be served, -1: refused, 0: not tried */
+};
+
+static int visitor_child(void *ctx, int fd)
+{
+        struct visitor *v = ctx;
+        gemmd_client *c = NULL, *c2 = NULL;
+        int rc;
+
+        (void)fd;
+        if (become(v->uid))
+                return 2;
+        rc = gemmd_connect(v->sock, &c);
+        if (rc) {
+                fprintf(stderr, "uid %u: connect: %s\n", (unsigned)v->uid, gemmd_strerror(rc));
+                return 3;
+        }
+        if (run_gemm(c))
+                return 4;
+        if (v->second) {
+                rc = gemmd_connect(v->sock, &c2);
+                fprintf(stderr, "uid %u: a session beside its first: %s\n", (unsigned)v->uid,
+                        rc ? gemmd_strerror(rc) : "served");
+                if (v->second > 0 ? rc != 0 : rc != GEMMD_ELIMIT)
+                        return 5;
+                gemmd_disconnect(c2);
+        }
+        gemmd_disconnect(c);
+        return 0;
+}
+
+static int visit(const char *sock, uid_t uid, int second)
+{
+        struct visitor v = {sock, uid, second};
+        pid_t pid = e2e_fork(visitor_child, &v, NULL);
+
+        return pid > 0 ? e2e_wait_child(pid, 30000) : -1;
+}
+
+Test(attack_sessions, one_user_cannot_take_every_session_by_default)
+{
+        struct e2e_daemon d;
+        struct flood f = {.uid = 60051, .sessions = 64};
+        struct flood_result res;
+        pid_t pid;
+        int fd;
+
+        if (geteuid() != 0)
+                cr_skip_test("acting as two users needs root");
+        START(&d, "--threads", "1", "--max-sessions", "64", NULL);
+        cr_assert_eq(chmod(e2e_dir, 0711), 0);
+        cr_assert_eq(chmod(d.sock, 0666), 0);
+        f.sock = d.sock;
+        /* One user asks for every session there is. */
+        pid = start_flood(&f, &res, &fd);
+        cr_expect_eq(res.hung, 0);
+        cr_expect_eq(res.served + res.limited, 64);
+        cr_expect_leq(res.served, 16, "one user holds %d of 64 sessions", res.served);
+        cr_expect(strstr(res.why, "per user"), "%s", res.why);
+        /* Another user is served, beside its first session too. */
+        cr_expect_eq(visit(d.sock, 60052, 1), 0, "another user was not served");
+        close(fd);
+        cr_expect_eq(e2e_wait_child(pid, 30000), 0);
+        STOP(&d);
+}
+
+Test(attack_sessions, a_user_with_no_session_gets_one_when_another_filled_the_daemon)
+{
+        struct e2e_daemon d;
+        /* 80 silent connections on top keep the daemon's queue of sessions
+         * waiting to be refused full. */
+        struct flood f = {.uid = 60061, .sessions = 40, .silent = 80};
+        struct flood_result res;
+        pid_t pid;
+        int fd;
+
+        if (geteuid() != 0)
+                cr_skip_test("acting as two users needs root");
+        /* The operator lets one user have every session. */
+        START(&d, "--threads", "1", "--max-sessions", "32", "--max-user-sessions", "32", NULL);
+        cr_assert_eq(chmod(e2e_dir, 0711), 0);
+        cr_assert_eq(chmod(d.sock, 0666), 0);
+        f.sock = d.sock;
+        pid = start_flood(&f, &res, &fd);
+        cr_expect_eq(res.hung, 0);
+        cr_expect_lt(res.served, 32, "one user holds every session");
+        cr_expect(strstr(res.why, "first sessions"), "%s", res.why);
+        /* Users with none still get one each (within the flood's silent
+         * connections' 10 s), and only one. */
+        cr_expect_eq(visit(d.sock, 60062, -1), 0, "a user with no session was not served");
+        cr_expect_eq(served(d.sock), 0, "root, with no session, was not served");
+        close(fd);
+        cr_expect_eq(e2e_wait_child(pid, 30000), 0);
         STOP(&d);
 }
 
