@@ -437,6 +437,14 @@ static int handle_frame(struct gemmd_client *c, const uint8_t *body, uint32_t le
                 take_sync(c, env);
                 return 0;
         }
+        /* An Error of no request while the Hello (the first call) waits:
+         * the daemon refuses the connection itself, perhaps before it read
+         * the Hello (out of descriptors, too many connections). */
+        if (!env->request_id && env->body_case == GEMMD__V1__ENVELOPE__BODY_ERROR &&
+            c->sync.id == 1 && !c->sync.done) {
+                take_sync(c, env);
+                return 0;
+        }
         t = env->request_id ? tab_find(c, env->request_id) : NULL;
         if (!t || t->done)
                 return 0; /* a late or unsolicited reply: nothing waits for it */
@@ -682,6 +690,9 @@ static int send_all(struct gemmd_client *c, const uint8_t *buf, size_t n, int pa
                 if (errno == EINTR)
                         continue;
                 if (errno != EAGAIN && errno != EWOULDBLOCK) {
+                        /* The daemon may have said why before it closed
+                         * (an Error refusing the connection): read it. */
+                        read_some(c);
                         lose(c);
                         return GEMMD_EDISCONNECT;
                 }
@@ -715,6 +726,8 @@ static int call(struct gemmd_client *c, Gemmd__V1__Envelope *env, int pass_fd, i
         c->sync.id = env->request_id;
         err = send_all(c, buf, n, pass_fd);
         free(buf);
+        if (err && c->sync.done)
+                err = c->sync.err; /* answered before the send failed */
         if (!err)
                 err = wait_for(c, &c->sync.done, timeout_ms);
         if (!err)

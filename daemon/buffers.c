@@ -93,7 +93,9 @@ int gbuf_new_shm(int fd, uint64_t bytes, struct gbuf **out)
         }
         b->fd = -1;
         if (gbuf_keep_fds && (b->fd = fcntl(fd, F_DUPFD_CLOEXEC, 3)) < 0) {
-                int rc = -errno;
+                /* Out of descriptors is the daemon's state, not the client's
+                 * mistake (main.c: sessions and descriptors). */
+                int rc = errno == EMFILE || errno == ENFILE ? GEMMD_ERESOURCE : -errno;
 
                 munmap(p, bytes);
                 free(b);

@@ -73,7 +73,8 @@ int gbuf_map_sealed(int fd, uint64_t bytes, void **out);
 
 /* Maps `bytes` of the memfd `fd` (which the caller keeps ownership of) as
  * gbuf_map_sealed does. Returns 0 and a buffer with one reference, or
- * gbuf_map_sealed's codes (GEMMD_EINVAL also for bytes == 0). */
+ * gbuf_map_sealed's codes (GEMMD_EINVAL also for bytes == 0), or
+ * GEMMD_ERESOURCE when no descriptor is left to keep (gbuf_keep_fds). */
 int gbuf_new_shm(int fd, uint64_t bytes, struct gbuf **out);
 
 /* A malloc'd buffer for inline operands, `bytes` long: a copy of `init`,

@@ -70,7 +70,8 @@ void config_defaults(struct gemmd_config *cfg)
         cfg->lim.max_user_inflight_ops = 16384;
         cfg->lim.max_user_buffer_bytes = 256ull << 30;
         cfg->lim.max_user_share = 100;
-        cfg->lim.max_user_sessions = 0; /* --max-sessions unless set */
+        cfg->user_sessions_arg = 0;       /* config_session_limits */
+        cfg->first_slots_arg = SLOTS_AUTO;
         cfg->lim.hello_timeout_ms = 10000;
         /* The kernel's default vm.max_map_count is 65530: one user's
          * sessions may hold a sixteenth of that, all users together half
@@ -83,6 +84,36 @@ void config_defaults(struct gemmd_config *cfg)
          * operands belong in shared memory), far less than a node's memory. */
         cfg->lim.max_session_inline_bytes = 1ull << 30;
         cfg->lim.max_user_inline_bytes = 4ull << 30;
+        /* A client writes each frame whole: one still unfinished as long
+         * after its first byte as a Hello may take is held open on
+         * purpose, with the descriptors sent with it. */
+        cfg->lim.frame_timeout_ms = 10000;
+        /* Clients keep one connection for hours between calls: a session
+         * that holds nothing costs a descriptor and its read buffer, which
+         * the per-user and first-session limits already bound. */
+        cfg->lim.idle_timeout_ms = 0;
+        config_session_limits(cfg);
+}
+
+/* One user gets a quarter of the sessions, so that it takes four to fill
+ * the daemon, but at least 16 (a user's parallel clients; all of them
+ * where there are fewer); an eighth of them is kept for users' first
+ * sessions, so that a user with none gets one while others hold the
+ * rest. What was given stands, up to --max-sessions. */
+void config_session_limits(struct gemmd_config *cfg)
+{
+        struct limits *lim = &cfg->lim;
+        uint32_t n = lim->max_sessions, u = cfg->user_sessions_arg, r = cfg->first_slots_arg;
+
+        if (!u) {
+                u = n / 4;
+                if (u < 16)
+                        u = n < 16 ? n : 16;
+        }
+        lim->max_user_sessions = u < n ? u : n;
+        if (r == SLOTS_AUTO)
+                r = n / 8;
+        lim->first_session_slots = r < n ? r : n - 1;
 }
 
 enum {
@@ -129,6 +160,9 @@ enum {
         OPT_MAPPINGS,
         OPT_SESSION_INLINE,
         OPT_USER_INLINE,
+        OPT_FIRST_SLOTS,
+        OPT_FRAME_TIMEOUT,
+        OPT_IDLE_TIMEOUT,
 };
 
 static const struct option options[] = {
@@ -164,6 +198,9 @@ static const struct option options[] = {
         {"config", required_argument, NULL, OPT_CONFIG},
         {"max-user-sessions", required_argument, NULL, OPT_USER_SESSIONS},
         {"hello-timeout-ms", required_argument, NULL, OPT_HELLO_TIMEOUT},
+        {"first-session-slots", required_argument, NULL, OPT_FIRST_SLOTS},
+        {"frame-timeout-ms", required_argument, NULL, OPT_FRAME_TIMEOUT},
+        {"idle-timeout-ms", required_argument, NULL, OPT_IDLE_TIMEOUT},
         {"spin-us", required_argument, NULL, OPT_SPIN},
         {"timing-every", required_argument, NULL, OPT_TIMING},
         {"f32-kernel", required_argument, NULL, OPT_F32_KERNEL},
@@ -234,14 +271,18 @@ static void usage(FILE *f, const struct gemmd_config *d)
                 "      --max-inflight-ops N     unfinished ops per session (default: %u)\n"
                 "      --max-buffers N          registered buffers per session (default: %u)\n"
                 "      --max-queue-ops N        unfinished ops in the whole daemon (default: %u)\n"
-                "      --max-sessions N         concurrent connections (default: %u)\n"
+                "      --max-sessions N         concurrent connections (default: %u, fewer where the descriptor\n"
+                "                               limit cannot carry them)\n"
                 "      --metrics-listen ADDR    serve Prometheus metrics over HTTP on unix:PATH or tcp:HOST:PORT (default: off)\n"
                 "      --max-buffer-bytes N     bytes of one registered buffer (default: %llu)\n"
                 "      --max-output-bytes N     unread reply bytes per session before it is read no more (default: %llu)\n"
                 "      --max-user-inflight-ops N  unfinished ops of one user, all sessions (default: %u)\n"
                 "      --max-user-buffer-bytes N  registered bytes of one user, all sessions (default: %llu)\n"
                 "      --max-user-share PCT     share of a device one user keeps while others wait (default: %u)\n"
-                "      --max-user-sessions N    concurrent connections of one user (default: --max-sessions)\n"
+                "      --max-user-sessions N    concurrent connections of one user (default: %u, a quarter of\n"
+                "                               --max-sessions but at least 16)\n"
+                "      --first-session-slots N  the last N sessions go only to users that have none (default: %u,\n"
+                "                               an eighth of --max-sessions)\n"
                 "      --max-user-buffers N     buffers and rings one user's sessions hold mapped (default: %u)\n"
                 "      --max-mappings N|auto    buffers and rings of all users together (default: auto, half of\n"
                 "                               /proc/sys/vm/max_map_count)\n"
@@ -249,6 +290,10 @@ static void usage(FILE *f, const struct gemmd_config *d)
                 "                               replies carrying inline results (default: %llu)\n"
                 "      --max-user-inline-bytes N  the same for one user, all sessions (default: %llu)\n"
                 "      --hello-timeout-ms MS    close a connection that sends no Hello this long (default: %u)\n"
+                "      --frame-timeout-ms MS    close a session whose frame is not whole this long after its first\n"
+                "                               byte (default: %u; 0: never)\n"
+                "      --idle-timeout-ms MS     close a session that has nothing in flight and sends nothing this\n"
+                "                               long (default: %u, never)\n"
                 "      --allow-uid LIST         only these users may connect (uids or names, comma-separated)\n"
                 "      --allow-gid LIST         ... or members of these groups (gids or names)\n"
                 "      --admin-gid LIST         members of these groups see every user's sessions in the\n"
@@ -268,8 +313,10 @@ static void usage(FILE *f, const struct gemmd_config *d)
                 (unsigned long long)d->lim.max_buffer_bytes,
                 (unsigned long long)d->lim.max_output_bytes, d->lim.max_user_inflight_ops,
                 (unsigned long long)d->lim.max_user_buffer_bytes, d->lim.max_user_share,
-                d->lim.max_user_buffers, (unsigned long long)d->lim.max_session_inline_bytes,
-                (unsigned long long)d->lim.max_user_inline_bytes, d->lim.hello_timeout_ms);
+                d->lim.max_user_sessions, d->lim.first_session_slots, d->lim.max_user_buffers,
+                (unsigned long long)d->lim.max_session_inline_bytes,
+                (unsigned long long)d->lim.max_user_inline_bytes, d->lim.hello_timeout_ms,
+                d->lim.frame_timeout_ms, d->lim.idle_timeout_ms);
 }
 
 /* Half of the kernel's limit on this process's memory mappings: the most
@@ -700,7 +747,21 @@ int config_parse_args(struct gemmd_config *cfg, int argc, char **argv)
                         break; /* read before the other options */
                 case OPT_USER_SESSIONS:
                         bad = parse_u64(optarg, 1, 1u << 20, &v);
-                        cfg->lim.max_user_sessions = (uint32_t)v;
+                        cfg->user_sessions_arg = (uint32_t)v;
+                        break;
+                case OPT_FIRST_SLOTS:
+                        bad = parse_u64(optarg, 0, 1u << 20, &v);
+                        cfg->first_slots_arg = (uint32_t)v;
+                        break;
+                case OPT_FRAME_TIMEOUT:
+                        v = 0; /* 0: never */
+                        bad = strcmp(optarg, "0") && parse_u64(optarg, 10, 3600000, &v);
+                        cfg->lim.frame_timeout_ms = (uint32_t)v;
+                        break;
+                case OPT_IDLE_TIMEOUT:
+                        v = 0; /* 0: never */
+                        bad = strcmp(optarg, "0") && parse_u64(optarg, 10, 86400000, &v);
+                        cfg->lim.idle_timeout_ms = (uint32_t)v;
                         break;
                 case OPT_USER_BUFFERS:
                         bad = parse_u64(optarg, 1, 1u << 24, &v);
@@ -752,8 +813,7 @@ int config_parse_args(struct gemmd_config *cfg, int argc, char **argv)
 
                 cfg->spin_us = cfg->backend != BACKEND_CPU && ncpu >= 4 ? 50 : 0;
         }
-        if (!cfg->lim.max_user_sessions || cfg->lim.max_user_sessions > cfg->lim.max_sessions)
-                cfg->lim.max_user_sessions = cfg->lim.max_sessions;
+        config_session_limits(cfg);
         if (cfg->lim.max_mappings == MAPPINGS_AUTO)
                 cfg->lim.max_mappings = auto_mappings();
         if (cfg->lim.max_session_inline_bytes > cfg->lim.max_user_inline_bytes)

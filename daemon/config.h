@@ -25,6 +25,7 @@ struct limits {
         uint64_t max_user_buffer_bytes; /* registered bytes */
         uint32_t max_user_share;        /* percent of a device a user keeps while others wait */
         uint32_t max_user_sessions;
+        uint32_t first_session_slots;   /* the last sessions, kept for users that have none */
         uint32_t hello_timeout_ms;      /* a connection that sends no Hello is closed */
         /* Memory mappings (registered buffers and rings, users.h): one
          * user's, and all users' together, which is below the kernel's
@@ -37,6 +38,8 @@ struct limits {
          * per session and per user (users.h). */
         uint64_t max_session_inline_bytes;
         uint64_t max_user_inline_bytes;
+        uint32_t frame_timeout_ms;      /* a frame begun and not finished is closed (0: never) */
+        uint32_t idle_timeout_ms;       /* a session that holds and sends nothing (0: never) */
 };
 
 struct gemmd_config {
@@ -100,6 +103,11 @@ struct gemmd_config {
         uint32_t *admin_gids;
         uint32_t n_admin_gids;
         const char *config_file; /* --config, already applied */
+        /* --max-user-sessions and --first-session-slots as given (0 and
+         * SLOTS_AUTO: not given); lim's values follow from them and from
+         * lim.max_sessions (config_session_limits). */
+        uint32_t user_sessions_arg, first_slots_arg;
+#define SLOTS_AUTO UINT32_MAX
 };
 
 /* Fills *cfg with the defaults. */
@@ -111,6 +119,11 @@ void config_defaults(struct gemmd_config *cfg);
  * usage error. Strings of *cfg point into argv or into memory kept for the
  * life of the process. */
 int config_parse_args(struct gemmd_config *cfg, int argc, char **argv);
+
+/* Sets lim.max_user_sessions and lim.first_session_slots from what was
+ * given and lim.max_sessions: called after parsing, and again when the
+ * descriptor limit lowers max_sessions (main.c). */
+void config_session_limits(struct gemmd_config *cfg);
 
 /* Reads a config file: `key = value` lines with the long option names as
  * keys ("max-sessions = 64"), `key` alone or `key = yes|no` for options

@@ -124,8 +124,7 @@ static void on_register(struct session *s, uint64_t rid, const Gemmd__V1__Buffer
         }
         fd = session_take_fd(s);
         if (fd < 0) {
-                session_send_error(s, rid, GEMMD_EPROTO, -1,
-                                   "shared-memory registration without a file descriptor");
+                session_no_fd(s, rid, "shared-memory registration");
                 return;
         }
         if (s->bufs.n >= lim->max_buffers) {
@@ -469,9 +468,7 @@ void dispatch_frame(struct session *s, const uint8_t *buf, uint32_t len, int fro
                                            "uid %d is not allowed to use this daemon",
                                            (int)s->cred.uid);
                 else
-                        session_send_error(s, rid, GEMMD_ELIMIT, -1,
-                                           "too many connections (at most %u)",
-                                           s->srv->cfg->lim.max_sessions);
+                        session_send_error(s, rid, GEMMD_ELIMIT, -1, "%s", s->denied_why);
                 session_close_after_flush(s);
                 return;
         }

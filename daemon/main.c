@@ -2,27 +2,117 @@
  * main.c - gemmd: parse the command line, start the server, run the loop,
  * tear down in reverse order through one path.
  */
+#include <dirent.h>
 #include <malloc.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <uv.h>
 
 #include "daemon/config.h"
 #include "daemon/cpuacct.h"
 #include "daemon/devproc.h"
 #include "daemon/log.h"
+#include "daemon/metrics.h"
 #include "daemon/notify.h"
 #include "daemon/server.h"
 #include "daemon/watchdog.h"
 #include "gemmd.h"
+
+/* Descriptors the daemon opens while it serves, besides its sessions':
+ * a device process started again, a connection refused on the spare. */
+#define FDS_SPARE 16
+
+/*
+ * How many sessions `nofile` descriptors carry, with `base` open before
+ * the first: the daemon's own, a reserve for what it opens while serving
+ * (FDS_SPARE, and the metrics endpoint's connections), the sessions held
+ * to be told LIMIT or PERMISSION (their socket alone: descriptors sent
+ * before Hello are closed), and per session its socket and the
+ * descriptors it may hold for a frame not yet whole. With
+ * --device-process a registered shared-memory buffer keeps a descriptor
+ * as well (gbuf_keep_fds); --max-buffers allows far more per session than
+ * a fit could grant, so those come out of the headroom, and a
+ * registration that finds none left is refused. The one place where
+ * sessions and descriptors are weighed against each other.
+ */
+static uint64_t sessions_that_fit(const struct gemmd_config *cfg, uint64_t nofile, uint64_t base)
+{
+        uint64_t keep = base + FDS_SPARE + SESSION_MAX_DENIED;
+
+        if (cfg->metrics_listen)
+                keep += METRICS_MAX_CONNS + 1;
+        return nofile > keep ? (nofile - keep) / (1 + SESSION_MAX_FDS) : 0;
+}
+
+/* Raises the soft descriptor limit to the hard one, as a service that
+ * needs many is expected to (the soft limit stays low for programs that
+ * still use select()). Returns the limit in force. */
+static uint64_t raise_nofile(void)
+{
+        struct rlimit rl;
+        rlim_t was;
+
+        if (getrlimit(RLIMIT_NOFILE, &rl))
+                return 1024;
+        was = rl.rlim_cur;
+        if (rl.rlim_cur < rl.rlim_max) {
+                rl.rlim_cur = rl.rlim_max;
+                /* An unlimited hard limit still stops at fs.nr_open. */
+                if (setrlimit(RLIMIT_NOFILE, &rl) && rl.rlim_max == RLIM_INFINITY) {
+                        rl.rlim_cur = 1u << 20;
+                        setrlimit(RLIMIT_NOFILE, &rl);
+                }
+                getrlimit(RLIMIT_NOFILE, &rl);
+                if (rl.rlim_cur != was)
+                        log_info("descriptor limit raised from %llu to %llu",
+                                 (unsigned long long)was, (unsigned long long)rl.rlim_cur);
+        }
+        return rl.rlim_cur;
+}
+
+/* Descriptors open in this process now, or 0 when /proc cannot say. */
+static uint64_t open_fds(void)
+{
+        DIR *d = opendir("/proc/self/fd");
+        struct dirent *e;
+        uint64_t n = 0;
+
+        if (!d)
+                return 0;
+        while ((e = readdir(d)))
+                n += e->d_name[0] != '.';
+        closedir(d);
+        return n - 1; /* the directory's own */
+}
+
+/* Lowers --max-sessions (and what follows from it) to what the descriptor
+ * limit carries, with a warning; called once the server is up and before
+ * it accepts, so that idle sessions can never exhaust the descriptors. */
+static void fit_sessions(struct gemmd_config *cfg, uint64_t nofile)
+{
+        uint64_t fit = sessions_that_fit(cfg, nofile, open_fds());
+
+        if (fit >= cfg->lim.max_sessions)
+                return;
+        if (fit == 0)
+                fit = 1;
+        log_warn("--max-sessions %u does not fit the descriptor limit of %llu (a session may hold "
+                 "%d): serving at most %llu sessions",
+                 cfg->lim.max_sessions, (unsigned long long)nofile, 1 + SESSION_MAX_FDS,
+                 (unsigned long long)fit);
+        cfg->lim.max_sessions = (uint32_t)fit;
+        config_session_limits(cfg);
+}
 
 int main(int argc, char **argv)
 {
         struct gemmd_config cfg;
         struct server srv;
         uv_loop_t loop;
+        uint64_t nofile;
         int rc, exit_code = 0;
 
         /* The daemon starts its device processes as itself (devproc.h). */
@@ -42,6 +132,7 @@ int main(int argc, char **argv)
          * after the first such free, and a flood of large frames would
          * leave the heap grown for good. */
         mallopt(M_MMAP_THRESHOLD, 256 << 10);
+        nofile = raise_nofile();
 
         rc = uv_loop_init(&loop);
         if (rc) {
@@ -53,6 +144,7 @@ int main(int argc, char **argv)
                 log_err("cannot start: %s", gemmd_strerror(rc));
                 goto out_loop;
         }
+        fit_sessions(&cfg, nofile);
         log_info("gemmd %s ready (protocol %d, mode %s)", GEMMD_VERSION, GEMMD_PROTOCOL_VERSION,
                  sched_mode_name(cfg.mode));
         if (cfg.cost)

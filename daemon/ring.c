@@ -182,6 +182,8 @@ int ring_take(struct session *s)
                 atomic_fetch_add_explicit(&s->srv->submits_ring, 1, memory_order_relaxed);
                 taken++;
         }
+        if (taken)
+                s->t_active_ns = now_ns(); /* as a read of the socket (--idle-timeout-ms) */
         session_hand_over(s);
         return taken;
 }

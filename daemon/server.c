@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -95,43 +96,146 @@ static void hand_to_loop(struct evloop *ev, int fd)
         uv_async_send(&ev->async);
 }
 
+/* Refuses the connection fd at once: best effort, one Error frame (err, a
+ * library code, and why), then end of stream. */
+static void refuse_now(struct server *srv, int fd, int err, const char *why)
+{
+        Gemmd__V1__Envelope env = GEMMD__V1__ENVELOPE__INIT;
+        Gemmd__V1__Error e = GEMMD__V1__ERROR__INIT;
+        uint8_t *buf;
+        size_t n;
+
+        e.code = (Gemmd__V1__Code)frame_err_to_code(err);
+        e.message = (char *)why;
+        e.op_index = -1;
+        env.body_case = GEMMD__V1__ENVELOPE__BODY_ERROR;
+        env.error = &e;
+        if (frame_pack(&env, 0, UINT32_MAX, &buf, &n) == 0) {
+                (void)!send(fd, buf, n, MSG_NOSIGNAL | MSG_DONTWAIT);
+                free(buf);
+        }
+        if ((unsigned)e.code < sizeof(srv->rejections) / sizeof(srv->rejections[0]))
+                atomic_fetch_add(&srv->rejections[e.code], 1);
+        close(fd);
+}
+
+/* Says that accept() failed with err, at most once a second, with the
+ * connections refused for it since the last time (`refused` more now): a
+ * full descriptor table meets every client that comes. */
+static void accept_warn(struct server *srv, int err, uint32_t refused)
+{
+        uint64_t now = now_ns();
+        struct rlimit rl = {0};
+
+        srv->accept_refused += refused;
+        if ((srv->accept_warn_ns && now - srv->accept_warn_ns < 1000000000ull) ||
+            ((err == EMFILE || err == ENFILE) && !srv->accept_refused))
+                return; /* the last descriptor was just taken: nobody refused yet */
+        getrlimit(RLIMIT_NOFILE, &rl);
+        if (err == EMFILE || err == ENFILE)
+                log_warn("accept: %s (descriptor limit %llu): %u connection(s) refused since the "
+                         "last warning",
+                         strerror(err), (unsigned long long)rl.rlim_cur, srv->accept_refused);
+        else
+                log_warn("accept: %s: new connections wait", strerror(err));
+        srv->accept_warn_ns = now;
+        srv->accept_refused = 0;
+}
+
+/* The spare descriptor: /dev/null, held to be given up for a connection
+ * the daemon has no descriptor for, so that it can be told and closed. */
+static void take_spare(struct server *srv)
+{
+        if (srv->spare_fd < 0)
+                srv->spare_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+}
+
+static void on_listen(uv_poll_t *h, int status, int events);
+
+static void on_rested(uv_timer_t *t)
+{
+        struct server *srv = t->data;
+
+        if (srv->listening)
+                uv_poll_start(&srv->listen_poll, UV_READABLE, on_listen);
+}
+
+/* No descriptor is left even to refuse a connection with: the listener,
+ * still readable, would be called again at once for as long as that
+ * lasts, so it rests a while (its backlog waits). */
+#define LISTEN_REST_MS 100
+
+static void rest_listener(struct server *srv)
+{
+        uv_poll_stop(&srv->listen_poll);
+        uv_timer_start(&srv->listen_rest, on_rested, LISTEN_REST_MS, 0);
+}
+
+/* Out of descriptors, where accept() fails whether a connection waits or
+ * not: the spare is given up, the next pending connection accepted on it,
+ * told RESOURCE and closed, and the spare taken again (as libuv's users
+ * do). Returns 1 when one was refused, 0 when none was pending, or -1
+ * when there was no spare or the accept still failed (another thread took
+ * the descriptor). */
+static int refuse_on_spare(struct server *srv)
+{
+        int fd, err;
+
+        if (srv->spare_fd < 0)
+                return -1;
+        close(srv->spare_fd);
+        srv->spare_fd = -1;
+        fd = accept4(srv->listen_fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+        err = errno;
+        if (fd >= 0)
+                refuse_now(srv, fd, GEMMD_ERESOURCE,
+                           "too many connections: the daemon is out of file descriptors");
+        take_spare(srv);
+        return fd >= 0 ? 1 : err == EAGAIN || err == EWOULDBLOCK ? 0 : -1;
+}
+
 static void on_listen(uv_poll_t *h, int status, int events)
 {
         struct server *srv = h->data;
+        char why[128];
 
         for (int i = 0; i < 64; i++) {
                 int fd = accept4(srv->listen_fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
-                int full;
+                int full, err;
 
                 if (fd < 0) {
-                        if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)
-                                log_warn("accept: %s", strerror(errno));
+                        err = errno;
+                        if (err == EAGAIN || err == EWOULDBLOCK)
+                                return;
+                        if (err == EINTR || err == ECONNABORTED)
+                                continue;
+                        if (err == EMFILE || err == ENFILE) {
+                                int rc = refuse_on_spare(srv);
+
+                                if (rc >= 0) {
+                                        accept_warn(srv, err, (uint32_t)rc);
+                                        if (rc)
+                                                continue;
+                                        return;
+                                }
+                        }
+                        /* ENOBUFS, ENOMEM, or no spare: the connection stays
+                         * in the backlog until the listener is back. */
+                        accept_warn(srv, err, 0);
+                        rest_listener(srv);
                         return;
                 }
+                take_spare(srv); /* one refusal took it and could not take it back */
+                /* Past a limit a session answers its Hello with LIMIT
+                 * (session_accept), so that its client knows why. Past
+                 * SESSION_MAX_DENIED of them, a connection that would be
+                 * refused is refused here, with its reason; one that would
+                 * be served (a user's first session, say) still is. */
                 pthread_mutex_lock(&srv->lock);
-                full = srv->nsessions - srv->ndenied >= srv->cfg->lim.max_sessions &&
-                       srv->ndenied >= SESSION_MAX_DENIED;
+                full = srv->ndenied >= SESSION_MAX_DENIED;
                 pthread_mutex_unlock(&srv->lock);
-                if (full) {
-                        /* Past the limit a session answers its Hello with
-                         * LIMIT (session_accept). Past that many of them too:
-                         * best effort, one Error frame, then end of stream. */
-                        Gemmd__V1__Envelope env = GEMMD__V1__ENVELOPE__INIT;
-                        Gemmd__V1__Error e = GEMMD__V1__ERROR__INIT;
-                        uint8_t *buf;
-                        size_t n;
-
-                        e.code = GEMMD__V1__CODE__LIMIT;
-                        e.message = "too many connections";
-                        e.op_index = -1;
-                        env.body_case = GEMMD__V1__ENVELOPE__BODY_ERROR;
-                        env.error = &e;
-                        if (frame_pack(&env, 0, UINT32_MAX, &buf, &n) == 0) {
-                                (void)!send(fd, buf, n, MSG_NOSIGNAL | MSG_DONTWAIT);
-                                free(buf);
-                        }
-                        atomic_fetch_add(&srv->rejections[GEMMD__V1__CODE__LIMIT], 1);
-                        close(fd);
+                if (full && (err = session_admissible(srv, fd, why, sizeof(why)))) {
+                        refuse_now(srv, fd, err, why);
                         continue;
                 }
                 hand_to_loop(&srv->loops[srv->next_loop++ % (uint32_t)srv->nloops], fd);
@@ -407,6 +511,7 @@ static void close_listener(struct server *srv)
                 return;
         srv->listening = 0;
         uv_close((uv_handle_t *)&srv->listen_poll, NULL);
+        uv_close((uv_handle_t *)&srv->listen_rest, NULL);
         close(srv->listen_fd);
         if (srv->listen_owned)
                 unlink(srv->cfg->socket_path);
@@ -442,7 +547,7 @@ static void finish(struct server *srv)
                 struct evloop *ev = &srv->loops[i];
 
                 uv_close((uv_handle_t *)&ev->async, NULL);
-                uv_close((uv_handle_t *)&ev->hello_timer, NULL);
+                uv_close((uv_handle_t *)&ev->sweep_timer, NULL);
                 uv_run(ev->loop, UV_RUN_DEFAULT);
                 if (uv_loop_close(ev->loop))
                         log_warn("loop %d: handles left open", i);
@@ -450,7 +555,7 @@ static void finish(struct server *srv)
         uv_close((uv_handle_t *)&srv->sigterm, NULL);
         uv_close((uv_handle_t *)&srv->sigint, NULL);
         uv_close((uv_handle_t *)&srv->loops[0].async, NULL);
-        uv_close((uv_handle_t *)&srv->loops[0].hello_timer, NULL);
+        uv_close((uv_handle_t *)&srv->loops[0].sweep_timer, NULL);
         metrics_stop();
         watchdog_stop();
 }
@@ -604,7 +709,8 @@ static uint32_t client_poll_max(const struct server *srv)
 /* Sets up loop ev (index i; loop 0 is the main thread's `main`). */
 static int loop_init(struct server *srv, struct evloop *ev, int i, uv_loop_t *main)
 {
-        uint64_t every = srv->cfg->lim.hello_timeout_ms / 2;
+        const struct limits *lim = &srv->cfg->lim;
+        uint64_t every = lim->hello_timeout_ms;
         int rc;
 
         ev->srv = srv;
@@ -622,10 +728,15 @@ static int loop_init(struct server *srv, struct evloop *ev, int i, uv_loop_t *ma
         lock_init(&ev->done_lock);
         uv_async_init(ev->loop, &ev->async, on_async);
         ev->async.data = ev;
-        uv_timer_init(ev->loop, &ev->hello_timer);
-        ev->hello_timer.data = ev;
-        every = every > 1000 ? 1000 : every;
-        uv_timer_start(&ev->hello_timer, session_sweep_hello, every, every);
+        uv_timer_init(ev->loop, &ev->sweep_timer);
+        ev->sweep_timer.data = ev;
+        /* At half the shortest timeout, and at least once a second. */
+        if (lim->frame_timeout_ms && lim->frame_timeout_ms < every)
+                every = lim->frame_timeout_ms;
+        if (lim->idle_timeout_ms && lim->idle_timeout_ms < every)
+                every = lim->idle_timeout_ms;
+        every = every / 2 > 1000 ? 1000 : every / 2;
+        uv_timer_start(&ev->sweep_timer, session_sweep, every, every);
         return 0;
 }
 
@@ -634,6 +745,7 @@ int server_init(struct server *srv, uv_loop_t *loop, const struct gemmd_config *
         int rc, want;
 
         memset(srv, 0, sizeof(*srv));
+        srv->spare_fd = -1;
         srv->loop = loop;
         srv->cfg = cfg;
         srv->t_start_ns = now_ns();
@@ -668,6 +780,10 @@ int server_init(struct server *srv, uv_loop_t *loop, const struct gemmd_config *
         rc = metrics_start(srv);
         if (rc)
                 goto err;
+        take_spare(srv);
+        if (srv->spare_fd < 0)
+                log_warn("cannot open /dev/null (%s): out of descriptors, the listener rests instead of refusing",
+                         strerror(errno));
         /* The loops: 0 here, the others each on a thread of its own. A
          * loop that cannot start leaves the daemon with fewer. */
         loop_init(srv, &srv->loops[0], 0, loop);
@@ -680,7 +796,7 @@ int server_init(struct server *srv, uv_loop_t *loop, const struct gemmd_config *
                 if (pthread_create(&ev->thread, NULL, loop_main, ev) != 0) {
                         log_err("cannot start event loop %d: serving with %d", i, srv->nloops);
                         uv_close((uv_handle_t *)&ev->async, NULL);
-                        uv_close((uv_handle_t *)&ev->hello_timer, NULL);
+                        uv_close((uv_handle_t *)&ev->sweep_timer, NULL);
                         uv_run(ev->loop, UV_RUN_DEFAULT);
                         uv_loop_close(ev->loop);
                         break;
@@ -701,6 +817,8 @@ int server_init(struct server *srv, uv_loop_t *loop, const struct gemmd_config *
         uv_signal_start(&srv->sigint, on_signal, SIGINT);
         uv_poll_init(loop, &srv->listen_poll, srv->listen_fd);
         srv->listen_poll.data = srv;
+        uv_timer_init(loop, &srv->listen_rest);
+        srv->listen_rest.data = srv;
         uv_poll_start(&srv->listen_poll, UV_READABLE, on_listen);
         srv->listening = 1;
         log_info("listening on %s (%d event loop%s)", srv->listen_owned ? cfg->socket_path : "(socket activation)",
@@ -730,5 +848,8 @@ void server_deinit(struct server *srv)
         free(srv->loops);
         srv->loops = NULL;
         srv->nloops = 0;
+        if (srv->spare_fd >= 0)
+                close(srv->spare_fd);
+        srv->spare_fd = -1;
         pthread_mutex_destroy(&srv->lock);
 }

@@ -75,9 +75,13 @@ struct session {
         enum session_state state;
         struct ucred cred;
         uint64_t t_accept_ns;
+        uint64_t t_state_ns;  /* when it entered its state */
+        uint64_t t_active_ns; /* its last read or frame (--idle-timeout-ms) */
+        uint64_t t_frame_ns;  /* when the frame not yet whole began, or 0 */
         int denied; /* GEMMD_EPERM (not on the allow-list) or GEMMD_ELIMIT (one
                      * session too many): the first frame gets that, then close */
         int admin;  /* root or in --admin-gid: its stats show every session */
+        char denied_why[112]; /* GEMMD_ELIMIT: which limit */
 
         /* Input: a read buffer of whole small frames, or one large body. */
         uint8_t *rbuf;
@@ -87,6 +91,7 @@ struct session {
         int parsing; /* in parse_rbuf: replies flushed meanwhile must not re-enter it */
         int fds[SESSION_MAX_FDS]; /* received with SCM_RIGHTS, not yet used */
         int nfds;
+        int fds_dropped; /* the daemon had no descriptor left to receive one */
         struct frame_arena arena;
 
         /* Output: packed frames not yet written. The loop thread and a
@@ -158,7 +163,7 @@ struct evloop {
         uv_loop_t own; /* the loop of a thread of its own (index > 0) */
         pthread_t thread;
         uv_async_t async;
-        uv_timer_t hello_timer; /* closes connections that send no Hello */
+        uv_timer_t sweep_timer; /* session_sweep */
 
         /* Handed in by other threads: completed requests, control tasks,
          * and accepted connections (index > 0). */
@@ -196,6 +201,13 @@ struct server {
         int listen_owned; /* we created the socket file (not socket activation) */
         uv_poll_t listen_poll;
         int listening;
+        /* Out of descriptors, a connection is refused on the spare one
+         * (on_listen); without it the listener rests a while. At most a
+         * warning a second says so, with the count since the last. */
+        int spare_fd;
+        uv_timer_t listen_rest;
+        uint64_t accept_warn_ns;
+        uint32_t accept_refused;
         uv_signal_t sigterm, sigint;
 
         struct evloop *loops; /* nloops; loops[0] is the main one */
@@ -293,8 +305,15 @@ void server_wake_all(struct server *srv);
 
 /* session.c */
 int session_accept(struct evloop *ev, int fd);
-/* Closes sessions that sent no Hello within the timeout (a timer). */
-void session_sweep_hello(uv_timer_t *t);
+/* Whether the peer of the accepted connection fd would be served now
+ * (session_accept decides): 0, GEMMD_EPERM (not allowed) or GEMMD_ELIMIT,
+ * with the reason in why. Loop 0, before handing fd to a loop. */
+int session_admissible(struct server *srv, int fd, char *why, size_t len);
+/* Loop ev's timer (every 1 s or less): closes its sessions that sent no
+ * Hello in time (--hello-timeout-ms), left a frame unfinished
+ * (--frame-timeout-ms), did not read their last error, or stayed idle
+ * (--idle-timeout-ms). */
+void session_sweep(uv_timer_t *t);
 void session_set_state(struct session *s, enum session_state st);
 /* Hands the ops that the session's submits admitted (staged on its lanes)
  * to the workers. Called after each read's frames and before a close. */
@@ -337,6 +356,10 @@ void session_close(struct session *s);
 void session_unref(struct session *s);
 /* Takes the oldest received file descriptor, or -1. */
 int session_take_fd(struct session *s);
+/* Answers request rid, a `what` that came without the descriptor it
+ * needs: RESOURCE when the daemon had none left to receive it with, else
+ * PROTOCOL. */
+void session_no_fd(struct session *s, uint64_t rid, const char *what);
 
 /* Writes the replies queued while defer_flush was set. */
 void server_flush_dirty(struct evloop *ev);

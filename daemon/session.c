@@ -13,7 +13,9 @@
  * only after session_reply_taken has waited for the writer to let go.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -33,6 +35,7 @@ static void on_io(uv_poll_t *h, int status, int events);
 void session_set_state(struct session *s, enum session_state st)
 {
         s->state = st;
+        s->t_state_ns = now_ns();
 }
 
 static void update_poll(struct session *s)
@@ -55,6 +58,68 @@ static void update_poll(struct session *s)
                 uv_poll_start(&s->poll, ev, on_io);
         else
                 uv_poll_stop(&s->poll);
+}
+
+/* Whether the daemon serves one more session of user u (NULL: a user with
+ * none), whose count already includes `self` (0 or 1) for that session:
+ * under --max-sessions, under the user's --max-user-sessions, and within
+ * the last --first-session-slots only as the user's first, so that one
+ * user holding everything it may still leaves a place for a user with
+ * none. Called with srv->lock held. Returns 0, or GEMMD_ELIMIT with the
+ * reason in why. */
+static int admit(const struct server *srv, const struct user *u, uint32_t self, char *why,
+                 size_t len)
+{
+        const struct limits *lim = &srv->cfg->lim;
+        uint32_t live = srv->nsessions - srv->ndenied;
+        uint32_t held = u ? u->sessions - u->denied - self : 0;
+
+        if (live >= lim->max_sessions)
+                snprintf(why, len, "too many connections (at most %u)", lim->max_sessions);
+        else if (held >= lim->max_user_sessions)
+                snprintf(why, len, "too many connections: uid %u has %u sessions (at most %u per user)",
+                         u->uid, held, lim->max_user_sessions);
+        else if (held && live >= lim->max_sessions - lim->first_session_slots)
+                snprintf(why, len,
+                         "too many connections: the last %u of %u are kept for users' first sessions",
+                         lim->first_session_slots, lim->max_sessions);
+        else
+                return 0;
+        return GEMMD_ELIMIT;
+}
+
+int session_admissible(struct server *srv, int fd, char *why, size_t len)
+{
+        struct ucred cred;
+        socklen_t clen = sizeof(cred);
+        struct user *u;
+        int rc;
+
+        if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &clen) < 0)
+                return 0; /* session_accept finds out and closes it */
+        if (!users_allowed(srv->cfg, fd, &cred)) {
+                snprintf(why, len, "uid %d is not allowed to use this daemon", (int)cred.uid);
+                return GEMMD_EPERM;
+        }
+        pthread_mutex_lock(&srv->lock);
+        for (u = srv->users; u && u->uid != cred.uid; u = u->next)
+                ;
+        rc = admit(srv, u, 0, why, len);
+        pthread_mutex_unlock(&srv->lock);
+        return rc;
+}
+
+/* Logs a refused connection, at most one line a second over all loops:
+ * refusals may come in floods. */
+static void warn_refused(const struct session *s, const char *why)
+{
+        static _Atomic uint64_t last_ns;
+        uint64_t now = now_ns(), last = atomic_load(&last_ns);
+
+        if (now - last < 1000000000ull || !atomic_compare_exchange_strong(&last_ns, &last, now))
+                return;
+        log_warn("refused a connection from uid %d gid %d pid %d: %s", (int)s->cred.uid,
+                 (int)s->cred.gid, (int)s->cred.pid, why);
 }
 
 int session_accept(struct evloop *ev, int fd)
@@ -92,7 +157,7 @@ int session_accept(struct evloop *ev, int fd)
         s->fd = fd;
         s->out_open = 1;
         s->refs = 1;
-        s->t_accept_ns = now_ns();
+        s->t_accept_ns = s->t_active_ns = now_ns();
         session_set_state(s, SESSION_HELLO);
         /* A Submit's decoded form may be much larger than its frame (an
          * empty Op is 2 bytes on the wire): the arena bounds it. */
@@ -101,17 +166,16 @@ int session_accept(struct evloop *ev, int fd)
         gbuf_table_init(&s->bufs);
         pthread_mutex_lock(&srv->lock);
         s->id = ++srv->next_session_id;
+        if (admit(srv, s->user, 1, s->denied_why, sizeof(s->denied_why))) {
+                s->denied = GEMMD_ELIMIT;
+                s->user->denied++;
+                srv->ndenied++;
+        }
         s->next = ev->sessions;
         if (ev->sessions)
                 ev->sessions->prev = s;
         ev->sessions = s;
         srv->nsessions++;
-        if (srv->nsessions - srv->ndenied > srv->cfg->lim.max_sessions ||
-            s->user->sessions - s->user->denied > srv->cfg->lim.max_user_sessions) {
-                s->denied = GEMMD_ELIMIT;
-                s->user->denied++;
-                srv->ndenied++;
-        }
         pthread_mutex_unlock(&srv->lock);
         atomic_fetch_add(&srv->sessions_total, 1);
         update_poll(s);
@@ -120,15 +184,10 @@ int session_accept(struct evloop *ev, int fd)
                          (int)s->cred.pid, (int)s->cred.uid);
         s->admin = users_admin(srv->cfg, fd, &s->cred);
         /* A session denied above answers its Hello with LIMIT (dispatch.c). */
+        if (s->denied)
+                warn_refused(s, s->denied_why);
         if (!s->denied && !users_allowed(srv->cfg, fd, &s->cred)) {
-                static uint64_t last_log_ns;
-
-                /* One line a second at most: refusals may come in floods. */
-                if (now_ns() - last_log_ns > 1000000000ull) {
-                        last_log_ns = now_ns();
-                        log_warn("refused a connection from uid %d gid %d pid %d: not allowed",
-                                 (int)s->cred.uid, (int)s->cred.gid, (int)s->cred.pid);
-                }
+                warn_refused(s, "not allowed");
                 /* Its Hello is answered with PERMISSION (dispatch.c). */
                 pthread_mutex_lock(&srv->lock);
                 s->denied = GEMMD_EPERM;
@@ -153,20 +212,83 @@ err:
         return rc;
 }
 
-void session_sweep_hello(uv_timer_t *t)
+/* Closes the descriptors that came with a frame not yet whole, and drops
+ * its body: nothing more will be read. */
+static void drop_partial(struct session *s)
+{
+        while (s->nfds)
+                close(session_take_fd(s));
+        free(s->body);
+        s->body = NULL;
+        s->t_frame_ns = 0;
+}
+
+/* Whether s holds nothing and waits for nothing: no frame begun, no
+ * request in flight, no reply unwritten. */
+static int idle(struct session *s)
+{
+        return s->state == SESSION_READY && !s->t_frame_ns && !s->inflight_ops && !s->staged &&
+               !session_has_output(s);
+}
+
+/* Tells the client why it is closed, and closes it once that is written. */
+static void expire(struct session *s, const char *why)
+{
+        session_send_error(s, 0, GEMMD_EPROTO, -1, "%s", why);
+        session_close_after_flush(s);
+}
+
+/* What came of the frame not yet whole, in words ("123 of 4096 bytes"). */
+static void partial_str(const struct session *s, char *buf, size_t len)
+{
+        uint32_t n;
+
+        if (s->body)
+                snprintf(buf, len, "%u of %u bytes", FRAME_HDR_BYTES + s->body_got,
+                         FRAME_HDR_BYTES + s->body_len);
+        else if (s->rlen >= FRAME_HDR_BYTES && !frame_len_decode(s->rbuf, UINT32_MAX, &n))
+                snprintf(buf, len, "%zu of %llu bytes", s->rlen,
+                         (unsigned long long)FRAME_HDR_BYTES + n);
+        else
+                snprintf(buf, len, "%zu bytes of its length", s->rlen);
+}
+
+void session_sweep(uv_timer_t *t)
 {
         struct evloop *ev = t->data;
-        struct server *srv = ev->srv;
-        uint64_t now = now_ns(), limit = srv->cfg->lim.hello_timeout_ms * 1000000ull;
+        const struct limits *lim = &ev->srv->cfg->lim;
+        const uint64_t ms = 1000000ull, now = now_ns();
         struct session *s, *next;
+        char why[200], part[64];
 
         for (s = ev->sessions; s; s = next) {
                 next = s->next;
-                if (s->state != SESSION_HELLO || now - s->t_accept_ns <= limit)
-                        continue;
-                session_send_error(s, 0, GEMMD_EPROTO, -1, "no Hello within %u ms",
-                                   srv->cfg->lim.hello_timeout_ms);
-                session_close_after_flush(s);
+                /* While the client leaves its replies unread its frames are
+                 * not read either: that is --max-output-bytes' business, and
+                 * the frame's clock starts again when reading does. */
+                if (s->t_frame_ns && session_output_full(s))
+                        s->t_frame_ns = now;
+                if (s->state == SESSION_HELLO && now - s->t_accept_ns > lim->hello_timeout_ms * ms) {
+                        snprintf(why, sizeof(why), "no Hello within %u ms (--hello-timeout-ms): closed",
+                                 lim->hello_timeout_ms);
+                        expire(s, why);
+                } else if (s->state == SESSION_READY && s->t_frame_ns && lim->frame_timeout_ms &&
+                           now - s->t_frame_ns > lim->frame_timeout_ms * ms) {
+                        partial_str(s, part, sizeof(part));
+                        snprintf(why, sizeof(why),
+                                 "a frame not whole %u ms after its first byte (%s came; "
+                                 "--frame-timeout-ms): closed with the %d descriptor(s) sent with it",
+                                 lim->frame_timeout_ms, part, s->nfds);
+                        expire(s, why);
+                } else if (lim->idle_timeout_ms && idle(s) &&
+                           now - s->t_active_ns > lim->idle_timeout_ms * ms) {
+                        snprintf(why, sizeof(why),
+                                 "idle for %u ms, nothing in flight (--idle-timeout-ms): closed",
+                                 lim->idle_timeout_ms);
+                        expire(s, why);
+                } else if (s->state == SESSION_CLOSING &&
+                         now - s->t_state_ns > lim->hello_timeout_ms * ms)
+                        session_close(s); /* it does not read its last error */
         }
 }
 
@@ -180,6 +302,18 @@ int session_take_fd(struct session *s)
         memmove(&s->fds[0], &s->fds[1], (size_t)(s->nfds - 1) * sizeof(int));
         s->nfds--;
         return fd;
+}
+
+void session_no_fd(struct session *s, uint64_t rid, const char *what)
+{
+        if (s->fds_dropped)
+                session_send_error(s, rid, GEMMD_ERESOURCE, -1,
+                                   "%s: the daemon is out of file descriptors and could not "
+                                   "receive the one sent with it",
+                                   what);
+        else
+                session_send_error(s, rid, GEMMD_EPROTO, -1, "%s without a file descriptor", what);
+        s->fds_dropped = 0;
 }
 
 static void free_session(struct session *s)
@@ -270,6 +404,7 @@ void session_close_after_flush(struct session *s)
         if (s->state == SESSION_CLOSED)
                 return;
         session_set_state(s, SESSION_CLOSING);
+        drop_partial(s); /* nothing more is read */
         /* Replies from now on queue behind what is queued (the loop's). */
         pthread_mutex_lock(&s->out_lock);
         s->out_open = 0;
@@ -578,6 +713,20 @@ void session_send_error(struct session *s, uint64_t request_id, int err, int op_
         session_send(s, &env);
 }
 
+/* Whether this process has no descriptor left (EMFILE, ENFILE): a
+ * descriptor a client sent is then dropped by the kernel (MSG_CTRUNC),
+ * through no fault of the client. */
+static int out_of_fds(int fd)
+{
+        int t = fcntl(fd, F_DUPFD_CLOEXEC, 0);
+
+        if (t >= 0) {
+                close(t);
+                return 0;
+        }
+        return errno == EMFILE || errno == ENFILE;
+}
+
 /* Receives into buf, collecting passed descriptors. Returns bytes read,
  * 0 at end of stream, or a negative code. */
 static ssize_t recv_some(struct session *s, void *buf, size_t len)
@@ -590,7 +739,7 @@ static ssize_t recv_some(struct session *s, void *buf, size_t len)
         struct msghdr mh = {0};
         struct cmsghdr *c;
         ssize_t n;
-        int bad = 0;
+        int bad = 0, early = 0;
 
         mh.msg_iov = &iov;
         mh.msg_iovlen = 1;
@@ -608,7 +757,14 @@ static ssize_t recv_some(struct session *s, void *buf, size_t len)
                 int *fds = (int *)CMSG_DATA(c);
 
                 for (int i = 0; i < nfd; i++) {
-                        if (s->nfds < SESSION_MAX_FDS) {
+                        /* Nothing before Hello takes a descriptor: one
+                         * sent then is not kept, so that a session
+                         * waiting for its Hello (or to be refused) holds
+                         * only its socket. */
+                        if (s->state == SESSION_HELLO) {
+                                close(fds[i]);
+                                early++;
+                        } else if (s->nfds < SESSION_MAX_FDS) {
                                 s->fds[s->nfds++] = fds[i];
                         } else {
                                 close(fds[i]);
@@ -616,8 +772,15 @@ static ssize_t recv_some(struct session *s, void *buf, size_t len)
                         }
                 }
         }
-        if (mh.msg_flags & MSG_CTRUNC)
-                bad = 1;
+        if (mh.msg_flags & MSG_CTRUNC) {
+                if (out_of_fds(s->fd))
+                        s->fds_dropped = 1; /* the frame that needs it says so */
+                else
+                        bad = 1;
+        }
+        if (early && !bad)
+                session_send_error(s, 0, GEMMD_EPROTO, -1,
+                                   "%d file descriptor(s) came before Hello: closed", early);
         if (bad) {
                 session_send_error(s, 0, GEMMD_EPROTO, -1,
                                    "too many or truncated file descriptors (at most %d pending)",
@@ -642,6 +805,17 @@ static void check_stray_fds(struct session *s)
         session_send_error(s, 0, GEMMD_EPROTO, -1,
                            "%d file descriptor(s) came without a shared-memory registration: closed",
                            n);
+}
+
+/* After a read's frames: a large message's decoded form goes back at once
+ * (frame_arena_reset keeps only a small chunk), so that an idle session
+ * holds its read buffer and little else. */
+static void frames_done(struct session *s)
+{
+        frame_arena_reset(&s->arena);
+        check_stray_fds(s);
+        if (!s->rlen && !s->body)
+                s->fds_dropped = 0; /* its frame is done */
 }
 
 void session_hand_over(struct session *s)
@@ -709,7 +883,12 @@ static void parse_rbuf(struct session *s)
                 return;
         memmove(s->rbuf, s->rbuf + off, s->rlen - off);
         s->rlen -= off;
-        check_stray_fds(s);
+        /* What is left began with this read, unless nothing was taken. */
+        if (!s->rlen && !s->body)
+                s->t_frame_ns = 0;
+        else if (off || !s->t_frame_ns)
+                s->t_frame_ns = now_ns();
+        frames_done(s);
 }
 
 static void on_readable(struct session *s)
@@ -748,7 +927,7 @@ static void on_readable(struct session *s)
                  * it): dispatch_frame takes such requests in before it acts
                  * on anything that depends on them. A read keeps the loop
                  * polling (server_run) as a reap does. */
-                s->ev->active_ns = t1;
+                s->ev->active_ns = s->t_active_ns = t1;
                 if (s->body) {
                         s->body_got += (uint32_t)n;
                         if (s->body_got == s->body_len) {
@@ -758,8 +937,9 @@ static void on_readable(struct session *s)
                                 dispatch_frame(s, body, s->body_len, 0);
                                 session_hand_over(s);
                                 free(body);
+                                s->t_frame_ns = 0; /* the read buffer is empty */
                                 if (s->state != SESSION_CLOSED)
-                                        check_stray_fds(s);
+                                        frames_done(s);
                         }
                 } else {
                         s->rlen += (size_t)n;

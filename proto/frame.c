@@ -52,6 +52,9 @@ int frame_pack(const Gemmd__V1__Envelope *env, size_t front, uint32_t max, uint8
         return 0;
 }
 
+/* The chunk size of small messages, the one chunk a reset arena keeps. */
+#define ARENA_CHUNK 16384
+
 static size_t arena_round(size_t size)
 {
         return (size + sizeof(max_align_t) - 1) & ~(sizeof(max_align_t) - 1);
@@ -82,7 +85,7 @@ static void *arena_alloc(void *data, size_t size)
         if (arena_charge(a, size))
                 return NULL;
         if (!c || c->size - c->used < need) {
-                csize = need > 16384 ? need : 16384;
+                csize = need > ARENA_CHUNK ? need : ARENA_CHUNK;
                 c = malloc(sizeof(*c) + csize);
                 if (!c) {
                         a->used -= need;
@@ -115,19 +118,23 @@ void frame_arena_init(struct frame_arena *a, size_t cap)
 
 void frame_arena_reset(struct frame_arena *a)
 {
-        struct frame_chunk *c = a->chunks, *next;
+        struct frame_chunk *c = a->chunks, *next, *keep = NULL;
 
-        /* Keep one chunk for the next message; free the rest. */
-        if (c) {
+        /* One small chunk stays for the next message; the rest, and a
+         * large message's chunks in particular, go back to the system,
+         * or every idle session would keep the largest message it once
+         * sent. */
+        for (; c; c = next) {
                 next = c->next;
-                c->next = NULL;
-                c->used = 0;
-                while (next) {
-                        struct frame_chunk *n2 = next->next;
-                        free(next);
-                        next = n2;
+                if (!keep && c->size == ARENA_CHUNK) {
+                        keep = c;
+                        keep->next = NULL;
+                        keep->used = 0;
+                } else {
+                        free(c);
                 }
         }
+        a->chunks = keep;
         a->used = 0;
         a->exhausted = 0;
         a->wide_message = a->wide_field = NULL;

@@ -40,7 +40,8 @@ int frame_pack_completion_body(uint64_t request_id, const Gemmd__V1__OpResult *r
                                uint8_t *dst, size_t cap, size_t *n);
 
 /* A bump allocator for protobuf-c unpacking, bounded by `cap` bytes in
- * all. Memory is released in one go by frame_arena_reset/deinit. */
+ * all. Memory is released in one go by frame_arena_reset (which keeps one
+ * small chunk for the next message) or frame_arena_deinit. */
 struct frame_arena {
         ProtobufCAllocator alloc;
         struct frame_chunk *chunks;
