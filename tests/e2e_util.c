@@ -26,7 +26,7 @@
 #define START_TIMEOUT_MS 10000
 #define STOP_TIMEOUT_MS 20000
 #define MAX_DAEMONS 16
-#define MAX_FLAGS 32
+#define MAX_FLAGS 64
 
 char e2e_dir[128];
 

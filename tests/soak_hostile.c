@@ -52,7 +52,8 @@ const char *const hostile_flags[] = {
 #define USER_INLINE (64L << 20)
 #define SESSION_FDS 8 /* SESSION_MAX_FDS: descriptors a session may hold unread */
 
-void hostile_bounds(int users, long base_fds, long base_rss_kb, struct hostile_bounds *b)
+void hostile_bounds(int users, int devproc, long base_fds, long base_rss_kb,
+                    struct hostile_bounds *b)
 {
         /* gemmd(8), MEMORY: what one session may make the daemon hold. */
         const long f = (64L << 10) + 3 * FRAME_BYTES + 512 * OPS_PER_SUBMIT + OUTPUT_BYTES +
@@ -66,7 +67,13 @@ void hostile_bounds(int users, long base_fds, long base_rss_kb, struct hostile_b
         b->fds = base_fds + (long)SESSIONS * (1 + SESSION_FDS) + (long)users * USER_BUFFERS;
         /* Each buffer or ring is one mapping, capped per user. */
         b->shm_maps = (long)users * USER_BUFFERS;
-        b->rss_kb = base_rss_kb + ((long)SESSIONS * f + (long)users * per_user_inline) / 1024;
+        /* With a device process, each group slot of the device (the CPU
+         * backend's 2 in flight, and one more) keeps a copy of the inline
+         * operands of the largest group it carried: at most what was
+         * admitted at once. */
+        b->kept_kb = devproc ? 3L * users * per_user_inline / 1024 : 0;
+        b->rss_kb = base_rss_kb + ((long)SESSIONS * f + (long)users * per_user_inline) / 1024 +
+                    b->kept_kb;
 }
 
 /* ---- one attack each ------------------------------------------------------ */

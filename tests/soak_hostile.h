@@ -18,11 +18,14 @@ extern const char *const hostile_flags[];
 
 /* What the man page says the daemon may hold at most, for hostile_flags,
  * `users` users and the baseline it started from: descriptors, shared
- * mappings and resident memory (kB). */
+ * mappings and resident memory (kB), and of that memory what it may keep
+ * once every client has left (with a device process, its group slots'
+ * copies of inline operands). */
 struct hostile_bounds {
-        long fds, shm_maps, rss_kb;
+        long fds, shm_maps, rss_kb, kept_kb;
 };
-void hostile_bounds(int users, long base_fds, long base_rss_kb, struct hostile_bounds *b);
+void hostile_bounds(int users, int devproc, long base_fds, long base_rss_kb,
+                    struct hostile_bounds *b);
 
 /* Attacks the daemon on sock, one attack after another picked with seed,
  * until the process is killed. Never returns. */
