@@ -592,10 +592,11 @@ int main(int argc, char **argv)
         deadline = start + (uint64_t)seconds * 1000000u;
         if (nhostile) {
                 const char *dp = getenv("E2E_DEVPROC");
+                int copies = strcmp(backend, "cpu") ? 8 : dp && !strcmp(dp, "yes") ? 3 : 0;
 
                 /* Three users: the honest one, the hostile one, and the
                  * monitor. */
-                hostile_bounds(3, dp && !strcmp(dp, "yes"), base.fds, base.rss_kb, &bounds);
+                hostile_bounds(3, copies, base.fds, base.rss_kb, &bounds);
                 bad += hostile_run(&d, &base, nhostile, seconds, kill_ms, &rng, &bounds);
         }
         while (!nhostile && e2e_now_us() < deadline) {

@@ -52,7 +52,7 @@ const char *const hostile_flags[] = {
 #define USER_INLINE (64L << 20)
 #define SESSION_FDS 8 /* SESSION_MAX_FDS: descriptors a session may hold unread */
 
-void hostile_bounds(int users, int devproc, long base_fds, long base_rss_kb,
+void hostile_bounds(int users, int slot_copies, long base_fds, long base_rss_kb,
                     struct hostile_bounds *b)
 {
         /* gemmd(8), MEMORY: what one session may make the daemon hold. */
@@ -67,11 +67,9 @@ void hostile_bounds(int users, int devproc, long base_fds, long base_rss_kb,
         b->fds = base_fds + (long)SESSIONS * (1 + SESSION_FDS) + (long)users * USER_BUFFERS;
         /* Each buffer or ring is one mapping, capped per user. */
         b->shm_maps = (long)users * USER_BUFFERS;
-        /* With a device process, each group slot of the device (the CPU
-         * backend's 2 in flight, and one more) keeps a copy of the inline
-         * operands of the largest group it carried: at most what was
-         * admitted at once. */
-        b->kept_kb = devproc ? 3L * users * per_user_inline / 1024 : 0;
+        /* A group slot's copy of the inline operands of the largest group
+         * it carried: at most what was admitted at once. */
+        b->kept_kb = (long)slot_copies * users * per_user_inline / 1024;
         b->rss_kb = base_rss_kb + ((long)SESSIONS * f + (long)users * per_user_inline) / 1024 +
                     b->kept_kb;
 }

@@ -19,12 +19,14 @@ extern const char *const hostile_flags[];
 /* What the man page says the daemon may hold at most, for hostile_flags,
  * `users` users and the baseline it started from: descriptors, shared
  * mappings and resident memory (kB), and of that memory what it may keep
- * once every client has left (with a device process, its group slots'
- * copies of inline operands). */
+ * once every client has left: its device's group slots' copies of inline
+ * operands, `slot_copies` of them (0 on the CPU backend in the daemon's
+ * process; 3 with a device process of the CPU backend's 2 slots; 8 on a
+ * GPU's 4, each with what it outgrew). */
 struct hostile_bounds {
         long fds, shm_maps, rss_kb, kept_kb;
 };
-void hostile_bounds(int users, int devproc, long base_fds, long base_rss_kb,
+void hostile_bounds(int users, int slot_copies, long base_fds, long base_rss_kb,
                     struct hostile_bounds *b);
 
 /* Attacks the daemon on sock, one attack after another picked with seed,
