@@ -39,6 +39,7 @@ size_t npy_dtype_size(enum npy_dtype dtype)
         case NPY_F32:
                 return 4;
         case NPY_F16:
+        case NPY_BF16:
                 return 2;
         }
         return 0;
@@ -51,6 +52,8 @@ const char *npy_dtype_name(enum npy_dtype dtype)
                 return "float32";
         case NPY_F16:
                 return "float16";
+        case NPY_BF16:
+                return "bfloat16";
         }
         return "unknown";
 }
@@ -308,6 +311,11 @@ int npy_descr_dtype(const char *descr, enum npy_dtype *dtype, char *why, size_t 
                 *dtype = NPY_F16;
                 return 0;
         }
+        /* NumPy has no bfloat16: ml_dtypes' arrays save as 2-byte voids. */
+        if (!strcmp(descr, "|V2")) {
+                *dtype = NPY_BF16;
+                return 0;
+        }
         if (descr[0] == '>')
                 return fail(-ENOTSUP, why, whylen,
                             "big-endian data ('%s') is not supported (save it as '<%s')", descr,
@@ -315,7 +323,8 @@ int npy_descr_dtype(const char *descr, enum npy_dtype *dtype, char *why, size_t 
         if (descr[0] == '[')
                 return fail(-ENOTSUP, why, whylen, "structured dtypes are not supported");
         return fail(-ENOTSUP, why, whylen,
-                    "dtype '%s' is not supported (float32 '<f4' and float16 '<f2' are)", descr);
+                    "dtype '%s' is not supported (float32 '<f4', float16 '<f2' and "
+                    "bfloat16 '|V2' are)", descr);
 }
 
 /* ---- files ------------------------------------------------------------ */
@@ -417,7 +426,7 @@ int npy_load(const char *path, struct npy_array *a, char *why, size_t whylen)
         int fd, err, i;
 
         memset(a, 0, sizeof(*a));
-        fd = open(path, O_RDONLY | O_CLOEXEC);
+        fd = strcmp(path, "-") ? open(path, O_RDONLY | O_CLOEXEC) : dup(STDIN_FILENO);
         if (fd < 0)
                 return fail(-errno, why, whylen, "open");
         err = load_header(fd, &h, why, whylen);
@@ -499,7 +508,7 @@ long npy_format_header(enum npy_dtype dtype, int ndim, const uint64_t *shape, vo
         if (ndim < 0 || ndim > NPY_MAX_DIMS || !npy_dtype_size(dtype))
                 return -EINVAL;
         p += sprintf(p, "{'descr': '%s', 'fortran_order': False, 'shape': (",
-                     dtype == NPY_F32 ? "<f4" : "<f2");
+                     dtype == NPY_F32 ? "<f4" : dtype == NPY_F16 ? "<f2" : "|V2");
         for (i = 0; i < ndim; i++)
                 p += sprintf(p, i ? ", %llu" : "%llu", (unsigned long long)shape[i]);
         p += sprintf(p, "%s), }", ndim == 1 ? "," : "");
@@ -519,6 +528,18 @@ long npy_format_header(enum npy_dtype dtype, int ndim, const uint64_t *shape, vo
         return (long)total;
 }
 
+/* Writes a whole file to standard output, which stays open (and, unlike a
+ * file, is never removed after a failed write). */
+static int save_stdout(const void *hdr, size_t hlen, const void *data, size_t nbytes, char *why,
+                       size_t whylen)
+{
+        int err = write_full(STDOUT_FILENO, hdr, hlen);
+
+        if (!err)
+                err = write_full(STDOUT_FILENO, data, nbytes);
+        return err ? fail(err, why, whylen, "write") : 0;
+}
+
 int npy_save(const char *path, enum npy_dtype dtype, int ndim, const uint64_t *shape,
              const void *data, char *why, size_t whylen)
 {
@@ -536,6 +557,8 @@ int npy_save(const char *path, enum npy_dtype dtype, int ndim, const uint64_t *s
                         return fail(-EFBIG, why, whylen, "the array's size overflows");
         if (__builtin_mul_overflow(count, npy_dtype_size(dtype), &nbytes) || nbytes > SIZE_MAX)
                 return fail(-EFBIG, why, whylen, "the array's size overflows");
+        if (!strcmp(path, "-"))
+                return save_stdout(hdr, (size_t)hlen, data, (size_t)nbytes, why, whylen);
         fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
         if (fd < 0)
                 return fail(-errno, why, whylen, "create");

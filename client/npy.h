@@ -2,8 +2,8 @@
  * npy.h - reading and writing NumPy .npy files.
  *
  * Reads format versions 1.0, 2.0 and 3.0 and writes 1.0 (enough for any
- * header of NPY_MAX_DIMS dims). Only little-endian float32 ('<f4') and float16 ('<f2')
- * data is accepted; arrays come back in C (row-major) order, Fortran-order
+ * header of NPY_MAX_DIMS dims). Only little-endian float32 ('<f4'), float16
+ * ('<f2') and bfloat16 ('|V2', as ml_dtypes saves it) data is accepted; arrays come back in C (row-major) order, Fortran-order
  * files of up to two dimensions being transposed on the way in.
  *
  * Every function returns 0 or a negative errno: -EINVAL for a malformed
@@ -23,7 +23,9 @@
 /* Larger headers are refused: real ones are about a hundred bytes. */
 #define NPY_MAX_HEADER_BYTES (1u << 20)
 
-enum npy_dtype { NPY_F32 = 0, NPY_F16 = 1 };
+/* NPY_BF16 is what ml_dtypes saves: NumPy knows no bfloat16, so its
+ * arrays are written with a 2-byte void descr, '|V2', read back as bf16. */
+enum npy_dtype { NPY_F32 = 0, NPY_F16 = 1, NPY_BF16 = 2 };
 
 /* What a header says, before any check of the dtype. */
 struct npy_header {
@@ -60,8 +62,8 @@ int npy_parse_header(const void *buf, size_t len, struct npy_header *h, char *wh
  * -ENOTSUP with the reason in why. */
 int npy_descr_dtype(const char *descr, enum npy_dtype *dtype, char *why, size_t whylen);
 
-/* Reads a whole .npy file into *a (C order). On failure *a is left empty
- * (npy_free on it is harmless). */
+/* Reads a whole .npy file into *a (C order); path "-" reads standard input
+ * (left open). On failure *a is left empty (npy_free on it is harmless). */
 int npy_load(const char *path, struct npy_array *a, char *why, size_t whylen);
 
 /* Frees a's data and empties it. Accepts NULL. */
@@ -75,7 +77,8 @@ long npy_format_header(enum npy_dtype dtype, int ndim, const uint64_t *shape, vo
                        size_t cap);
 
 /* Writes a C-order array of `ndim` dims (0 .. NPY_MAX_DIMS) to path,
- * replacing any file there. On failure a partly written file is removed. */
+ * replacing any file there, or to standard output for path "-". On failure
+ * a partly written file is removed. */
 int npy_save(const char *path, enum npy_dtype dtype, int ndim, const uint64_t *shape,
              const void *data, char *why, size_t whylen);
 

@@ -1342,6 +1342,7 @@ ParameterizedTestParameters(npy, round_trip)
                 { NPY_F32, 2, { 3, 5 } },    { NPY_F16, 2, { 7, 1 } },  { NPY_F32, 1, { 9 } },
                 { NPY_F16, 3, { 2, 3, 4 } }, { NPY_F32, 0, { 0 } },     { NPY_F32, 2, { 0, 4 } },
                 { NPY_F16, 4, { 1, 2, 1, 3 } }, { NPY_F32, 2, { 1000, 33 } },
+                { NPY_BF16, 2, { 4, 6 } },   { NPY_BF16, 1, { 5 } },
         };
 
         return cr_make_param_array(struct shape_case, cases, sizeof(cases) / sizeof(cases[0]));
@@ -1593,6 +1594,70 @@ Test(npy, descr_with_trailing_bytes_is_refused)
                 cr_expect_eq(rc, cases[i].err, "case %zu: %d (%s)", i, rc, why);
                 cr_expect(strstr(why, cases[i].why), "case %zu: %s", i, why);
         }
+}
+
+/* ml_dtypes saves bfloat16 arrays with the descr '|V2' (NumPy has no
+ * bfloat16): such a file reads as bf16 and a bf16 array saves as one. */
+Test(npy, bf16_is_a_two_byte_void_as_ml_dtypes_writes_it)
+{
+        /* np.save(f, np.array([[1, 2, 3], [-2, 0.5, 1e3]], ml_dtypes.bfloat16)) */
+        static const uint16_t bits[6] = { 0x3f80, 0x4000, 0x4040, 0xc000, 0x3f00, 0x447a };
+        uint64_t shape[2] = { 2, 3 };
+        uint8_t hdr[256];
+        struct npy_array a;
+        char why[160] = "";
+        long n;
+
+        write_raw(tmp_path("bf.npy"), 1, "{'descr': '|V2', 'fortran_order': False, 'shape': (2, 3), }",
+                  bits, sizeof(bits));
+        cr_assert_eq(npy_load(tmp_path("bf.npy"), &a, why, sizeof(why)), 0, "%s", why);
+        cr_assert_eq(a.dtype, NPY_BF16);
+        cr_assert_str_eq(npy_dtype_name(a.dtype), "bfloat16");
+        cr_assert_eq(a.ndim, 2);
+        cr_assert_eq(a.nbytes, sizeof(bits));
+        cr_assert_arr_eq(a.data, bits, sizeof(bits));
+        npy_free(&a);
+        n = npy_format_header(NPY_BF16, 2, shape, hdr, sizeof(hdr));
+        cr_assert_gt(n, 0);
+        cr_assert(memmem(hdr, (size_t)n, "'descr': '|V2'", 14), "%.*s", (int)n, hdr);
+        /* Other voids are not bf16, and the refusal names what is read. */
+        write_raw(tmp_path("v4.npy"), 1, "{'descr': '|V4', 'fortran_order': False, 'shape': (1,), }",
+                  bits, 4);
+        cr_assert_eq(npy_load(tmp_path("v4.npy"), &a, why, sizeof(why)), -ENOTSUP);
+        cr_assert(strstr(why, "'|V2'"), "%s", why);
+}
+
+/* "-" is standard input for npy_load and standard output for npy_save,
+ * both left open; nothing named "-" is created. */
+Test(npy, dash_is_stdin_and_stdout)
+{
+        static const float v[6] = { 1, 2, 3, 4, 5, 6 };
+        uint64_t shape[2] = { 3, 2 };
+        struct npy_array a;
+        char why[160] = "";
+        int fd, saved;
+
+        cr_assert_eq(chdir(tmp_path("")), 0);
+        saved = dup(STDOUT_FILENO);
+        fd = open(tmp_path("out.npy"), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+        cr_assert(fd >= 0 && saved >= 0);
+        cr_assert_eq(dup2(fd, STDOUT_FILENO), STDOUT_FILENO);
+        cr_assert_eq(npy_save("-", NPY_F32, 2, shape, v, why, sizeof(why)), 0, "%s", why);
+        cr_assert_eq(fcntl(STDOUT_FILENO, F_GETFD), 0, "stdout was closed");
+        cr_assert_eq(dup2(saved, STDOUT_FILENO), STDOUT_FILENO);
+        close(fd);
+        cr_assert_eq(access(tmp_path("-"), F_OK), -1, "a file named '-' was written");
+
+        fd = open(tmp_path("out.npy"), O_RDONLY);
+        cr_assert_eq(dup2(fd, STDIN_FILENO), STDIN_FILENO);
+        close(fd);
+        cr_assert_eq(npy_load("-", &a, why, sizeof(why)), 0, "%s", why);
+        cr_assert_eq(fcntl(STDIN_FILENO, F_GETFD), 0, "stdin was closed");
+        cr_assert_eq(a.dtype, NPY_F32);
+        cr_assert_eq(a.ndim, 2);
+        cr_assert_eq(a.shape[0], 3);
+        cr_assert_arr_eq(a.data, v, sizeof(v));
+        npy_free(&a);
 }
 
 Test(npy, save_errors)
