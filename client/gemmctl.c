@@ -48,7 +48,8 @@ static const char usage_text[] =
         "      --op-a n|t       op(A) is A (n) or A.T (t) (default: n)\n"
         "      --op-b n|t       op(B) is B (n) or B.T (t) (default: n)\n"
         "      --alpha X        (default: 1)\n"
-        "      --beta Y         (default: 1; without -c, C is zero)\n"
+        "      --beta Y         (default: 1 with -c; without -c, C is zero and Y\n"
+        "                       must be 0)\n"
         "      --tf32           let a GPU use TF32 tensor cores for f32 (default: exact f32)\n"
         "      --dtype f32|f16|bf16\n"
         "                       compute in this type: the inputs are rounded to it (to\n"
@@ -63,7 +64,8 @@ static const char usage_text[] =
         "      --uplo lower|upper  the triangle computed (default: lower)\n"
         "      --trans n|t      op(X) is X, n x k (n), or X.T with X k x n (t) (default: n)\n"
         "      --alpha X        (default: 1)\n"
-        "      --beta Y         (default: 1; without -c, C is zero)\n"
+        "      --beta Y         (default: 1 with -c; without -c, C is zero and Y\n"
+        "                       must be 0)\n"
         "      --dtype f32|f16|bf16  as for gemm (default: the files' dtype)\n"
         "      -c C.npy         the input C, n x n (default: none)\n"
         "      -o OUT.npy       the result (required)\n"
@@ -71,8 +73,11 @@ static const char usage_text[] =
         "  plan ...         build and show tile schedules, no daemon needed\n"
         "                   (see gemmctl plan --help)\n"
         "\n"
-        "gemm and syr2k read 2-D float32 ('<f4') or float16 ('<f2') .npy files of one\n"
-        "dtype, in C or Fortran order, and write the result in C order.\n";
+        "gemm and syr2k read float32 ('<f4'), float16 ('<f2') or bfloat16 ('|V2', as\n"
+        "ml_dtypes saves it) .npy files of one dtype, in C or Fortran order, and write\n"
+        "the result in C order. gemm takes 1-D and 2-D arrays as numpy.matmul does\n"
+        "(not stacks of matrices), syr2k 2-D ones. A file '-' is standard input (one\n"
+        "input at most) or, for -o, standard output.\n";
 
 /* Prints "gemmctl: <what>: <reason of err>" and returns exit status 1. */
 static int die(int err, const char *fmt, ...)
@@ -292,7 +297,7 @@ static int cmd_stats(const char *socket, int argc, char **argv)
 struct mat {
         const char *path; /* NULL: absent */
         struct npy_array a;
-        uint64_t rows, cols;
+        uint64_t rows, cols; /* a 1-D A is one row, a 1-D B one column */
         uint64_t off; /* in the shared buffer */
 };
 
@@ -302,6 +307,8 @@ struct job {
         const char *socket;
         struct mat m[3]; /* A, B, C */
         const char *out;
+        int out_ndim;            /* NumPy's shape of the result */
+        uint64_t out_shape[2];
         const char *dtype_arg;
         enum gemmd_dtype file_dt; /* of every input, and of the result */
         enum gemmd_dtype dt;      /* computed in */
@@ -310,7 +317,12 @@ struct job {
 
 static enum gemmd_dtype npy_to_gemmd(enum npy_dtype t)
 {
-        return t == NPY_F16 ? GEMMD_F16 : GEMMD_F32;
+        return t == NPY_F16 ? GEMMD_F16 : t == NPY_BF16 ? GEMMD_BF16 : GEMMD_F32;
+}
+
+static enum npy_dtype gemmd_to_npy(enum gemmd_dtype t)
+{
+        return t == GEMMD_F16 ? NPY_F16 : t == GEMMD_BF16 ? NPY_BF16 : NPY_F32;
 }
 
 static const char *dtype_name(enum gemmd_dtype t)
@@ -365,13 +377,44 @@ static void free_job(struct job *j)
                 npy_free(&j->m[i].a);
 }
 
-/* Loads the job's files, checks they are non-empty 2-D arrays of one
- * dtype, and settles the compute dtype. Returns 0 or an exit status. */
+/* Sets m's rows and cols from its shape as numpy.matmul reads it: gemm
+ * takes 2-D arrays and 1-D ones (A as a row, B as a column; a 0-D C for
+ * the 0-D product of two), syr2k 2-D ones only. Returns 0 or an exit
+ * status. */
+static int mat_shape(const struct job *j, int i, struct mat *m)
+{
+        int gemm = !strcmp(j->cmd, "gemm");
+
+        if (m->a.ndim == 2) {
+                m->rows = m->a.shape[0];
+                m->cols = m->a.shape[1];
+        } else if (gemm && m->a.ndim == 1) {
+                m->rows = i == 1 ? m->a.shape[0] : 1;
+                m->cols = i == 1 ? 1 : m->a.shape[0];
+        } else if (gemm && m->a.ndim == 0 && i == 2) {
+                m->rows = m->cols = 1;
+        } else if (gemm) {
+                return die(-EINVAL, "%s: gemm takes 1-D and 2-D arrays as numpy.matmul does, "
+                                    "but not stacks of matrices; this one is %d-D",
+                           m->path, m->a.ndim);
+        } else {
+                return die(-EINVAL, "%s: syr2k takes 2-D arrays, this one is %d-D", m->path,
+                           m->a.ndim);
+        }
+        return 0;
+}
+
+/* Loads the job's files, checks they are non-empty arrays of a shape the
+ * command takes and of one dtype, and settles the compute dtype. Returns 0
+ * or an exit status. */
 static int load_job(struct job *j)
 {
         char why[256];
         int i, err;
 
+        if (j->m[0].path && j->m[1].path && !strcmp(j->m[0].path, "-") +
+            !strcmp(j->m[1].path, "-") + (j->m[2].path && !strcmp(j->m[2].path, "-")) > 1)
+                return usage_error("%s: only one input can be '-' (standard input)", j->cmd);
         for (i = 0; i < 3; i++) {
                 struct mat *m = &j->m[i];
 
@@ -380,11 +423,9 @@ static int load_job(struct job *j)
                 err = npy_load(m->path, &m->a, why, sizeof(why));
                 if (err)
                         return die(err, "%s: %s", m->path, why);
-                if (m->a.ndim != 2)
-                        return die(-EINVAL, "%s: %s needs a 2-D array, this one is %d-D",
-                                   m->path, j->cmd, m->a.ndim);
-                m->rows = m->a.shape[0];
-                m->cols = m->a.shape[1];
+                err = mat_shape(j, i, m);
+                if (err)
+                        return err;
                 if (!m->rows || !m->cols)
                         return die(-EINVAL, "%s: empty arrays (%llux%llu) are not supported",
                                    m->path, (unsigned long long)m->rows,
@@ -461,7 +502,7 @@ static int run_job(struct job *j, struct gemmd_op *op, uint64_t rows, uint64_t c
                                 (size_t)(bytes[i] / esz));
         op->dtype = j->dt;
         op->alpha = j->alpha;
-        op->beta = j->m[2].path ? j->beta : 0.0f;
+        op->beta = j->beta;
         op->a.buffer = op->b.buffer = op->c.buffer = id;
         op->a.offset = j->m[0].off;
         op->b.offset = j->m[1].off;
@@ -473,10 +514,10 @@ static int run_job(struct job *j, struct gemmd_op *op, uint64_t rows, uint64_t c
                 status = *why ? die(err, "%s: %s", j->cmd, why) : die(err, "%s", j->cmd);
                 goto free_buffer;
         }
-        out.dtype = j->file_dt == GEMMD_F16 ? NPY_F16 : NPY_F32;
-        out.ndim = 2;
-        out.shape[0] = rows;
-        out.shape[1] = cols;
+        out.dtype = gemmd_to_npy(j->file_dt);
+        out.ndim = j->out_ndim;
+        out.shape[0] = j->out_shape[0];
+        out.shape[1] = j->out_shape[1];
         out.nbytes = (size_t)(rows * cols * gemmd_dtype_size(j->file_dt));
         out.data = malloc(out.nbytes);
         if (!out.data) {
@@ -484,7 +525,7 @@ static int run_job(struct job *j, struct gemmd_op *op, uint64_t rows, uint64_t c
                 goto free_buffer;
         }
         convert(out.data, j->file_dt, (char *)buf + j->m[2].off, j->dt, (size_t)(rows * cols));
-        err = npy_save(j->out, out.dtype, 2, out.shape, out.data, why, sizeof(why));
+        err = npy_save(j->out, out.dtype, out.ndim, out.shape, out.data, why, sizeof(why));
         if (err)
                 status = die(err, "%s: %s", j->out, why);
         else
@@ -497,12 +538,29 @@ disconnect:
         return status;
 }
 
+/* The rule of C and beta, shared with the C API and Python: with C, beta
+ * defaults to 1; without C, C is zero and beta may only be 0. Returns 0
+ * or an exit status. */
+static int parse_beta(struct job *j, const char *beta)
+{
+        int err;
+
+        j->beta = j->m[2].path ? 1.0f : 0.0f;
+        if (!beta)
+                return 0;
+        err = parse_float(j->cmd, "--beta", beta, &j->beta);
+        if (!err && !j->m[2].path && j->beta != 0.0f)
+                return usage_error("%s: --beta %s needs -c C.npy (without C, C is zero and "
+                                   "beta must be 0)", j->cmd, beta);
+        return err;
+}
+
 /* Parses what gemm and syr2k share, adding their common options to opts
  * (which has room), and loads the files. Returns 0, DONE or an exit
  * status. */
 static int parse_job(struct job *j, int argc, char **argv, struct opt *opts)
 {
-        const char *pos[2], *alpha = "1", *beta = "1";
+        const char *pos[2], *alpha = "1", *beta = NULL;
         int npos, err, n = 0;
 
         while (opts[n].name)
@@ -524,10 +582,46 @@ static int parse_job(struct job *j, int argc, char **argv, struct opt *opts)
         j->m[1].path = pos[1];
         err = parse_float(j->cmd, "--alpha", alpha, &j->alpha);
         if (!err)
-                err = parse_float(j->cmd, "--beta", beta, &j->beta);
+                err = parse_beta(j, beta);
         if (!err)
                 err = load_job(j);
         return err;
+}
+
+/* The shape numpy.matmul gives op(A) @ op(B), m x n: the dimension of a
+ * 1-D operand is dropped. */
+static void gemm_out_shape(struct job *j, uint64_t m, uint64_t n)
+{
+        j->out_ndim = 0;
+        if (j->m[0].a.ndim == 2)
+                j->out_shape[j->out_ndim++] = m;
+        if (j->m[1].a.ndim == 2)
+                j->out_shape[j->out_ndim++] = n;
+}
+
+static int same_shape(const struct npy_array *a, int ndim, const uint64_t *shape)
+{
+        int i;
+
+        if (a->ndim != ndim)
+                return 0;
+        for (i = 0; i < ndim; i++)
+                if (a->shape[i] != shape[i])
+                        return 0;
+        return 1;
+}
+
+/* Writes a shape as NumPy prints it, "(3, 4)", "(5,)" or "()", into buf. */
+static const char *shape_str(int ndim, const uint64_t *shape, char buf[64])
+{
+        int i, n = snprintf(buf, 64, "(");
+
+        for (i = 0; i < ndim && i < 2 && n < 64; i++)
+                n += snprintf(buf + n, (size_t)(64 - n), i ? ", %llu" : "%llu",
+                              (unsigned long long)shape[i]);
+        if (n < 64)
+                snprintf(buf + n, (size_t)(64 - n), ndim == 1 ? ",)" : ")");
+        return buf;
 }
 
 static int cmd_gemm(const char *socket, int argc, char **argv)
@@ -543,6 +637,7 @@ static int cmd_gemm(const char *socket, int argc, char **argv)
         struct job j = { .cmd = "gemm", .socket = socket };
         struct gemmd_op op = { .kind = GEMMD_GEMM, .flags = GEMMD_OPF_ROW_MAJOR };
         struct mat *a = &j.m[0], *b = &j.m[1], *c = &j.m[2];
+        char sa[64], sb[64];
         uint64_t m, n, k, kb;
 
         status = parse_job(&j, argc, argv, opts);
@@ -552,6 +647,9 @@ static int cmd_gemm(const char *socket, int argc, char **argv)
                 status = parse_choice("gemm", "--op-b", op_b, "n", "t", &tb);
         if (status)
                 goto out;
+        /* A 1-D array is its own transpose, as in NumPy. */
+        ta &= a->a.ndim == 2;
+        tb &= b->a.ndim == 2;
         m = ta ? a->cols : a->rows;
         k = ta ? a->rows : a->cols;
         kb = tb ? b->cols : b->rows;
@@ -563,10 +661,11 @@ static int cmd_gemm(const char *socket, int argc, char **argv)
                              (unsigned long long)n);
                 goto out;
         }
-        if (c->path && (c->rows != m || c->cols != n)) {
-                status = die(-EINVAL, "gemm: %s is %llux%llu but op(A) @ op(B) is %llux%llu",
-                             c->path, (unsigned long long)c->rows, (unsigned long long)c->cols,
-                             (unsigned long long)m, (unsigned long long)n);
+        gemm_out_shape(&j, m, n);
+        if (c->path && !same_shape(&c->a, j.out_ndim, j.out_shape)) {
+                status = die(-EINVAL, "gemm: %s is %s but op(A) @ op(B) is %s", c->path,
+                             shape_str(c->a.ndim, c->a.shape, sa),
+                             shape_str(j.out_ndim, j.out_shape, sb));
                 goto out;
         }
         if (tf32 && j.dt != GEMMD_F32) {
@@ -624,6 +723,8 @@ static int cmd_syr2k(const char *socket, int argc, char **argv)
                              (unsigned long long)n, (unsigned long long)n);
                 goto out;
         }
+        j.out_ndim = 2;
+        j.out_shape[0] = j.out_shape[1] = n;
         op.trans_a = op.trans_b = tr ? GEMMD_OP_T : GEMMD_OP_N;
         op.uplo = up ? GEMMD_UPPER : GEMMD_LOWER;
         op.m = op.n = (int64_t)n;
