@@ -3,7 +3,7 @@
  * of problems read from a file and reports how good and how fast they are.
  * Works without a daemon.
  *
- *   gemmctl plan [--mode rr|sorted|lpt|split|device|all] [--ctas N]
+ *   gemmctl plan [--mode rr|sorted|lpt|split|device|spt|all] [--ctas N]
  *                [--tile MxNxK] [--cost SPEC] [--reps N] [--json] FILE
  *
  * FILE ("-" for stdin) holds one problem per line:
@@ -56,13 +56,13 @@ struct group {
 
 static void usage(FILE *f)
 {
-        fprintf(f, "usage: gemmctl plan [--mode rr|sorted|lpt|split|device|all] [--ctas N] "
+        fprintf(f, "usage: gemmctl plan [--mode rr|sorted|lpt|split|device|spt|all] [--ctas N] "
                    "[--tile MxNxK] [--cost SPEC] [--reps N] [--json] FILE\n"
                    "  FILE: one problem per line, \"gemm M N K [dtype]\" or "
                    "\"syr2k N K [dtype] [lower|upper]\";\n"
                    "        dtype f32|tf32|f16|bf16 (default bf16); '#' starts a comment; "
                    "- reads stdin\n"
-                   "  --mode   plan mode, or all (rr, sorted, lpt, split, device); default all\n"
+                   "  --mode   plan mode, or all (rr, sorted, lpt, split, device, spt); default all\n"
                    "  --ctas   CTAs of the persistent launch; default 132\n"
                    "  --tile   tile shape; default 128x128x64\n"
                    "  --cost   cost model overrides, name=value,... (see scheduler/cost.h)\n"
