@@ -17,6 +17,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "client/gemmctl.h"
 #include "client/npy.h"
@@ -41,7 +43,15 @@ static const char usage_text[] =
         "\n"
         "Commands:\n"
         "  status           show the daemon's backend, version, session, devices and limits\n"
-        "  stats [--json]   show the daemon's statistics, as text (default) or JSON\n"
+        "  stats [--json] [--watch [SECONDS]] [--count N]\n"
+        "                   show the daemon's statistics, as text (default) or JSON;\n"
+        "                   --watch shows them again every SECONDS (default 1), --count\n"
+        "                   times (default: until interrupted)\n"
+        "  top [--interval SECONDS] [--count N]\n"
+        "                   a live view, refreshed every SECONDS (default 1), --count\n"
+        "                   times (default: until interrupted): per device busy, TFLOP/s,\n"
+        "                   ops/s, queue and latency percentiles; requests, refusals and\n"
+        "                   host CPU; the busiest sessions and the users\n"
         "\n"
         "  gemm [OPTIONS] A.npy B.npy [-c C.npy] -o OUT.npy\n"
         "      OUT = alpha * op(A) @ op(B) + beta * C, with NumPy's (row-major) meaning\n"
@@ -266,29 +276,137 @@ static int cmd_status(const char *socket, int argc, char **argv)
         return 0;
 }
 
+/* Reads a refresh interval in seconds, 0.1 to a day. */
+static int parse_interval(const char *cmd, const char *name, const char *s, double *v)
+{
+        char *end;
+
+        errno = 0;
+        *v = strtod(s, &end);
+        if (!*s || *end || errno || !(*v >= 0.1 && *v <= 86400))
+                return usage_error("%s: %s: '%s' is not a number of seconds from 0.1 to 86400",
+                                   cmd, name, s);
+        return 0;
+}
+
+/* Reads a --count: how many refreshes, 0 for no end. */
+static int parse_count(const char *cmd, const char *s, long *v)
+{
+        char *end;
+
+        errno = 0;
+        *v = strtol(s, &end, 10);
+        if (!*s || *end || errno || *v < 0)
+                return usage_error("%s: --count: '%s' is not a count", cmd, s);
+        return 0;
+}
+
+static void sleep_seconds(double s)
+{
+        struct timespec ts = { (time_t)s, (long)((s - (double)(time_t)s) * 1e9) };
+
+        while (nanosleep(&ts, &ts) < 0 && errno == EINTR)
+                ;
+}
+
+/* Takes "--watch [SECONDS]" out of argv (its value is optional, which
+ * parse_args does not know), leaving *watch NULL when absent, "1" when
+ * given bare. Returns the new argc. */
+static int take_watch(int argc, char **argv, const char **watch)
+{
+        int i, n = 0;
+
+        *watch = NULL;
+        for (i = 0; i < argc; i++) {
+                if (i && !strncmp(argv[i], "--watch=", 8)) {
+                        *watch = argv[i] + 8;
+                } else if (i && !strcmp(argv[i], "--watch")) {
+                        *watch = "1";
+                        if (i + 1 < argc && (isdigit((unsigned char)argv[i + 1][0]) ||
+                                             argv[i + 1][0] == '.'))
+                                *watch = argv[++i];
+                } else {
+                        argv[n++] = argv[i];
+                }
+        }
+        return n;
+}
+
+/* Prints the statistics once, or every `interval` seconds `count` times
+ * (0: no end): on a terminal each replaces the last, in a pipe they
+ * follow each other (JSON: one object a line). */
+static int show_stats(gemmd_client *c, int json, int watching, double interval, long count)
+{
+        int tty = watching && isatty(STDOUT_FILENO), err;
+        char *text;
+        size_t len;
+        long i;
+
+        for (i = 0; !watching || !count || i < count; i++) {
+                if (i)
+                        sleep_seconds(interval);
+                err = gemmd_stats(c, json, &text);
+                if (err)
+                        return die(err, "stats");
+                if (tty)
+                        fputs("\033[H\033[2J", stdout);
+                else if (i && !json)
+                        putchar('\n');
+                len = strlen(text);
+                fputs(text, stdout);
+                if (!len || text[len - 1] != '\n')
+                        putchar('\n');
+                fflush(stdout);
+                free(text);
+                if (!watching)
+                        break;
+        }
+        return 0;
+}
+
 static int cmd_stats(const char *socket, int argc, char **argv)
 {
         int json = 0, npos, err;
-        const struct opt opts[] = { { "json", 0, NULL, &json }, { 0 } };
+        const char *watch, *count_arg = "0";
+        const struct opt opts[] = { { "json", 0, NULL, &json },
+                                    { "count", 0, &count_arg, NULL },
+                                    { 0 } };
         gemmd_client *c;
-        char *text;
-        size_t len;
+        double interval = 1;
+        long count;
 
+        argc = take_watch(argc, argv, &watch);
         err = parse_args("stats", argc, argv, opts, NULL, 0, &npos);
         if (err)
                 return err == DONE ? 0 : err;
+        if (watch && parse_interval("stats", "--watch", watch, &interval))
+                return EXIT_USAGE;
+        if (parse_count("stats", count_arg, &count))
+                return EXIT_USAGE;
         if (connect_to(socket, &c))
                 return 1;
-        err = gemmd_stats(c, json, &text);
+        err = show_stats(c, json, watch != NULL, interval, count);
         gemmd_disconnect(c);
+        return err;
+}
+
+static int cmd_top(const char *socket, int argc, char **argv)
+{
+        const char *interval_arg = "1", *count_arg = "0";
+        const struct opt opts[] = { { "interval", 'n', &interval_arg, NULL },
+                                    { "count", 0, &count_arg, NULL },
+                                    { 0 } };
+        double interval;
+        long count;
+        int npos, err;
+
+        err = parse_args("top", argc, argv, opts, NULL, 0, &npos);
         if (err)
-                return die(err, "stats");
-        len = strlen(text);
-        fputs(text, stdout);
-        if (!len || text[len - 1] != '\n')
-                putchar('\n');
-        free(text);
-        return 0;
+                return err == DONE ? 0 : err;
+        if (parse_interval("top", "--interval", interval_arg, &interval) ||
+            parse_count("top", count_arg, &count))
+                return EXIT_USAGE;
+        return gemmctl_top_run(socket, interval, count);
 }
 
 /* ---- gemm and syr2k --------------------------------------------------- */
@@ -779,6 +897,8 @@ int main(int argc, char **argv)
                 return cmd_status(socket, argc - i, argv + i);
         if (!strcmp(cmd, "stats"))
                 return cmd_stats(socket, argc - i, argv + i);
+        if (!strcmp(cmd, "top"))
+                return cmd_top(socket, argc - i, argv + i);
         if (!strcmp(cmd, "gemm"))
                 return cmd_gemm(socket, argc - i, argv + i);
         if (!strcmp(cmd, "syr2k"))

@@ -1,6 +1,7 @@
 # client/: libgemmd (static and shared), gemmctl, the pkg-config file.
 LIB_OBJS += $(BUILD)/client/client.o $(BUILD)/client/cuda_ipc.o
-CTL_OBJS += $(BUILD)/client/gemmctl.o $(BUILD)/client/npy.o $(BUILD)/client/gemmctl_plan.o
+CTL_OBJS += $(BUILD)/client/gemmctl.o $(BUILD)/client/npy.o $(BUILD)/client/gemmctl_plan.o \
+            $(BUILD)/client/gemmctl_top.o
 
 $(LIB_OBJS) $(CTL_OBJS): | $(BUILD)/proto/gemmd.pb-c.h
 
