@@ -1,5 +1,6 @@
 /*
- * test_client_unit.c - libgemmd and the .npy module, without a daemon.
+ * test_client_unit.c - libgemmd, the .npy module and gemmctl top's block,
+ * without a daemon.
  *
  * The library tests talk to a scripted stand-in for the daemon: a thread
  * that accepts one connection on a socket in the test's own temporary
@@ -25,6 +26,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "client/gemmctl.h"
 #include "client/npy.h"
 #include "gemmd.h"
 #include "proto/frame.h"
@@ -337,6 +339,7 @@ TestSuite(strerror);
 TestSuite(args, .init = setup, .fini = teardown, .timeout = 20);
 TestSuite(lib, .init = setup, .fini = teardown, .timeout = 20);
 TestSuite(npy, .init = setup, .fini = teardown, .timeout = 20);
+TestSuite(top, .timeout = 20);
 
 /* ---- gemmd_strerror and small functions ------------------------------- */
 
@@ -1671,4 +1674,123 @@ Test(npy, save_errors)
                      -ENOENT);
         cr_assert_eq(npy_save(tmp_path("x.npy"), NPY_F32, 2, huge, v, why, sizeof(why)), -EFBIG);
         cr_assert_eq(access(tmp_path("x.npy"), F_OK), -1);
+}
+
+/* ---- gemmctl top's block ---------------------------------------------- */
+
+/* Two samples of the daemon's JSON statistics, 2 s apart: device 0 did
+ * 200 ops (100 queued 64-127 us, 4 groups run 1-2 ms) and 2e12 flops;
+ * session 7 did 60 ops, session 8 (the one asking) is left out; 4 more
+ * requests were refused as busy. */
+#define TOP_PREV "{\"version\":\"9.9\",\"uptime_s\":3700,\"draining\":false," \
+        "\"sessions_now\":2,\"requests\":10,\"queued_ops\":0,\"rejections\":{\"busy\":3}," \
+        "\"devices\":[{\"index\":0,\"backend\":\"cpu\",\"name\":\"cpu \\\"x\\\"\",\"groups\":1," \
+        "\"ops\":50,\"ops_failed\":0,\"flops\":1e12,\"busy_s\":1.0,\"queued\":0," \
+        "\"queue_us_log2\":[0,0,0,0,0,0,5],\"run_us_log2\":[0,0,0,0,0,0,0,0,0,0,1]}]," \
+        "\"all_sessions\":true,\"sessions\":[{\"id\":7,\"pid\":1,\"uid\":0,\"ops_ok\":40," \
+        "\"inflight\":0,\"buffers\":1,\"buffer_bytes\":1024,\"rejected\":0}]," \
+        "\"users\":[{\"uid\":0,\"sessions\":2,\"inflight\":0,\"buffer_bytes\":1024}]," \
+        "\"cpu\":{\"total_s\":1.0,\"device_process_s\":0,\"roles\":{\"loop\":{\"s\":0.5}}}}"
+#define TOP_CUR "{\"version\":\"9.9\",\"uptime_s\":3702,\"draining\":false," \
+        "\"sessions_now\":2,\"requests\":210,\"queued_ops\":3,\"rejections\":{\"busy\":7}," \
+        "\"devices\":[{\"index\":0,\"backend\":\"cpu\",\"name\":\"cpu \\\"x\\\"\",\"groups\":5," \
+        "\"ops\":250,\"ops_failed\":0,\"flops\":5e12,\"busy_s\":2.5,\"queued\":3," \
+        "\"queue_us_log2\":[0,0,0,0,0,0,105],\"run_us_log2\":[0,0,0,0,0,0,0,0,0,0,5]}]," \
+        "\"all_sessions\":true,\"sessions\":[{\"id\":7,\"pid\":1,\"uid\":0,\"ops_ok\":160," \
+        "\"inflight\":2,\"buffers\":1,\"buffer_bytes\":1024,\"rejected\":4}," \
+        "{\"id\":8,\"pid\":2,\"uid\":0,\"ops_ok\":0,\"inflight\":0,\"buffers\":0," \
+        "\"buffer_bytes\":0,\"rejected\":0}]," \
+        "\"users\":[{\"uid\":0,\"sessions\":2,\"inflight\":2,\"buffer_bytes\":1024}]," \
+        "\"cpu\":{\"total_s\":3.0,\"device_process_s\":0,\"roles\":{\"loop\":{\"s\":1.5}}}}"
+
+/* Renders the block of TOP_PREV -> TOP_CUR into a malloc'd string. */
+static char *top_text(const char *prev, const char *cur, int *rc)
+{
+        char *text = NULL;
+        size_t len = 0;
+        FILE *f = open_memstream(&text, &len);
+
+        cr_assert_not_null(f);
+        *rc = gemmctl_top_block(f, "S", prev, cur, 2.0, 8);
+        fclose(f);
+        return text;
+}
+
+/* A line of text that holds every one of the words, in order. */
+static int has_line(const char *text, const char *const *words)
+{
+        const char *line = text;
+
+        while (line && *line) {
+                const char *end = strchr(line, '\n'), *p = line;
+                int i;
+
+                for (i = 0; words[i] && p; i++) {
+                        p = strstr(p, words[i]);
+                        if (p && end && p > end)
+                                p = NULL;
+                        if (p)
+                                p += strlen(words[i]);
+                }
+                if (!words[i] && p)
+                        return 1;
+                line = end ? end + 1 : NULL;
+        }
+        return 0;
+}
+
+#define EXPECT_LINE(text, ...)                                                                  \
+        cr_expect(has_line(text, (const char *const[]){ __VA_ARGS__, NULL }),                   \
+                  "no line with " #__VA_ARGS__ " in:\n%s", text)
+
+Test(top, block_shows_rates_between_samples)
+{
+        int rc;
+        char *t = top_text(TOP_PREV, TOP_CUR, &rc);
+
+        cr_assert_eq(rc, 0, "%s", t);
+        EXPECT_LINE(t, "gemmd 9.9 at S", "up 1h01m", "serving", "2.0 s");
+        EXPECT_LINE(t, "2 sessions of 1 user;", "100 requests/s", "100 ops/s",
+                    "2 ops in flight", "3 not yet done");
+        EXPECT_LINE(t, "refused", "2.0/s (4 queue full)", "7 since the start");
+        EXPECT_LINE(t, "host CPU", "1.00 cores", "event loops 0.50");
+        /* busy 75%, 2 TFLOP/s, 100 ops/s, 2 groups/s; 100 ops queued
+         * 64-127 us: p50 96 us, p99 127 us; 4 groups run 1024-2047 us. */
+        EXPECT_LINE(t, "0", "cpu", "75%", "2.000", "100", "0", "3", "2", "96 us", "127 us",
+                    "1.5 ms", "2.0 ms");
+        EXPECT_LINE(t, "7", "1", "root", "60", "2", "1", "1.0 KiB", "4");
+        cr_expect(!has_line(t, (const char *const[]){ "8 ", "2 ", "root", NULL }),
+                  "the asking session is shown:\n%s", t);
+        EXPECT_LINE(t, "root", "2", "2", "1.0 KiB");
+        cr_expect_null(strchr(t, '\033'), "escape codes in a block");
+        free(t);
+}
+
+/* An interval without ops has no percentiles, and no rates. */
+Test(top, idle_interval_shows_no_percentiles)
+{
+        int rc;
+        char *t = top_text(TOP_CUR, TOP_CUR, &rc);
+
+        cr_assert_eq(rc, 0, "%s", t);
+        EXPECT_LINE(t, "0 requests/s", "0 ops/s");
+        EXPECT_LINE(t, "0", "cpu", "0%", "0.000", "-", "-", "-", "-");
+        EXPECT_LINE(t, "refused", "0.0/s, 7 since the start");
+        free(t);
+}
+
+Test(top, a_sample_that_is_not_json_is_refused)
+{
+        static const char *const bad[] = {
+                "", "[]", "{", "{\"a\":}", "{\"a\":1,}", "{\"a\":\"x}", "{} x", "nope",
+                "[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]",
+        };
+        int rc;
+
+        for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+                free(top_text(TOP_PREV, bad[i], &rc));
+                cr_expect_eq(rc, -EINVAL, "'%s' taken", bad[i]);
+                free(top_text(bad[i], TOP_CUR, &rc));
+                cr_expect_eq(rc, -EINVAL, "'%s' taken", bad[i]);
+        }
 }
