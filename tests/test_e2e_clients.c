@@ -702,6 +702,210 @@ Test(e2e, gemmctl_status_stats_gemm_syr2k_and_errors)
         STOP(&d);
 }
 
+/* Writes a .npy file of descr and shape (as Python writes them, "(2, 3)")
+ * around raw data, as NumPy and ml_dtypes do. */
+static void npy_raw(const char *path, const char *descr, const char *shape, const void *data,
+                    size_t n)
+{
+        char dict[160];
+        uint8_t pre[10] = {0x93, 'N', 'U', 'M', 'P', 'Y', 1, 0};
+        size_t len = (size_t)snprintf(dict, sizeof(dict),
+                                      "{'descr': '%s', 'fortran_order': False, 'shape': %s, }",
+                                      descr, shape);
+        size_t total = (10 + len + 1 + 63) / 64 * 64;
+        FILE *f = fopen(path, "wb");
+
+        cr_assert_not_null(f);
+        pre[8] = (uint8_t)(total - 10);
+        pre[9] = (uint8_t)((total - 10) >> 8);
+        fwrite(pre, 1, 10, f);
+        fwrite(dict, 1, len, f);
+        for (size_t i = 10 + len; i < total - 1; i++)
+                fputc(' ', f);
+        fputc('\n', f);
+        fwrite(data, 1, n, f);
+        fclose(f);
+}
+
+/* Reads a .npy file whole and checks its header holds `want` (e.g.
+ * "'descr': '|V2'") and that its data is the n bytes of `data`. */
+static void npy_expect(const char *path, const char *want, const void *data, size_t n)
+{
+        size_t len;
+        char *f = e2e_read_file(path, &len);
+
+        cr_assert_not_null(f, "%s was not written", path);
+        cr_assert_geq(len, 64 + n, "%s: %zu bytes", path, len);
+        cr_assert(memmem(f, len - n, want, strlen(want)), "%s: no %s in %.*s", path, want,
+                  (int)(len - n), f);
+        cr_assert_arr_eq(f + len - n, data, n, "%s: wrong data", path);
+        free(f);
+}
+
+/* A client that runs 32x32x32 GEMMs until it is killed, so that top has
+ * something to show. */
+static pid_t start_load(const struct e2e_daemon *d)
+{
+        pid_t pid = fork();
+
+        cr_assert_geq(pid, 0);
+        if (pid == 0) {
+                struct gemmd_result res;
+                struct gemmd_op op;
+                gemmd_client *c = e2e_connect(d);
+
+                if (!c || e2e_timed_op(c, 32, 32, 32, &op))
+                        _exit(1);
+                for (int i = 0; i < 2000000 && !gemmd_run(c, &op, 1, &res); i++)
+                        ;
+                _exit(0);
+        }
+        return pid;
+}
+
+/* gemmctl top and stats --watch in a pipe, under load: one block per
+ * refresh, rates that show the load, no escape codes. */
+Test(e2e, gemmctl_top_and_stats_watch_in_a_pipe)
+{
+        struct e2e_daemon d;
+        struct ctl x = {.d = &d};
+        const char *p, *q;
+        char load[32];
+        double busy = -1, tf = -1, ops = -1;
+        int st, blocks = 0;
+        pid_t pid;
+
+        START(&d, "--threads", "2", NULL);
+        x.bin = e2e_build_path("gemmctl");
+        pid = start_load(&d);
+        snprintf(load, sizeof(load), " %d ", (int)pid);
+        usleep(200 * 1000);
+        st = ctl(&x, d.sock, "top", "--interval", "0.5", "--count", "3", NULL);
+        cr_assert_eq(st, 0, "top: %s", x.stderr_text);
+        cr_assert_null(strchr(x.stdout_text, '\033'), "escape codes in a pipe:\n%s",
+                       x.stdout_text);
+        for (p = x.stdout_text; (p = strstr(p, "gemmd ")); p++)
+                blocks += p == x.stdout_text || p[-1] == '\n';
+        cr_assert_eq(blocks, 3, "%d blocks, not 3:\n%s", blocks, x.stdout_text);
+        /* The last block's device line: DEV KIND BUSY TFLOP/s OPS/s ... */
+        q = strstr(x.stdout_text, "\nDEV ");
+        for (p = q; p && (p = strstr(p + 1, "\nDEV ")); q = p)
+                ;
+        cr_assert_not_null(q, "%s", x.stdout_text);
+        q = strchr(q + 1, '\n');
+        cr_assert_eq(sscanf(q, " 0 cpu %lf%% %lf %lf", &busy, &tf, &ops), 3, "%s", q);
+        cr_assert_gt(ops, 10, "%s", x.stdout_text);
+        cr_assert(busy > 0 && busy <= 100, "%s", x.stdout_text);
+        cr_assert(strstr(x.stdout_text, "requests/s"), "%s", x.stdout_text);
+        cr_assert(strstr(q, load), "the loading client (pid%s) is not listed:\n%s", load, q);
+        kill(pid, SIGKILL);
+        waitpid(pid, NULL, 0);
+
+        st = ctl(&x, d.sock, "stats", "--json", "--watch", "0.2", "--count", "2", NULL);
+        cr_assert_eq(st, 0, "stats --watch: %s", x.stderr_text);
+        cr_assert_eq(e2e_count_lines(x.stdout_text), 2, "%s", x.stdout_text);
+        cr_assert(x.stdout_text[0] == '{' && strstr(x.stdout_text, "}\n{"), "%s",
+                  x.stdout_text);
+        st = ctl(&x, d.sock, "stats", "--watch", "0.2", "--count", "2", NULL);
+        cr_assert_eq(st, 0, "stats --watch: %s", x.stderr_text);
+        p = strstr(x.stdout_text, "\ngemmd ");
+        cr_assert(p && !strstr(p + 1, "\ngemmd "), "not 2 blocks:\n%s", x.stdout_text);
+        st = ctl(&x, d.sock, "top", "--interval", "0", NULL);
+        cr_assert_eq(st, 2, "top --interval 0: %d", st);
+        free(x.stdout_text);
+        free(x.stderr_text);
+        free(x.bin);
+        STOP(&d);
+}
+
+/* gemmctl's files: bfloat16 as ml_dtypes saves it, '-' for standard input
+ * and output, 1-D operands as numpy.matmul takes them, stacks refused, and
+ * the rule of C and beta. */
+Test(e2e, gemmctl_bf16_pipes_vectors_and_beta_rule)
+{
+        /* A = [[1, 2, 3], [4, 5, 6]], B = [[1, 0], [0, 1], [1, 1]]:
+         * A @ B = [[4, 5], [10, 11]]; A @ [1, 2, 3] = [14, 32]. */
+        static const float a[6] = {1, 2, 3, 4, 5, 6}, b[6] = {1, 0, 0, 1, 1, 1}, v[3] = {1, 2, 3};
+        static const float ab[4] = {4, 5, 10, 11}, av[2] = {14, 32}, vv = 14;
+        static const uint16_t a16[6] = {0x3f80, 0x4000, 0x4040, 0x4080, 0x40a0, 0x40c0};
+        static const uint16_t b16[6] = {0x3f80, 0, 0, 0x3f80, 0x3f80, 0x3f80};
+        static const uint16_t ab16[4] = {0x4080, 0x40a0, 0x4120, 0x4130};
+        struct e2e_daemon d;
+        struct ctl x = {.d = &d};
+        char *pa = path_in_dir("a.npy"), *pb = path_in_dir("b.npy"), *pv = path_in_dir("v.npy");
+        char *p16a = path_in_dir("a16.npy"), *p16b = path_in_dir("b16.npy");
+        char *ps = path_in_dir("s.npy"), *po = path_in_dir("o.npy"), *cmd;
+        float zero[8] = {0};
+        int st;
+
+        START(&d, "--threads", "2", NULL);
+        x.bin = e2e_build_path("gemmctl");
+        npy_raw(pa, "<f4", "(2, 3)", a, sizeof(a));
+        npy_raw(pb, "<f4", "(3, 2)", b, sizeof(b));
+        npy_raw(pv, "<f4", "(3,)", v, sizeof(v));
+        npy_raw(p16a, "|V2", "(2, 3)", a16, sizeof(a16));
+        npy_raw(p16b, "|V2", "(3, 2)", b16, sizeof(b16));
+        npy_raw(ps, "<f4", "(2, 2, 2)", zero, sizeof(zero));
+
+        st = ctl(&x, d.sock, "gemm", p16a, p16b, "-o", po, NULL);
+        cr_assert_eq(st, 0, "bf16 gemm: %s", x.stderr_text);
+        npy_expect(po, "'descr': '|V2', 'fortran_order': False, 'shape': (2, 2)", ab16,
+                   sizeof(ab16));
+        st = ctl(&x, d.sock, "gemm", pa, p16b, "-o", po, NULL);
+        cr_assert_eq(st, 1, "f32 @ bf16: %d", st);
+        cr_assert(strstr(x.stderr_text, "bfloat16"), "%s", x.stderr_text);
+
+        /* A from a pipe, the result to one; nothing is named '-'. */
+        cr_assert_geq(asprintf(&cmd, "cd %s && %s --socket %s gemm - %s -o - < %s > %s",
+                               e2e_dir, x.bin, d.sock, pb, pa, po), 0);
+        st = e2e_run((char *[]){"/bin/sh", "-c", cmd, NULL}, x.out, x.err, 30000);
+        cr_assert_eq(st, 0, "%s", cmd);
+        npy_expect(po, "'shape': (2, 2)", ab, sizeof(ab));
+        cr_assert_neq(access(path_in_dir("-"), F_OK), 0, "a file named '-' was written");
+        free(cmd);
+        st = ctl(&x, d.sock, "gemm", "-", "-", "-o", po, NULL);
+        cr_assert_eq(st, 2, "two inputs from stdin: %d", st);
+
+        /* 1-D: A @ v is (2,), v @ v is (). */
+        st = ctl(&x, d.sock, "gemm", pa, pv, "-o", po, NULL);
+        cr_assert_eq(st, 0, "A @ v: %s", x.stderr_text);
+        npy_expect(po, "'shape': (2,)", av, sizeof(av));
+        st = ctl(&x, d.sock, "gemm", "--op-b", "t", pv, pv, "-o", po, NULL);
+        cr_assert_eq(st, 0, "v @ v: %s", x.stderr_text);
+        npy_expect(po, "'shape': ()", &vv, sizeof(vv));
+        st = ctl(&x, d.sock, "gemm", ps, pb, "-o", po, NULL);
+        cr_assert_eq(st, 1, "a stack: %d", st);
+        cr_assert(strstr(x.stderr_text, "1-D and 2-D") && e2e_count_lines(x.stderr_text) == 1,
+                  "%s", x.stderr_text);
+
+        /* beta: 1 with C, refused without unless 0. */
+        st = ctl(&x, d.sock, "gemm", pa, pb, "-c", pb, "-o", po, NULL);
+        cr_assert_eq(st, 1, "C of the wrong shape: %d", st);
+        npy_raw(pv, "<f4", "(2, 2)", ab, sizeof(ab));
+        st = ctl(&x, d.sock, "gemm", pa, pb, "-c", pv, "-o", po, NULL);
+        cr_assert_eq(st, 0, "with C: %s", x.stderr_text);
+        npy_expect(po, "'shape': (2, 2)", (float[4]){8, 10, 20, 22}, 4 * sizeof(float));
+        st = ctl(&x, d.sock, "gemm", "--beta", "0", pa, pb, "-o", po, NULL);
+        cr_assert_eq(st, 0, "--beta 0 without C: %s", x.stderr_text);
+        npy_expect(po, "'shape': (2, 2)", ab, sizeof(ab));
+        st = ctl(&x, d.sock, "syr2k", "--beta", "0.5", pa, pa, "-o", po, NULL);
+        cr_assert_eq(st, 2, "--beta 0.5 without C: %d", st);
+        cr_assert(strstr(x.stderr_text, "needs -c") && e2e_count_lines(x.stderr_text) == 1,
+                  "%s", x.stderr_text);
+
+        free(pa);
+        free(pb);
+        free(pv);
+        free(p16a);
+        free(p16b);
+        free(ps);
+        free(po);
+        free(x.stdout_text);
+        free(x.stderr_text);
+        free(x.bin);
+        STOP(&d);
+}
+
 /* ---- SIGTERM drains ------------------------------------------------------ */
 
 #define DRAIN_OPS 120
