@@ -1,7 +1,7 @@
 /*
  * gemmctl.c - the command-line client of gemmd.
  *
- *   gemmctl [--socket PATH] status | stats | gemm | syr2k | plan ...
+ *   gemmctl [--socket PATH] status | stats | top | gemm | syr2k | plan ...
  *
  * gemm and syr2k take NumPy .npy files and give NumPy's meaning to them
  * (row-major, OUT = alpha * A @ B + beta * C); the operands travel in one
@@ -47,7 +47,7 @@ static const char usage_text[] =
         "                   show the daemon's statistics, as text (default) or JSON;\n"
         "                   --watch shows them again every SECONDS (default 1), --count\n"
         "                   times (default: until interrupted)\n"
-        "  top [--interval SECONDS] [--count N]\n"
+        "  top [--interval|-n SECONDS] [--count N]\n"
         "                   a live view, refreshed every SECONDS (default 1), --count\n"
         "                   times (default: until interrupted): per device busy, TFLOP/s,\n"
         "                   ops/s, queue and latency percentiles; requests, refusals and\n"
