@@ -393,10 +393,8 @@ enum mem_kind { MEM_DEVICE, MEM_PINNED };
 /* Grows a device or pinned host allocation to at least `need` bytes
  * (geometrically, from 64 KB), zeroing a new device one if asked. The old
  * one is not freed here: cudaFree and cudaFreeHost wait for the whole
- * device, every slot's group, and on the H100 a grow on the launch path
- * then cost tens of milliseconds, long enough to lose a fifth of a 3 s
- * service run to the first few groups of new sizes (and 90 % of one whose
- * groups kept growing; bench/results/launch-grow.txt). It is retired, and
+ * device, every slot's group, so a grow on the launch path would stall
+ * every group in flight for milliseconds. It is retired, and
  * freed with the backend: growing geometrically, the retired buffers hold
  * less than the live ones. */
 static int grow(struct cuda_backend *cb, void **p, size_t *cap, size_t need, enum mem_kind kind,
@@ -797,9 +795,8 @@ static int launch_notices(const struct group *g)
  * data that fits its slot, and no client waiting on a launch event; and
  * no more tiles than CTAs. Groups on it finish in order, and a larger
  * group holds up the small ones behind it, where on streams of their own
- * a small group launched after it finishes first: at 8 clients with 8
- * requests in flight each, groups of about 450 tiles ran at 156 TF/s
- * resident against 172 launched (bench/results/resident-ab.txt). */
+ * a small group launched after it finishes first, so larger groups run
+ * better launched. */
 static int res_takes(struct cuda_backend *cb, const struct group *g, int nfast, uint32_t nsyr2k, size_t stage,
                      size_t blob, int notify)
 {
@@ -1596,9 +1593,8 @@ int backend_cuda_new(int ordinal, const struct gemmd_config *cfg, struct backend
         cb->b.ctas = (uint32_t)prop.multiProcessorCount;
         cb->b.memory_bytes = prop.totalGlobalMem;
         cb->b.mixed_keys = 0;
-        /* Each in flight on a stream of its own. On the H100 at 8 clients x
-         * 8 requests, 2 -> 3 -> 4 gave 130-137 -> 152-155 -> 163-168 TF/s;
-         * 6 swung between 132 and 172 (bench/results/service-ab-groups.txt). */
+        /* Each in flight on a stream of its own: four let small groups
+         * pass large ones, and more only added variance. */
         cb->b.groups_inflight = 4;
         cb->b.shape = shape;
         cb->b.wide_shape = wide_shape;

@@ -25,11 +25,10 @@ void config_defaults(struct gemmd_config *cfg)
         cfg->socket_path = env && *env ? env : GEMMD_DEFAULT_SOCKET;
         cfg->backend = BACKEND_AUTO;
         cfg->threads = ncpu > 0 ? (int)ncpu : 1;
-        /* Measured on the H100 (bench/results/gemmbench-kernels.txt):
-         * sorted is the best or near-best mode on every 16-bit workload,
+        /* sorted is the best or near-best mode on every 16-bit workload,
          * while lpt's runs of one problem per CTA spread the CTAs of a
-         * large problem over it and lose L2 reuse (8192^3: 292 against 621
-         * TF/s). lpt and split stay a flag away. */
+         * large problem over it and lose L2 reuse. lpt and split stay a
+         * flag away. */
         cfg->mode = SCHED_SORTED;
         cfg->max_groups_inflight = 0; /* the backend's (struct backend) */
         cfg->batch_window_us = 0;
@@ -40,21 +39,18 @@ void config_defaults(struct gemmd_config *cfg)
          * the compute threads and the clients. Resolved after parsing. */
         cfg->spin_us = SPIN_AUTO;
         cfg->client_poll_max = CLIENT_POLL_AUTO;
-        /* 8 clients x 8 in flight: 165-172 against 143-158 TF/s without
-         * (bench/results/early-completion-ab.txt). */
+        /* A request answered when its own C is whole need not wait for
+         * the larger problems of its group. */
         cfg->early_completion = 1;
-        /* Timing events cost each launch about 2 us of host time and of
-         * round trip on the H100 (bench/results/launch-probe.txt), so a GPU
-         * times two consecutive groups in every 16 (the pair gives the idle
-         * gap between them) and the stats report the sample. */
+        /* Timing events cost each launch host time and round trip, so a
+         * GPU times two consecutive groups in every 16 (the pair gives the
+         * idle gap between them) and the stats report the sample. */
         cfg->timing_every = 16;
         cfg->wide_tiles = 1;
         cfg->rings = 1;
         /* 2048 tiles of 128 x 128 are some 15 waves of an H100: a larger
-         * group fills the device no better. Under a backlog a larger cap
-         * let groups grow to 100-300 ops, whose launches the worker then
-         * fell behind on (64 clients x 8 in flight: 91-124 TF/s at 65536
-         * against 139-150 at 2048; bench/results/service-ab-tiles.txt). */
+         * group fills the device no better, and under a backlog larger
+         * groups only made the worker's launches fall behind. */
         cfg->max_group_tiles = 2048;
         cfg->max_group_bytes = 8ull << 30;
         cfg->max_group_ops = 4096;

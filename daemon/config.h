@@ -61,9 +61,8 @@ struct gemmd_config {
         int f32_ffma;                 /* exact f32 on FMA cores, not split into TF32 parts */
         /* Each device driven by a process of its own, replaced after a
          * fault that its context cannot survive (devproc.h). Off by
-         * default: on the H100 it cost up to 20% of the service's
-         * throughput at 8 clients of 8 in flight, 15-35% at 64
-         * (bench/results/service-ab-devproc.txt). */
+         * default: the extra hop costs throughput when many requests are
+         * in flight (docs/performance.md). */
         int device_process;
         /* A group may take a backend's wide tile (backend.h, wide_shape)
          * where the cost model predicts it faster (sched_prefer_wide). */

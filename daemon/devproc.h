@@ -1,12 +1,12 @@
 /*
  * devproc.h - what the daemon and its device processes say to each other.
  *
- * With --device-process (the default on a GPU), each device is driven by
+ * With --device-process (off by default), each device is driven by
  * a process of its own: the daemon re-executes itself as `gemmd
  * --device-host FD` (devhost.c), and its worker talks to it through a
  * backend that forwards every call (backend_proc.c). A CUDA context that
- * took a sticky error cannot be used again by its process (on the H100
- * not even after a reset: bench/results/cuda-recovery-probe.txt), so the
+ * took a sticky error cannot be used again by its process, not even after
+ * a reset (scripts/cuda-recovery-probe.cu), so the
  * daemon replaces the device process instead, and keeps its sessions.
  *
  * The two talk over a SOCK_SEQPACKET socket pair, one message per packet,

@@ -6,9 +6,8 @@
  * microseconds, hundreds of thousands of times a second. A plain mutex
  * puts a waiter to sleep at once, and a futex sleep and wake-up cost more
  * than the wait: lock_init makes a glibc adaptive mutex, whose waiter
- * spins a little first. On the H100 host, in interleaved rounds, this
- * took 8 clients with 8 requests in flight each 3-15% faster and with one
- * 10-23% faster (bench/results/lock-ab.txt).
+ * spins a little first, which serves many clients measurably faster
+ * (docs/performance.md).
  */
 #ifndef GEMMD_LOCK_H
 #define GEMMD_LOCK_H

@@ -335,9 +335,8 @@ struct request *ring_post(struct request *r)
         s->cq_head = h;
         /* A client that sleeps on its socket is kicked by the loop as it
          * takes the requests in (ring_taken), not from here: a kick is a
-         * write to the socket, and at 64 clients x 8 in flight, where most
-         * sleep, this thread writing them fell behind the device (55
-         * against 190 TF/s, bench/results/ring-ab.txt). */
+         * write to the socket, and with many clients, most of them
+         * asleep, this thread writing kicks fell far behind the device. */
         if (ring_publish(&s->ring->cq, h) &&
             atomic_exchange_explicit(&s->ring->cq.flag, 0, memory_order_relaxed))
                 atomic_store(&s->ring_kick, 1);

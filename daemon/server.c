@@ -255,18 +255,13 @@ void server_queue_done_list(struct evloop *ev, struct request *head, struct requ
 }
 
 /* The thread that completes a group answers its requests itself, with
- * one write per session, and the loop thread only takes them in. (When
- * the loop packed and wrote the replies of every group of more than four
- * requests, on the H100 at 8 clients x 8 in flight it was busy for 94% of
- * the run in callbacks of 8-31 us, and a submit waited 64 us for it.)
- * Each request goes back to its session's loop. */
+ * one write per session, and the loop thread only takes them in: a loop
+ * that also packed and wrote large groups' replies kept submits waiting
+ * for admission. Each request goes back to its session's loop. */
 /* Requests of one group past which the completing thread leaves the rings
- * to the loops: packing a large group's Completions here kept it from the
- * next group (at 64 clients x 8 in flight, groups of ~70 requests, 8-15%
- * of the throughput; bench/results/ring-ab.txt), and the loops pack them
- * side by side. 32, or every group, did no better at 8 or 64 clients of 8
- * in flight (bench/results/ring-post-ab.txt); a build may set it to
- * measure again. */
+ * to the loops: packing a large group's Completions here kept it from
+ * noticing the next group, and the loops pack them side by side. Larger
+ * values did no better; a build may set it to measure again. */
 #ifndef RING_POST_MAX
 #define RING_POST_MAX 8
 #endif
@@ -685,11 +680,9 @@ static int start_backends(struct server *srv)
  * --client-poll-max says, or the online CPUs less the daemon's threads that
  * keep one busy (the loops, and each device's worker and completion thread,
  * while they poll; the CPU backend's compute threads). Each polling client
- * holds a CPU as they do; past that, the daemon's threads wait for one. On
- * the H100's 16 CPUs (a limit of 10), asking served 64 x 1 at 97-122
- * against 78-87 TF/s and 64 x 8 (max-dim 256) at 5.4-6.0 against 4.1-5.0,
- * where at 8 clients polling is 5-10 us faster a request
- * (bench/results/client-poll-ab.txt, ring-ab.txt).
+ * holds a CPU as they do; past that, the daemon's threads wait for one,
+ * so many polling clients slow everyone, while few gain a few
+ * microseconds a request (docs/performance.md).
  */
 static uint32_t client_poll_max(const struct server *srv)
 {
@@ -754,10 +747,9 @@ int server_init(struct server *srv, uv_loop_t *loop, const struct gemmd_config *
         if (rc)
                 goto err;
         {
-                /* The CPU backend's cores compute. On a GPU, four loops
-                 * served 16 clients x 8 in flight at 1.3x one loop's
-                 * TF/s, 64 clients at 1.5x, and 8 the same
-                 * (bench/results/service-ab-loops.txt). */
+                /* The CPU backend's cores compute. On a GPU, one loop
+                 * throttles admission once many clients have work in
+                 * flight, and four serve them faster. */
                 const int gpu = strcmp(srv->backends[0]->kind, "cpu") != 0;
 
                 want = cfg->loops != LOOPS_AUTO ? cfg->loops

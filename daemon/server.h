@@ -18,16 +18,14 @@
  * anything a client sends that could depend on it: before every message
  * but a submit, and before refusing a submit for a cap. So a client that
  * answers a reply at once is never judged by counts that predate it, while
- * a busy read of submits is not held up by other sessions' replies. (On
- * the H100 at 8 clients x 8 in flight, with the loop packing the replies
- * of every group of more than four requests and taking the worker's lock
- * per submit, it was busy nearly all the time and a submit waited 64 us
- * for admission; bench/results/service-ab-loop.txt.)
+ * a busy read of submits is not held up by other sessions' replies (a
+ * loop that packed replies and took the worker's lock per submit kept
+ * submits waiting for admission).
  *
  * With several loops, the loops write every reply, after releasing the
  * request's counts: a submit on another loop is judged by those counts,
  * and the completing thread, writing the replies of large groups, noticed
- * the next group late (bench/results/service-ab-loops.txt).
+ * the next group late.
  */
 #ifndef GEMMD_SERVER_H
 #define GEMMD_SERVER_H

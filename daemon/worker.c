@@ -159,10 +159,8 @@ static uint64_t op_tiles(struct worker *w, const struct op *o)
 /* An op's estimated device time, which is what users are given equal
  * shares of: its tiles at the plan's cost model (scheduler/cost.h), in
  * sixteenths of a unit. The model weighs the data types as the device
- * runs them; counting tile_k steps alone charged an exact f32 op on the
- * H100 about half of its device time next to a bf16 op (its steps are 16
- * of K against 64, and each costs about 3 bf16 steps there:
- * bench/results/calibrate.txt). */
+ * runs them; counting tile_k steps alone would undercharge an exact f32
+ * op, whose steps are shorter in K but each costs several bf16 steps. */
 static uint64_t op_cost(struct worker *w, const struct op *o)
 {
         struct sched_shape s = w->be->shape(w->be, o->key);

@@ -604,8 +604,7 @@ __device__ __forceinline__ void compute_stage(const typename C::T *sx, const typ
                         /* Odd rows run their columns backwards: the last
                          * y of a row is then the first of the next, so every
                          * multiply-add but a step's first reuses an operand
-                         * it had (the register reuse cache spares a read).
-                         * 3-4 % on the H100 (bench/results/gemmbench-ffma.txt). */
+                         * it had (the register reuse cache spares a read). */
 #pragma unroll
                         for (int q = 0; q < 4; q++)
 #pragma unroll

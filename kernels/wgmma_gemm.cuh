@@ -930,8 +930,7 @@ template <int NA> __device__ __forceinline__ void fold(float (&d)[NA], float (&t
  * at the matrix edges. The consumers go on to the next tile while the
  * copy engine writes C; before writing the buffer again they wait until
  * that copy has read it. Stored from the fragments instead, a TF32 tile's
- * 64 KiB held the tensor cores and the next tile's loads a third of
- * varied-tf32's time (bench/results/kernel-experiments.txt).
+ * 64 KiB would hold up the tensor cores and the next tile's loads.
  */
 template <int NA>
 __device__ __forceinline__ void c_staged(const float (&tot)[NA], uint32_t stg, int cw, int wt, float alpha,

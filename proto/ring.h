@@ -3,7 +3,7 @@
  *
  * A request's socket round trip costs two system calls on each side and,
  * at many requests in flight, the event loop's turn to read and to write
- * them (bench/results/ring-*.txt). A session may instead offer a memfd
+ * them. A session may instead offer a memfd
  * laid out as struct gemmd_ring (RingAttach in proto/gemmd.proto):
  *
  *   sq: Submit envelopes, client to daemon. The daemon's event loop looks

@@ -12,17 +12,16 @@
 
 /* The defaults, in units of one bf16 mainloop iteration of a 128x128x64
  * tile, as `gemmbench calibrate` measured them on the H100
- * (bench/results/calibrate.txt: 0.33 us a bf16 iteration on every SM at
- * once). A TF32 iteration (32 of K) costs about one, an exact f32 one (16
+ * (bench/results/calibrate.txt). A TF32 iteration (32 of K) costs about
+ * one, an exact f32 one (16
  * of K, three TF32 products on the sm_90 kernel) about three; the FFMA
  * kernel of other GPUs is slower (pass --cost there). The fixed cost, 1.4
  * us, covers the pipeline fill and an epilogue that the next tile's
  * mainloop only partly hides. The split costs are estimates: a split part
  * stores 64 KiB of f32 per chunk and the last CTA reads them all back.
  * A 128x192 tile's entry costs 1.4 of a 128x128 one's, half again the
- * products in 1.4 of the time (one 8192^3 bf16 GEMM: 128 k-iterations a
- * tile, 0.39 us each on the usual tile, 0.55 us on the wide one;
- * bench/results/wide-tile.txt). */
+ * products in 1.4 of the time, as gemmbench kernels measures them on one
+ * large GEMM. */
 static const struct sched_cost cost_defaults = {
         .kiter = {[SCHED_COST_F32] = 3.0,
                   [SCHED_COST_TF32] = 1.0,
@@ -205,9 +204,8 @@ static double wave_cost(const struct sched_cost *c, const struct sched_problem *
 /* Only groups of at least this many waves of usual tiles take the wide
  * one. Smaller groups share the device with the next ones (several are in
  * flight), which fill the SMs a last wave leaves idle, so the waves the
- * wide tile saves there are not saved at all: in the service benchmark
- * (bench/results/service-ab-wide.txt), where many such groups took it, it
- * cost 4-6% at 8 clients of 8 requests. */
+ * wide tile saves there are not saved at all, and the service ran slower
+ * when such groups took it. */
 #define WIDE_MIN_WAVES 8
 
 int sched_prefer_wide(const struct sched_cost *c, const struct sched_problem *probs, uint32_t n,

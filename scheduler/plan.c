@@ -28,8 +28,7 @@
  *         kernel a switch of problem (operand descriptors) per tile, and in
  *         whole rounds the CTAs run neighbouring tiles at the same time, as
  *         in rr, so they share operand panels in L2 (contiguous runs spread
- *         them over the problem: one 8192^3 GEMM ran at 286 TF/s dealt so,
- *         651 in rr, on the H100). O(runs log ctas).
+ *         them over the problem and lose that reuse). O(runs log ctas).
  * split   lpt; then, if the last wave is less than half full, the tiles of
  *         that wave are taken off and dealt again with their K ranges cut
  *         at canonical chunk boundaries (see split_tail below).

@@ -302,11 +302,11 @@ Test(gpu_e2e, daemon_allocated_memory_and_stream_wait)
 
 /* A device fault (a kernel writing to an illegal address, injected through
  * a fault-injection build of the daemon) fails the ops of its group with a
- * clear status. With a device process (the default on a GPU), the daemon
+ * clear status. With a device process (--device-process yes), the daemon
  * replaces that process, opens the client's device memory again in the
  * new one, and the same buffers work (exit 10). Without (--device-process
  * no), CUDA cannot give the daemon's own process a working context again
- * (bench/results/cuda-recovery-probe.txt): it drains and exits 1 for its
+ * (scripts/cuda-recovery-probe.cu): it drains and exits 1 for its
  * supervisor to restart it, the client seeing a clear error (exit 11).
  * Anything else is a failure. */
 static int fault_client(const struct e2e_daemon *d)

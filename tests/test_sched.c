@@ -377,7 +377,7 @@ Test(cost, parse_and_set)
 }
 
 /* The wide tile is chosen where the H100 ran it faster and not where it
- * ran slower (gemmbench kernels, bench/results/wide-tile.txt): one 8192^3
+ * ran slower (gemmbench kernels): one 8192^3
  * GEMM and 64 experts of n = 2816 on it; 256 problems of n = 512 (three
  * 192-wide tiles waste 64 columns) and groups under a wave not. */
 Test(cost, prefer_wide)
