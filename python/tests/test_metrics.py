@@ -215,12 +215,19 @@ class TestMetricsUnix(DaemonTestCase):
     def test_scrape(self):
         with gemmd.Client(self.daemon.sock) as c:
             c.gemm(np.ones((4, 4), np.float32), np.ones((4, 4), np.float32))
-        head, body = http_unix(self.path(), b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
-        self.assertTrue(head.startswith("HTTP/1.1 200 OK"), head)
-        samples, _ = parse(body)
         uid = str(os.getuid())
-        self.assertEqual(get(samples, "gemmd_ops_total", op="gemm", dtype="f32", status="ok",
-                             uid=uid), 1)
+        # The reply can reach the client before its loop counts the request:
+        # the count is read until it appears.
+        deadline = time.monotonic() + 10
+        while True:
+            head, body = http_unix(self.path(), b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+            self.assertTrue(head.startswith("HTTP/1.1 200 OK"), head)
+            samples, _ = parse(body)
+            ops = get(samples, "gemmd_ops_total", op="gemm", dtype="f32", status="ok", uid=uid)
+            if ops or time.monotonic() > deadline:
+                break
+            time.sleep(0.05)
+        self.assertEqual(ops, 1)
         self.assertEqual(os.stat(self.path()).st_mode & 0o777, 0o660)
 
     @unittest.skipUnless(shutil.which("curl"), "curl is not installed")
