@@ -5,6 +5,7 @@
 #   make test       install missing Debian packages, build, run every test that needs no GPU
 #   make test-gpu   run the GPU tests (needs an NVIDIA GPU)
 #   make demo       start gemmd on a temporary socket and run a few clients against it
+#   make deb        build/deb/gemmd_VERSION_ARCH.deb (deploy/module.mk)
 #   V=1             show full commands
 
 V ?= 0
@@ -69,6 +70,7 @@ include daemon/module.mk
 include bench/module.mk
 include tests/module.mk
 include systemd/module.mk
+include deploy/module.mk
 
 bins: $(BIN)
 
@@ -113,4 +115,4 @@ clean:
 
 .PHONY: all bins deps test test-gpu demo tests format clean install uninstall
 
--include $(shell find $(BUILD) -name '*.d' 2>/dev/null)
+-include $(shell find $(BUILD) -name '*.d' -type f 2>/dev/null)
