@@ -361,6 +361,36 @@ static int parse_u64(const char *s, unsigned long long lo, unsigned long long hi
         return 0;
 }
 
+/* Parses a byte count in [lo, hi]: decimal, with an optional K, M, G or T
+ * (either case, "iB" may follow) for powers of 1024, so that "64G" and
+ * "64GiB" both mean 64 << 30. Returns 0 or -EINVAL. */
+static int parse_bytes(const char *s, unsigned long long lo, unsigned long long hi,
+                       unsigned long long *out)
+{
+        static const char units[] = "kmgt";
+        unsigned long long v;
+        const char *u;
+        char *end;
+        int shift;
+
+        if (!s || *s < '0' || *s > '9')
+                return -EINVAL;
+        errno = 0;
+        v = strtoull(s, &end, 10);
+        if (errno)
+                return -EINVAL;
+        if (*end == '\0')
+                return parse_u64(s, lo, hi, out);
+        u = strchr(units, *end | 0x20);
+        if (!u || (end[1] && strcmp(end + 1, "iB")))
+                return -EINVAL;
+        shift = 10 * (int)(u - units + 1);
+        if (v > hi >> shift || v << shift < lo)
+                return -EINVAL;
+        *out = v << shift;
+        return 0;
+}
+
 /* Parses a comma-separated list of uids (groups: gids), numbers or names,
  * into a new array that replaces *out. Returns 0 or 1 (bad entry). */
 static int parse_ids(const char *s, int groups, uint32_t **out, uint32_t *n)
@@ -464,6 +494,8 @@ static char *trim(char *s)
  * derived from others are settled once, after the command line. */
 static int in_file;
 
+static int parse_args(struct gemmd_config *cfg, int argc, char **argv);
+
 int config_load_file(struct gemmd_config *cfg, const char *path)
 {
         FILE *f = fopen(path, "re");
@@ -520,7 +552,7 @@ int config_load_file(struct gemmd_config *cfg, const char *path)
                         argv[3] = NULL;
                 }
                 in_file = 1;
-                rc = config_parse_args(cfg, argv[2] ? 3 : 2, argv);
+                rc = parse_args(cfg, argv[2] ? 3 : 2, argv);
                 in_file = 0;
                 if (rc != 0) {
                         fprintf(stderr, "gemmd: in %s, line %d\n", path, lineno);
@@ -554,7 +586,21 @@ static int check_frame_bytes(struct gemmd_config *cfg)
         return -EINVAL;
 }
 
-int config_parse_args(struct gemmd_config *cfg, int argc, char **argv)
+/* Says which option getopt_long refused (c is '?' or ':'), in one line:
+ * the daemon's whole help would bury it. */
+static void bad_option(int c, char **argv)
+{
+        const char *arg = argv[optind - 1];
+
+        if (c == ':')
+                fprintf(stderr, "gemmd: option '%s' needs a value\n", arg);
+        else if (optopt && strncmp(arg, "--", 2))
+                fprintf(stderr, "gemmd: unknown option '-%c'\n", optopt);
+        else
+                fprintf(stderr, "gemmd: unknown option '%s'\n", arg);
+}
+
+static int parse_args(struct gemmd_config *cfg, int argc, char **argv)
 {
         struct gemmd_config defaults = *cfg;
         unsigned long long v;
@@ -577,7 +623,8 @@ int config_parse_args(struct gemmd_config *cfg, int argc, char **argv)
         int li = -1;
 
         /* li names the long option just parsed (-1 for a short one). */
-        while ((c = getopt_long(argc, argv, "s:b:fvh", options, &li)) != -1) {
+        opterr = 0; /* bad_option says it in one line */
+        while ((c = getopt_long(argc, argv, ":s:b:fvh", options, &li)) != -1) {
                 int bad = 0;
 
                 switch (c) {
@@ -686,7 +733,7 @@ int config_parse_args(struct gemmd_config *cfg, int argc, char **argv)
                         cfg->max_group_ops = (uint32_t)v;
                         break;
                 case OPT_MAX_FRAME:
-                        bad = parse_u64(optarg, 4096, 1u << 30, &v);
+                        bad = parse_bytes(optarg, 4096, 1u << 30, &v);
                         cfg->lim.max_frame_bytes = v;
                         cfg->max_frame_given = 1;
                         break;
@@ -695,7 +742,7 @@ int config_parse_args(struct gemmd_config *cfg, int argc, char **argv)
                         cfg->lim.max_ops_per_submit = (uint32_t)v;
                         break;
                 case OPT_MAX_INLINE:
-                        bad = parse_u64(optarg, 0, 1u << 30, &v);
+                        bad = parse_bytes(optarg, 0, 1u << 30, &v);
                         cfg->lim.max_inline_bytes = v;
                         break;
                 case OPT_MAX_INFLIGHT:
@@ -715,11 +762,11 @@ int config_parse_args(struct gemmd_config *cfg, int argc, char **argv)
                         cfg->lim.max_sessions = (uint32_t)v;
                         break;
                 case OPT_MAX_BUFFER_BYTES:
-                        bad = parse_u64(optarg, 1, 1ull << 48, &v);
+                        bad = parse_bytes(optarg, 1, 1ull << 48, &v);
                         cfg->lim.max_buffer_bytes = v;
                         break;
                 case OPT_MAX_OUTPUT:
-                        bad = parse_u64(optarg, 1u << 16, 1ull << 40, &v);
+                        bad = parse_bytes(optarg, 1u << 16, 1ull << 40, &v);
                         cfg->lim.max_output_bytes = v;
                         break;
                 case OPT_USER_INFLIGHT:
@@ -727,7 +774,7 @@ int config_parse_args(struct gemmd_config *cfg, int argc, char **argv)
                         cfg->lim.max_user_inflight_ops = (uint32_t)v;
                         break;
                 case OPT_USER_BYTES:
-                        bad = parse_u64(optarg, 1, 1ull << 52, &v);
+                        bad = parse_bytes(optarg, 1, 1ull << 52, &v);
                         cfg->lim.max_user_buffer_bytes = v;
                         break;
                 case OPT_USER_SHARE:
@@ -773,11 +820,11 @@ int config_parse_args(struct gemmd_config *cfg, int argc, char **argv)
                         cfg->lim.max_mappings = (uint32_t)v;
                         break;
                 case OPT_SESSION_INLINE:
-                        bad = parse_u64(optarg, 1, 1ull << 48, &v);
+                        bad = parse_bytes(optarg, 1, 1ull << 48, &v);
                         cfg->lim.max_session_inline_bytes = v;
                         break;
                 case OPT_USER_INLINE:
-                        bad = parse_u64(optarg, 1, 1ull << 52, &v);
+                        bad = parse_bytes(optarg, 1, 1ull << 52, &v);
                         cfg->lim.max_user_inline_bytes = v;
                         break;
                 case OPT_HELLO_TIMEOUT:
@@ -789,7 +836,7 @@ int config_parse_args(struct gemmd_config *cfg, int argc, char **argv)
                         cfg->metrics_listen = optarg;
                         break;
                 default:
-                        usage(stderr, &defaults);
+                        bad_option(c, argv);
                         return -EINVAL;
                 }
                 if (bad) {
@@ -819,4 +866,16 @@ int config_parse_args(struct gemmd_config *cfg, int argc, char **argv)
         if (cfg->lim.max_session_inline_bytes > cfg->lim.max_user_inline_bytes)
                 cfg->lim.max_session_inline_bytes = cfg->lim.max_user_inline_bytes;
         return check_frame_bytes(cfg);
+}
+
+/* Parses the command line (and the --config file it names); returns 0, 1
+ * after --help or --version, or -EINVAL after saying what is wrong in a
+ * line or two and where to look. */
+int config_parse_args(struct gemmd_config *cfg, int argc, char **argv)
+{
+        int rc = parse_args(cfg, argc, argv);
+
+        if (rc < 0)
+                fprintf(stderr, "Try 'gemmd --help'.\n");
+        return rc;
 }
