@@ -220,8 +220,28 @@ static const struct option options[] = {
         {NULL, 0, NULL, 0},
 };
 
+/* A byte count as --help shows it: with the largest suffix that keeps it
+ * whole (64G, 20M), as parse_bytes reads it back. Returns buf. */
+static const char *size_str(char buf[24], unsigned long long v)
+{
+        static const char units[] = "KMGT";
+        int i = 0;
+
+        while (i < 4 && v && !(v & 1023)) {
+                v >>= 10;
+                i++;
+        }
+        if (i)
+                snprintf(buf, 24, "%llu%c", v, units[i - 1]);
+        else
+                snprintf(buf, 24, "%llu", v);
+        return buf;
+}
+
 static void usage(FILE *f, const struct gemmd_config *d)
 {
+        char b[7][24];
+
         fprintf(f,
                 "usage: gemmd [options]\n"
                 "\n"
@@ -264,20 +284,21 @@ static void usage(FILE *f, const struct gemmd_config *d)
                 "                               parts on tensor cores (default), or fused multiply-adds\n"
                 "      --max-group-tiles N      tiles in one group (default: %llu)\n"
                 "      --max-group-ops N        ops in one group (default: %u)\n"
-                "      --max-frame-bytes N      largest frame accepted, at least the inline limit + 1 MiB\n"
-                "                               (default: %llu, or the inline limit + 1 MiB if larger)\n"
+                "      --max-frame-bytes SIZE   largest frame accepted, at least the inline limit + 1 MiB\n"
+                "                               (default: %s, or the inline limit + 1 MiB if larger)\n"
                 "      --max-ops-per-submit N   ops in one submit (default: %u)\n"
-                "      --max-inline-bytes N     inline operand bytes in one submit (default: %llu)\n"
+                "      --max-inline-bytes SIZE  inline operand bytes in one submit (default: %s)\n"
                 "      --max-inflight-ops N     unfinished ops per session (default: %u)\n"
                 "      --max-buffers N          registered buffers per session (default: %u)\n"
                 "      --max-queue-ops N        unfinished ops in the whole daemon (default: %u)\n"
                 "      --max-sessions N         concurrent connections (default: %u, fewer where the descriptor\n"
                 "                               limit cannot carry them)\n"
-                "      --metrics-listen ADDR    serve Prometheus metrics over HTTP on unix:PATH or tcp:HOST:PORT (default: off)\n"
-                "      --max-buffer-bytes N     bytes of one registered buffer (default: %llu)\n"
-                "      --max-output-bytes N     unread reply bytes per session before it is read no more (default: %llu)\n"
+                "      --metrics-listen ADDR    serve Prometheus metrics over HTTP on unix:PATH or tcp:HOST:PORT\n"
+                "                               (tcp::PORT: every address; default: off)\n"
+                "      --max-buffer-bytes SIZE  bytes of one registered buffer (default: %s)\n"
+                "      --max-output-bytes SIZE  unread reply bytes per session before it is read no more (default: %s)\n"
                 "      --max-user-inflight-ops N  unfinished ops of one user, all sessions (default: %u)\n"
-                "      --max-user-buffer-bytes N  registered bytes of one user, all sessions (default: %llu)\n"
+                "      --max-user-buffer-bytes SIZE  registered bytes of one user, all sessions (default: %s)\n"
                 "      --max-user-share PCT     share of a device one user keeps while others wait (default: %u)\n"
                 "      --max-user-sessions N    concurrent connections of one user (default: %u, a quarter of\n"
                 "                               --max-sessions but at least 16)\n"
@@ -286,9 +307,9 @@ static void usage(FILE *f, const struct gemmd_config *d)
                 "      --max-user-buffers N     buffers and rings one user's sessions hold mapped (default: %u)\n"
                 "      --max-mappings N|auto    buffers and rings of all users together (default: auto, half of\n"
                 "                               /proc/sys/vm/max_map_count)\n"
-                "      --max-session-inline-bytes N  bytes held for one session's inline operands and the\n"
-                "                               replies carrying inline results (default: %llu)\n"
-                "      --max-user-inline-bytes N  the same for one user, all sessions (default: %llu)\n"
+                "      --max-session-inline-bytes SIZE  bytes held for one session's inline operands and the\n"
+                "                               replies carrying inline results (default: %s)\n"
+                "      --max-user-inline-bytes SIZE  the same for one user, all sessions (default: %s)\n"
                 "      --hello-timeout-ms MS    close a connection that sends no Hello this long (default: %u)\n"
                 "      --frame-timeout-ms MS    close a session whose frame is not whole this long after its first\n"
                 "                               byte (default: %u; 0: never)\n"
@@ -303,19 +324,20 @@ static void usage(FILE *f, const struct gemmd_config *d)
                 "  -h, --help                   this text\n"
                 "      --version                print the version\n"
                 "\n"
+                "SIZE: bytes, or with a K, M, G or T suffix for powers of 1024 (64G, 512KiB).\n"
                 "SIGTERM or SIGINT: stop accepting, finish in-flight work, reply, exit 0.\n",
                 GEMMD_DEFAULT_SOCKET, d->threads, sched_mode_name(d->mode),
                 d->batch_window_us, d->timing_every,
                 (unsigned long long)d->max_group_tiles, d->max_group_ops,
-                (unsigned long long)d->lim.max_frame_bytes, d->lim.max_ops_per_submit,
-                (unsigned long long)d->lim.max_inline_bytes, d->lim.max_inflight_ops,
+                size_str(b[0], d->lim.max_frame_bytes), d->lim.max_ops_per_submit,
+                size_str(b[1], d->lim.max_inline_bytes), d->lim.max_inflight_ops,
                 d->lim.max_buffers, d->lim.max_queue_ops, d->lim.max_sessions,
-                (unsigned long long)d->lim.max_buffer_bytes,
-                (unsigned long long)d->lim.max_output_bytes, d->lim.max_user_inflight_ops,
-                (unsigned long long)d->lim.max_user_buffer_bytes, d->lim.max_user_share,
+                size_str(b[2], d->lim.max_buffer_bytes),
+                size_str(b[3], d->lim.max_output_bytes), d->lim.max_user_inflight_ops,
+                size_str(b[4], d->lim.max_user_buffer_bytes), d->lim.max_user_share,
                 d->lim.max_user_sessions, d->lim.first_session_slots, d->lim.max_user_buffers,
-                (unsigned long long)d->lim.max_session_inline_bytes,
-                (unsigned long long)d->lim.max_user_inline_bytes, d->lim.hello_timeout_ms,
+                size_str(b[5], d->lim.max_session_inline_bytes),
+                size_str(b[6], d->lim.max_user_inline_bytes), d->lim.hello_timeout_ms,
                 d->lim.frame_timeout_ms, d->lim.idle_timeout_ms);
 }
 
