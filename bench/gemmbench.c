@@ -1088,9 +1088,11 @@ int main(int argc, char **argv)
                         if (sched_cost_parse(&c, argv[i + 1]) || sched_cost_set(&c))
                                 return usage_error("kernels", "invalid value for --cost:", argv[i + 1]);
                         i++;
+                } else if (i + 1 == argc && (!strcmp(argv[i], "--mode") || !strcmp(argv[i], "--workload") ||
+                                             !strcmp(argv[i], "--reps") || !strcmp(argv[i], "--cost"))) {
+                        return usage_error("kernels", "a value must follow", argv[i]);
                 } else if (argv[i][0] == '-') {
-                        return usage_error("kernels", i + 1 < argc ? "unknown option" :
-                                           "unknown option, or one missing its value:", argv[i]);
+                        return usage_error("kernels", "unknown option", argv[i]);
                 } else {
                         return usage_error("kernels", "unexpected argument", argv[i]);
                 }
