@@ -1064,7 +1064,8 @@ int main(int argc, char **argv)
                 return 2;
         }
         if (strcmp(argv[1], "kernels")) {
-                fprintf(stderr, "gemmbench: unknown command '%s'\nTry 'gemmbench --help'.\n", argv[1]);
+                fprintf(stderr, "gemmbench: unknown %s '%s'\nTry 'gemmbench --help'.\n",
+                        argv[1][0] == '-' ? "option" : "command", argv[1]);
                 return 2;
         }
         for (int i = 2; i < argc; i++) {
