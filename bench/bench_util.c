@@ -6,9 +6,11 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <getopt.h>
 #include <limits.h>
 #include <math.h>
 #include <signal.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -29,6 +31,29 @@ int bench_parse_int(const char *s, long lo, long hi, int *out)
                 return -1;
         *out = (int)v;
         return 0;
+}
+
+int bench_usage_error(const char *prog, const char *fmt, ...)
+{
+        va_list ap;
+
+        fprintf(stderr, "%s: ", prog);
+        va_start(ap, fmt);
+        vfprintf(stderr, fmt, ap);
+        va_end(ap);
+        fprintf(stderr, "\nTry '%s --help'.\n", prog);
+        return 2;
+}
+
+int bench_getopt_error(const char *prog, int c, char **argv)
+{
+        const char *arg = argv[optind - 1];
+
+        if (c == ':')
+                return bench_usage_error(prog, "option '%s' needs a value", arg);
+        if (optopt && strncmp(arg, "--", 2))
+                return bench_usage_error(prog, "unknown option '-%c'", optopt);
+        return bench_usage_error(prog, "unknown option '%s'", arg);
 }
 
 int bench_socket_accepts(const char *path)

@@ -17,6 +17,15 @@
 /* Parses a decimal integer in [lo, hi] into *out. Returns 0, or -1. */
 int bench_parse_int(const char *s, long lo, long hi, int *out);
 
+/* A usage error in one line, "PROG: MESSAGE", then where the help is
+ * ("Try 'PROG --help'."), on stderr. Returns 2, the exit status. */
+int bench_usage_error(const char *prog, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* The usage error for what getopt_long returned as c ('?' or ':', with
+ * opterr 0 and a ':' first in its optstring): the option it does not know,
+ * or the one missing its value. Returns 2. */
+int bench_getopt_error(const char *prog, int c, char **argv);
+
 /* 1 when a Unix socket at path accepts a connection. */
 int bench_socket_accepts(const char *path);
 

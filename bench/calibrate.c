@@ -101,8 +101,12 @@ int calibrate_main(int argc, char **argv)
                         reps = atoi(argv[++i]);
                 else if (!strcmp(argv[i], "--json"))
                         json = 1;
-                else {
-                        fprintf(stderr, "usage: gemmbench calibrate [--reps N] [--json]\n");
+                else if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
+                        printf("usage: gemmbench calibrate [--reps N] [--json]\n");
+                        return 0;
+                } else {
+                        fprintf(stderr, "gemmbench calibrate: unknown option '%s'\n"
+                                        "Try 'gemmbench calibrate --help'.\n", argv[i]);
                         return 2;
                 }
         }

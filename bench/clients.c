@@ -118,7 +118,7 @@ static void sleep_ms(int ms)
 
 /* ---- options ---------------------------------------------------------- */
 
-static int usage(FILE *f)
+static void usage(FILE *f)
 {
         fprintf(f,
                 "usage: gemmbench clients [options]\n"
@@ -146,9 +146,9 @@ static int usage(FILE *f)
                 "  --spin              gemmd mode: clients busy-poll for completions and never\n"
                 "                      sleep (default: poll as long as libgemmd's waits do,\n"
                 "                      $GEMMD_SPIN_US or 50 us, then sleep in poll())\n"
-                "  --json              print one JSON object\n",
+                "  --json              print one JSON object\n"
+                "  --help              this text\n",
                 CLIENTS_PROBLEMS, CLIENTS_MAX_WINDOW);
-        return 2;
 }
 
 static int parse_double(const char *s, double lo, double hi, double *out)
@@ -208,7 +208,8 @@ static int parse_args(struct run *r, int argc, char **argv)
         r->setup_timeout_s = 120;
         r->backend = "auto";
         optind = 1;
-        while ((c = getopt_long(argc, argv, "", options, &idx)) != -1) {
+        opterr = 0; /* bench_getopt_error says it in one line */
+        while ((c = getopt_long(argc, argv, ":", options, &idx)) != -1) {
                 int bad = 0;
 
                 switch (c) {
@@ -285,18 +286,15 @@ static int parse_args(struct run *r, int argc, char **argv)
                         usage(stdout);
                         return 1;
                 default:
-                        return usage(stderr);
+                        return bench_getopt_error("gemmbench clients", c, argv);
                 }
-                if (bad) {
-                        fprintf(stderr, "gemmbench clients: invalid value for --%s: %s\n",
-                                options[idx].name, optarg);
-                        return 2;
-                }
+                if (bad)
+                        return bench_usage_error("gemmbench clients", "invalid value for --%s: %s",
+                                                 options[idx].name, optarg);
         }
-        if (optind < argc) {
-                fprintf(stderr, "gemmbench clients: unexpected argument: %s\n", argv[optind]);
-                return usage(stderr);
-        }
+        if (optind < argc)
+                return bench_usage_error("gemmbench clients", "unexpected argument: %s",
+                                         argv[optind]);
         if (r->o.mode != CLIENTS_GEMMD && (r->o.socket || r->o.memory != CLIENTS_MEM_AUTO)) {
                 fprintf(stderr, "gemmbench clients: --socket and --memory belong to --mode gemmd\n");
                 return 2;

@@ -872,18 +872,33 @@ static const char *num_or_dash(char *buf, size_t len, int ok, const char *fmt, d
         return buf;
 }
 
-static int usage(void)
+static void usage(FILE *f)
 {
-        fprintf(stderr, "usage: gemmbench kernels [--mode MODE|all] [--workload NAME|all|FILE] [--json] "
-                        "[--reps N] [--cost SPEC] [--queued]\n"
-                        "       gemmbench calibrate [--reps N] [--json]   (the cost model measured here)\n"
-                        "       gemmbench list [NAME|FILE]   (a workload's problem list, `gemmctl plan` format)\n"
-                        "       gemmbench clients [options]  (--help lists them)\n"
-                        "workloads:");
+        fprintf(f, "usage: gemmbench kernels [--mode MODE|all] [--workload NAME|all|FILE] [--json] "
+                   "[--reps N] [--cost SPEC] [--queued]\n"
+                   "       gemmbench calibrate [--reps N] [--json]   (the cost model measured here)\n"
+                   "       gemmbench list [NAME|FILE]   (a workload's problem list, `gemmctl plan` format)\n"
+                   "       gemmbench clients [options]  (--help lists them)\n"
+                   "       gemmbench [COMMAND] --help   (this text; clients: its own)\n"
+                   "workloads:");
         for (size_t i = 0; i < NBUILTIN; i++)
-                fprintf(stderr, " %s", builtin[i]);
-        fprintf(stderr, "\n");
+                fprintf(f, " %s", builtin[i]);
+        fprintf(f, "\n");
+}
+
+/* A usage error of command cmd ("kernels", "list") in one line and where
+ * the help is. Returns 2, the exit status. */
+static int usage_error(const char *cmd, const char *what, const char *arg)
+{
+        fprintf(stderr, "gemmbench %s: %s%s%s%s\nTry 'gemmbench --help'.\n", cmd, what,
+                arg ? " '" : "", arg ? arg : "", arg ? "'" : "");
         return 2;
+}
+
+/* 1 when arg asks for the help. */
+static int is_help(const char *arg)
+{
+        return !strcmp(arg, "--help") || !strcmp(arg, "-h");
 }
 
 /* Writes w's problems to f in the `gemmctl plan` format, every dtype (and
@@ -913,8 +928,13 @@ static int list_main(int argc, char **argv)
                         printf("%s\n", builtin[i]);
                 return 0;
         }
+        if (is_help(argv[1])) {
+                usage(stdout);
+                return 0;
+        }
         if (argc != 2 || argv[1][0] == '-')
-                return usage();
+                return usage_error("list", argc != 2 ? "one NAME or FILE, not" : "unknown option",
+                                   argv[argc != 2 ? 2 : 1]);
         if (make_builtin(argv[1], &w) && load_file(argv[1], &w))
                 return 1;
         write_list(stdout, &w, argv[1]);
@@ -1035,10 +1055,24 @@ int main(int argc, char **argv)
                 return list_main(argc - 1, argv + 1);
         if (argc >= 2 && !strcmp(argv[1], "calibrate"))
                 return calibrate_main(argc - 1, argv + 1);
-        if (argc < 2 || strcmp(argv[1], "kernels"))
-                return usage();
+        if (argc >= 2 && is_help(argv[1])) {
+                usage(stdout);
+                return 0;
+        }
+        if (argc < 2) {
+                fprintf(stderr, "gemmbench: no command given\nTry 'gemmbench --help'.\n");
+                return 2;
+        }
+        if (strcmp(argv[1], "kernels")) {
+                fprintf(stderr, "gemmbench: unknown %s '%s'\nTry 'gemmbench --help'.\n",
+                        argv[1][0] == '-' ? "option" : "command", argv[1]);
+                return 2;
+        }
         for (int i = 2; i < argc; i++) {
-                if (!strcmp(argv[i], "--mode") && i + 1 < argc)
+                if (is_help(argv[i])) {
+                        usage(stdout);
+                        return 0;
+                } else if (!strcmp(argv[i], "--mode") && i + 1 < argc)
                         mode = argv[++i];
                 else if (!strcmp(argv[i], "--workload") && i + 1 < argc)
                         wl = argv[++i];
@@ -1052,20 +1086,27 @@ int main(int argc, char **argv)
                         /* Plans built with another cost model (gemmbench calibrate). */
                         struct sched_cost c = *sched_cost_get();
 
-                        if (sched_cost_parse(&c, argv[++i]) || sched_cost_set(&c))
-                                return usage();
-                } else
-                        return usage();
+                        if (sched_cost_parse(&c, argv[i + 1]) || sched_cost_set(&c))
+                                return usage_error("kernels", "invalid value for --cost:", argv[i + 1]);
+                        i++;
+                } else if (i + 1 == argc && (!strcmp(argv[i], "--mode") || !strcmp(argv[i], "--workload") ||
+                                             !strcmp(argv[i], "--reps") || !strcmp(argv[i], "--cost"))) {
+                        return usage_error("kernels", "a value must follow", argv[i]);
+                } else if (argv[i][0] == '-') {
+                        return usage_error("kernels", "unknown option", argv[i]);
+                } else {
+                        return usage_error("kernels", "unexpected argument", argv[i]);
+                }
         }
         if (reps < 1)
-                return usage();
+                return usage_error("kernels", "--reps must be at least 1", NULL);
         int mask = 0;
         if (!strcmp(mode, "all")) {
                 mask = (1 << SCHED_NMODES) - 1;
         } else {
                 enum sched_mode m;
                 if (sched_mode_parse(mode, &m))
-                        return usage();
+                        return usage_error("kernels", "invalid value for --mode:", mode);
                 mask = 1 << m;
         }
         int ndev = 0;
@@ -1097,7 +1138,7 @@ int main(int argc, char **argv)
                 }
         } else {
                 if (make_builtin(wl, &w) && load_file(wl, &w))
-                        return usage();
+                        return usage_error("kernels", "invalid value for --workload:", wl);
                 bench_workload(h, &w, mask, json, reps, (uint32_t)prop.multiProcessorCount, l2);
                 free(w.p);
         }

@@ -261,7 +261,7 @@ static int daemon_stop(pid_t pid)
 
 /* ---- the parent ------------------------------------------------------- */
 
-static int usage(FILE *f)
+static void usage(FILE *f)
 {
         fprintf(f,
                 "usage: gemmbench-latency [options]\n"
@@ -279,9 +279,9 @@ static int usage(FILE *f)
                 "  --backend B         --backend of the gemmd started (default cpu)\n"
                 "  --gemmd PATH        the gemmd to start (default: beside this binary)\n"
                 "  --daemon-arg ARG    one more argument for the gemmd started (repeatable)\n"
-                "  --json              print one JSON object\n",
+                "  --json              print one JSON object\n"
+                "  --help              this text\n",
                 MAX_CLIENTS);
-        return 2;
 }
 
 static int parse_args(struct lat_opts *o, int argc, char **argv)
@@ -300,10 +300,11 @@ static int parse_args(struct lat_opts *o, int argc, char **argv)
                 {"help", no_argument, NULL, 'h'},
                 {0},
         };
-        int ch;
+        int ch, li = -1;
 
         optind = 1;
-        while ((ch = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+        opterr = 0; /* bench_getopt_error says it in one line */
+        while ((ch = getopt_long(argc, argv, ":", opts, &li)) != -1) {
                 int bad = 0;
 
                 switch (ch) {
@@ -344,14 +345,14 @@ static int parse_args(struct lat_opts *o, int argc, char **argv)
                         usage(stdout);
                         exit(0);
                 default:
-                        bad = 1;
-                        break;
+                        return bench_getopt_error("gemmbench-latency", ch, argv);
                 }
                 if (bad)
-                        return usage(stderr);
+                        return bench_usage_error("gemmbench-latency", "invalid value for --%s: %s",
+                                                 opts[li].name, optarg);
         }
         if (optind != argc)
-                return usage(stderr);
+                return bench_usage_error("gemmbench-latency", "unexpected argument: %s", argv[optind]);
         return 0;
 }
 

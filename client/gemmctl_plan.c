@@ -74,8 +74,7 @@ static int usage_error(const char *fmt, const char *arg)
 {
         fprintf(stderr, "gemmctl plan: ");
         fprintf(stderr, fmt, arg);
-        fprintf(stderr, "\n");
-        usage(stderr);
+        fprintf(stderr, "\nTry 'gemmctl plan --help'.\n");
         return EXIT_USAGE;
 }
 

@@ -216,8 +216,28 @@ static const struct option options[] = {
         {NULL, 0, NULL, 0},
 };
 
+/* A byte count as --help shows it: with the largest suffix that keeps it
+ * whole (64G, 20M), as parse_bytes reads it back. Returns buf. */
+static const char *size_str(char buf[24], unsigned long long v)
+{
+        static const char units[] = "KMGT";
+        int i = 0;
+
+        while (i < 4 && v && !(v & 1023)) {
+                v >>= 10;
+                i++;
+        }
+        if (i)
+                snprintf(buf, 24, "%llu%c", v, units[i - 1]);
+        else
+                snprintf(buf, 24, "%llu", v);
+        return buf;
+}
+
 static void usage(FILE *f, const struct gemmd_config *d)
 {
+        char b[7][24];
+
         fprintf(f,
                 "usage: gemmd [options]\n"
                 "\n"
@@ -260,20 +280,21 @@ static void usage(FILE *f, const struct gemmd_config *d)
                 "                               parts on tensor cores (default), or fused multiply-adds\n"
                 "      --max-group-tiles N      tiles in one group (default: %llu)\n"
                 "      --max-group-ops N        ops in one group (default: %u)\n"
-                "      --max-frame-bytes N      largest frame accepted, at least the inline limit + 1 MiB\n"
-                "                               (default: %llu, or the inline limit + 1 MiB if larger)\n"
+                "      --max-frame-bytes SIZE   largest frame accepted, at least the inline limit + 1 MiB\n"
+                "                               (default: %s, or the inline limit + 1 MiB if larger)\n"
                 "      --max-ops-per-submit N   ops in one submit (default: %u)\n"
-                "      --max-inline-bytes N     inline operand bytes in one submit (default: %llu)\n"
+                "      --max-inline-bytes SIZE  inline operand bytes in one submit (default: %s)\n"
                 "      --max-inflight-ops N     unfinished ops per session (default: %u)\n"
                 "      --max-buffers N          registered buffers per session (default: %u)\n"
                 "      --max-queue-ops N        unfinished ops in the whole daemon (default: %u)\n"
                 "      --max-sessions N         concurrent connections (default: %u, fewer where the descriptor\n"
                 "                               limit cannot carry them)\n"
-                "      --metrics-listen ADDR    serve Prometheus metrics over HTTP on unix:PATH or tcp:HOST:PORT (default: off)\n"
-                "      --max-buffer-bytes N     bytes of one registered buffer (default: %llu)\n"
-                "      --max-output-bytes N     unread reply bytes per session before it is read no more (default: %llu)\n"
+                "      --metrics-listen ADDR    serve Prometheus metrics over HTTP on unix:PATH or tcp:HOST:PORT\n"
+                "                               (tcp::PORT: every address; default: off)\n"
+                "      --max-buffer-bytes SIZE  bytes of one registered buffer (default: %s)\n"
+                "      --max-output-bytes SIZE  unread reply bytes per session before it is read no more (default: %s)\n"
                 "      --max-user-inflight-ops N  unfinished ops of one user, all sessions (default: %u)\n"
-                "      --max-user-buffer-bytes N  registered bytes of one user, all sessions (default: %llu)\n"
+                "      --max-user-buffer-bytes SIZE  registered bytes of one user, all sessions (default: %s)\n"
                 "      --max-user-share PCT     share of a device one user keeps while others wait (default: %u)\n"
                 "      --max-user-sessions N    concurrent connections of one user (default: %u, a quarter of\n"
                 "                               --max-sessions but at least 16)\n"
@@ -282,9 +303,9 @@ static void usage(FILE *f, const struct gemmd_config *d)
                 "      --max-user-buffers N     buffers and rings one user's sessions hold mapped (default: %u)\n"
                 "      --max-mappings N|auto    buffers and rings of all users together (default: auto, half of\n"
                 "                               /proc/sys/vm/max_map_count)\n"
-                "      --max-session-inline-bytes N  bytes held for one session's inline operands and the\n"
-                "                               replies carrying inline results (default: %llu)\n"
-                "      --max-user-inline-bytes N  the same for one user, all sessions (default: %llu)\n"
+                "      --max-session-inline-bytes SIZE  bytes held for one session's inline operands and the\n"
+                "                               replies carrying inline results (default: %s)\n"
+                "      --max-user-inline-bytes SIZE  the same for one user, all sessions (default: %s)\n"
                 "      --hello-timeout-ms MS    close a connection that sends no Hello this long (default: %u)\n"
                 "      --frame-timeout-ms MS    close a session whose frame is not whole this long after its first\n"
                 "                               byte (default: %u; 0: never)\n"
@@ -299,19 +320,20 @@ static void usage(FILE *f, const struct gemmd_config *d)
                 "  -h, --help                   this text\n"
                 "      --version                print the version\n"
                 "\n"
+                "SIZE: bytes, or with a K, M, G or T suffix for powers of 1024 (64G, 512KiB).\n"
                 "SIGTERM or SIGINT: stop accepting, finish in-flight work, reply, exit 0.\n",
                 GEMMD_DEFAULT_SOCKET, d->threads, sched_mode_name(d->mode),
                 d->batch_window_us, d->timing_every,
                 (unsigned long long)d->max_group_tiles, d->max_group_ops,
-                (unsigned long long)d->lim.max_frame_bytes, d->lim.max_ops_per_submit,
-                (unsigned long long)d->lim.max_inline_bytes, d->lim.max_inflight_ops,
+                size_str(b[0], d->lim.max_frame_bytes), d->lim.max_ops_per_submit,
+                size_str(b[1], d->lim.max_inline_bytes), d->lim.max_inflight_ops,
                 d->lim.max_buffers, d->lim.max_queue_ops, d->lim.max_sessions,
-                (unsigned long long)d->lim.max_buffer_bytes,
-                (unsigned long long)d->lim.max_output_bytes, d->lim.max_user_inflight_ops,
-                (unsigned long long)d->lim.max_user_buffer_bytes, d->lim.max_user_share,
+                size_str(b[2], d->lim.max_buffer_bytes),
+                size_str(b[3], d->lim.max_output_bytes), d->lim.max_user_inflight_ops,
+                size_str(b[4], d->lim.max_user_buffer_bytes), d->lim.max_user_share,
                 d->lim.max_user_sessions, d->lim.first_session_slots, d->lim.max_user_buffers,
-                (unsigned long long)d->lim.max_session_inline_bytes,
-                (unsigned long long)d->lim.max_user_inline_bytes, d->lim.hello_timeout_ms,
+                size_str(b[5], d->lim.max_session_inline_bytes),
+                size_str(b[6], d->lim.max_user_inline_bytes), d->lim.hello_timeout_ms,
                 d->lim.frame_timeout_ms, d->lim.idle_timeout_ms);
 }
 
@@ -354,6 +376,36 @@ static int parse_u64(const char *s, unsigned long long lo, unsigned long long hi
         if (errno || *end || v < lo || v > hi)
                 return -EINVAL;
         *out = v;
+        return 0;
+}
+
+/* Parses a byte count in [lo, hi]: decimal, with an optional K, M, G or T
+ * (either case, "iB" may follow) for powers of 1024, so that "64G" and
+ * "64GiB" both mean 64 << 30. Returns 0 or -EINVAL. */
+static int parse_bytes(const char *s, unsigned long long lo, unsigned long long hi,
+                       unsigned long long *out)
+{
+        static const char units[] = "kmgt";
+        unsigned long long v;
+        const char *u;
+        char *end;
+        int shift;
+
+        if (!s || *s < '0' || *s > '9')
+                return -EINVAL;
+        errno = 0;
+        v = strtoull(s, &end, 10);
+        if (errno)
+                return -EINVAL;
+        if (*end == '\0')
+                return parse_u64(s, lo, hi, out);
+        u = strchr(units, *end | 0x20);
+        if (!u || (end[1] && strcmp(end + 1, "iB")))
+                return -EINVAL;
+        shift = 10 * (int)(u - units + 1);
+        if (v > hi >> shift || v << shift < lo)
+                return -EINVAL;
+        *out = v << shift;
         return 0;
 }
 
@@ -460,6 +512,8 @@ static char *trim(char *s)
  * derived from others are settled once, after the command line. */
 static int in_file;
 
+static int parse_args(struct gemmd_config *cfg, int argc, char **argv);
+
 int config_load_file(struct gemmd_config *cfg, const char *path)
 {
         FILE *f = fopen(path, "re");
@@ -516,7 +570,7 @@ int config_load_file(struct gemmd_config *cfg, const char *path)
                         argv[3] = NULL;
                 }
                 in_file = 1;
-                rc = config_parse_args(cfg, argv[2] ? 3 : 2, argv);
+                rc = parse_args(cfg, argv[2] ? 3 : 2, argv);
                 in_file = 0;
                 if (rc != 0) {
                         fprintf(stderr, "gemmd: in %s, line %d\n", path, lineno);
@@ -550,7 +604,21 @@ static int check_frame_bytes(struct gemmd_config *cfg)
         return -EINVAL;
 }
 
-int config_parse_args(struct gemmd_config *cfg, int argc, char **argv)
+/* Says which option getopt_long refused (c is '?' or ':'), in one line:
+ * the daemon's whole help would bury it. */
+static void bad_option(int c, char **argv)
+{
+        const char *arg = argv[optind - 1];
+
+        if (c == ':')
+                fprintf(stderr, "gemmd: option '%s' needs a value\n", arg);
+        else if (optopt && strncmp(arg, "--", 2))
+                fprintf(stderr, "gemmd: unknown option '-%c'\n", optopt);
+        else
+                fprintf(stderr, "gemmd: unknown option '%s'\n", arg);
+}
+
+static int parse_args(struct gemmd_config *cfg, int argc, char **argv)
 {
         struct gemmd_config defaults = *cfg;
         unsigned long long v;
@@ -573,7 +641,8 @@ int config_parse_args(struct gemmd_config *cfg, int argc, char **argv)
         int li = -1;
 
         /* li names the long option just parsed (-1 for a short one). */
-        while ((c = getopt_long(argc, argv, "s:b:fvh", options, &li)) != -1) {
+        opterr = 0; /* bad_option says it in one line */
+        while ((c = getopt_long(argc, argv, ":s:b:fvh", options, &li)) != -1) {
                 int bad = 0;
 
                 switch (c) {
@@ -682,7 +751,7 @@ int config_parse_args(struct gemmd_config *cfg, int argc, char **argv)
                         cfg->max_group_ops = (uint32_t)v;
                         break;
                 case OPT_MAX_FRAME:
-                        bad = parse_u64(optarg, 4096, 1u << 30, &v);
+                        bad = parse_bytes(optarg, 4096, 1u << 30, &v);
                         cfg->lim.max_frame_bytes = v;
                         cfg->max_frame_given = 1;
                         break;
@@ -691,7 +760,7 @@ int config_parse_args(struct gemmd_config *cfg, int argc, char **argv)
                         cfg->lim.max_ops_per_submit = (uint32_t)v;
                         break;
                 case OPT_MAX_INLINE:
-                        bad = parse_u64(optarg, 0, 1u << 30, &v);
+                        bad = parse_bytes(optarg, 0, 1u << 30, &v);
                         cfg->lim.max_inline_bytes = v;
                         break;
                 case OPT_MAX_INFLIGHT:
@@ -711,11 +780,11 @@ int config_parse_args(struct gemmd_config *cfg, int argc, char **argv)
                         cfg->lim.max_sessions = (uint32_t)v;
                         break;
                 case OPT_MAX_BUFFER_BYTES:
-                        bad = parse_u64(optarg, 1, 1ull << 48, &v);
+                        bad = parse_bytes(optarg, 1, 1ull << 48, &v);
                         cfg->lim.max_buffer_bytes = v;
                         break;
                 case OPT_MAX_OUTPUT:
-                        bad = parse_u64(optarg, 1u << 16, 1ull << 40, &v);
+                        bad = parse_bytes(optarg, 1u << 16, 1ull << 40, &v);
                         cfg->lim.max_output_bytes = v;
                         break;
                 case OPT_USER_INFLIGHT:
@@ -723,7 +792,7 @@ int config_parse_args(struct gemmd_config *cfg, int argc, char **argv)
                         cfg->lim.max_user_inflight_ops = (uint32_t)v;
                         break;
                 case OPT_USER_BYTES:
-                        bad = parse_u64(optarg, 1, 1ull << 52, &v);
+                        bad = parse_bytes(optarg, 1, 1ull << 52, &v);
                         cfg->lim.max_user_buffer_bytes = v;
                         break;
                 case OPT_USER_SHARE:
@@ -769,11 +838,11 @@ int config_parse_args(struct gemmd_config *cfg, int argc, char **argv)
                         cfg->lim.max_mappings = (uint32_t)v;
                         break;
                 case OPT_SESSION_INLINE:
-                        bad = parse_u64(optarg, 1, 1ull << 48, &v);
+                        bad = parse_bytes(optarg, 1, 1ull << 48, &v);
                         cfg->lim.max_session_inline_bytes = v;
                         break;
                 case OPT_USER_INLINE:
-                        bad = parse_u64(optarg, 1, 1ull << 52, &v);
+                        bad = parse_bytes(optarg, 1, 1ull << 52, &v);
                         cfg->lim.max_user_inline_bytes = v;
                         break;
                 case OPT_HELLO_TIMEOUT:
@@ -785,7 +854,7 @@ int config_parse_args(struct gemmd_config *cfg, int argc, char **argv)
                         cfg->metrics_listen = optarg;
                         break;
                 default:
-                        usage(stderr, &defaults);
+                        bad_option(c, argv);
                         return -EINVAL;
                 }
                 if (bad) {
@@ -815,4 +884,16 @@ int config_parse_args(struct gemmd_config *cfg, int argc, char **argv)
         if (cfg->lim.max_session_inline_bytes > cfg->lim.max_user_inline_bytes)
                 cfg->lim.max_session_inline_bytes = cfg->lim.max_user_inline_bytes;
         return check_frame_bytes(cfg);
+}
+
+/* Parses the command line (and the --config file it names); returns 0, 1
+ * after --help or --version, or -EINVAL after saying what is wrong in a
+ * line or two and where to look. */
+int config_parse_args(struct gemmd_config *cfg, int argc, char **argv)
+{
+        int rc = parse_args(cfg, argc, argv);
+
+        if (rc < 0)
+                fprintf(stderr, "Try 'gemmd --help'.\n");
+        return rc;
 }

@@ -1,6 +1,8 @@
 /*
- * log.h - gemmd's log lines on stderr (journald adds the timestamps when
- * run under systemd; the level prefix follows sd-daemon(3)).
+ * log.h - gemmd's log lines on stderr. Under journald (stderr is the
+ * journal's stream) each line starts with sd-daemon(3)'s "<N>" level prefix
+ * and the journal adds the time; elsewhere (a terminal, a pipe, a file) it
+ * starts with the local time and the level in words.
  */
 #ifndef GEMMD_LOG_H
 #define GEMMD_LOG_H

@@ -6,6 +6,7 @@
 
 #include <arpa/inet.h>
 #include <errno.h>
+#include <netdb.h>
 #include <netinet/in.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -710,19 +711,18 @@ static void on_connection(uv_stream_t *lis, int status)
 /* ---- the listener ----------------------------------------------------- */
 
 
-/* Parses "HOST:PORT" (HOST IPv4, or IPv6 in brackets) into *ss. */
-static int parse_tcp(const char *spec, struct sockaddr_storage *ss, socklen_t *sslen)
+/* Splits "HOST:PORT" into host (a name, an IPv4 address, or an IPv6
+ * address in brackets; empty for all addresses) and port. Returns 0 or
+ * -EINVAL. */
+static int split_tcp(const char *spec, char *host, size_t cap, char *port)
 {
-        char host[64];
-        const char *colon, *h = spec;
-        size_t hlen;
-        char *end;
-        long port;
+        const char *h = spec, *colon;
+        size_t hlen, plen;
 
         if (*spec == '[') {
                 const char *close_br = strchr(spec, ']');
 
-                if (!close_br || close_br[1] != ':')
+                if (!close_br || close_br[1] != ':' || close_br == spec + 1)
                         return -EINVAL;
                 h = spec + 1;
                 hlen = (size_t)(close_br - h);
@@ -733,44 +733,29 @@ static int parse_tcp(const char *spec, struct sockaddr_storage *ss, socklen_t *s
                         return -EINVAL;
                 hlen = (size_t)(colon - spec);
         }
-        if (hlen == 0 || hlen >= sizeof(host))
+        plen = strlen(colon + 1);
+        if (hlen >= cap || plen == 0 || plen > 5 || strspn(colon + 1, "0123456789") != plen ||
+            atoi(colon + 1) > 65535)
                 return -EINVAL;
         memcpy(host, h, hlen);
         host[hlen] = '\0';
-        errno = 0;
-        port = strtol(colon + 1, &end, 10);
-        if (errno || *end || colon[1] == '\0' || port < 0 || port > 65535)
-                return -EINVAL;
-        memset(ss, 0, sizeof(*ss));
-        if (*spec == '[') {
-                struct sockaddr_in6 *a6 = (struct sockaddr_in6 *)ss;
-
-                if (uv_ip6_addr(host, (int)port, a6))
-                        return -EINVAL;
-                *sslen = sizeof(*a6);
-        } else {
-                struct sockaddr_in *a4 = (struct sockaddr_in *)ss;
-
-                if (uv_ip4_addr(host, (int)port, a4))
-                        return -EINVAL;
-                *sslen = sizeof(*a4);
-        }
+        memcpy(port, colon + 1, plen + 1);
         return 0;
 }
 
-static int bind_tcp(const char *spec)
+/* A listening socket on one address; returns it or -errno. An IPv6
+ * socket for all addresses takes IPv4 too, where the system allows. */
+static int listen_on(const struct addrinfo *ai, int any)
 {
-        struct sockaddr_storage ss;
-        socklen_t sslen;
-        int fd, one = 1, rc = parse_tcp(spec, &ss, &sslen);
+        int fd, one = 1, off = 0, rc;
 
-        if (rc)
-                return rc;
-        fd = socket(ss.ss_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+        fd = socket(ai->ai_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
         if (fd < 0)
                 return -errno;
         setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-        if (bind(fd, (struct sockaddr *)&ss, sslen) < 0 || listen(fd, 64) < 0) {
+        if (any && ai->ai_family == AF_INET6)
+                setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &off, sizeof(off));
+        if (bind(fd, ai->ai_addr, ai->ai_addrlen) < 0 || listen(fd, 64) < 0) {
                 rc = -errno;
                 close(fd);
                 return rc;
@@ -778,9 +763,41 @@ static int bind_tcp(const char *spec)
         return fd;
 }
 
+/* Binds "HOST:PORT" (split_tcp): a host name is resolved and its first
+ * address that can be bound serves; an empty host means every address,
+ * IPv6 and IPv4 on one socket, or IPv4 alone on a host without IPv6.
+ * Returns the socket, or -errno with *why saying what went wrong. */
+static int bind_tcp(const char *spec, const char **why)
+{
+        struct addrinfo hints = {0}, *res, *ai;
+        char host[256], port[6];
+        int fd = -EADDRNOTAVAIL, rc;
+
+        if (split_tcp(spec, host, sizeof(host), port))
+                return -EINVAL;
+        hints.ai_family = AF_UNSPEC;
+        hints.ai_socktype = SOCK_STREAM;
+        hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV;
+        rc = getaddrinfo(*host ? host : NULL, port, &hints, &res);
+        if (rc) {
+                *why = gai_strerror(rc);
+                return -EADDRNOTAVAIL;
+        }
+        /* For all addresses glibc lists 0.0.0.0 before ::, whose socket
+         * would take both: IPv6 goes first. */
+        for (int pass = *host ? 1 : 0; pass < 2 && fd < 0; pass++)
+                for (ai = res; ai && fd < 0; ai = ai->ai_next)
+                        if (pass || ai->ai_family == AF_INET6)
+                                fd = listen_on(ai, !*host);
+        freeaddrinfo(res);
+        if (fd < 0)
+                *why = strerror(-fd);
+        return fd;
+}
+
 int metrics_start(struct server *srv)
 {
-        const char *spec = srv->cfg->metrics_listen;
+        const char *spec = srv->cfg->metrics_listen, *why = NULL;
         int fd, rc;
 
         M.srv = srv;
@@ -801,13 +818,16 @@ int metrics_start(struct server *srv)
                 }
         } else if (!strncmp(spec, "tcp:", 4)) {
                 M.is_unix = 0;
-                fd = bind_tcp(spec + 4);
+                fd = bind_tcp(spec + 4, &why);
         } else {
                 fd = -EINVAL;
         }
         if (fd < 0) {
-                log_err("--metrics-listen %s: %s", spec,
-                        fd == -EINVAL ? "expected unix:PATH or tcp:HOST:PORT" : strerror(-fd));
+                if (fd == -EINVAL)
+                        why = "expected unix:PATH or tcp:HOST:PORT";
+                else if (!why)
+                        why = strerror(-fd);
+                log_err("--metrics-listen %s: %s", spec, why);
                 return fd;
         }
         if (M.is_unix) {

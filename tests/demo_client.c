@@ -10,6 +10,7 @@
  */
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <unistd.h>
 
 #include "gemmd.h"
@@ -18,8 +19,33 @@
 #define NOPS 12
 #define BUFFER_BYTES (8u << 20)
 
+/* --help, or a usage error: demo_client takes no options. Returns the exit
+ * status, or -1 to go on. */
+static int check_args(int argc, char **argv)
+{
+        if (argc > 1 && (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h"))) {
+                printf("usage: demo_client [SOCKET [SEED]]\n"
+                       "Submits %d random GEMM and SYR2K ops to gemmd at SOCKET (default:\n"
+                       "$GEMMD_SOCKET, else the system socket) and checks each result.\n", NOPS);
+                return 0;
+        }
+        for (int i = 1; i < argc; i++)
+                if (argv[i][0] == '-' && argv[i][1]) {
+                        fprintf(stderr, "demo_client: unknown option '%s'\n"
+                                        "Try 'demo_client --help'.\n", argv[i]);
+                        return 2;
+                }
+        if (argc > 3) {
+                fprintf(stderr, "demo_client: unexpected argument: %s\n"
+                                "Try 'demo_client --help'.\n", argv[3]);
+                return 2;
+        }
+        return -1;
+}
+
 int main(int argc, char **argv)
 {
+        int early = check_args(argc, argv);
         const char *sock = argc > 1 ? argv[1] : NULL;
         uint64_t seed = argc > 2 ? strtoull(argv[2], NULL, 0) : (uint64_t)getpid();
         struct e2e_prob p[NOPS];
@@ -29,6 +55,8 @@ int main(int argc, char **argv)
         gemmd_client *c;
         int rc, failed = 0;
 
+        if (early >= 0)
+                return early;
         rc = gemmd_connect(sock, &c);
         if (rc) {
                 fprintf(stderr, "demo_client: cannot connect: %s\n", gemmd_strerror(rc));

@@ -39,6 +39,7 @@
 #include <getopt.h>
 #include <poll.h>
 #include <signal.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -406,10 +407,22 @@ static int stop_all(struct child *ch, int n, struct report *sum)
         return bad;
 }
 
-static void usage(void)
+static void usage(FILE *f)
 {
-        fprintf(stderr, "usage: soak [--clients N] [--seconds S] [--kill-ms MS] [--threads T] "
-                        "[--seed X] [--backend cpu|cuda] [--hostile H]\n");
+        fprintf(f, "usage: soak [--clients N] [--seconds S] [--kill-ms MS] [--threads T] "
+                   "[--seed X] [--backend cpu|cuda] [--hostile H] [--help]\n");
+}
+
+/* A usage error: what is wrong in one line, then where the help is. */
+static void __attribute__((noreturn, format(printf, 1, 2))) usage_error(const char *fmt, ...)
+{
+        va_list ap;
+
+        fprintf(stderr, "soak: ");
+        va_start(ap, fmt);
+        vfprintf(stderr, fmt, ap);
+        va_end(ap);
+        fprintf(stderr, "\nTry 'soak --help'.\n");
         exit(2);
 }
 
@@ -481,7 +494,8 @@ int main(int argc, char **argv)
                 {"clients", required_argument, NULL, 'c'}, {"seconds", required_argument, NULL, 's'},
                 {"kill-ms", required_argument, NULL, 'k'}, {"threads", required_argument, NULL, 't'},
                 {"seed", required_argument, NULL, 'x'},    {"backend", required_argument, NULL, 'b'},
-                {"hostile", required_argument, NULL, 'H'}, {NULL, 0, NULL, 0},
+                {"hostile", required_argument, NULL, 'H'}, {"help", no_argument, NULL, 'h'},
+                {NULL, 0, NULL, 0},
         };
         static struct child ch[MAX_CLIENTS];
         int nclients = 16, seconds = 10, kill_ms = 150, o, bad = 0, kills = 0, ok, nhostile = 0;
@@ -496,7 +510,8 @@ int main(int argc, char **argv)
         char b1[128], b2[128];
         long long got;
 
-        while ((o = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+        opterr = 0; /* usage_error says it in one line */
+        while ((o = getopt_long(argc, argv, ":", opts, NULL)) != -1) {
                 switch (o) {
                 case 'c':
                         nclients = atoi(optarg);
@@ -519,13 +534,21 @@ int main(int argc, char **argv)
                 case 'H':
                         nhostile = atoi(optarg);
                         break;
+                case 'h':
+                        usage(stdout);
+                        return 0;
+                case ':':
+                        usage_error("option '%s' needs a value", argv[optind - 1]);
                 default:
-                        usage();
+                        usage_error("unknown option '%s'", argv[optind - 1]);
                 }
         }
+        if (optind < argc)
+                usage_error("unexpected argument: %s", argv[optind]);
         if (nclients < 1 || nclients > MAX_CLIENTS || seconds < 1 || kill_ms < 1 || nhostile < 0 ||
             nhostile > MAX_CLIENTS)
-                usage();
+                usage_error("--clients and --hostile take 1 to %d (--hostile may be 0), "
+                            "--seconds and --kill-ms at least 1", MAX_CLIENTS);
         if (nhostile && geteuid() != 0) {
                 fprintf(stderr, "soak: --hostile acts as two other users, which needs root\n");
                 return 77;

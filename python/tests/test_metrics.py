@@ -206,6 +206,56 @@ class TestMetricsTcp(DaemonTestCase):
             s.close()
 
 
+def ipv6_loopback():
+    """Whether this host can listen on ::1."""
+    try:
+        s = socket.socket(socket.AF_INET6, socket.SOCK_STREAM)
+    except OSError:
+        return False
+    try:
+        s.bind(("::1", 0))
+        return True
+    except OSError:
+        return False
+    finally:
+        s.close()
+
+
+class TestMetricsTcpAnyAddress(DaemonTestCase):
+    """tcp::PORT listens on every address: IPv4 and, where the host has it,
+    IPv6 on the same port."""
+    port = free_tcp_port()
+    daemon_args = ("--metrics-listen", "tcp::%d" % port)
+
+    def fetch(self, host):
+        with urllib.request.urlopen("http://%s:%d/metrics" % (host, self.port), timeout=10) as r:
+            self.assertEqual(r.status, 200)
+            samples, _ = parse(r.read().decode())
+        info = [v for (name, _), v in samples.items() if name == "gemmd_build_info"]
+        self.assertEqual(info, [1.0])
+
+    def test_ipv4(self):
+        self.fetch("127.0.0.1")
+
+    @unittest.skipUnless(ipv6_loopback(), "no IPv6 on this host")
+    def test_ipv6(self):
+        self.fetch("[::1]")
+
+
+class TestMetricsTcpHostName(DaemonTestCase):
+    """tcp:localhost:PORT: a host name is resolved, and metrics are served on
+    an address it names."""
+    port = free_tcp_port()
+    daemon_args = ("--metrics-listen", "tcp:localhost:%d" % port)
+
+    def test_scrape(self):
+        with urllib.request.urlopen("http://localhost:%d/metrics" % self.port, timeout=10) as r:
+            self.assertEqual(r.status, 200)
+            samples, types = parse(r.read().decode())
+        self.assertEqual(types["gemmd_sessions"], "gauge")
+        self.assertIn(("gemmd_uptime_seconds", frozenset()), samples)
+
+
 class TestMetricsUnix(DaemonTestCase):
     daemon_args = ("--metrics-listen", "unix:{dir}/metrics.sock")
 
@@ -276,7 +326,8 @@ class TestMetricsLifetime(unittest.TestCase):
         r = self.run_gemmd("http:1234")
         self.assertEqual(r.returncode, 2)
         self.assertIn("http:1234", r.stderr)
-        for addr in ("tcp:127.0.0.1", "tcp:localhost:80", "tcp:127.0.0.1:99999", "unix:"):
+        for addr in ("tcp:127.0.0.1", "tcp:no-such-host.invalid:9466", "tcp:127.0.0.1:99999",
+                     "tcp:[::1:9466", "tcp:[]:9466", "tcp::", "unix:"):
             r = self.run_gemmd(addr)
             self.assertEqual(r.returncode, 1, addr)
             self.assertIn("--metrics-listen " + addr, r.stderr)
