@@ -14,12 +14,15 @@ The library is found through $GEMMD_LIBRARY, then build/libgemmd.so of the
 checkout this package lies in, then the system's libgemmd.
 """
 
+from ._version import __version__
+
 from ._client import Client, Future, GemmdError, OpInfo
 from ._lib import (EBOUNDS, EBUSY, ECANCELED, EDEVICE, EDISCONNECT, EINVAL, ELIMIT, ENOBUF,
                    ENOTICKET, EOVERFLOW, ERESOURCE, EPERM, EPROTO, ESHUTDOWN, ETOOBIG, EUNSUPPORTED,
                    EVERSION, PRIO_HIGH, PRIO_LOW, PRIO_NORMAL, strerror)
 
 __all__ = [
+    "__version__",
     "Client", "Future", "GemmdError", "OpInfo", "strerror",
     "PRIO_LOW", "PRIO_NORMAL", "PRIO_HIGH",
     "EPROTO", "EVERSION", "ETOOBIG", "EINVAL", "EBOUNDS", "EOVERFLOW", "ENOBUF", "EBUSY",
