@@ -10,6 +10,7 @@ import os
 import select
 import threading
 import weakref
+from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
@@ -23,13 +24,22 @@ class GemmdError(Exception):
 
     .code is the library's code: a negative errno or one of the gemmd.E*
     constants (gemmd.h's GEMMD_E*). .strerror is gemmd_strerror(code).
+    .message is the daemon's own reason (gemmd_last_error), "" when it gave
+    none. str() has all three: "what: the daemon's reason (strerror, code)".
     """
 
-    def __init__(self, code, context=None):
+    code: int
+    strerror: str
+    message: str
+    context: Optional[str]
+
+    def __init__(self, code: int, context: Optional[str] = None, message: str = "") -> None:
         self.code = int(code)
         self.strerror = _lib.strerror(self.code)
         self.context = context
-        text = "%s (%d)" % (self.strerror, self.code)
+        self.message = message or ""
+        text = "%s (%s, %d)" % (self.message, self.strerror, self.code) if self.message \
+            else "%s (%d)" % (self.strerror, self.code)
         super().__init__("%s: %s" % (context, text) if context else text)
 
 
@@ -258,10 +268,11 @@ class _Pending:
     """An op in flight: its future, how to build its result, and what must
     stay alive (and be given back) until it is done."""
 
-    __slots__ = ("fut", "finish", "keep", "scratch", "what")
+    __slots__ = ("fut", "finish", "keep", "scratch", "what", "why0")
 
-    def __init__(self, fut, finish, keep, scratch, what):
+    def __init__(self, fut, finish, keep, scratch, what, why0):
         self.fut, self.finish, self.keep, self.scratch, self.what = fut, finish, keep, scratch, what
+        self.why0 = why0  # gemmd_last_error when it was submitted
 
 
 _MiB = 1 << 20
@@ -377,8 +388,22 @@ class Client:
             os.close(self._wake_w)
 
     @property
-    def closed(self):
+    def closed(self) -> bool:
         return self._closed
+
+    def _why(self):
+        """The daemon's words for its last error on this connection, or ""."""
+        if self._disconnected:
+            return ""
+        p = self._lib.gemmd_last_error(self._h)
+        return p.decode("utf-8", "replace") if p else ""
+
+    def _error(self, rc, what, before=None):
+        """A GemmdError for code rc, with the daemon's reason unless it is
+        still `before`, the text from before an asynchronous request (the
+        library clears it only for synchronous calls)."""
+        why = self._why()
+        return GemmdError(rc, what, "" if why == before else why)
 
     def _check_open(self):
         if self._closed:
@@ -403,7 +428,7 @@ class Client:
             self._check_open()
             rc = self._lib.gemmd_stats(self._h, 1 if json else 0, ctypes.byref(p))
         if rc:
-            raise GemmdError(rc, "stats")
+            raise self._error(rc, "stats")
         try:
             text = ctypes.string_at(p).decode("utf-8", "replace")
         finally:
@@ -466,11 +491,15 @@ class Client:
 
     def _alloc(self, nbytes):
         """(buffer id, address) of a new shared buffer. Lock held."""
+        what = "cannot allocate %d bytes of shared memory" % nbytes
+        limit = self._info["max_buffer_bytes"]
+        if limit and nbytes > limit:  # libgemmd refuses it without asking the daemon
+            raise GemmdError(_lib.ELIMIT, what, "the daemon's buffers hold at most %d bytes" % limit)
         bid = ctypes.c_uint64()
         ptr = ctypes.c_void_p()
         rc = self._lib.gemmd_buffer_alloc(self._h, nbytes, ctypes.byref(bid), ctypes.byref(ptr))
         if rc:
-            raise GemmdError(rc, "cannot allocate %d bytes of shared memory" % nbytes)
+            raise self._error(rc, what)
         return bid.value, ptr.value
 
     def _shared_of(self, ptr, span):
@@ -521,7 +550,7 @@ class Client:
 
     def _collect(self):
         """Takes every finished ticket from the library. Lock held. Returns
-        [(record, status, Result)]."""
+        [(record, status, Result, the daemon's reason or "")]."""
         done = []
         t = ctypes.c_uint64()
         while True:
@@ -531,20 +560,21 @@ class Client:
                 st = self._lib.gemmd_wait(self._h, t.value, 0, ctypes.byref(res), 1)
                 rec = self._pending.pop(t.value, None)
                 if rec is not None:
-                    done.append((rec, st, res))
+                    why = self._why() if st else ""
+                    done.append((rec, st, res, "" if why == rec.why0 else why))
                 continue
             if rc < 0:  # the connection is gone: nothing more will complete
                 for rec in self._pending.values():
-                    done.append((rec, rc, None))
+                    done.append((rec, rc, None, ""))
                 self._pending.clear()
             return done
 
-    def _settle(self, rec, status=0, res=None, exc=None):
+    def _settle(self, rec, status=0, res=None, exc=None, why=""):
         """Completes rec's future (outside the lock unless closing)."""
         fut = rec.fut
         try:
             if exc is None and status:
-                exc = GemmdError(status, rec.what)
+                exc = GemmdError(status, rec.what, why)
             if exc is None:
                 value = rec.finish()
                 if res is not None:
@@ -570,8 +600,8 @@ class Client:
             if self._disconnected:
                 return
             done = self._collect()
-        for rec, st, res in done:
-            self._settle(rec, st, res)
+        for rec, st, res, why in done:
+            self._settle(rec, st, res, why=why)
         if done:
             return
         try:
@@ -606,14 +636,17 @@ class Client:
             self._pump(0.25 if left is None else min(0.25, left))
         return fut.result(0 if deadline is not None else None)
 
-    def _submit(self, op, finish, keep, scratch, what, priority, background):
-        """Submits one op; returns its Future. Lock held."""
+    def _submit(self, op, finish, keep, scratch, what, priority, background, nops=1):
+        """Submits op (or the nops Ops of an array starting there) as one
+        request; returns its Future. Lock held."""
         fut = Future()
         ticket = ctypes.c_uint64()
-        rc = self._lib.gemmd_submit(self._h, ctypes.byref(op), 1, priority, ctypes.byref(ticket))
+        why0 = self._why()
+        rc = self._lib.gemmd_submit(self._h, ctypes.cast(ctypes.byref(op), ctypes.POINTER(_lib.Op)),
+                                    nops, priority, ctypes.byref(ticket))
         if rc:
-            raise GemmdError(rc, what)  # the caller gives the scratch buffer back
-        self._pending[ticket.value] = _Pending(fut, finish, keep, scratch, what)
+            raise self._error(rc, what, why0)  # the caller gives the scratch buffer back
+        self._pending[ticket.value] = _Pending(fut, finish, keep, scratch, what, why0)
         if background and self._driver is None:
             self._driver = threading.Thread(target=self._drive, name="gemmd-completions",
                                             daemon=True)

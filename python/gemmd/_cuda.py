@@ -115,8 +115,7 @@ class CudaOps:
             rc = cl._lib.gemmd_register_device(cl._h, ctypes.c_void_p(base), size,
                                                ctypes.byref(out))
             if rc:
-                from ._client import GemmdError
-                raise GemmdError(rc, "cannot register CUDA memory with gemmd")
+                raise cl._error(rc, "cannot register CUDA memory with gemmd")
             bid = out.value
             self.cache[key] = bid
             while len(self.cache) > _MAX_CACHED:
