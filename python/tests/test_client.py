@@ -196,7 +196,8 @@ class TestSyr2k(DaemonTestCase, Check):
             shape = (k, n) if trans else (n, k)
             a, b = rand(self.rng, shape), rand(self.rng, shape)
             c = rand(self.rng, (n, n)) if with_c else None
-            got = self.c.syr2k(a, b, c, alpha=0.75, beta=1.5, trans=trans, lower=lower)
+            got = self.c.syr2k(a, b, c, alpha=0.75, beta=1.5 if with_c else None, trans=trans,
+                               lower=lower)
             what = "syr2k n=%d k=%d trans=%d lower=%d c=%d" % (n, k, trans, lower, with_c)
             ref = syr2k_ref(a, b, c, 0.75, 1.5, trans, lower)
             self.assertClose(got, ref, "f32", k, what)
