@@ -372,19 +372,20 @@ class Client:
         rc = self._lib.gemmd_connect(path, ctypes.byref(h))
         if rc:
             raise GemmdError(rc, "cannot connect to gemmd at %s" % (
-                socket or os.environ.get("GEMMD_SOCKET") or "the default socket"))
+                os.fsdecode(socket) if socket is not None else
+                os.environ.get("GEMMD_SOCKET") or "the default socket"))
         self._h = h
         self._lock = threading.RLock()
         self._closed = False
         self._disconnected = False
-        self._pending = {}
-        self._driver = None
+        self._pending: Dict[int, _Pending] = {}
+        self._driver: Optional[threading.Thread] = None
         self._wake_r, self._wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
         self._fd = self._lib.gemmd_fd(h)
-        self._ranges = []       # sorted (start, end, buffer id) of empty() buffers
+        self._ranges: List[tuple] = []  # sorted (start, end, buffer id) of empty() buffers
         self._live = 0          # empty() buffers whose arrays are alive
-        self._dead = []         # their ids once collected, freed at the next call
-        self._pool = {}         # size class -> free scratch _Bufs
+        self._dead: List[tuple] = []    # their ids once collected, freed at the next call
+        self._pool: Dict[int, List[_Buf]] = {}  # size class -> free scratch _Bufs
         self._pool_bytes = 0
         self._scratch_cache = scratch_cache_bytes
         self._cuda = None
@@ -516,7 +517,8 @@ class Client:
         (the daemon allows info['max_buffers'] per session); the buffer is
         released when the array and every view of it are collected."""
         dt = np.dtype(dtype)
-        shape = (int(shape),) if np.ndim(shape) == 0 else tuple(int(s) for s in shape)
+        shape = (int(shape),) if isinstance(shape, (int, np.integer)) else \
+            tuple(int(s) for s in shape)
         nbytes = max(1, int(np.prod(shape)) * dt.itemsize)
         with self._locked():
             self._check_open()

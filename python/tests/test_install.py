@@ -15,7 +15,6 @@ import tempfile
 import unittest
 import zipfile
 
-import numpy as np
 
 from daemon_util import BIN, ROOT, DaemonTestCase
 

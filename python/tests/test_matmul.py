@@ -4,6 +4,8 @@ package's version, against a real CPU-backend daemon."""
 
 import os
 import re
+import shutil
+import subprocess
 import unittest
 
 import numpy as np
@@ -174,6 +176,27 @@ class TestDaemonReasons(DaemonTestCase):
         self.assertEqual(cm.exception.code, gemmd.ELIMIT)
         self.assertIn("buffers per session", cm.exception.message)  # the daemon's words
         del keep
+
+
+class TestTyping(unittest.TestCase):
+    def test_public_api_is_annotated(self):
+        import typing
+        for fn in (gemmd.Client.gemm, gemmd.Client.syr2k, gemmd.Client.matmul, gemmd.matmul,
+                   gemmd.Client.gemm_async, gemmd.Client.empty, gemmd.Client.__init__):
+            hints = typing.get_type_hints(fn)
+            self.assertIn("return", hints, fn.__qualname__)
+            for name in ("dtype", "priority"):
+                if name in fn.__code__.co_varnames[:fn.__code__.co_argcount +
+                                                   fn.__code__.co_kwonlyargcount]:
+                    self.assertIn(name, hints, fn.__qualname__)
+        self.assertTrue(os.path.exists(os.path.join(os.path.dirname(gemmd.__file__), "py.typed")))
+
+    @unittest.skipUnless(shutil.which("mypy"), "needs mypy")
+    def test_mypy(self):
+        r = subprocess.run(["mypy", "--ignore-missing-imports", "--cache-dir", os.devnull, "-p", "gemmd"],
+                           cwd=os.path.join(ROOT, "python"), stdout=subprocess.PIPE,
+                           stderr=subprocess.STDOUT)
+        self.assertEqual(r.returncode, 0, r.stdout.decode(errors="replace"))
 
 
 class TestVersion(unittest.TestCase):
