@@ -569,7 +569,8 @@ class Client:
         what = "cannot allocate %d bytes of shared memory" % nbytes
         limit = self._info["max_buffer_bytes"]
         if limit and nbytes > limit:  # libgemmd refuses it without asking the daemon
-            raise GemmdError(_lib.ELIMIT, what, "the daemon's buffers hold at most %d bytes" % limit)
+            raise GemmdError(_lib.ELIMIT, what,
+                             "the daemon's buffers hold at most %d bytes" % limit)
         bid = ctypes.c_uint64()
         ptr = ctypes.c_void_p()
         rc = self._lib.gemmd_buffer_alloc(self._h, nbytes, ctypes.byref(bid), ctypes.byref(ptr))
@@ -923,8 +924,9 @@ class Client:
                         off += _align(size)
             try:
                 for i, op in enumerate(ops):
-                    for X, j, size, shr, place, operand in ((A, ia[i], sa, shared[0], places[0], op.a),
-                                                            (B, ib[i], sb, shared[1], places[1], op.b)):
+                    for X, j, size, shr, place, operand in (
+                            (A, ia[i], sa, shared[0], places[0], op.a),
+                            (B, ib[i], sb, shared[1], places[1], op.b)):
                         if shr:
                             operand.buffer, operand.offset = shr[0], shr[1] + int(j) * size
                         elif inline:

@@ -66,7 +66,8 @@ class _Driver:
         prim = self.primary.get(ordinal)
         if prim is None:
             prim = ctypes.c_void_p()
-            if self.dev_get(ctypes.byref(dev), ordinal) or self.retain(ctypes.byref(prim), dev.value):
+            if self.dev_get(ctypes.byref(dev), ordinal) or \
+                    self.retain(ctypes.byref(prim), dev.value):
                 raise OSError("cannot use CUDA device %d's primary context" % ordinal)
             self.primary[ordinal] = prim
         self.ctx_set(prim)

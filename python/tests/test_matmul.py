@@ -193,9 +193,9 @@ class TestTyping(unittest.TestCase):
 
     @unittest.skipUnless(shutil.which("mypy"), "needs mypy")
     def test_mypy(self):
-        r = subprocess.run(["mypy", "--ignore-missing-imports", "--cache-dir", os.devnull, "-p", "gemmd"],
-                           cwd=os.path.join(ROOT, "python"), stdout=subprocess.PIPE,
-                           stderr=subprocess.STDOUT)
+        r = subprocess.run(["mypy", "--ignore-missing-imports", "--cache-dir", os.devnull,
+                            "-p", "gemmd"], cwd=os.path.join(ROOT, "python"),
+                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
         self.assertEqual(r.returncode, 0, r.stdout.decode(errors="replace"))
 
 
