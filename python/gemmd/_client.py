@@ -868,7 +868,8 @@ class Client:
                 raise ValueError("out is read-only")
         nops = int(np.prod(batch, dtype=np.int64))
         if nops == 0 or m == 0 or n == 0 or k == 0:
-            return _done(_local_result(None, 0.0, final, res_dt, False, True, out))
+            res = _local_result(None, 0.0, final, res_dt, False, True, out)
+            return _done(res if out is not None or final else res[()])
         # Each operand as a C-ordered stack of matrices; a 1-D one is a row or
         # a column, already laid out as one.
         A = np.ascontiguousarray(_to_wire(a, gdt)).reshape(-1, m, k)
@@ -889,7 +890,7 @@ class Client:
             if out is not None:
                 np.copyto(out, res, casting="unsafe")
                 return out
-            return res
+            return res if final else res[()]  # 1-D @ 1-D: a scalar, as NumPy's
         return self._gather(futs, finish, background)
 
     def _matmul_chunk(self, A, B, W, ia, ib, first, gdt, flags, what, prio, background):

@@ -57,6 +57,7 @@ class TestMatmul(DaemonTestCase):
                 got = c.matmul(a, b)
                 ref = np.matmul(a.astype(np.float64), b.astype(np.float64))
                 self.assertEqual(got.dtype, np.float32, what)
+                self.assertEqual(type(got), type(np.matmul(a, b)), what)  # 1-D @ 1-D: a scalar
                 self.check(got, ref, "f32", sa[-1], what)
 
     def test_many_products_in_chunks(self):
@@ -84,6 +85,7 @@ class TestMatmul(DaemonTestCase):
             ref = np.matmul(a, b)
             what = "%s @ %s" % (sa, sb)
             self.assertEqual(np.shape(got), ref.shape, what)
+            self.assertEqual(type(got), type(ref), what)
             np.testing.assert_array_equal(got, ref, what)
         self.assertEqual(self.c.gemm(np.ones((0, 8)), np.ones((8, 3))).shape, (0, 3))
         np.testing.assert_array_equal(self.c.gemm(np.ones((2, 0)), np.ones((0, 3))),
