@@ -724,6 +724,7 @@ static int call(struct gemmd_client *c, Gemmd__V1__Envelope *env, int pass_fd, i
         free(c->sync.text);
         memset(&c->sync, 0, sizeof(c->sync));
         c->sync.id = env->request_id;
+        c->last_error[0] = '\0'; /* an error now is this call's, not an older one's */
         err = send_all(c, buf, n, pass_fd);
         free(buf);
         if (err && c->sync.done)

@@ -139,6 +139,11 @@ struct gemmd_op {
         uint32_t flags;       /* GEMMD_OPF_* */
         int64_t m, n, k;      /* SYR2K: m is ignored (C is n x n) */
         int64_t lda, ldb, ldc;
+        /* beta scales the input C; here it is always explicit (0 ignores
+         * C's input, which may then be absent). The front ends share one
+         * rule for leaving it out (gemmctl, Python): when C is given and
+         * beta is not, beta is 1; when C is not given, C is zero and beta
+         * must be 0 or left out. */
         float alpha, beta;
         struct gemmd_operand a, b, c;
 };
@@ -317,8 +322,9 @@ int gemmd_stats(gemmd_client *c, int json, char **text);
 
 /* The daemon's own words for the last error it reported on this
  * connection (a rejected submit or call: "op 0: A: bytes [0, 4100) reach
- * past the end of buffer 1 (4096 bytes)"), or "" if none. Valid until the
- * next call on the handle. */
+ * past the end of buffer 1 (4096 bytes)"), or "" if none. A synchronous
+ * call (buffer, registration, stats) clears it first, so after one fails
+ * it is that call's reason or "". Valid until the next call on the handle. */
 const char *gemmd_last_error(const gemmd_client *c);
 
 /* Returns a static description of a code returned by this library (a

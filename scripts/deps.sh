@@ -4,7 +4,7 @@
 set -eu
 
 PKGS="build-essential pkg-config libuv1-dev libprotobuf-c-dev protobuf-c-compiler \
-libcriterion-dev python3 python3-numpy systemd"
+libcriterion-dev python3 python3-numpy python3-venv systemd"
 # tests/test_deploy.sh reads deploy/k8s/daemonset.yaml.
 PKGS="$PKGS python3-yaml"
 

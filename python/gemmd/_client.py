@@ -10,6 +10,7 @@ import os
 import select
 import threading
 import weakref
+from typing import Any, Dict, List, Optional, Sequence, Union
 
 import numpy as np
 
@@ -23,13 +24,22 @@ class GemmdError(Exception):
 
     .code is the library's code: a negative errno or one of the gemmd.E*
     constants (gemmd.h's GEMMD_E*). .strerror is gemmd_strerror(code).
+    .message is the daemon's own reason (gemmd_last_error), "" when it gave
+    none. str() has all three: "what: the daemon's reason (strerror, code)".
     """
 
-    def __init__(self, code, context=None):
+    code: int
+    strerror: str
+    message: str
+    context: Optional[str]
+
+    def __init__(self, code: int, context: Optional[str] = None, message: str = "") -> None:
         self.code = int(code)
         self.strerror = _lib.strerror(self.code)
         self.context = context
-        text = "%s (%d)" % (self.strerror, self.code)
+        self.message = message or ""
+        text = "%s (%s, %d)" % (self.message, self.strerror, self.code) if self.message \
+            else "%s (%d)" % (self.strerror, self.code)
         super().__init__("%s: %s" % (context, text) if context else text)
 
 
@@ -43,9 +53,9 @@ class Future(concurrent.futures.Future):
     result() is the output array. .info holds an OpInfo once the op is done.
     An op cannot be recalled once submitted, so cancel() returns False."""
 
-    info = None
+    info: Optional["OpInfo"] = None
 
-    def cancel(self):
+    def cancel(self) -> bool:
         return False
 
 
@@ -209,9 +219,74 @@ def _as2d(x, name):
     x = _real(np.asarray(x), name)
     if x.ndim != 2:
         raise ValueError("%s must be 2-D, not of shape %s" % (name, x.shape))
-    if x.size == 0:
-        raise ValueError("%s is empty (shape %s)" % (name, x.shape))
     return x
+
+
+def _beta(c, beta):
+    """beta by the rule gemmctl, Python and gemmd.h share: when C is given and
+    beta is not, beta is 1; when C is not given, C is zero and beta must be 0
+    or left out."""
+    if c is None:
+        if beta is not None and float(beta) != 0.0:
+            raise ValueError("beta=%g without c: C is zero, so beta must be 0 or left out"
+                             % float(beta))
+        return 0.0
+    return 1.0 if beta is None else float(beta)
+
+
+def _done(value):
+    """A Future that already holds value (an op with nothing to compute)."""
+    fut = Future()
+    fut.set_result(value)
+    return fut
+
+
+def _local_result(c, beta, shape, res_dt, syr2k, lower, out):
+    """The result of an op whose product is empty (k == 0) or that has no
+    elements: beta * c (on syr2k's triangle, the other taken from c), or
+    zeros; in `out` when given. Nothing to ask the daemon."""
+    r = np.zeros(shape, np.float64)
+    if c is not None:
+        cc = np.broadcast_to(np.asarray(c, dtype=np.float64), shape)
+        r = beta * cc
+        if syr2k:
+            tri, other = (np.tril, np.triu) if lower else (np.triu, np.tril)
+            r = tri(r) + other(cc, 1 if lower else -1)
+    if out is not None:
+        np.copyto(out, r, casting="unsafe")
+        return out
+    return r.astype(np.float32).astype(res_dt) if _is_bf16(res_dt) else r.astype(res_dt)
+
+
+def _matmul_shapes(a_shape, b_shape):
+    """NumPy's matmul shapes: (batch, m, k, n, the result's shape) of
+    operands of these shapes, a 1-D a taken as 1 x k and a 1-D b as k x 1
+    (that dimension left out of the result). Raises ValueError as NumPy
+    does."""
+    if len(a_shape) == 0 or len(b_shape) == 0:
+        raise ValueError("matmul: operands must have at least one dimension, not be scalars")
+    ash = (1,) + tuple(a_shape) if len(a_shape) == 1 else tuple(a_shape)
+    bsh = tuple(b_shape) + (1,) if len(b_shape) == 1 else tuple(b_shape)
+    m, k = ash[-2:]
+    k2, n = bsh[-2:]
+    if k != k2:
+        raise ValueError("matmul: a is %s and b is %s: the inner dimensions %d and %d differ"
+                         % (tuple(a_shape), tuple(b_shape), k, k2))
+    try:
+        batch = tuple(np.broadcast_shapes(ash[:-2], bsh[:-2]))
+    except ValueError:
+        raise ValueError("matmul: the stacks of a %s and b %s do not broadcast"
+                         % (tuple(a_shape), tuple(b_shape))) from None
+    final = batch + ((m,) if len(a_shape) > 1 else ()) + ((n,) if len(b_shape) > 1 else ())
+    return batch, m, k, n, final
+
+
+def _stack_index(stack_shape, batch):
+    """For each 2-D product of the broadcast batch (in C order), the index of
+    the operand's matrix in its own stack of shape stack_shape."""
+    count = int(np.prod(stack_shape, dtype=np.int64))
+    ids = np.arange(count, dtype=np.int64).reshape(stack_shape)
+    return np.broadcast_to(ids, batch).reshape(-1)
 
 
 def _align(n, a=64):
@@ -258,13 +333,21 @@ class _Pending:
     """An op in flight: its future, how to build its result, and what must
     stay alive (and be given back) until it is done."""
 
-    __slots__ = ("fut", "finish", "keep", "scratch", "what")
+    __slots__ = ("fut", "finish", "keep", "scratch", "what", "why0")
 
-    def __init__(self, fut, finish, keep, scratch, what):
+    def __init__(self, fut, finish, keep, scratch, what, why0):
         self.fut, self.finish, self.keep, self.scratch, self.what = fut, finish, keep, scratch, what
+        self.why0 = why0  # gemmd_last_error when it was submitted
 
 
 _MiB = 1 << 20
+
+# What the public methods take: anything np.asarray accepts, or a PyTorch
+# tensor; dtype names ('f32', 'f16', 'bf16') or NumPy dtypes; priorities by
+# name or as gemmd.PRIO_*.
+ArrayLike = Any
+DType = Union[None, str, np.dtype, type]
+Priority = Union[str, int]
 
 
 class Client:
@@ -281,26 +364,28 @@ class Client:
     else copied once into a shared scratch buffer.
     """
 
-    def __init__(self, socket=None, *, inline_threshold=256 * 1024, scratch_cache_bytes=256 * _MiB):
+    def __init__(self, socket: Optional[Union[str, bytes, "os.PathLike[str]"]] = None, *,
+                 inline_threshold: int = 256 * 1024, scratch_cache_bytes: int = 256 * _MiB) -> None:
         self._lib = _lib.load()
         h = ctypes.c_void_p()
         path = os.fsencode(socket) if socket is not None else None
         rc = self._lib.gemmd_connect(path, ctypes.byref(h))
         if rc:
             raise GemmdError(rc, "cannot connect to gemmd at %s" % (
-                socket or os.environ.get("GEMMD_SOCKET") or "the default socket"))
+                os.fsdecode(socket) if socket is not None else
+                os.environ.get("GEMMD_SOCKET") or "the default socket"))
         self._h = h
         self._lock = threading.RLock()
         self._closed = False
         self._disconnected = False
-        self._pending = {}
-        self._driver = None
+        self._pending: Dict[int, _Pending] = {}
+        self._driver: Optional[threading.Thread] = None
         self._wake_r, self._wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
         self._fd = self._lib.gemmd_fd(h)
-        self._ranges = []       # sorted (start, end, buffer id) of empty() buffers
+        self._ranges: List[tuple] = []  # sorted (start, end, buffer id) of empty() buffers
         self._live = 0          # empty() buffers whose arrays are alive
-        self._dead = []         # their ids once collected, freed at the next call
-        self._pool = {}         # size class -> free scratch _Bufs
+        self._dead: List[tuple] = []    # their ids once collected, freed at the next call
+        self._pool: Dict[int, List[_Buf]] = {}  # size class -> free scratch _Bufs
         self._pool_bytes = 0
         self._scratch_cache = scratch_cache_bytes
         self._cuda = None
@@ -320,10 +405,10 @@ class Client:
 
     # ---- lifetime ----
 
-    def __enter__(self):
+    def __enter__(self) -> "Client":
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: Any) -> None:
         self.close()
 
     def __del__(self):
@@ -332,7 +417,7 @@ class Client:
         except Exception:
             pass
 
-    def close(self, wait=True):
+    def close(self, wait: bool = True) -> None:
         """Waits for the ops in flight (wait=True; else their futures fail),
         then disconnects. Arrays from empty() stay valid: the connection is
         closed when the last of them is collected. Idempotent."""
@@ -377,8 +462,22 @@ class Client:
             os.close(self._wake_w)
 
     @property
-    def closed(self):
+    def closed(self) -> bool:
         return self._closed
+
+    def _why(self):
+        """The daemon's words for its last error on this connection, or ""."""
+        if self._disconnected:
+            return ""
+        p = self._lib.gemmd_last_error(self._h)
+        return p.decode("utf-8", "replace") if p else ""
+
+    def _error(self, rc, what, before=None):
+        """A GemmdError for code rc, with the daemon's reason unless it is
+        still `before`, the text from before an asynchronous request (the
+        library clears it only for synchronous calls)."""
+        why = self._why()
+        return GemmdError(rc, what, "" if why == before else why)
 
     def _check_open(self):
         if self._closed:
@@ -387,23 +486,23 @@ class Client:
     # ---- information ----
 
     @property
-    def info(self):
+    def info(self) -> Dict[str, Any]:
         """The daemon's handshake answer: versions, backend, limits (a dict)."""
         return dict(self._info)
 
     @property
-    def devices(self):
+    def devices(self) -> List[Dict[str, Any]]:
         """The daemon's devices (a list of dicts)."""
         return [dict(d) for d in self._devices]
 
-    def stats(self, json=False):
+    def stats(self, json: bool = False) -> Union[str, Dict[str, Any]]:
         """The daemon's statistics: text, or a dict with json=True."""
         p = ctypes.c_void_p()
         with self._locked():
             self._check_open()
             rc = self._lib.gemmd_stats(self._h, 1 if json else 0, ctypes.byref(p))
         if rc:
-            raise GemmdError(rc, "stats")
+            raise self._error(rc, "stats")
         try:
             text = ctypes.string_at(p).decode("utf-8", "replace")
         finally:
@@ -412,13 +511,14 @@ class Client:
 
     # ---- shared memory ----
 
-    def empty(self, shape, dtype=np.float32):
+    def empty(self, shape: Union[int, Sequence[int]], dtype: Any = np.float32) -> np.ndarray:
         """A new array in memory shared with the daemon (zero-filled), so
         that ops read and write it in place. Each call registers one buffer
         (the daemon allows info['max_buffers'] per session); the buffer is
         released when the array and every view of it are collected."""
         dt = np.dtype(dtype)
-        shape = (int(shape),) if np.ndim(shape) == 0 else tuple(int(s) for s in shape)
+        shape = (int(shape),) if isinstance(shape, (int, np.integer)) else \
+            tuple(int(s) for s in shape)
         nbytes = max(1, int(np.prod(shape)) * dt.itemsize)
         with self._locked():
             self._check_open()
@@ -430,11 +530,11 @@ class Client:
         arr = np.asarray(holder)[:int(np.prod(shape)) * dt.itemsize]
         return arr.view(dt).reshape(shape)
 
-    def zeros(self, shape, dtype=np.float32):
+    def zeros(self, shape: Union[int, Sequence[int]], dtype: Any = np.float32) -> np.ndarray:
         """As empty(); new shared memory is zero-filled."""
         return self.empty(shape, dtype)
 
-    def asarray(self, x, dtype=None):
+    def asarray(self, x: ArrayLike, dtype: Any = None) -> np.ndarray:
         """A copy of x in shared memory (x itself if it already is)."""
         x = np.asarray(x, dtype=dtype)
         if self._shared_of(x.__array_interface__["data"][0], max(1, x.nbytes)):
@@ -466,11 +566,16 @@ class Client:
 
     def _alloc(self, nbytes):
         """(buffer id, address) of a new shared buffer. Lock held."""
+        what = "cannot allocate %d bytes of shared memory" % nbytes
+        limit = self._info["max_buffer_bytes"]
+        if limit and nbytes > limit:  # libgemmd refuses it without asking the daemon
+            raise GemmdError(_lib.ELIMIT, what,
+                             "the daemon's buffers hold at most %d bytes" % limit)
         bid = ctypes.c_uint64()
         ptr = ctypes.c_void_p()
         rc = self._lib.gemmd_buffer_alloc(self._h, nbytes, ctypes.byref(bid), ctypes.byref(ptr))
         if rc:
-            raise GemmdError(rc, "cannot allocate %d bytes of shared memory" % nbytes)
+            raise self._error(rc, what)
         return bid.value, ptr.value
 
     def _shared_of(self, ptr, span):
@@ -521,7 +626,7 @@ class Client:
 
     def _collect(self):
         """Takes every finished ticket from the library. Lock held. Returns
-        [(record, status, Result)]."""
+        [(record, status, Result, the daemon's reason or "")]."""
         done = []
         t = ctypes.c_uint64()
         while True:
@@ -531,20 +636,21 @@ class Client:
                 st = self._lib.gemmd_wait(self._h, t.value, 0, ctypes.byref(res), 1)
                 rec = self._pending.pop(t.value, None)
                 if rec is not None:
-                    done.append((rec, st, res))
+                    why = self._why() if st else ""
+                    done.append((rec, st, res, "" if why == rec.why0 else why))
                 continue
             if rc < 0:  # the connection is gone: nothing more will complete
                 for rec in self._pending.values():
-                    done.append((rec, rc, None))
+                    done.append((rec, rc, None, ""))
                 self._pending.clear()
             return done
 
-    def _settle(self, rec, status=0, res=None, exc=None):
+    def _settle(self, rec, status=0, res=None, exc=None, why=""):
         """Completes rec's future (outside the lock unless closing)."""
         fut = rec.fut
         try:
             if exc is None and status:
-                exc = GemmdError(status, rec.what)
+                exc = GemmdError(status, rec.what, why)
             if exc is None:
                 value = rec.finish()
                 if res is not None:
@@ -570,8 +676,8 @@ class Client:
             if self._disconnected:
                 return
             done = self._collect()
-        for rec, st, res in done:
-            self._settle(rec, st, res)
+        for rec, st, res, why in done:
+            self._settle(rec, st, res, why=why)
         if done:
             return
         try:
@@ -606,14 +712,17 @@ class Client:
             self._pump(0.25 if left is None else min(0.25, left))
         return fut.result(0 if deadline is not None else None)
 
-    def _submit(self, op, finish, keep, scratch, what, priority, background):
-        """Submits one op; returns its Future. Lock held."""
+    def _submit(self, op, finish, keep, scratch, what, priority, background, nops=1):
+        """Submits op (or the nops Ops of an array starting there) as one
+        request; returns its Future. Lock held."""
         fut = Future()
         ticket = ctypes.c_uint64()
-        rc = self._lib.gemmd_submit(self._h, ctypes.byref(op), 1, priority, ctypes.byref(ticket))
+        why0 = self._why()
+        rc = self._lib.gemmd_submit(self._h, ctypes.cast(ctypes.byref(op), ctypes.POINTER(_lib.Op)),
+                                    nops, priority, ctypes.byref(ticket))
         if rc:
-            raise GemmdError(rc, what)  # the caller gives the scratch buffer back
-        self._pending[ticket.value] = _Pending(fut, finish, keep, scratch, what)
+            raise self._error(rc, what, why0)  # the caller gives the scratch buffer back
+        self._pending[ticket.value] = _Pending(fut, finish, keep, scratch, what, why0)
         if background and self._driver is None:
             self._driver = threading.Thread(target=self._drive, name="gemmd-completions",
                                             daemon=True)
@@ -622,41 +731,75 @@ class Client:
 
     # ---- operations ----
 
-    def gemm(self, a, b, c=None, alpha=1.0, beta=0.0, trans_a=False, trans_b=False, out=None,
-             **kw):
+    def gemm(self, a: ArrayLike, b: ArrayLike, c: Optional[ArrayLike] = None, alpha: float = 1.0,
+             beta: Optional[float] = None, trans_a: bool = False, trans_b: bool = False,
+             out: Optional[Any] = None, *, dtype: DType = None, allow_tf32: bool = False,
+             priority: Priority = "normal") -> Any:
         """alpha * op(a) @ op(b) + beta * c, with op(x) = x.T where trans_x.
 
         Row-major (NumPy) meaning: op(a) is m x k, op(b) k x n, c is m x n
-        (or broadcasts to it; None: zero). The result is a new array, or
-        `out` (m x n), which may be c itself. Keyword-only: dtype (compute
-        in 'f32', 'f16' or 'bf16': inputs are rounded to it and the result
-        has the inputs' type; default: the inputs' type, with float64 and
-        integers computed in f32), allow_tf32 (let a GPU use TF32 for f32),
-        priority ('low', 'normal', 'high'). Raises GemmdError."""
-        return self._await(self._gemm(a, b, c, alpha, beta, trans_a, trans_b, out, False, **kw),
-                           None)
+        (or broadcasts to it). beta: 1 when c is given and beta is not; without
+        c, C is zero and beta must be 0 or left out (gemmctl and gemmd.h say
+        the same). The result is a new array, or `out` (m x n), which may be
+        c itself. An empty m or n gives an empty result and k == 0 gives
+        beta * c (or zeros), without asking the daemon. dtype computes in
+        'f32', 'f16' or 'bf16' (inputs are rounded to it and the result has
+        the inputs' type; default: the inputs' type, with float64 and
+        integers computed in f32); allow_tf32 lets a GPU use TF32 for f32;
+        priority is 'low', 'normal' or 'high'. Raises GemmdError."""
+        return self._await(self._gemm(a, b, c, alpha, beta, trans_a, trans_b, out, False, dtype,
+                                      allow_tf32, priority), None)
 
-    def gemm_async(self, a, b, c=None, alpha=1.0, beta=0.0, trans_a=False, trans_b=False,
-                   out=None, **kw):
+    def gemm_async(self, a: ArrayLike, b: ArrayLike, c: Optional[ArrayLike] = None,
+                   alpha: float = 1.0, beta: Optional[float] = None, trans_a: bool = False,
+                   trans_b: bool = False, out: Optional[Any] = None, *, dtype: DType = None,
+                   allow_tf32: bool = False, priority: Priority = "normal") -> Future:
         """As gemm(), returning at once with a Future. The operands must not
         change, nor `out` be read, until it is done."""
-        return self._gemm(a, b, c, alpha, beta, trans_a, trans_b, out, True, **kw)
+        return self._gemm(a, b, c, alpha, beta, trans_a, trans_b, out, True, dtype, allow_tf32,
+                          priority)
 
-    def syr2k(self, a, b, c=None, alpha=1.0, beta=0.0, trans=False, lower=True, out=None, **kw):
+    def syr2k(self, a: ArrayLike, b: ArrayLike, c: Optional[ArrayLike] = None,
+              alpha: float = 1.0, beta: Optional[float] = None, trans: bool = False,
+              lower: bool = True, out: Optional[Any] = None, *, dtype: DType = None,
+              priority: Priority = "normal") -> Any:
         """alpha * (op(a) @ op(b).T + op(b) @ op(a).T) + beta * c on one
         triangle (the lower one unless lower=False), the other triangle
         taken from c (zero when c is None). op(x) is x (n x k) or, with
-        trans, x.T (x is k x n). Keywords as for gemm()."""
-        return self._await(self._syr2k(a, b, c, alpha, beta, trans, lower, out, False, **kw),
-                           None)
+        trans, x.T (x is k x n). c, beta and the keywords as for gemm()."""
+        return self._await(self._syr2k(a, b, c, alpha, beta, trans, lower, out, False, dtype,
+                                       priority), None)
 
-    def syr2k_async(self, a, b, c=None, alpha=1.0, beta=0.0, trans=False, lower=True, out=None,
-                    **kw):
+    def syr2k_async(self, a: ArrayLike, b: ArrayLike, c: Optional[ArrayLike] = None,
+                    alpha: float = 1.0, beta: Optional[float] = None, trans: bool = False,
+                    lower: bool = True, out: Optional[Any] = None, *, dtype: DType = None,
+                    priority: Priority = "normal") -> Future:
         """As syr2k(), returning at once with a Future."""
-        return self._syr2k(a, b, c, alpha, beta, trans, lower, out, True, **kw)
+        return self._syr2k(a, b, c, alpha, beta, trans, lower, out, True, dtype, priority)
 
-    def _gemm(self, a, b, c, alpha, beta, trans_a, trans_b, out, background, dtype=None,
-              allow_tf32=False, priority=PRIO_NORMAL):
+    def matmul(self, a: ArrayLike, b: ArrayLike, out: Optional[Any] = None, *,
+               dtype: DType = None, allow_tf32: bool = False,
+               priority: Priority = "normal") -> Any:
+        """a @ b with NumPy's matmul rules: a 1-D a is a row (1 x k) and a 1-D
+        b a column (k x 1), that dimension left out of the result; stacks
+        (leading dimensions) broadcast. Each 2-D product is one op, all of
+        them in one submit (several when there are more than the daemon's
+        max_ops_per_submit). Empty m, n or stacks give an empty result and
+        k == 0 zeros, without asking the daemon. NumPy arrays give a NumPy
+        array; PyTorch tensors a tensor on their device (CUDA tensors go to
+        the daemon by CUDA IPC, CPU tensors as arrays). Keywords as for
+        gemm()."""
+        return self._await(self._matmul(a, b, out, False, dtype, allow_tf32, priority), None)
+
+    def matmul_async(self, a: ArrayLike, b: ArrayLike, out: Optional[Any] = None, *,
+                     dtype: DType = None, allow_tf32: bool = False,
+                     priority: Priority = "normal") -> Future:
+        """As matmul(), returning at once with a Future."""
+        return self._matmul(a, b, out, True, dtype, allow_tf32, priority)
+
+    def _gemm(self, a, b, c, alpha, beta, trans_a, trans_b, out, background, dtype, allow_tf32,
+              priority):
+        beta = _beta(c, beta)
         if _cuda_tensor(a, b, c, out):
             return self._cuda_ops().gemm(a, b, c, alpha, beta, trans_a, trans_b, out, background,
                                          dtype, allow_tf32, _prio(priority))
@@ -669,18 +812,20 @@ class Client:
         gdt, res_dt = _resolve_dtype(dtype, [a, b])
         if allow_tf32 and gdt != F32:
             raise ValueError("allow_tf32 applies to f32, not %s" % _GDT_NAME[gdt])
+        prio = _prio(priority)
+        if m == 0 or n == 0 or k == 0:
+            return _done(_local_result(c, beta, (m, n), res_dt, False, True, out))
         ma, mb = _Mat(_to_wire(a, gdt)), _Mat(_to_wire(b, gdt))
         op = _lib.new(_lib.Op, kind=GEMM, dtype=gdt, m=m, n=n, k=k, lda=ma.ld, ldb=mb.ld,
-                     alpha=float(alpha), beta=float(beta))
+                     alpha=float(alpha), beta=beta)
         op.trans_a = OP_T if bool(trans_a) != ma.t else OP_N
         op.trans_b = OP_T if bool(trans_b) != mb.t else OP_N
         op.flags = OPF_ROW_MAJOR | (OPF_ALLOW_TF32 if allow_tf32 else 0)
         what = "gemm %dx%dx%d %s" % (m, n, k, _GDT_NAME[gdt])
-        return self._run(op, ma, mb, c, out, (m, n), gdt, res_dt, False, what, _prio(priority),
-                         background)
+        return self._run(op, ma, mb, c, out, (m, n), gdt, res_dt, False, what, prio, background)
 
-    def _syr2k(self, a, b, c, alpha, beta, trans, lower, out, background, dtype=None,
-               priority=PRIO_NORMAL):
+    def _syr2k(self, a, b, c, alpha, beta, trans, lower, out, background, dtype, priority):
+        beta = _beta(c, beta)
         if _cuda_tensor(a, b, c, out):
             return self._cuda_ops().syr2k(a, b, c, alpha, beta, trans, lower, out, background,
                                           dtype, _prio(priority))
@@ -690,16 +835,191 @@ class Client:
         n, k = a.shape[::-1] if trans else a.shape
         c, out = self._check_c_out(c, out, (n, n))
         gdt, res_dt = _resolve_dtype(dtype, [a, b])
+        prio = _prio(priority)
+        if n == 0 or k == 0:
+            return _done(_local_result(c, beta, (n, n), res_dt, True, lower, out))
         ma = _Mat(_to_wire(a, gdt))
         mb = _Mat(_to_wire(b, gdt), want_t=ma.t)  # A and B share one op
         op = _lib.new(_lib.Op, kind=SYR2K, dtype=gdt, m=n, n=n, k=k, lda=ma.ld, ldb=mb.ld,
-                     alpha=float(alpha), beta=float(beta))
+                     alpha=float(alpha), beta=beta)
         op.trans_a = op.trans_b = OP_T if bool(trans) != ma.t else OP_N
         op.uplo = LOWER if lower else UPPER
         op.flags = OPF_ROW_MAJOR
         what = "syr2k n=%d k=%d %s" % (n, k, _GDT_NAME[gdt])
-        return self._run(op, ma, mb, c, out, (n, n), gdt, res_dt, True, what, _prio(priority),
-                         background)
+        return self._run(op, ma, mb, c, out, (n, n), gdt, res_dt, True, what, prio, background)
+
+    def _matmul(self, a, b, out, background, dtype, allow_tf32, priority):
+        prio = _prio(priority)
+        if _cuda_tensor(a, b, out):
+            return self._cuda_ops().matmul(a, b, out, background, dtype, allow_tf32, prio)
+        if _torch_tensor(a, b):
+            return self._matmul_torch_cpu(a, b, out, background, dtype, allow_tf32, prio)
+        a, b = _real(np.asarray(a), "a"), _real(np.asarray(b), "b")
+        batch, m, k, n, final = _matmul_shapes(a.shape, b.shape)
+        gdt, res_dt = _resolve_dtype(dtype, [a, b])
+        if allow_tf32 and gdt != F32:
+            raise ValueError("allow_tf32 applies to f32, not %s" % _GDT_NAME[gdt])
+        if out is not None:
+            if not isinstance(out, np.ndarray):
+                raise TypeError("out must be a NumPy array")
+            if out.shape != final:
+                raise ValueError("out has shape %s, the result %s" % (out.shape, final))
+            if not out.flags.writeable:
+                raise ValueError("out is read-only")
+        nops = int(np.prod(batch, dtype=np.int64))
+        if nops == 0 or m == 0 or n == 0 or k == 0:
+            res = _local_result(None, 0.0, final, res_dt, False, True, out)
+            return _done(res if out is not None or final else res[()])
+        # Each operand as a C-ordered stack of matrices; a 1-D one is a row or
+        # a column, already laid out as one.
+        A = np.ascontiguousarray(_to_wire(a, gdt)).reshape(-1, m, k)
+        B = np.ascontiguousarray(_to_wire(b, gdt)).reshape(-1, k, n)
+        ia = _stack_index(a.shape[:-2], batch) if a.ndim > 2 else np.zeros(nops, np.int64)
+        ib = _stack_index(b.shape[:-2], batch) if b.ndim > 2 else np.zeros(nops, np.int64)
+        W = np.empty((nops, m, n), _WIRE_NP[gdt])
+        flags = OPF_ROW_MAJOR | (OPF_ALLOW_TF32 if allow_tf32 else 0)
+        what = "matmul %s @ %s %s" % (a.shape, b.shape, _GDT_NAME[gdt])
+        per = max(1, int(self._info["max_ops_per_submit"]) or nops)
+        futs = []
+        for lo in range(0, nops, per):
+            futs.append(self._matmul_chunk(A, B, W, ia[lo:lo + per], ib[lo:lo + per], lo, gdt,
+                                           flags, what, prio, background))
+
+        def finish():
+            res = _from_wire(W, gdt, res_dt).reshape(final)
+            if out is not None:
+                np.copyto(out, res, casting="unsafe")
+                return out
+            return res if final else res[()]  # 1-D @ 1-D: a scalar, as NumPy's
+        return self._gather(futs, finish, background)
+
+    def _matmul_chunk(self, A, B, W, ia, ib, first, gdt, flags, what, prio, background):
+        """Submits the products W[first + i] = A[ia[i]] @ B[ib[i]] as one
+        request: operands in a shared array by reference, else inline when
+        small, else copied into a scratch buffer. Returns its Future."""
+        cnt = len(ia)
+        _, m, k = A.shape
+        n = B.shape[2]
+        esz = A.itemsize
+        sa, sb, sc = m * k * esz, k * n * esz, m * n * esz
+        ops = (_lib.Op * cnt)()
+        for i, op in enumerate(ops):
+            op.kind, op.dtype, op.flags = GEMM, gdt, flags
+            op.m, op.n, op.k, op.lda, op.ldb, op.ldc = m, n, k, k, n, n
+            op.alpha, op.beta = 1.0, 0.0
+        with self._locked():
+            self._check_open()
+            shared = [self._shared_of(X.ctypes.data, X.nbytes) for X in (A, B)]
+            local = cnt * ((0 if shared[0] else sa) + (0 if shared[1] else sb) + 2 * sc)
+            inline = local <= self.inline_threshold
+            scratch, places, off = None, [{}, {}], 0
+            if not inline:
+                ua, ub = (np.unique(ia) if not shared[0] else ()), \
+                    (np.unique(ib) if not shared[1] else ())
+                scratch = self._scratch_get(len(ua) * _align(sa) + len(ub) * _align(sb) +
+                                            cnt * _align(sc))
+                for X, idx, size, place in ((A, ua, sa, places[0]), (B, ub, sb, places[1])):
+                    for j in idx:
+                        np.copyto(scratch.view(off, X.dtype, X.shape[1:]), X[j])
+                        place[int(j)] = off
+                        off += _align(size)
+            try:
+                for i, op in enumerate(ops):
+                    for X, j, size, shr, place, operand in (
+                            (A, ia[i], sa, shared[0], places[0], op.a),
+                            (B, ib[i], sb, shared[1], places[1], op.b)):
+                        if shr:
+                            operand.buffer, operand.offset = shr[0], shr[1] + int(j) * size
+                        elif inline:
+                            operand.data, operand.bytes = X.ctypes.data + int(j) * size, size
+                        else:
+                            operand.buffer, operand.offset = scratch.id, place[int(j)]
+                    if inline:
+                        op.c.out, op.c.bytes = W.ctypes.data + (first + i) * sc, sc
+                    else:
+                        op.c.buffer, op.c.offset = scratch.id, off + i * _align(sc)
+
+                def finish():
+                    if scratch is not None:
+                        for i in range(cnt):
+                            W[first + i] = scratch.view(off + i * _align(sc), W.dtype, (m, n))
+                    return None
+                return self._submit(ops[0], finish, [A, B, W, ops], scratch, what, prio,
+                                    background, nops=cnt)
+            except BaseException:
+                if scratch is not None:
+                    self._scratch_put(scratch)
+                raise
+
+    def _gather(self, futs, finish, background):
+        """One Future for the requests of one call: finish() once all of them
+        are done, else the first one's error. Its .info is the first's."""
+        if not background:
+            for f in futs:
+                self._await(f, None)
+            res = _done(finish())
+            res.info = futs[0].info
+            return res
+        whole = Future()
+        left = [len(futs)]
+        lock = threading.Lock()
+
+        def one_done(f):
+            with lock:
+                left[0] -= 1
+                last = left[0] == 0
+            if whole.done():
+                return
+            if f.exception() is not None:
+                try:
+                    whole.set_exception(f.exception())
+                except concurrent.futures.InvalidStateError:
+                    pass
+            elif last:
+                try:
+                    whole.info = futs[0].info
+                    whole.set_result(finish())
+                except concurrent.futures.InvalidStateError:
+                    pass
+                except BaseException as e:
+                    whole.set_exception(e)
+        for f in futs:
+            f.add_done_callback(one_done)
+        return whole
+
+    def _matmul_torch_cpu(self, a, b, out, background, dtype, allow_tf32, prio):
+        """matmul of PyTorch tensors in host memory, through NumPy; the result
+        is a tensor of the type torch.matmul would give."""
+        import torch
+        ta = a if isinstance(a, torch.Tensor) else torch.as_tensor(np.asarray(a))
+        tb = b if isinstance(b, torch.Tensor) else torch.as_tensor(np.asarray(b))
+        rt = torch.promote_types(ta.dtype, tb.dtype)
+        if dtype is None:
+            dtype = {torch.float16: "f16", torch.bfloat16: "bf16"}.get(rt, "f32")
+        na, nb = (t.detach().float().numpy() if t.dtype == torch.bfloat16 else t.detach().numpy()
+                  for t in (ta, tb))
+        if rt not in (torch.float32, torch.float16, torch.bfloat16):
+            rt = torch.float32
+        fut = self._matmul(na, nb, None, background, dtype, allow_tf32, prio)
+
+        def convert(res):
+            t = torch.from_numpy(np.ascontiguousarray(res, dtype=np.float32)).to(rt)
+            if out is not None:
+                out.copy_(t)
+                return out
+            return t
+        if not background:
+            return _done(convert(fut.result()))
+        conv = Future()
+
+        def done(f):
+            try:
+                conv.info = f.info
+                conv.set_result(convert(f.result()))
+            except BaseException as e:
+                conv.set_exception(e)
+        fut.add_done_callback(done)
+        return conv
 
     @staticmethod
     def _check_c_out(c, out, shape):
@@ -839,6 +1159,10 @@ class Client:
         return self._cuda
 
 
+def _torch_tensor(*xs):
+    return any(x is not None and type(x).__module__.split(".")[0] == "torch" for x in xs)
+
+
 def _cuda_tensor(*xs):
     for x in xs:
         if x is not None and type(x).__module__.split(".")[0] == "torch" \
@@ -862,3 +1186,30 @@ def _libc_free(p):
         _libc.free.argtypes = [ctypes.c_void_p]
         _libc.free.restype = None
     _libc.free(p)
+
+
+# ---- the default client ---------------------------------------------------
+
+_default = None
+_default_lock = threading.Lock()
+
+
+def default_client() -> Client:
+    """The client the module-level functions use: connected on first use to
+    $GEMMD_SOCKET (else the daemon's default socket), and again if it was
+    closed; closed when the interpreter exits."""
+    global _default
+    with _default_lock:
+        if _default is None or _default.closed:
+            import atexit
+            _default = Client()
+            atexit.register(_default.close)
+        return _default
+
+
+def matmul(a: ArrayLike, b: ArrayLike, out: Optional[Any] = None, *, dtype: DType = None,
+           allow_tf32: bool = False, priority: Priority = "normal") -> Any:
+    """a @ b with NumPy's matmul rules, on the default client (see
+    Client.matmul)."""
+    return default_client().matmul(a, b, out, dtype=dtype, allow_tf32=allow_tf32,
+                                   priority=priority)

@@ -46,19 +46,31 @@ class _Driver:
         self.retain.argtypes = [ctypes.POINTER(ctypes.c_void_p), ctypes.c_int]
         self.dev_get = lib.cuDeviceGet
         self.dev_get.argtypes = [ctypes.POINTER(ctypes.c_int), ctypes.c_int]
-        for f in (self.range, self.ipc, self.ctx_get, self.ctx_set, self.retain, self.dev_get):
+        self.ctx_dev = lib.cuCtxGetDevice
+        self.ctx_dev.argtypes = [ctypes.POINTER(ctypes.c_int)]
+        for f in (self.range, self.ipc, self.ctx_get, self.ctx_set, self.retain, self.dev_get,
+                  self.ctx_dev):
             f.restype = ctypes.c_int
+        self.primary = {}  # ordinal -> its primary context, retained once
 
     def use_device(self, ordinal):
-        """Makes the device's primary context current on this thread (the one
-        PyTorch uses), as a thread of a Future may have none."""
-        ctx = ctypes.c_void_p()
-        if self.ctx_get(ctypes.byref(ctx)) == 0 and ctx.value:
+        """Makes the device's primary context (the one PyTorch uses) current
+        on this thread unless a context of that device already is: the
+        driver calls below look the pointer up in the current context, and
+        the thread may have none, or another device's (cuda:0's while the
+        tensor is on cuda:1)."""
+        ctx, dev = ctypes.c_void_p(), ctypes.c_int()
+        if self.ctx_get(ctypes.byref(ctx)) == 0 and ctx.value and \
+                self.ctx_dev(ctypes.byref(dev)) == 0 and dev.value == ordinal:
             return
-        dev = ctypes.c_int()
-        if self.dev_get(ctypes.byref(dev), ordinal) == 0 and \
-                self.retain(ctypes.byref(ctx), dev.value) == 0:
-            self.ctx_set(ctx)
+        prim = self.primary.get(ordinal)
+        if prim is None:
+            prim = ctypes.c_void_p()
+            if self.dev_get(ctypes.byref(dev), ordinal) or \
+                    self.retain(ctypes.byref(prim), dev.value):
+                raise OSError("cannot use CUDA device %d's primary context" % ordinal)
+            self.primary[ordinal] = prim
+        self.ctx_set(prim)
 
     def allocation(self, ptr):
         """(base, size, 64-byte IPC handle) of the allocation holding ptr."""
@@ -115,8 +127,7 @@ class CudaOps:
             rc = cl._lib.gemmd_register_device(cl._h, ctypes.c_void_p(base), size,
                                                ctypes.byref(out))
             if rc:
-                from ._client import GemmdError
-                raise GemmdError(rc, "cannot register CUDA memory with gemmd")
+                raise cl._error(rc, "cannot register CUDA memory with gemmd")
             bid = out.value
             self.cache[key] = bid
             while len(self.cache) > _MAX_CACHED:
@@ -142,9 +153,8 @@ class CudaOps:
         if not isinstance(x, torch.Tensor):
             x = torch.as_tensor(np.asarray(x))
         x = x.to(dev)
-        if x.dim() != 2 or x.numel() == 0:
-            raise ValueError("%s must be a non-empty 2-D tensor, not of shape %s"
-                             % (name, tuple(x.shape)))
+        if x.dim() != 2:
+            raise ValueError("%s must be a 2-D tensor, not of shape %s" % (name, tuple(x.shape)))
         return x
 
     def _dtypes(self, dtype, a, b):
@@ -183,6 +193,8 @@ class CudaOps:
         gdt, res = self._dtypes(dtype, a, b)
         if allow_tf32 and gdt != F32:
             raise ValueError("allow_tf32 applies to f32")
+        if m == 0 or n == 0 or k == 0:
+            return self._local(c, beta, (m, n), res, dev, out, None)
         a, ta_s, lda, spa = self._mat(a.to(self.tdt[gdt]))
         b, tb_s, ldb, spb = self._mat(b.to(self.tdt[gdt]))
         op = _lib.new(_lib.Op, kind=GEMM, dtype=gdt, m=m, n=n, k=k, lda=lda, ldb=ldb,
@@ -200,6 +212,8 @@ class CudaOps:
             raise ValueError("syr2k: a is %s but b is %s" % (tuple(a.shape), tuple(b.shape)))
         n, k = (a.shape[1], a.shape[0]) if trans else tuple(a.shape)
         gdt, res = self._dtypes(dtype, a, b)
+        if n == 0 or k == 0:
+            return self._local(c, beta, (n, n), res, dev, out, lower)
         a, ta_s, lda, spa = self._mat(a.to(self.tdt[gdt]))
         b, _, ldb, spb = self._mat(b.to(self.tdt[gdt]), want_t=ta_s)
         op = _lib.new(_lib.Op, kind=SYR2K, dtype=gdt, m=n, n=n, k=k, lda=lda, ldb=ldb,
@@ -210,7 +224,32 @@ class CudaOps:
         return self._run(op, a, spa, b, spb, c, out, (n, n), gdt, res, True,
                          "syr2k n=%d k=%d on %s" % (n, k, dev), prio, background)
 
+    def _local(self, c, beta, shape, res, dev, out, lower):
+        """beta * c (syr2k: on the triangle, the other one c's), or zeros:
+        the result when there is nothing to multiply."""
+        from ._client import _done
+        torch = self.torch
+        r = torch.zeros(shape, dtype=torch.float32, device=dev)
+        if c is not None:
+            cc = (c if isinstance(c, torch.Tensor) else torch.as_tensor(np.asarray(c)))
+            cc = cc.to(dev, torch.float32).broadcast_to(shape)
+            r = beta * cc
+            if lower is not None:
+                r = (torch.tril(r) + torch.triu(cc, 1)) if lower else \
+                    (torch.triu(r) + torch.tril(cc, -1))
+        if out is not None:
+            out.copy_(r)
+            return _done(out)
+        return _done(r.to(res))
+
     def _run(self, op, a, spa, b, spb, c, out, shape, gdt, res, syr2k, what, prio, background):
+        with self.torch.cuda.device(a.device):
+            return self._run_here(op, a, spa, b, spb, c, out, shape, gdt, res, syr2k, what, prio,
+                                  background)
+
+    def _run_here(self, op, a, spa, b, spb, c, out, shape, gdt, res, syr2k, what, prio,
+                  background):
+        """_run with a's device current (torch's and the driver's)."""
         torch = self.torch
         cl = self.client
         dev = a.device
@@ -250,6 +289,68 @@ class CudaOps:
                     return out
                 return dest if dest.dtype == res else dest.to(res)
             return cl._submit(op, finish, (a, b, c, dest, out), None, what, prio, background)
+
+
+    def matmul(self, a, b, out, background, dtype, allow_tf32, prio):
+        """NumPy's matmul rules on tensors of one CUDA device: each 2-D
+        product of the broadcast stacks is one op, in as few submits as the
+        daemon's max_ops_per_submit allows."""
+        from ._client import _done, _matmul_shapes, _stack_index
+        torch = self.torch
+        dev = self._device((a, b, out))
+        a = a if isinstance(a, torch.Tensor) else torch.as_tensor(np.asarray(a))
+        b = b if isinstance(b, torch.Tensor) else torch.as_tensor(np.asarray(b))
+        a, b = a.to(dev), b.to(dev)
+        batch, m, k, n, final = _matmul_shapes(tuple(a.shape), tuple(b.shape))
+        gdt, res = self._dtypes(dtype, a, b)
+        if allow_tf32 and gdt != F32:
+            raise ValueError("allow_tf32 applies to f32")
+        if out is not None and (not isinstance(out, torch.Tensor) or tuple(out.shape) != final):
+            raise ValueError("out must be a tensor of shape %s" % (final,))
+        nops = int(np.prod(batch, dtype=np.int64))
+        if nops == 0 or m == 0 or n == 0 or k == 0:
+            r = torch.zeros(final, dtype=res, device=dev)
+            return _done(out.copy_(r) if out is not None else r)
+        with torch.cuda.device(dev):
+            wdt = self.tdt[gdt]
+            A = a.to(wdt).contiguous()
+            B = b.to(wdt).contiguous()
+            ia = _stack_index(tuple(a.shape[:-2]), batch) if a.dim() > 2 else np.zeros(nops, int)
+            ib = _stack_index(tuple(b.shape[:-2]), batch) if b.dim() > 2 else np.zeros(nops, int)
+            dest = torch.empty((nops, m, n), dtype=wdt, device=dev)
+            esz = dest.element_size()
+            sa, sb, sc = m * k * esz, k * n * esz, m * n * esz
+            flags = OPF_ROW_MAJOR | (OPF_ALLOW_TF32 if allow_tf32 else 0)
+            torch.cuda.current_stream(dev).synchronize()  # A and B are written
+            cl = self.client
+            per = max(1, int(cl.info["max_ops_per_submit"]) or nops)
+            what = "matmul %s @ %s on %s" % (tuple(a.shape), tuple(b.shape), dev)
+            futs = []
+            with cl._locked():
+                cl._check_open()
+                ba, oa = self._buffer(A, A.numel() * esz)
+                bb, ob = self._buffer(B, B.numel() * esz)
+                bc, oc = self._buffer(dest, dest.numel() * esz)
+                for lo in range(0, nops, per):
+                    cnt = min(per, nops - lo)
+                    ops = (_lib.Op * cnt)()
+                    for i, op in enumerate(ops):
+                        op.kind, op.dtype, op.flags = GEMM, gdt, flags
+                        op.m, op.n, op.k, op.lda, op.ldb, op.ldc = m, n, k, k, n, n
+                        op.alpha, op.beta = 1.0, 0.0
+                        op.a.buffer, op.a.offset = ba, oa + int(ia[lo + i]) * sa
+                        op.b.buffer, op.b.offset = bb, ob + int(ib[lo + i]) * sb
+                        op.c.buffer, op.c.offset = bc, oc + (lo + i) * sc
+                    futs.append(cl._submit(ops[0], lambda: None, (A, B, dest, ops), None, what,
+                                           prio, background, nops=cnt))
+
+        def finish():
+            r = dest.reshape(final)
+            if out is not None:
+                out.copy_(r)
+                return out
+            return r if r.dtype == res else r.to(res)
+        return cl._gather(futs, finish, background)
 
 
 def _overlaps(x, y):

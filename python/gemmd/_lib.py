@@ -150,6 +150,7 @@ _PROTOTYPES = {
     "gemmd_poll": (ctypes.c_int, [_P, ctypes.POINTER(ctypes.c_uint64)]),
     "gemmd_stats": (ctypes.c_int, [_P, ctypes.c_int, ctypes.POINTER(_P)]),
     "gemmd_strerror": (ctypes.c_char_p, [ctypes.c_int]),
+    "gemmd_last_error": (ctypes.c_char_p, [_P]),
 }
 
 _lib = None
@@ -161,20 +162,27 @@ def _candidates():
     if env:
         yield env
         return
-    # A repository checkout: python/gemmd/ -> build/libgemmd.so.
-    here = os.path.dirname(os.path.abspath(__file__))
-    yield os.path.join(here, os.pardir, os.pardir, "build", "libgemmd.so")
+    # A repository checkout (python/gemmd/ beside include/gemmd.h):
+    # build/libgemmd.so. An installed package is not in one.
+    root = os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir, os.pardir)
+    if os.path.exists(os.path.join(root, "include", "gemmd.h")):
+        yield os.path.normpath(os.path.join(root, "build", "libgemmd.so"))
     found = ctypes.util.find_library("gemmd")
     if found:
         yield found
+    # The soname, through the dynamic loader's own search (LD_LIBRARY_PATH,
+    # ld.so.cache), which find_library does not always consult.
+    yield "libgemmd.so.0"
 
 
 def load():
     """Returns libgemmd as a ctypes.CDLL, loading it on first use.
 
     The search order is $GEMMD_LIBRARY (and nothing else when it is set),
-    build/libgemmd.so of the checkout this package sits in, then the system's
-    libgemmd (ctypes.util.find_library). Raises OSError when none loads.
+    build/libgemmd.so of the checkout this package sits in (none once it is
+    installed with pip), then the system's libgemmd (ctypes.util.find_library,
+    then libgemmd.so.0 through the loader's path). Raises OSError when none
+    loads.
     """
     global _lib
     with _lib_lock:
@@ -200,6 +208,6 @@ def load():
                       + ("; ".join(tried) if tried else "nothing"))
 
 
-def strerror(code):
+def strerror(code: int) -> str:
     """The library's description of a code (a negative errno or GEMMD_E*)."""
     return load().gemmd_strerror(int(code)).decode("utf-8", "replace")

@@ -196,7 +196,8 @@ class TestSyr2k(DaemonTestCase, Check):
             shape = (k, n) if trans else (n, k)
             a, b = rand(self.rng, shape), rand(self.rng, shape)
             c = rand(self.rng, (n, n)) if with_c else None
-            got = self.c.syr2k(a, b, c, alpha=0.75, beta=1.5, trans=trans, lower=lower)
+            got = self.c.syr2k(a, b, c, alpha=0.75, beta=1.5 if with_c else None, trans=trans,
+                               lower=lower)
             what = "syr2k n=%d k=%d trans=%d lower=%d c=%d" % (n, k, trans, lower, with_c)
             ref = syr2k_ref(a, b, c, 0.75, 1.5, trans, lower)
             self.assertClose(got, ref, "f32", k, what)
@@ -433,6 +434,38 @@ class TestTorchCuda(DaemonTestCase, Check):
         ref = syr2k_ref(a[:32, :16].half().cpu().numpy(), b[:32, :16].half().cpu().numpy(),
                         None, 1, 0, 0, 1)
         self.assertClose(s.cpu().numpy(), ref, "f16", 16)
+
+    def test_matmul(self):
+        torch = _torch_cuda()
+        c = self.client()
+        g = torch.Generator(device="cuda").manual_seed(5)
+        a = torch.rand((3, 1, 16, 24), device="cuda", generator=g)
+        b = torch.rand((2, 24, 8), device="cuda", generator=g)
+        got = c.matmul(a, b)
+        self.assertTrue(got.is_cuda)
+        ref = np.matmul(a.double().cpu().numpy(), b.double().cpu().numpy())
+        self.assertClose(got.cpu().numpy(), ref, "f32", 24)
+        self.assertEqual(tuple(c.matmul(a[:, :, :0], b[:, :0]).shape), (3, 2, 0, 8))
+
+    @unittest.skipUnless(_torch_cuda() and _torch_cuda().cuda.device_count() >= 2,
+                         "needs two CUDA devices")
+    def test_second_device(self):
+        """Tensors of cuda:1 while cuda:0 is current: their device is made
+        current for the driver calls, which look the pointers up there."""
+        torch = _torch_cuda()
+        c = self.client()
+        torch.cuda.set_device(0)
+        torch.zeros(1, device="cuda:0")  # cuda:0's context is current
+        a = torch.rand((32, 16), device="cuda:1")
+        b = torch.rand((16, 8), device="cuda:1")
+        ref = a.double().cpu().numpy() @ b.double().cpu().numpy()
+        got = c.gemm(a, b)
+        self.assertEqual(got.device, a.device)
+        self.assertClose(got.cpu().numpy(), ref, "f32", 16)
+        got = c.matmul(a.expand(2, 32, 16), b)
+        self.assertEqual(got.device, a.device)
+        self.assertClose(got[1].cpu().numpy(), ref, "f32", 16)
+        self.assertEqual(torch.cuda.current_device(), 0)
 
 
 if __name__ == "__main__":
