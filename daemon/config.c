@@ -62,7 +62,11 @@ void config_defaults(struct gemmd_config *cfg)
         cfg->lim.max_buffer_bytes = 64ull << 30;
         cfg->lim.max_queue_ops = 65536;
         cfg->lim.max_sessions = 1024;
-        cfg->lim.max_output_bytes = 256u << 20;
+        /* Replies a session leaves unread stay the daemon's memory, for each
+         * of a user's sessions: enough for every small reply of a full
+         * window and a large inline result, no more (inline results are
+         * budgeted apart, --max-session-inline-bytes). */
+        cfg->lim.max_output_bytes = 16u << 20;
         cfg->lim.max_user_inflight_ops = 16384;
         cfg->lim.max_user_buffer_bytes = 256ull << 30;
         cfg->lim.max_user_share = 100;
