@@ -11,6 +11,7 @@ the daemon goes wrong its log is printed.
 
 import ctypes
 import os
+import random
 import shutil
 import signal
 import socket
@@ -123,14 +124,34 @@ class DaemonTestCase(unittest.TestCase):
         return c
 
 
-def free_tcp_port():
-    """A TCP port on 127.0.0.1 that nothing listens on right now."""
-    s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+def _bindable(family, host, port):
+    """Whether a listening socket could take host:port now (False also
+    where the family is missing)."""
     try:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+        s = socket.socket(family, socket.SOCK_STREAM)
+    except OSError:
+        return family != socket.AF_INET
+    try:
+        s.bind((host, port))
+        return True
+    except OSError:
+        return False
     finally:
         s.close()
+
+
+def free_tcp_port():
+    """A TCP port that nothing uses right now, on every IPv4 and IPv6
+    address. It is drawn below the kernel's ephemeral range, so that the
+    tests' own client connections, which take local ports from that range,
+    do not land on it before a daemon listens there."""
+    rng = random.Random()
+    for _ in range(200):
+        port = rng.randrange(20000, 32000)
+        if _bindable(socket.AF_INET, "0.0.0.0", port) and \
+                _bindable(socket.AF_INET6, "::", port):
+            return port
+    raise RuntimeError("no free TCP port in 20000-32000")
 
 
 def rand(rng, shape, dtype=np.float32):
