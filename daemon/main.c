@@ -142,6 +142,9 @@ int main(int argc, char **argv)
         rc = server_init(&srv, &loop, &cfg);
         if (rc) {
                 log_err("cannot start: %s", gemmd_strerror(rc));
+                /* What server_init closed on its way out (the metrics
+                 * listener) finishes closing in one turn of the loop. */
+                uv_run(&loop, UV_RUN_NOWAIT);
                 goto out_loop;
         }
         fit_sessions(&cfg, nofile);

@@ -760,18 +760,22 @@ int server_init(struct server *srv, uv_loop_t *loop, const struct gemmd_config *
                 rc = -ENOMEM;
                 goto err;
         }
+        /* Metrics first: a client that finds the socket accepting (a
+         * probe, a test) may scrape at once. */
+        rc = metrics_start(srv);
+        if (rc)
+                goto err;
         srv->listen_fd = activated_fd();
         if (srv->listen_fd < 0) {
                 rc = listen_unix(cfg->socket_path, &srv->listen_fd);
-                if (rc)
+                if (rc) {
+                        metrics_stop();
                         goto err;
+                }
                 srv->listen_owned = 1;
         } else {
                 log_info("using the listening socket passed by systemd");
         }
-        rc = metrics_start(srv);
-        if (rc)
-                goto err;
         take_spare(srv);
         if (srv->spare_fd < 0)
                 log_warn("cannot open /dev/null (%s): out of descriptors, the listener rests instead of refusing",
