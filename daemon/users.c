@@ -146,20 +146,19 @@ uint64_t users_inline_room(struct session *s)
 
 int users_inline_take(struct session *s, uint64_t n)
 {
-        struct server *srv = s->srv;
-        int over;
+        const uint64_t max = s->srv->cfg->lim.max_user_inline_bytes;
+        uint_fast64_t held = atomic_load(&s->user->inline_held);
 
         if (!n)
                 return 0;
-        /* Checked and counted under the lock that the user's other loops
-         * take: they can only give back meanwhile. */
-        pthread_mutex_lock(&srv->lock);
-        over = atomic_load(&s->user->inline_held) + n > srv->cfg->lim.max_user_inline_bytes;
-        if (!over)
-                atomic_fetch_add(&s->user->inline_held, n);
-        pthread_mutex_unlock(&srv->lock);
-        if (over)
-                return GEMMD_EBUSY;
+        /* Compare and swap, not the server's lock, which the submit has
+         * already taken once: the user's sessions on other loops take and
+         * give back meanwhile, and a swap that lost to them tries again
+         * with what they left. */
+        do {
+                if (held + n > max)
+                        return GEMMD_EBUSY;
+        } while (!atomic_compare_exchange_weak(&s->user->inline_held, &held, held + n));
         atomic_fetch_add(&s->inline_held, n);
         return 0;
 }

@@ -637,31 +637,11 @@ static void take_wide(struct worker *w, struct group *g)
                 g->cfg.shape = ws;
 }
 
-/* Fails every op of g with GEMMD_ERESOURCE and frees its slot: memory for
- * `what` (its plan, or the backend's part of its launch) ran out before
- * anything reached the device, so there is nothing to repair and the
- * worker goes on with the next group. Called without the lock. */
-static void refuse_group(struct worker *w, struct group *g, const char *what)
-{
-        struct done_list done = DONE_LIST_INIT(done);
-
-        log_err("worker %d: out of memory for %s: the %u ops of group %llu fail", w->index, what,
-                g->nops, (unsigned long long)g->id);
-        pthread_mutex_lock(&w->lock);
-        g->status = GEMMD_ERESOURCE;
-        g->timed = 0;
-        g->t_done_ns = g->t_launch_ns = now_ns();
-        complete_ops(w, g, &done);
-        finish_group(w, g);
-        pthread_mutex_unlock(&w->lock);
-        hand_back(w, &done);
-}
-
 /* Builds g's plan and launches it. Called with the lock released; sets
  * *launch_ns to the host time the backend's launch() took (0 when it was
  * not called), for the caller to count under the lock it takes next.
- * Returns 0 also when memory ran out before the launch: g's ops have then
- * failed with GEMMD_ERESOURCE (refuse_group) and its slot is free. */
+ * Returns 0, or the failure that the caller answers g's ops with
+ * (worker_launch_status: memory that ran out is not the device's). */
 static int launch_group(struct worker *w, struct group *g, uint64_t *launch_ns)
 {
         uint64_t t0 = now_ns();
@@ -684,15 +664,10 @@ static int launch_group(struct worker *w, struct group *g, uint64_t *launch_ns)
                                               : sched_plan_build(&g->plan, g->sp, g->nops, &g->cfg);
         pthread_mutex_lock(&w->lock);
         w->st.plan_ns += now_ns() - t0;
-        if (rc == -ENOMEM) {
-                pthread_mutex_unlock(&w->lock);
-                refuse_group(w, g, "its plan");
-                return 0;
-        }
         if (rc) {
                 pthread_mutex_unlock(&w->lock);
-                log_err("worker %d: plan of group %llu failed: %d", w->index,
-                        (unsigned long long)g->id, rc);
+                log_err("worker %d: plan of group %llu failed: %s", w->index,
+                        (unsigned long long)g->id, gemmd_strerror(rc));
                 return rc;
         }
         g->t_launch_ns = now_ns();
@@ -715,12 +690,8 @@ static int launch_group(struct worker *w, struct group *g, uint64_t *launch_ns)
                 if (--w->inflight == 0)
                         w->st.busy_ns += now_ns() - w->busy_since_ns;
                 pthread_mutex_unlock(&w->lock);
-                if (rc == GEMMD_ERESOURCE) {
-                        refuse_group(w, g, "its launch");
-                        return 0;
-                }
-                log_err("worker %d: launch of group %llu failed: %d", w->index,
-                        (unsigned long long)g->id, rc);
+                log_err("worker %d: launch of group %llu failed: %s", w->index,
+                        (unsigned long long)g->id, gemmd_strerror(rc));
         }
         return rc;
 }

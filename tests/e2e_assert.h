@@ -12,4 +12,18 @@
 #define START(d, ...) cr_assert_eq(e2e_daemon_start((d), __VA_ARGS__), 0, "gemmd did not start")
 #define STOP(d) cr_assert_eq(e2e_daemon_stop(d), 0, "gemmd did not exit 0 on SIGTERM")
 
+/* Runs one random inline op (sizes up to maxdim) on c and asserts it is
+ * answered right, against the double-precision reference. */
+static inline void e2e_assert_random_op(gemmd_client *c, uint64_t *seed, int64_t maxdim)
+{
+        struct e2e_spec s;
+        struct e2e_prob p;
+        char why[300];
+
+        e2e_spec_random(&s, seed, maxdim);
+        cr_assert_eq(e2e_prob_inline(&p, &s, seed), 0);
+        cr_assert_eq(e2e_run_checked(c, &p, 1, 1, NULL, why, sizeof(why)), 0, "%s", why);
+        e2e_prob_free(&p);
+}
+
 #endif

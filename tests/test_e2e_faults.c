@@ -273,17 +273,6 @@ Test(faults, a_killed_clients_memory_stays_mapped_until_its_running_op_is_done)
 
 /* ---- a daemon that dies or restarts ------------------------------------------ */
 
-static void run_one_checked(gemmd_client *c, uint64_t *seed)
-{
-        struct e2e_spec s;
-        struct e2e_prob p;
-        char why[256];
-
-        e2e_spec_random(&s, seed, 48);
-        cr_assert_eq(e2e_prob_inline(&p, &s, seed), 0);
-        cr_assert_eq(e2e_run_checked(c, &p, 1, 1, NULL, why, sizeof(why)), 0, "%s", why);
-        e2e_prob_free(&p);
-}
 
 /* Connects, retrying while the daemon is away, as a client would. */
 static gemmd_client *reconnect(const char *sock)
@@ -319,7 +308,7 @@ Test(faults, a_dead_or_restarted_daemon_gives_edisconnect_then_clients_reconnect
         cr_assert_gt(pid, 0);
         c = reconnect(sock);
         cr_assert_not_null(c);
-        run_one_checked(c, &seed);
+        e2e_assert_random_op(c, &seed, 48);
         cr_assert_eq(e2e_timed_op(c, 512, 512, 2048, &slow), 0);
         cr_assert_eq(gemmd_submit(c, &slow, 1, GEMMD_PRIO_NORMAL, &t1), 0);
         cr_assert_eq(gemmd_submit(c, &slow, 1, GEMMD_PRIO_NORMAL, &t2), 0);
@@ -344,7 +333,7 @@ Test(faults, a_dead_or_restarted_daemon_gives_edisconnect_then_clients_reconnect
         cr_assert_gt(pid, 0);
         c = reconnect(sock);
         cr_assert_not_null(c);
-        run_one_checked(c, &seed);
+        e2e_assert_random_op(c, &seed, 48);
 
         /* An orderly restart: work in flight is finished and answered, then
          * the connection ends. */
@@ -365,7 +354,7 @@ Test(faults, a_dead_or_restarted_daemon_gives_edisconnect_then_clients_reconnect
         cr_assert_gt(pid, 0);
         c = reconnect(sock);
         cr_assert_not_null(c);
-        run_one_checked(c, &seed);
+        e2e_assert_random_op(c, &seed, 48);
         gemmd_disconnect(c);
         kill(pid, SIGTERM);
         cr_expect_eq(e2e_wait_child(pid, 30000), 0);
@@ -486,7 +475,7 @@ Test(faults, an_injected_device_fault_fails_its_group_and_the_sessions_go_on)
 
         run_shared_checked(c2, &ar2, &seed, 4);
         run_shared_checked(c1, &ar1, &seed, 4);
-        run_one_checked(c1, &seed);
+        e2e_assert_random_op(c1, &seed, 48);
         cr_expect_eq(hard_device_number(c1, "process_restarts"), 1);
         cr_expect_eq(hard_device_number(c1, "ops_failed"), 1);
         gemmd_disconnect(c1);

@@ -34,18 +34,6 @@ TestSuite(attack_budget, .init = e2e_setup, .fini = e2e_teardown, .timeout = 240
 
 #define WAIT_MS 20000
 
-/* A random inline problem run on c and checked against the reference. */
-static void run_checked(gemmd_client *c, uint64_t *seed)
-{
-        struct e2e_spec s;
-        struct e2e_prob p;
-        char why[256];
-
-        e2e_spec_random(&s, seed, 48);
-        cr_assert_eq(e2e_prob_inline(&p, &s, seed), 0);
-        cr_assert_eq(e2e_run_checked(c, &p, 1, 1, NULL, why, sizeof(why)), 0, "%s", why);
-        e2e_prob_free(&p);
-}
 
 /* Starts build/gemmd-fi with GEMMD_FAULT_ALLOC=site: a debug op then fails
  * the worker's allocation at that site instead of faulting the device. */
@@ -84,7 +72,7 @@ static void worker_out_of_memory(const char *site)
         c1 = e2e_connect(&d);
         c2 = e2e_connect(&d);
         cr_assert(c1 && c2);
-        run_checked(c1, &seed);
+        e2e_assert_random_op(c1, &seed, 48);
 
         e2e_spec_random(&s, &seed, 32);
         cr_assert_eq(e2e_prob_inline(&p, &s, &seed), 0);
@@ -97,8 +85,8 @@ static void worker_out_of_memory(const char *site)
         e2e_prob_free(&p);
 
         for (int i = 0; i < 4; i++) {
-                run_checked(c2, &seed);
-                run_checked(c1, &seed);
+                e2e_assert_random_op(c2, &seed, 48);
+                e2e_assert_random_op(c1, &seed, 48);
         }
         cr_expect_eq(hard_device_number(c2, "ops_failed"), 1);
         /* Nothing was left to repair: no device process was replaced. */
@@ -474,7 +462,7 @@ Test(attack_budget, inline_results_never_read_meet_the_byte_budgets_and_memory_s
                 uint64_t seed = 11;
 
                 cr_assert_eq(hard_wait_sessions(mon, 1, WAIT_MS, &got), 0);
-                run_checked(mon, &seed);
+                e2e_assert_random_op(mon, &seed, 48);
         }
         gemmd_disconnect(mon);
         STOP(&d);

@@ -33,14 +33,9 @@ TestSuite(attack_seals, .init = e2e_setup, .fini = e2e_teardown, .timeout = 120)
 #define MAT_BYTES (DIM * DIM * 4)
 #define FILE_BYTES (4 * MAT_BYTES)
 
-/* A 64 x 64 x 64 f32 GEMM on buffer `buf`: A at 0, B after it, C after B. */
-struct gemm_box {
-        Gemmd__V1__Submit sub;
-        Gemmd__V1__Op op, *ops[1];
-        Gemmd__V1__Operand a, b, c;
-};
-
-static void gemm_submit(struct gemm_box *g, uint64_t buf, Gemmd__V1__Envelope *env)
+/* A DIM^3 f32 GEMM on buffer `buf`, in the storage of a hard_gemm2 (the
+ * same fields): A at 0, B after it, C after B. */
+static void gemm_submit(struct hard_gemm2 *g, uint64_t buf, Gemmd__V1__Envelope *env)
 {
         gemmd__v1__submit__init(&g->sub);
         gemmd__v1__op__init(&g->op);
@@ -83,7 +78,7 @@ static Gemmd__V1__Envelope *answer(struct hard_raw *r, uint64_t rid)
 static int run_gemm(struct hard_raw *r, uint64_t rid, uint64_t buf)
 {
         Gemmd__V1__Envelope env = GEMMD__V1__ENVELOPE__INIT, *e;
-        struct gemm_box g;
+        struct hard_gemm2 g;
 
         gemm_submit(&g, buf, &env);
         if (hard_raw_send(r, rid, &env, NULL, 0, 0))
@@ -334,7 +329,7 @@ Test(attack_seals, truncating_punching_growing_and_sealing_in_every_order_while_
         /* Every permutation of the four changes, in lexicographic order. */
         for (;;) {
                 Gemmd__V1__Envelope env = GEMMD__V1__ENVELOPE__INIT;
-                struct gemm_box g[OPS];
+                struct hard_gemm2 g[OPS];
                 int fd;
                 uint64_t buf = register_kept(&r, ++rid, &fd, &seed), first = rid + 1;
 

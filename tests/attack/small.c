@@ -219,16 +219,8 @@ Test(attack_small, a_32_bit_field_past_32_bits_is_a_protocol_error)
 /* Runs n random inline ops on c, checked against the reference. */
 static void run_checked(gemmd_client *c, uint64_t *seed, int n)
 {
-        for (int i = 0; i < n; i++) {
-                struct e2e_spec s;
-                struct e2e_prob p;
-                char why[300];
-
-                e2e_spec_random(&s, seed, 24);
-                cr_assert_eq(e2e_prob_inline(&p, &s, seed), 0);
-                cr_assert_eq(e2e_run_checked(c, &p, 1, 1, NULL, why, sizeof(why)), 0, "%s", why);
-                e2e_prob_free(&p);
-        }
+        for (int i = 0; i < n; i++)
+                e2e_assert_random_op(c, seed, 24);
 }
 
 /* Every launch failure was answered GEMMD_EDEVICE and replaced the device
