@@ -16,7 +16,7 @@ BUILD := build
 PREFIX ?= /usr/local
 DESTDIR ?=
 VERSION := 0.1.0
-SOVERSION := 0
+SOVERSION := 1
 
 CC ?= cc
 CXX ?= c++

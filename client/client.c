@@ -1128,7 +1128,7 @@ int gemmd_unregister(gemmd_client *c, gemmd_buffer id)
  * carry a bad value faithfully. The daemon checks everything else. */
 static int check_op(const struct gemmd_op *op)
 {
-        if ((unsigned)op->kind > GEMMD_SYR2K || (unsigned)op->dtype > GEMMD_BF16 ||
+        if ((unsigned)op->kind > GEMMD_SYR2K || (unsigned)op->dtype > GEMMD_F64 ||
             (unsigned)op->trans_a > GEMMD_OP_T || (unsigned)op->trans_b > GEMMD_OP_T ||
             (unsigned)op->uplo > GEMMD_UPPER ||
             (op->flags & ~(GEMMD_OPF_ROW_MAJOR | GEMMD_OPF_ALLOW_TF32 | GEMMD_OPF_DEBUG_FAULT)))
@@ -1201,8 +1201,13 @@ static int build_submit(const struct gemmd_client *c, const struct gemmd_op *ops
                 w->lda = o->lda;
                 w->ldb = o->ldb;
                 w->ldc = o->ldc;
-                w->alpha = o->alpha;
-                w->beta = o->beta;
+                if (o->dtype == GEMMD_F64) {
+                        w->alpha_f64 = o->alpha;
+                        w->beta_f64 = o->beta;
+                } else {
+                        w->alpha = (float)o->alpha;
+                        w->beta = (float)o->beta;
+                }
                 w->a = &msgs[i].a;
                 w->b = &msgs[i].b;
                 w->c = &msgs[i].c;
@@ -1481,6 +1486,8 @@ size_t gemmd_dtype_size(enum gemmd_dtype dtype)
         case GEMMD_F16:
         case GEMMD_BF16:
                 return 2;
+        case GEMMD_F64:
+                return 8;
         }
         return 0;
 }

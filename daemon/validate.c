@@ -62,7 +62,7 @@ void op_release(struct op *o)
 }
 
 /* Resolves one operand to a buffer reference and an offset. */
-static int resolve(const struct operand_shape *sh, int is_c, float beta, size_t esz,
+static int resolve(const struct operand_shape *sh, int is_c, double beta, size_t esz,
                    const struct gbuf_table *t, struct op *out, int idx, struct inline_tally *tally,
                    uint64_t max_inline, char *msg, size_t len)
 {
@@ -105,7 +105,7 @@ static int resolve(const struct operand_shape *sh, int is_c, float beta, size_t 
         size_t have = in ? in->data.len : 0;
 
         if (is_c) {
-                if (have == 0 && beta != 0.0f)
+                if (have == 0 && beta != 0.0)
                         return fail(msg, len, GEMMD_EINVAL, "C: beta is not 0 but no C was sent");
         } else if (have == 0) {
                 return fail(msg, len, GEMMD_EINVAL, "%s: no buffer and no inline data", sh->name);
@@ -148,6 +148,8 @@ int validate_op(const Gemmd__V1__Op *in, const struct gbuf_table *t, const struc
         int syr2k = in->kind == GEMMD__V1__OP_KIND__SYR2K;
         int row = in->row_major;
         int ta = in->trans_a, tb = in->trans_b, uplo = in->uplo;
+        int f64 = in->dtype == GEMMD__V1__DTYPE__F64;
+        double beta = f64 ? in->beta_f64 : in->beta;
         size_t esz;
         int rc;
 
@@ -155,8 +157,10 @@ int validate_op(const Gemmd__V1__Op *in, const struct gbuf_table *t, const struc
         if ((unsigned)in->kind > 1)
                 return fail(msg, len, GEMMD_EINVAL, "unknown op kind %d", (int)in->kind);
         esz = gemmd_dtype_size((enum gemmd_dtype)in->dtype);
-        if ((unsigned)in->dtype > 2 || !esz)
+        if ((unsigned)in->dtype > 3 || !esz)
                 return fail(msg, len, GEMMD_EINVAL, "unknown dtype %d", (int)in->dtype);
+        if (f64)
+                return fail(msg, len, GEMMD_EUNSUPPORTED, "f64 is not supported by this daemon");
         if ((unsigned)ta > 1 || (unsigned)tb > 1)
                 return fail(msg, len, GEMMD_EINVAL, "op must be n or t");
         if ((unsigned)uplo > 1)
@@ -208,7 +212,7 @@ int validate_op(const Gemmd__V1__Op *in, const struct gbuf_table *t, const struc
                 sh[2].rows = sh[2].cols = n;
         }
         for (int i = 0; i < 3; i++) {
-                rc = resolve(&sh[i], i == 2, in->beta, esz, t, out, i, tally,
+                rc = resolve(&sh[i], i == 2, beta, esz, t, out, i, tally,
                              lim->max_inline_bytes, msg, len);
                 if (rc)
                         goto err;
@@ -232,8 +236,11 @@ int validate_op(const Gemmd__V1__Op *in, const struct gbuf_table *t, const struc
         out->kp.m = (uint32_t)m;
         out->kp.n = (uint32_t)n;
         out->kp.k = (uint32_t)k;
-        out->kp.alpha = in->alpha;
-        out->kp.beta = in->beta;
+        /* The f64 kernels read the scalars as sent, the others as float. */
+        out->kp.alpha_f64 = f64 ? in->alpha_f64 : in->alpha;
+        out->kp.beta_f64 = beta;
+        out->kp.alpha = (float)out->kp.alpha_f64;
+        out->kp.beta = (float)beta;
         out->kp.kind = syr2k ? SCHED_SYR2K : SCHED_GEMM;
         out->kp.dtype = (uint8_t)in->dtype;
         out->kp.trans_a = (uint8_t)ta;

@@ -18,9 +18,9 @@
  * n x k, op T means they are k x n. trans_a carries the op; trans_b is
  * ignored.
  *
- * Data types: f32, f16 and bf16 inputs; accumulation is always f32 and C has
- * the input type. An f32 op may set GEMMD_OPF_ALLOW_TF32 to let a GPU use
- * TF32 tensor cores (the CPU backend always computes exact f32).
+ * Data types: f32, f16 and bf16 inputs accumulate in f32; f64 inputs in f64.
+ * C has the input type. An f32 op may set GEMMD_OPF_ALLOW_TF32 to let a GPU
+ * use TF32 tensor cores (the CPU backend always computes exact f32).
  *
  * Operands live in one of three places:
  *   - host shared memory created by gemmd_buffer_alloc (zero-copy: the daemon
@@ -93,7 +93,7 @@ extern "C" {
 #define GEMMD_ELAST        (-1017)
 
 enum gemmd_op_kind { GEMMD_GEMM = 0, GEMMD_SYR2K = 1 };
-enum gemmd_dtype { GEMMD_F32 = 0, GEMMD_F16 = 1, GEMMD_BF16 = 2 };
+enum gemmd_dtype { GEMMD_F32 = 0, GEMMD_F16 = 1, GEMMD_BF16 = 2, GEMMD_F64 = 3 };
 enum gemmd_trans { GEMMD_OP_N = 0, GEMMD_OP_T = 1 };
 enum gemmd_uplo { GEMMD_LOWER = 0, GEMMD_UPPER = 1 };
 
@@ -144,7 +144,9 @@ struct gemmd_op {
          * rule for leaving it out (gemmctl, Python): when C is given and
          * beta is not, beta is 1; when C is not given, C is zero and beta
          * must be 0 or left out. */
-        float alpha, beta;
+        /* An f64 op uses them as given; every other dtype rounds them to
+         * float (the wire carries them as float then). */
+        double alpha, beta;
         struct gemmd_operand a, b, c;
 };
 
@@ -331,7 +333,7 @@ const char *gemmd_last_error(const gemmd_client *c);
  * negative errno or GEMMD_E*). Never NULL. */
 const char *gemmd_strerror(int code);
 
-/* Bytes of a dtype's element (4, 2 or 2), or 0 for an unknown dtype. */
+/* Bytes of a dtype's element (4, 2, 2 or 8), or 0 for an unknown dtype. */
 size_t gemmd_dtype_size(enum gemmd_dtype dtype);
 
 #ifdef __cplusplus

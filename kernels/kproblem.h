@@ -18,7 +18,7 @@ struct gemmd_kproblem {
         uint64_t a, b, c;      /* addresses of A, B, C (element 0,0) */
         int64_t lda, ldb, ldc; /* column-major leading dimensions, elements */
         uint32_t m, n, k;      /* SYR2K: m == n */
-        float alpha, beta;
+        float alpha, beta; /* rounded to float: what the f32, f16 and bf16 kernels use */
         uint8_t kind;    /* enum sched_kind */
         uint8_t dtype;   /* enum gemmd_dtype: A, B and C share it */
         uint8_t trans_a; /* 0 = N, 1 = T; SYR2K: the op of A and B */
@@ -26,6 +26,7 @@ struct gemmd_kproblem {
         uint8_t uplo;    /* SYR2K: 0 lower, 1 upper */
         uint8_t tf32;    /* f32 may use TF32 tensor cores */
         uint8_t pad[2];
+        double alpha_f64, beta_f64; /* as sent: what the f64 kernels use */
 };
 
 /*

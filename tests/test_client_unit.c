@@ -385,6 +385,7 @@ Test(strerror, dtype_size)
         cr_assert_eq(gemmd_dtype_size(GEMMD_F32), 4);
         cr_assert_eq(gemmd_dtype_size(GEMMD_F16), 2);
         cr_assert_eq(gemmd_dtype_size(GEMMD_BF16), 2);
+        cr_assert_eq(gemmd_dtype_size(GEMMD_F64), 8);
         cr_assert_eq(gemmd_dtype_size((enum gemmd_dtype)7), 0);
 }
 
@@ -540,7 +541,7 @@ Test(args, local_checks_send_nothing)
         bad.kind = (enum gemmd_op_kind)2;
         cr_assert_eq(gemmd_submit(c, &bad, 1, 1, &t), GEMMD_EINVAL);
         bad = ops[0];
-        bad.dtype = (enum gemmd_dtype)3;
+        bad.dtype = (enum gemmd_dtype)4;
         cr_assert_eq(gemmd_submit(c, &bad, 1, 1, &t), GEMMD_EINVAL);
         bad = ops[0];
         bad.trans_b = (enum gemmd_trans)2;
