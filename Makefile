@@ -16,6 +16,7 @@ BUILD := build
 PREFIX ?= /usr/local
 DESTDIR ?=
 VERSION := 0.1.0
+# libgemmd's ABI: the soname's number, bumped when a public struct changes.
 SOVERSION := 1
 
 CC ?= cc

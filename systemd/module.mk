@@ -22,7 +22,7 @@ INSTALL ?= install
 # Run after a real install as root, so the new soname is found at once.
 LDCONFIG ?= ldconfig
 
-LIB_REAL := libgemmd.so.$(VERSION)
+LIB_REAL := libgemmd.so.$(SOVERSION).0.0
 LIB_SONAME := libgemmd.so.$(SOVERSION)
 # Written by another part of the tree; installed when present.
 MAN8 := $(wildcard man/gemmd.8)

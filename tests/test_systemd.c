@@ -106,7 +106,7 @@ Test(systemd, install_and_uninstall_put_exactly_the_files_and_take_them_back)
         cr_assert_eq(run_make("install", stage, "/usr"), 0);
         snprintf(want, sizeof(want),
                  "./usr/bin/gemmctl\n./usr/include/gemmd.h\n./usr/lib/libgemmd.a\n"
-                 "./usr/lib/libgemmd.so\n./usr/lib/libgemmd.so.0\n./usr/lib/libgemmd.so.0.1.0\n"
+                 "./usr/lib/libgemmd.so\n./usr/lib/libgemmd.so.1\n./usr/lib/libgemmd.so.1.0.0\n"
                  "./usr/lib/pkgconfig/gemmd.pc\n./usr/lib/systemd/system/gemmd.service\n"
                  "./usr/lib/systemd/system/gemmd.socket\n./usr/lib/sysusers.d/gemmd.conf\n"
                  "./usr/lib/tmpfiles.d/gemmd.conf\n./usr/sbin/gemmd\n%s%s",
@@ -117,16 +117,16 @@ Test(systemd, install_and_uninstall_put_exactly_the_files_and_take_them_back)
         free(tree);
 
         /* The library under its soname, with the development link. */
-        snprintf(path, sizeof(path), "%s/usr/lib/libgemmd.so.0", stage);
+        snprintf(path, sizeof(path), "%s/usr/lib/libgemmd.so.1", stage);
         n = readlink(path, link, sizeof(link) - 1);
         cr_assert_gt(n, 0);
         link[n] = '\0';
-        cr_expect_str_eq(link, "libgemmd.so.0.1.0");
+        cr_expect_str_eq(link, "libgemmd.so.1.0.0");
         snprintf(path, sizeof(path), "%s/usr/lib/libgemmd.so", stage);
         n = readlink(path, link, sizeof(link) - 1);
         cr_assert_gt(n, 0);
         link[n] = '\0';
-        cr_expect_str_eq(link, "libgemmd.so.0");
+        cr_expect_str_eq(link, "libgemmd.so.1");
         lib = dlopen(path, RTLD_NOW | RTLD_LOCAL);
         cr_assert_not_null(lib, "%s", dlerror());
         cr_expect_not_null(dlsym(lib, "gemmd_connect"));

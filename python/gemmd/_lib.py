@@ -172,7 +172,7 @@ def _candidates():
         yield found
     # The soname, through the dynamic loader's own search (LD_LIBRARY_PATH,
     # ld.so.cache), which find_library does not always consult.
-    yield "libgemmd.so.0"
+    yield "libgemmd.so.1"
 
 
 def load():
@@ -181,7 +181,7 @@ def load():
     The search order is $GEMMD_LIBRARY (and nothing else when it is set),
     build/libgemmd.so of the checkout this package sits in (none once it is
     installed with pip), then the system's libgemmd (ctypes.util.find_library,
-    then libgemmd.so.0 through the loader's path). Raises OSError when none
+    then libgemmd.so.1 through the loader's path). Raises OSError when none
     loads.
     """
     global _lib

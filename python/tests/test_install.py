@@ -80,9 +80,9 @@ class TestInstall(DaemonTestCase):
         # Else the system's, by its soname through the loader's path.
         lib = os.path.join(self.tmp, "lib")
         os.mkdir(lib)
-        os.symlink(os.path.join(BIN, "libgemmd.so"), os.path.join(lib, "libgemmd.so.0"))
+        os.symlink(os.path.join(BIN, "libgemmd.so"), os.path.join(lib, "libgemmd.so.1"))
         out = self.run_installed(py, {"GEMMD_LIBRARY": "", "LD_LIBRARY_PATH": lib})
-        self.assertIn("library libgemmd.so.0", out)
+        self.assertIn("library libgemmd.so.1", out)
         self.assertIn("gemm 104.0", out)
         rc, out = _pip(py, "uninstall", "-y", "gemmd")
         self.assertEqual(rc, 0, out)
