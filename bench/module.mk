@@ -31,3 +31,22 @@ $(BUILD)/gemmbench-latency: $(BUILD)/bench/latency.o $(BUILD)/bench/bench_util.o
 	$(Q)$(CC) -o $@ $^ $(PBC_A) $(LDLIBS)
 
 BIN += $(BUILD)/gemmbench-latency
+
+# gemmbench-blas (bench/blas_prog.c): a program that only calls the
+# Fortran BLAS of whatever libblas.so.3 it is given (the system's, or the
+# gemmd BLAS through LD_LIBRARY_PATH), and, built with cuBLAS, the same
+# calls through cuBLAS in its own process. Linked by soname so that it
+# needs only a BLAS runtime, not a -dev package.
+BLAS_PROG_LIBS := -l:libblas.so.3
+ifeq ($(WITH_CUDA),1)
+ifneq ($(wildcard $(CUDA_HOME)/lib64/libcublas.so),)
+$(BUILD)/bench/blas_prog.o: CFLAGS += -DGEMMD_BLAS_CUBLAS=1
+BLAS_PROG_LIBS += -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcublas $(CUDA_LDLIBS)
+endif
+endif
+
+$(BUILD)/gemmbench-blas: $(BUILD)/bench/blas_prog.o
+	$(call say,LD,$@)
+	$(Q)$(CC) -o $@ $^ $(BLAS_PROG_LIBS) $(LDLIBS)
+
+BIN += $(BUILD)/gemmbench-blas
