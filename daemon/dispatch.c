@@ -12,6 +12,7 @@
 #include "daemon/devmem.h"
 #include "daemon/log.h"
 #include "daemon/metrics.h"
+#include "daemon/reply.h"
 #include "daemon/ring.h"
 #include "daemon/server.h"
 #include "daemon/users.h"
@@ -622,13 +623,13 @@ void dispatch_completion(struct request *r)
         struct session *s = r->s;
         struct evloop *ev = s->ev;
         uint32_t n = r->nops;
-        int answered = r->replied || s->state != SESSION_CLOSED;
+        int answered = reply_answered_now(r) || s->state != SESSION_CLOSED;
 
         /* A request answered through the ring had the user's and the
          * daemon's counts given back by the thread that answered it. The
          * session's own count goes after the reply: until then it is busy,
          * as its client's polling hint says (ring_hint). */
-        if (!r->uncounted)
+        if (!reply_counts_returned(r))
                 server_uncount_shared(s, n);
         metrics_count_request(r);
         /* A request dropped with its session counts only its failures. */
@@ -638,12 +639,7 @@ void dispatch_completion(struct request *r)
                 else if (answered)
                         s->ops_ok++;
         }
-        if (r->ring_sync)
-                ring_taken(s);
-        else if (r->reply_sync)
-                session_reply_taken(s);
-        else if (!r->replied && s->state != SESSION_CLOSED && ring_reply(r))
-                session_send_completion(s, r);
+        reply_take(r);
         /* Unless its reply took them (session_send_completion), the bytes
          * it held are free now: the reply is written or in the ring, or
          * there is none. */

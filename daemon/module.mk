@@ -1,6 +1,6 @@
 # daemon/: the gemmd binary.
 DAEMON_OBJS += $(addprefix $(BUILD)/daemon/, main.o config.o log.o server.o session.o ring.o \
-               dispatch.o devmem.o unixsock.o validate.o buffers.o worker.o backend_cpu.o stats.o notify.o \
+               dispatch.o reply.o devmem.o unixsock.o validate.o buffers.o worker.o backend_cpu.o stats.o notify.o \
                metrics.o users.o watchdog.o backend_proc.o devhost.o cpuacct.o)
 
 ifeq ($(WITH_CUDA),1)

@@ -10,14 +10,14 @@
  * and one that put a Submit in the ring just before kicks it there.
  *
  * Completions: of a small group, the thread that saw it finish
- * (server_post_completions, ring_post) packs each finished request's
+ * (reply_post, ring_post) packs each finished request's
  * Completion into the next free slot, queues the requests on their loop,
  * and only then makes the slots visible: a client that answers a
  * completion with a new submit finds the request already on the loop's
  * queue, which on_submit reaps before it refuses for a cap. The user's and
  * the daemon's counts are given back before the slots are visible too
  * (they are judged by submits on other loops). The loop frees the session
- * only after taking the ring's lock once more (ring_sync), so the ring
+ * only after taking the ring's lock once more (REQ_RINGED_LAST), so the ring
  * stays mapped while a thread writes to it. Of a large group, the loops
  * put them in the rings as they take the requests in (ring_reply), side by
  * side. A client that said it sleeps (cq.flag) gets its Completions on the
@@ -30,6 +30,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include "daemon/reply.h"
 #include "daemon/ring.h"
 #include "daemon/users.h"
 #include "gemmd.h"
@@ -320,12 +321,11 @@ struct request *ring_post(struct request *r)
                 return r;
         }
         for (x = head;; x = x->next) {
-                x->replied = 1;
-                x->uncounted = 1;
+                request_set_state(x, REQ_RINGED);
                 if (x == tail)
                         break;
         }
-        tail->ring_sync = 1;
+        request_set_state(tail, REQ_RINGED_LAST);
         hint_locked(s);
         server_uncount_shared(s, ops);
         /* Counted before they are seen: a client's stats request sent in

@@ -54,7 +54,7 @@ struct request *ring_post(struct request *r);
  * Returns 0 if it did, else -1 (the socket answers). */
 int ring_reply(struct request *r);
 
-/* The loop, taking in a request with ring_sync: waits until the thread
+/* The loop, taking in a request in REQ_RINGED_LAST: waits until the thread
  * that put it in the ring is done with the session, and sends the
  * RingKick that thread asked for. */
 void ring_taken(struct session *s);

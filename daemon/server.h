@@ -266,11 +266,6 @@ void server_deinit(struct server *srv);
 /* Starts the drain: stop accepting, finish in-flight work, reply, close. */
 void server_drain(struct server *srv);
 
-/* Called by a worker with requests whose last op is done, linked through
- * `next` (any thread): answers what it can at once, and queues every one
- * for the loop thread. */
-void server_post_completions(struct request *done, void *ctx);
-
 /* Appends the requests from head to tail (linked by next) to loop ev's
  * completion queue, under one lock, without waking the loop (the caller
  * does: uv_async_send). Any thread. */
@@ -324,8 +319,8 @@ void session_send_completion(struct session *s, struct request *r);
 /* Any thread, for a list of requests whose last ops are done (linked by
  * next): answers r and the requests after it of the same session, each
  * packed and queued behind whatever is queued, then written with one
- * system call. The answered requests are marked replied, the last of them
- * reply_sync, and put on the completion queue (server_queue_done_list) before
+ * system call. The answered requests are put in REQ_SENT, the last of them
+ * REQ_SENT_LAST, and on the completion queue (server_queue_done_list) before
  * the write. What the socket does not take at once stays queued for the
  * loop thread. Returns the first request it did not answer (the next
  * session's, or NULL), and sets *stuck when that one is of this session
@@ -333,7 +328,7 @@ void session_send_completion(struct session *s, struct request *r);
  * messages, or has a large inline result. */
 struct request *session_reply_now(struct request *r, int *stuck);
 /* Loop thread, when it takes in the last request of a write by
- * session_reply_now (reply_sync): waits until that thread is done with the
+ * session_reply_now (REQ_SENT_LAST): waits until that thread is done with the
  * session's output, then acts on what the write left (a remainder to poll
  * for, or an error to close on). The requests before it in that write need
  * no call: that one still holds the session. */

@@ -25,6 +25,7 @@
 #include "daemon/lock.h"
 #include "daemon/log.h"
 #include "daemon/metrics.h"
+#include "daemon/reply.h"
 #include "daemon/ring.h"
 #include "daemon/server.h"
 #include "daemon/users.h"
@@ -625,7 +626,7 @@ struct request *session_reply_now(struct request *r, int *stuck)
                         *stuck = 1;
                         break;
                 }
-                r->replied = 1;
+                request_set_state(r, REQ_SENT);
                 ((struct outbuf *)buf)->len = n;
                 /* The reply holds the request's budget bytes from here on. */
                 ((struct outbuf *)buf)->held = r->held;
@@ -647,7 +648,7 @@ struct request *session_reply_now(struct request *r, int *stuck)
          * whatever the client sends in answer, the loop takes them in before
          * acting on it. From here on they are the loop's; the last one holds
          * the session until this lock is let go (session_reply_taken). */
-        tail->reply_sync = 1;
+        request_set_state(tail, REQ_SENT_LAST);
         server_queue_done_list(s->ev, head, tail);
         /* One write for all of this session's replies. */
         rc = write_out(s);
