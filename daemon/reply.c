@@ -2,8 +2,8 @@
  * reply.c - the one way back of a completed request (reply.h).
  *
  * The thread that completes a group answers its requests itself where it
- * can: a small group's in the sessions' completion rings (ring_post), and,
- * with one loop, on the sockets, one write per session (session_reply_now);
+ * can: a small group's in the sessions' completion rings (ring_now), and,
+ * with one loop, on the sockets, one write per session (socket_now);
  * a loop that also packed and wrote large groups' replies kept submits
  * waiting for admission. Every request still goes back to its session's
  * loop for everything else (counts, limits, freeing), with its state
@@ -14,8 +14,10 @@
 
 #include <assert.h>
 
+#include "daemon/dispatch.h"
 #include "daemon/ring.h"
 #include "daemon/server.h"
+#include "daemon/session.h"
 
 /* The moves enum request_state allows, one bit per target state. */
 static const uint16_t legal_moves[REQ_STATES] = {
@@ -73,6 +75,140 @@ static enum reply_route reply_route(const struct server *srv, const struct reque
         return ROUTE_LOOP;
 }
 
+/* Packs r's Completion into slot sl. Returns 0, or -1 when it does not fit
+ * (or cannot be packed): the socket then answers r. */
+static int pack_into(const struct request *r, struct ring_slot *sl)
+{
+        size_t n;
+
+        if (dispatch_pack_completion_body(r, sl->body, RING_BODY, &n))
+                return -1;
+        sl->len = (uint32_t)n;
+        return 0;
+}
+
+/*
+ * ROUTE_RING: puts the Completions of r and the requests after it of the
+ * same session in its completion ring, as many as fit and unless the
+ * client said it sleeps, moves them to REQ_RINGED (the last
+ * REQ_RINGED_LAST), gives back their user and daemon counts (judged by
+ * submits on other loops) and queues them on the session's loop, all
+ * before the client can see them. Returns the first request it did not
+ * take (r itself when it took none).
+ */
+static struct request *ring_now(struct request *r)
+{
+        struct session *s = r->s;
+        struct request *head = NULL, *tail = NULL, *x;
+        uint32_t ops = 0, n = 0;
+        int room = ring_cq_begin(s);
+
+        if (room < 0)
+                return r;
+        /* A request that asked for Launched messages stays with the loop,
+         * which sends those: its Completion must come after them. */
+        while (r && r->s == s && (int)n < room && !r->notify_launch &&
+               !pack_into(r, ring_cq_slot(s, n))) {
+                n++;
+                ops += r->nops;
+                tail = r;
+                if (!head)
+                        head = r;
+                r = r->next;
+        }
+        if (head) {
+                for (x = head; x != tail; x = x->next)
+                        request_set_state(x, REQ_RINGED);
+                request_set_state(tail, REQ_RINGED);
+                request_set_state(tail, REQ_RINGED_LAST);
+                dispatch_uncount_shared(s, ops);
+                server_queue_done_list(s->ev, head, tail);
+        }
+        /* A client that sleeps on its socket is kicked by the loop as it
+         * takes the requests in (ring_taken), not from here: a kick is a
+         * write to the socket, and with many clients, most of them
+         * asleep, this thread writing kicks fell far behind the device. */
+        ring_cq_end(s, n);
+        return r;
+}
+
+/* Replies larger than this are left to the loop thread: packing them and
+ * handing them to the socket would hold out_lock (which the loop may wait
+ * for) a long time, and their transfer dwarfs a thread hop anyway. */
+#define REPLY_NOW_MAX_BYTES (64u << 10)
+
+/* Whether r can be answered on the socket by the thread that completed
+ * it. A request that asked for Launched messages is answered by the loop,
+ * which sends those: its reply stays behind them. */
+static int socket_now_ok(const struct request *r)
+{
+        uint64_t inline_bytes = 0;
+
+        if (r->notify_launch)
+                return 0;
+        for (uint32_t i = 0; i < r->nops; i++)
+                if (r->ops[i].buf[2] && r->ops[i].buf[2]->kind == GBUF_INLINE)
+                        inline_bytes += r->ops[i].span[2];
+        return inline_bytes <= REPLY_NOW_MAX_BYTES;
+}
+
+/*
+ * ROUTE_SOCKET: answers r and the requests after it of the same session,
+ * each packed and queued behind whatever is queued (frames keep the order
+ * they were queued in, whichever thread writes them), then written with
+ * one system call. The answered requests go to REQ_SENT, the last of them
+ * REQ_SENT_LAST, and on the completion queue before the write: whatever
+ * the client sends in answer, the loop takes them in before acting on it.
+ * From then on they are the loop's; the last one holds the session until
+ * the output is let go (session_reply_taken). What the socket does not
+ * take at once stays queued for the loop thread. Returns the first request
+ * it did not answer (the next session's, or NULL), and sets *stuck when
+ * that one is of this session and must be answered by the loop: it is
+ * closing, asked for Launched messages, or has a large inline result.
+ */
+static struct request *socket_now(struct request *r, int *stuck)
+{
+        struct session *s = r->s;
+        struct request *head = NULL, *tail = NULL;
+        unsigned answered = 0;
+        int open;
+
+        *stuck = 0;
+        ring_hint(s);
+        open = session_out_begin(s);
+        while (r && r->s == s) {
+                struct outbuf *o;
+                uint8_t *buf = NULL;
+                size_t n = 0;
+
+                if (!open || !socket_now_ok(r) || dispatch_pack_completion(r, &buf, &n)) {
+                        *stuck = 1;
+                        break;
+                }
+                request_set_state(r, REQ_SENT);
+                o = (struct outbuf *)buf;
+                o->len = n;
+                /* The reply holds the request's budget bytes from here on. */
+                o->held = r->held;
+                r->held = 0;
+                session_out_put(s, o);
+                answered++;
+                tail = r;
+                if (!head)
+                        head = r;
+                r = r->next;
+        }
+        if (head) {
+                atomic_fetch_add(&s->srv->replies_now, answered);
+                request_set_state(tail, REQ_SENT_LAST);
+                server_queue_done_list(s->ev, head, tail);
+        }
+        /* One write for all of this session's replies; none when the first
+         * one is the loop's: so is all that is queued. */
+        session_out_end(s, head != NULL);
+        return r;
+}
+
 /* Hands r and the requests after it that go to the same loop unanswered
  * (one lock for the run) to that loop, in state REQ_DONE: those the ring
  * does not take, which wait behind r (as if stuck). Returns the first
@@ -112,7 +248,7 @@ void reply_post(struct request *done, void *ctx)
                 woken |= 1ull << r->s->ev->index;
                 switch (reply_route(srv, r, small, 0, stuck)) {
                 case ROUTE_RING:
-                        if ((next = ring_post(r)) != r) {
+                        if ((next = ring_now(r)) != r) {
                                 r = next;
                                 continue;
                         }
@@ -120,7 +256,7 @@ void reply_post(struct request *done, void *ctx)
                         next = r->next;
                         r->next = NULL;
                         if (reply_route(srv, r, small, 1, stuck) == ROUTE_SOCKET &&
-                            !session_reply_now(r, &stuck)) {
+                            !socket_now(r, &stuck)) {
                                 r = next;
                                 continue;
                         }
@@ -128,7 +264,7 @@ void reply_post(struct request *done, void *ctx)
                         r = next;
                         break;
                 case ROUTE_SOCKET:
-                        if ((next = session_reply_now(r, &stuck)) != r) {
+                        if ((next = socket_now(r, &stuck)) != r) {
                                 r = next;
                                 continue;
                         }
@@ -142,6 +278,44 @@ void reply_post(struct request *done, void *ctx)
         for (int i = 0; woken; i++, woken >>= 1)
                 if (woken & 1)
                         uv_async_send(&srv->loops[i].async);
+}
+
+/* The loop, answering a request nobody answered: in the session's ring if
+ * it has one with room and the client did not say it sleeps. Returns 0 if
+ * it did, else -1 (the socket answers). */
+static int ring_by_loop(struct request *r)
+{
+        struct session *s = r->s;
+        int room;
+
+        if (!s->ring || r->notify_launch)
+                return -1;
+        room = ring_cq_begin(s);
+        if (room < 0)
+                return -1;
+        if (room == 0 || pack_into(r, ring_cq_slot(s, 0))) {
+                ring_cq_end(s, 0);
+                return -1;
+        }
+        ring_cq_end(s, 1);
+        ring_kick_owed(s);
+        return 0;
+}
+
+/* The loop, answering a request nobody answered on the socket: its
+ * Completion takes over the budget bytes r held (request.held) until it
+ * is written. */
+static void socket_by_loop(struct session *s, struct request *r)
+{
+        uint8_t *buf = NULL;
+        size_t n = 0;
+        int rc;
+
+        ring_hint(s);
+        rc = dispatch_pack_completion(r, &buf, &n);
+        session_queue_frame(s, rc, buf, n, rc ? 0 : r->held);
+        if (!rc)
+                r->held = 0;
 }
 
 void reply_take(struct request *r)
@@ -160,8 +334,8 @@ void reply_take(struct request *r)
                         request_set_state(r, REQ_DROPPED);
                         break;
                 }
-                if (ring_reply(r))
-                        session_send_completion(s, r);
+                if (ring_by_loop(r))
+                        socket_by_loop(s, r);
                 request_set_state(r, REQ_ANSWERED);
                 break;
         default:

@@ -16,12 +16,14 @@
 #include <unistd.h>
 
 #include "daemon/cpuacct.h"
+#include "daemon/dispatch.h"
 #include "daemon/lock.h"
 #include "daemon/log.h"
 #include "daemon/metrics.h"
 #include "daemon/notify.h"
 #include "daemon/reply.h"
 #include "daemon/ring.h"
+#include "daemon/session.h"
 #include "daemon/unixsock.h"
 #include "daemon/watchdog.h"
 #include "gemmd.h"
@@ -71,11 +73,18 @@ static int listen_unix(const char *path, int *out)
         return 0;
 }
 
+/* Where a session hands its frames: the protocol layer (dispatch.c). */
+static const struct session_up session_up = {
+        .frame = dispatch_frame,
+        .frames_done = dispatch_frames_done,
+        .closing = dispatch_session_closing,
+};
+
 /* Hands an accepted connection to loop ev (loop 0's thread). */
 static void hand_to_loop(struct evloop *ev, int fd)
 {
         if (ev->index == 0) {
-                session_accept(ev, fd);
+                session_accept(ev, fd, &session_up);
                 return;
         }
         pthread_mutex_lock(&ev->done_lock);
@@ -295,7 +304,7 @@ void server_reap(struct evloop *ev)
         }
         pthread_mutex_unlock(&ev->done_lock);
         for (uint32_t i = 0; i < nfds; i++)
-                session_accept(ev, fds[i]);
+                session_accept(ev, fds[i], &session_up);
         if (nfds)
                 free(fds);
         ev->defer_flush++;
@@ -314,7 +323,7 @@ void server_reap(struct evloop *ev)
         }
         /* Inside a read, the replies go out with the read's. */
         if (--ev->defer_flush == 0)
-                server_flush_dirty(ev);
+                session_flush_dirty(ev);
         ev->loop_part_ns[LOOP_REAP] += now_ns() - t0;
 }
 

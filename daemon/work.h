@@ -60,13 +60,12 @@ struct op {
 enum request_state {
         REQ_RUNNING,    /* admitted: its ops are queued or running */
         REQ_DONE,       /* its last op is done and nobody answered it: its loop does */
-        REQ_SENT,       /* the completing thread queued its reply on the socket and wrote it
-                         * (session_reply_now) */
+        REQ_SENT,       /* the completing thread queued its reply on the socket and wrote it */
         REQ_SENT_LAST,  /* REQ_SENT, the last of its session's in that write: the loop
                          * waits for that thread to let go of the session's output
                          * (session_reply_taken) before the session may be freed */
         REQ_RINGED,     /* the completing thread put its Completion in the session's
-                         * completion ring (ring_post) and gave back its ops' user and
+                         * completion ring and gave back its ops' user and
                          * daemon counts */
         REQ_RINGED_LAST, /* REQ_RINGED, the last of that run: the loop takes the ring's
                           * lock once more (ring_taken) before the ring may be unmapped */
