@@ -11,6 +11,7 @@
 #include <stdint.h>
 
 #include "daemon/server.h"
+#include "daemon/session.h"
 
 /* Opens a client's device memory; answers BufferReply or Error. The caller
  * has checked the per-session and per-user limits. Loop thread. */

@@ -2,6 +2,8 @@
  * dispatch.c - what the daemon does with each decoded message, and how a
  * finished request is answered.
  */
+#include "daemon/dispatch.h"
+
 #include <errno.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -12,8 +14,10 @@
 #include "daemon/devmem.h"
 #include "daemon/log.h"
 #include "daemon/metrics.h"
+#include "daemon/reply.h"
 #include "daemon/ring.h"
 #include "daemon/server.h"
+#include "daemon/session.h"
 #include "daemon/users.h"
 #include "daemon/validate.h"
 #include "gemmd.h"
@@ -265,7 +269,7 @@ static int admit(struct session *s, uint64_t rid, uint32_t n, int refuse)
 /* Takes back what admit counted for n ops over the user and the daemon;
  * once the drain starts, wakes every loop when the daemon's queue empties
  * (they wait for it). */
-void server_uncount_shared(struct session *s, uint32_t n)
+void dispatch_uncount_shared(struct session *s, uint32_t n)
 {
         struct server *srv = s->srv;
         int idle;
@@ -292,7 +296,7 @@ static void uncount_session(struct session *s, uint32_t n)
 static void uncount(struct session *s, uint32_t n)
 {
         uncount_session(s, n);
-        server_uncount_shared(s, n);
+        dispatch_uncount_shared(s, n);
 }
 
 /* A submit whose inline operands and results need `asked` bytes (or more:
@@ -406,7 +410,7 @@ static void on_submit(struct session *s, uint64_t rid, const Gemmd__V1__Submit *
         atomic_fetch_add(&srv->requests, 1);
         w = server_pick_worker(srv, r);
         /* Handed to the worker with the rest of this read's requests
-         * (session_hand_over): one lock for all of them. */
+         * (dispatch_frames_done): one lock for all of them. */
         lane_stage(&s->lanes[w->index * NPRIO + r->priority], r->ops, n);
         s->staged = 1;
 }
@@ -513,7 +517,8 @@ void dispatch_frame(struct session *s, const uint8_t *buf, uint32_t len, int fro
                 devmem_alloc(s, rid, env->device_alloc);
                 break;
         case GEMMD__V1__ENVELOPE__BODY_RING_ATTACH:
-                ring_attach(s, rid, env->ring_attach);
+                if (!ring_attach(s, rid, env->ring_attach))
+                        dispatch_ack(s, rid);
                 break;
         case GEMMD__V1__ENVELOPE__BODY_RING_KICK:
                 break; /* the loop looks at its rings after every turn */
@@ -522,6 +527,32 @@ void dispatch_frame(struct session *s, const uint8_t *buf, uint32_t len, int fro
                                    (int)env->body_case);
                 break;
         }
+}
+
+void dispatch_frames_done(struct session *s)
+{
+        struct server *srv = s->srv;
+        uint64_t t0;
+
+        if (!s->staged)
+                return;
+        t0 = now_ns();
+        s->staged = 0;
+        for (int i = 0; i < srv->nworkers; i++)
+                for (int p = 0; p < NPRIO; p++)
+                        worker_enqueue(&srv->workers[i], &s->lanes[i * NPRIO + p], p);
+        s->ev->loop_part_ns[LOOP_ENQUEUE] += now_ns() - t0;
+}
+
+void dispatch_session_closing(struct session *s)
+{
+        struct server *srv = s->srv;
+
+        /* Queued ops are dropped; running ones finish and are discarded by
+         * dispatch_completion. */
+        dispatch_frames_done(s);
+        for (int i = 0; i < srv->nworkers; i++)
+                worker_cancel(&srv->workers[i], &s->lanes[i * NPRIO]);
 }
 
 void launch_notice_send(struct wctl *c)
@@ -622,14 +653,14 @@ void dispatch_completion(struct request *r)
         struct session *s = r->s;
         struct evloop *ev = s->ev;
         uint32_t n = r->nops;
-        int answered = r->replied || s->state != SESSION_CLOSED;
+        int answered = reply_answered_now(r) || s->state != SESSION_CLOSED;
 
         /* A request answered through the ring had the user's and the
          * daemon's counts given back by the thread that answered it. The
          * session's own count goes after the reply: until then it is busy,
          * as its client's polling hint says (ring_hint). */
-        if (!r->uncounted)
-                server_uncount_shared(s, n);
+        if (!reply_counts_returned(r))
+                dispatch_uncount_shared(s, n);
         metrics_count_request(r);
         /* A request dropped with its session counts only its failures. */
         for (uint32_t i = 0; i < n; i++) {
@@ -638,13 +669,8 @@ void dispatch_completion(struct request *r)
                 else if (answered)
                         s->ops_ok++;
         }
-        if (r->ring_sync)
-                ring_taken(s);
-        else if (r->reply_sync)
-                session_reply_taken(s);
-        else if (!r->replied && s->state != SESSION_CLOSED && ring_reply(r))
-                session_send_completion(s, r);
-        /* Unless its reply took them (session_send_completion), the bytes
+        reply_take(r);
+        /* Unless its reply took them (a socket reply, reply.c), the bytes
          * it held are free now: the reply is written or in the ring, or
          * there is none. */
         users_inline_give(s, r->held);

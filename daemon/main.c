@@ -18,6 +18,7 @@
 #include "daemon/metrics.h"
 #include "daemon/notify.h"
 #include "daemon/server.h"
+#include "daemon/session.h"
 #include "daemon/watchdog.h"
 #include "gemmd.h"
 

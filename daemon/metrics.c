@@ -21,6 +21,7 @@
 #include "daemon/cpuacct.h"
 #include "daemon/log.h"
 #include "daemon/server.h"
+#include "daemon/session.h"
 #include "daemon/unixsock.h"
 #include "gemmd.h"
 

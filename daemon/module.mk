@@ -1,10 +1,11 @@
 # daemon/: the gemmd binary.
 DAEMON_OBJS += $(addprefix $(BUILD)/daemon/, main.o config.o log.o server.o session.o ring.o \
-               dispatch.o devmem.o unixsock.o validate.o buffers.o worker.o backend_cpu.o stats.o notify.o \
+               dispatch.o reply.o devmem.o unixsock.o validate.o buffers.o worker.o backend_cpu.o stats.o notify.o \
                metrics.o users.o watchdog.o backend_proc.o devhost.o cpuacct.o)
 
 ifeq ($(WITH_CUDA),1)
-DAEMON_OBJS += $(BUILD)/daemon/backend_cuda.o
+DAEMON_OBJS += $(addprefix $(BUILD)/daemon/, backend_cuda.o cuda_launch.o cuda_completion.o \
+               cuda_memory.o cuda_resident.o)
 endif
 
 $(DAEMON_OBJS): | $(BUILD)/proto/gemmd.pb-c.h
@@ -22,7 +23,7 @@ BIN += $(BUILD)/gemmd
 # CPU backend, a device process that dies) and from the worker's allocations
 # failing (GEMMD_FAULT_ALLOC, worker.c); never installed. Only the files
 # that look at GEMMD_FAULT_INJECTION are compiled a second time.
-FI_SRCS := validate backend_cpu worker $(if $(filter 1,$(WITH_CUDA)),backend_cuda)
+FI_SRCS := validate backend_cpu worker $(if $(filter 1,$(WITH_CUDA)),cuda_launch)
 FI_OBJS := $(FI_SRCS:%=$(BUILD)/fi/daemon/%.o) $(if $(filter 1,$(WITH_CUDA)),$(BUILD)/daemon/fault_cuda.o)
 FI_BASE := $(filter-out $(FI_SRCS:%=$(BUILD)/daemon/%.o),$(DAEMON_OBJS))
 

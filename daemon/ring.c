@@ -2,25 +2,26 @@
  * ring.c - the daemon's side of a session's rings (proto/ring.h).
  *
  * Submits: the loop that serves the session copies each body out of its
- * slot, gives the slot back, and hands the copy to dispatch_frame as if it
- * had come off the socket (only Submit may come this way). The loop looks
+ * slot, gives the slot back, and hands the copy up (the session's
+ * struct session_up) as if it had come off the socket (only Submit may
+ * come this way). The loop looks
  * at its rings after each of its turns; while it polls (--spin-us) that is
  * every few hundred nanoseconds. Before it blocks it sets each ring's
  * sq.flag: clients then send their Submits on the socket, which wakes it,
  * and one that put a Submit in the ring just before kicks it there.
  *
- * Completions: of a small group, the thread that saw it finish
- * (server_post_completions, ring_post) packs each finished request's
- * Completion into the next free slot, queues the requests on their loop,
- * and only then makes the slots visible: a client that answers a
+ * Completions go in through ring_cq_begin, ring_cq_slot and ring_cq_end,
+ * under ring_lock, from reply.c. Of a small group, the thread that saw it
+ * finish packs each finished request's Completion into the next free
+ * slot, queues the requests on their loop, and only then makes the slots
+ * visible (ring_cq_end): a client that answers a
  * completion with a new submit finds the request already on the loop's
  * queue, which on_submit reaps before it refuses for a cap. The user's and
  * the daemon's counts are given back before the slots are visible too
  * (they are judged by submits on other loops). The loop frees the session
- * only after taking the ring's lock once more (ring_sync), so the ring
+ * only after taking the ring's lock once more (REQ_RINGED_LAST), so the ring
  * stays mapped while a thread writes to it. Of a large group, the loops
- * put them in the rings as they take the requests in (ring_reply), side by
- * side. A client that said it sleeps (cq.flag) gets its Completions on the
+ * put them in the rings as they take the requests in, side by side. A client that said it sleeps (cq.flag) gets its Completions on the
  * socket, which wakes it; one put in the ring as it fell asleep is
  * followed by a RingKick.
  */
@@ -31,6 +32,8 @@
 #include <unistd.h>
 
 #include "daemon/ring.h"
+#include "daemon/server.h"
+#include "daemon/session.h"
 #include "daemon/users.h"
 #include "gemmd.h"
 
@@ -61,7 +64,7 @@ static int map_ring(int fd, struct gemmd_ring **out)
         return rc;
 }
 
-void ring_attach(struct session *s, uint64_t rid, const Gemmd__V1__RingAttach *m)
+int ring_attach(struct session *s, uint64_t rid, const Gemmd__V1__RingAttach *m)
 {
         struct evloop *ev = s->ev;
         struct gemmd_ring *ring = NULL;
@@ -84,7 +87,7 @@ void ring_attach(struct session *s, uint64_t rid, const Gemmd__V1__RingAttach *m
         if (fd >= 0)
                 close(fd);
         if (rc == GEMMD_ELIMIT)
-                return;
+                return rc;
         if (rc) {
                 session_send_error(s, rid, rc, -1, "%s",
                                    !s->srv->cfg->rings    ? "rings are off (--rings no)"
@@ -97,7 +100,7 @@ void ring_attach(struct session *s, uint64_t rid, const Gemmd__V1__RingAttach *m
                                                             "against shrinking and not against "
                                                             "writes"
                                                           : gemmd_strerror(rc));
-                return;
+                return rc;
         }
         pthread_mutex_lock(&s->ring_lock);
         s->ring = ring;
@@ -111,7 +114,7 @@ void ring_attach(struct session *s, uint64_t rid, const Gemmd__V1__RingAttach *m
         if (ev->rings)
                 ev->rings->ring_prev = s;
         ev->rings = s;
-        dispatch_ack(s, rid);
+        return 0;
 }
 
 void ring_close(struct session *s)
@@ -178,13 +181,13 @@ int ring_take(struct session *s)
                 }
                 memcpy(body, sl->body, len);
                 ring_release(&ring->sq, ++s->sq_tail);
-                dispatch_frame(s, body, len, 1);
+                s->up->frame(s, body, len, 1);
                 atomic_fetch_add_explicit(&s->srv->submits_ring, 1, memory_order_relaxed);
                 taken++;
         }
         if (taken)
                 s->t_active_ns = now_ns(); /* as a read of the socket (--idle-timeout-ms) */
-        session_hand_over(s);
+        s->up->frames_done(s);
         return taken;
 }
 
@@ -220,7 +223,7 @@ int ring_drain(struct evloop *ev)
         }
         if (t0) {
                 ev->defer_flush--;
-                server_flush_dirty(ev);
+                session_flush_dirty(ev);
                 ev->loop_part_ns[LOOP_FRAMES] += now_ns() - t0;
                 server_loop_account(ev, t0);
         }
@@ -276,104 +279,47 @@ void ring_hint(struct session *s)
         pthread_mutex_unlock(&s->ring_lock);
 }
 
-/* Packs r's Completion into slot sl. Returns 0, or -1 when it does not fit
- * (or cannot be packed): the socket then answers r. */
-static int pack_into(const struct request *r, struct ring_slot *sl)
+int ring_cq_begin(struct session *s)
 {
-        size_t n;
-
-        if (dispatch_pack_completion_body(r, sl->body, RING_BODY, &n))
-                return -1;
-        sl->len = (uint32_t)n;
-        return 0;
-}
-
-struct request *ring_post(struct request *r)
-{
-        struct session *s = r->s;
-        struct request *head = NULL, *tail = NULL, *x;
-        uint32_t h, ops = 0, n = 0;
-        int room;
-
         pthread_mutex_lock(&s->ring_lock);
         if (!atomic_load_explicit(&s->ring_open, memory_order_relaxed)) {
                 pthread_mutex_unlock(&s->ring_lock);
-                return r;
+                return -1;
         }
-        h = s->cq_head;
-        room = cq_room(s, h);
-        /* A request that asked for Launched messages stays with the loop,
-         * which sends those: its Completion must come after them. */
-        while (r && r->s == s && room > 0 && !r->notify_launch &&
-               !pack_into(r, &s->ring->c[h % RING_CQ])) {
-                h++;
-                room--;
-                n++;
-                ops += r->nops;
-                tail = r;
-                if (!head)
-                        head = r;
-                r = r->next;
-        }
-        if (!head) {
-                pthread_mutex_unlock(&s->ring_lock);
-                return r;
-        }
-        for (x = head;; x = x->next) {
-                x->replied = 1;
-                x->uncounted = 1;
-                if (x == tail)
-                        break;
-        }
-        tail->ring_sync = 1;
-        hint_locked(s);
-        server_uncount_shared(s, ops);
-        /* Counted before they are seen: a client's stats request sent in
-         * answer to them then finds them counted. */
-        atomic_fetch_add(&s->srv->replies_ring, n);
-        server_queue_done_list(s->ev, head, tail);
-        s->cq_head = h;
-        /* A client that sleeps on its socket is kicked by the loop as it
-         * takes the requests in (ring_taken), not from here: a kick is a
-         * write to the socket, and with many clients, most of them
-         * asleep, this thread writing kicks fell far behind the device. */
-        if (ring_publish(&s->ring->cq, h) &&
-            atomic_exchange_explicit(&s->ring->cq.flag, 0, memory_order_relaxed))
-                atomic_store(&s->ring_kick, 1);
-        pthread_mutex_unlock(&s->ring_lock);
-        return r;
+        return cq_room(s, s->cq_head);
 }
 
-int ring_reply(struct request *r)
+struct ring_slot *ring_cq_slot(struct session *s, uint32_t i)
 {
-        struct session *s = r->s;
-        uint32_t h;
-        int kick = 0;
+        return &s->ring->c[(s->cq_head + i) % RING_CQ];
+}
 
-        if (!s->ring || r->notify_launch)
-                return -1;
-        pthread_mutex_lock(&s->ring_lock);
-        h = s->cq_head;
-        if (!atomic_load_explicit(&s->ring_open, memory_order_relaxed) || cq_room(s, h) <= 0 ||
-            pack_into(r, &s->ring->c[h % RING_CQ])) {
-                pthread_mutex_unlock(&s->ring_lock);
-                return -1;
+void ring_cq_end(struct session *s, uint32_t n)
+{
+        if (n) {
+                s->cq_head += n;
+                hint_locked(s);
+                /* Counted before they are seen: a client's stats request
+                 * sent in answer to them then finds them counted. */
+                atomic_fetch_add(&s->srv->replies_ring, n);
+                /* The kick is owed under the lock: the loop's ring_taken
+                 * takes the lock before it looks. */
+                if (ring_publish(&s->ring->cq, s->cq_head) &&
+                    atomic_exchange_explicit(&s->ring->cq.flag, 0, memory_order_relaxed))
+                        atomic_store(&s->ring_kick, 1);
         }
-        s->cq_head = ++h;
-        hint_locked(s);
-        atomic_fetch_add(&s->srv->replies_ring, 1);
-        kick = ring_publish(&s->ring->cq, h) &&
-               atomic_exchange_explicit(&s->ring->cq.flag, 0, memory_order_relaxed);
         pthread_mutex_unlock(&s->ring_lock);
-        if (kick)
+}
+
+void ring_kick_owed(struct session *s)
+{
+        if (atomic_exchange(&s->ring_kick, 0) && s->state != SESSION_CLOSED)
                 send_kick(s);
-        return 0;
 }
 
 void ring_taken(struct session *s)
 {
         pthread_mutex_lock(&s->ring_lock);
         pthread_mutex_unlock(&s->ring_lock);
-        if (atomic_exchange(&s->ring_kick, 0) && s->state != SESSION_CLOSED)
-                send_kick(s);
+        ring_kick_owed(s);
 }

@@ -16,11 +16,14 @@
 #include <unistd.h>
 
 #include "daemon/cpuacct.h"
+#include "daemon/dispatch.h"
 #include "daemon/lock.h"
 #include "daemon/log.h"
 #include "daemon/metrics.h"
 #include "daemon/notify.h"
+#include "daemon/reply.h"
 #include "daemon/ring.h"
+#include "daemon/session.h"
 #include "daemon/unixsock.h"
 #include "daemon/watchdog.h"
 #include "gemmd.h"
@@ -70,11 +73,18 @@ static int listen_unix(const char *path, int *out)
         return 0;
 }
 
+/* Where a session hands its frames: the protocol layer (dispatch.c). */
+static const struct session_up session_up = {
+        .frame = dispatch_frame,
+        .frames_done = dispatch_frames_done,
+        .closing = dispatch_session_closing,
+};
+
 /* Hands an accepted connection to loop ev (loop 0's thread). */
 static void hand_to_loop(struct evloop *ev, int fd)
 {
         if (ev->index == 0) {
-                session_accept(ev, fd);
+                session_accept(ev, fd, &session_up);
                 return;
         }
         pthread_mutex_lock(&ev->done_lock);
@@ -254,86 +264,6 @@ void server_queue_done_list(struct evloop *ev, struct request *head, struct requ
         pthread_mutex_unlock(&ev->done_lock);
 }
 
-/* The thread that completes a group answers its requests itself, with
- * one write per session, and the loop thread only takes them in: a loop
- * that also packed and wrote large groups' replies kept submits waiting
- * for admission. Each request goes back to its session's loop. */
-/* Requests of one group past which the completing thread leaves the rings
- * to the loops: packing a large group's Completions here kept it from
- * noticing the next group, and the loops pack them side by side. Larger
- * values did no better; a build may set it to measure again. */
-#ifndef RING_POST_MAX
-#define RING_POST_MAX 8
-#endif
-
-void server_post_completions(struct request *done, void *ctx)
-{
-        struct server *srv = ctx;
-        struct request *r = done, *tail, *next;
-        uint64_t woken = 0; /* loops to wake, by index */
-        int stuck = 0, rings = 1, n = 0;
-
-        for (next = done; next && rings; next = next->next)
-                rings = ++n <= RING_POST_MAX;
-
-        /* With one loop: in order, while each can be answered here: once
-         * one must wait for the loop, the ones after it wait too, so that
-         * no reply of a session overtakes one the loop still has to write.
-         * The loop of each is noted before it is handed over (it may be
-         * freed then). With several, the loops write every reply: this
-         * thread then only notices completions (writing the replies of a
-         * large group here took longer than the next group ran), and a
-         * reply goes out after its request's counts are released, which
-         * a submit on another loop is judged by. A session with rings gets
-         * its Completions of a small group in its ring from here whatever
-         * the loops (ring_post), which gives those counts back first; those
-         * of a large group its loop puts there (ring_reply). */
-        while (r) {
-                struct evloop *ev = r->s->ev;
-
-                woken |= 1ull << ev->index;
-                /* A session with rings takes its Completions there, and they
-                 * need no order against its socket's replies. One that does
-                 * not fit (a large inline C) or finds the ring full takes
-                 * the socket alone: the ones after it try the ring again. */
-                if (rings && atomic_load_explicit(&r->s->ring_open, memory_order_relaxed)) {
-                        if ((next = ring_post(r)) != r) {
-                                r = next;
-                                continue;
-                        }
-                        next = r->next;
-                        r->next = NULL;
-                        if (srv->nloops == 1 && !stuck && !session_reply_now(r, &stuck)) {
-                                r = next;
-                                continue;
-                        }
-                        server_queue_done_list(ev, r, r);
-                        r = next;
-                        continue;
-                }
-                /* A large group's requests of a session with rings are for
-                 * its loop to put there, not for this thread's socket write. */
-                if (srv->nloops == 1 && !stuck &&
-                    !atomic_load_explicit(&r->s->ring_open, memory_order_relaxed) &&
-                    (next = session_reply_now(r, &stuck)) != r) {
-                        r = next;
-                        continue;
-                }
-                /* For its loop: one lock per run of the same loop. */
-                for (tail = r; tail->next && tail->next->s->ev == ev &&
-                               !(rings && atomic_load_explicit(&tail->next->s->ring_open,
-                                                               memory_order_relaxed));
-                     tail = tail->next)
-                        ;
-                next = tail->next;
-                server_queue_done_list(ev, r, tail);
-                r = next;
-        }
-        for (int i = 0; woken; i++, woken >>= 1)
-                if (woken & 1)
-                        uv_async_send(&srv->loops[i].async);
-}
-
 void server_post_control(struct wctl *c, void *ctx)
 {
         struct server *srv = ctx;
@@ -374,7 +304,7 @@ void server_reap(struct evloop *ev)
         }
         pthread_mutex_unlock(&ev->done_lock);
         for (uint32_t i = 0; i < nfds; i++)
-                session_accept(ev, fds[i]);
+                session_accept(ev, fds[i], &session_up);
         if (nfds)
                 free(fds);
         ev->defer_flush++;
@@ -393,7 +323,7 @@ void server_reap(struct evloop *ev)
         }
         /* Inside a read, the replies go out with the read's. */
         if (--ev->defer_flush == 0)
-                server_flush_dirty(ev);
+                session_flush_dirty(ev);
         ev->loop_part_ns[LOOP_REAP] += now_ns() - t0;
 }
 
@@ -664,7 +594,7 @@ static int start_backends(struct server *srv)
                 return -ENOMEM;
         for (int i = 0; i < n; i++) {
                 rc = worker_start(&srv->workers[i], i, srv->backends[i], cfg,
-                                  server_post_completions, server_post_control, srv);
+                                  reply_post, server_post_control, srv);
                 srv->workers[i].device_lost = device_lost;
                 if (rc)
                         return rc;

@@ -2,6 +2,14 @@
  * server.h - the event loops' world: the listener, the sessions, and the
  * hand-off of completed requests from the workers.
  *
+ * The server wires the layers, which call one way: transport (session.h,
+ * the socket; ring.h, the rings) hands whole frames up through each
+ * session's struct session_up, which the server points at the protocol
+ * layer (dispatch.h: decode, validate, admit); that hands ops to the
+ * device side (worker.h); a finished request comes back by one route
+ * (reply.h) to its loop's completion queue (server_queue_done_list,
+ * server_reap) and is answered down through the transport.
+ *
  * The daemon serves its sessions with one or more event loops (struct
  * evloop, --loops), each on a thread of its own; a session stays on one
  * loop, and everything of it belongs to that loop's thread except the
@@ -11,7 +19,7 @@
  * the loops share is under the server's lock or atomic.
  *
  * With one loop, a completed request is answered by the thread that
- * completes it (session_reply_now, one write per session and group): the
+ * completes it (reply.c, one write per session and group): the
  * reply goes out without waiting for the loop thread. The request still
  * goes back to the loop for everything else (counts, limits, freeing), and
  * the loop takes the completion queue in (server_reap) before acting on
@@ -42,97 +50,9 @@
 #include "proto/frame.h"
 #include "proto/ring.h"
 
-#define SESSION_MAX_FDS 8
-#define SESSION_RBUF 65536
 #define SESSION_MAX_DENIED 64 /* sessions at once waiting to be told PERMISSION or LIMIT */
 
-/* A connection's protocol state, changed only by session_set_state(). */
-enum session_state {
-        SESSION_HELLO,   /* nothing but Hello is accepted */
-        SESSION_READY,   /* handshake done */
-        SESSION_CLOSING, /* flushing a final error, then closing */
-        SESSION_CLOSED,  /* socket closed; waiting for in-flight requests */
-};
-
-struct outbuf {
-        struct outbuf *next;
-        size_t len;
-        uint64_t held; /* budget bytes given back once it is written (request.held) */
-        uint8_t data[];
-};
-
-struct session {
-        struct server *srv;
-        struct evloop *ev; /* the event loop that serves it: only its thread touches it */
-        struct session *next, *prev; /* on ev->sessions */
-        uint64_t id;
-        int fd;
-        uv_poll_t poll;
-        int poll_events;
-        int refs; /* the connection + one per live request */
-        enum session_state state;
-        struct ucred cred;
-        uint64_t t_accept_ns;
-        uint64_t t_state_ns;  /* when it entered its state */
-        uint64_t t_active_ns; /* its last read or frame (--idle-timeout-ms) */
-        uint64_t t_frame_ns;  /* when the frame not yet whole began, or 0 */
-        int denied; /* GEMMD_EPERM (not on the allow-list) or GEMMD_ELIMIT (one
-                     * session too many): the first frame gets that, then close */
-        int admin;  /* root or in --admin-gid: its stats show every session */
-        char denied_why[112]; /* GEMMD_ELIMIT: which limit */
-
-        /* Input: a read buffer of whole small frames, or one large body. */
-        uint8_t *rbuf;
-        size_t rlen;
-        uint8_t *body;
-        uint32_t body_len, body_got;
-        int parsing; /* in parse_rbuf: replies flushed meanwhile must not re-enter it */
-        int fds[SESSION_MAX_FDS]; /* received with SCM_RIGHTS, not yet used */
-        int nfds;
-        int fds_dropped; /* the daemon had no descriptor left to receive one */
-        struct frame_arena arena;
-
-        /* Output: packed frames not yet written. The loop thread and a
-         * thread answering a completion (session_reply_now) both write, so
-         * the queue, the socket's writes and out_open are under out_lock.
-         * out_open is cleared when the session starts closing: from then on
-         * only the loop thread writes, and the descriptor is closed only
-         * after that. out_err is a write error met off the loop thread. */
-        pthread_mutex_t out_lock;
-        struct outbuf *out_head, *out_tail;
-        size_t out_off;
-        atomic_uint_fast64_t out_bytes; /* also read without the lock */
-        int out_open;
-        int out_err;
-
-        struct gbuf_table bufs;
-        struct user *user;  /* the peer's uid: what it holds over all its sessions */
-        /* Bytes held for its inline operands and the replies carrying
-         * inline results (users_inline_take); added by its loop, given
-         * back by whichever thread writes the reply. */
-        atomic_uint_fast64_t inline_held;
-        struct lane *lanes; /* nworkers * NPRIO */
-        int staged;         /* a lane holds ops not yet handed over */
-        uint32_t inflight_ops;
-
-        uint64_t submits, ops_ok, ops_failed, rejected;
-        int dirty;                   /* on ev->dirty: replies to write */
-        struct session *next_dirty;
-
-        /* The rings the client attached (daemon/ring.c, proto/ring.h), or
-         * NULL. The loop takes Submits from sq (sq_tail: its own);
-         * completing threads put Completions in cq under ring_lock,
-         * which also guards cq_head and ring_open (cleared at close).
-         * ring_kick: the client sleeps and is owed a RingKick on the
-         * socket (set by a completing thread, sent by the loop). */
-        struct gemmd_ring *ring;
-        struct session *ring_next, *ring_prev; /* on ev->rings */
-        uint32_t sq_tail;
-        pthread_mutex_t ring_lock;
-        uint32_t cq_head;
-        atomic_int ring_open; /* also read without the lock, as a hint */
-        atomic_int ring_kick;
-};
+struct session;
 
 /* Parts of the loop's busy time, for its account (stats.c). They nest:
  * a reap can run inside a frame's handling. */
@@ -174,7 +94,7 @@ struct evloop {
         struct session *sessions; /* its sessions; the list changes under srv->lock */
         struct session *rings;    /* its sessions with rings (its thread only) */
         int rings_armed;          /* it told them it sleeps (ring_sleep) */
-        int defer_flush;          /* > 0: replies wait for server_flush_dirty */
+        int defer_flush;          /* > 0: replies wait for session_flush_dirty */
         struct session *dirty;    /* sessions with replies to write */
         /* The drain as this loop sees it: set by its own thread between
          * callbacks (at a read's start, on_async, or server_drain on loop
@@ -266,11 +186,6 @@ void server_deinit(struct server *srv);
 /* Starts the drain: stop accepting, finish in-flight work, reply, close. */
 void server_drain(struct server *srv);
 
-/* Called by a worker with requests whose last op is done, linked through
- * `next` (any thread): answers what it can at once, and queues every one
- * for the loop thread. */
-void server_post_completions(struct request *done, void *ctx);
-
 /* Appends the requests from head to tail (linked by next) to loop ev's
  * completion queue, under one lock, without waking the loop (the caller
  * does: uv_async_send). Any thread. */
@@ -300,84 +215,6 @@ void server_maybe_finish(struct evloop *ev);
 /* Wakes every loop (uv_async_send): something they wait for in the drain
  * changed. Any thread. */
 void server_wake_all(struct server *srv);
-
-/* session.c */
-int session_accept(struct evloop *ev, int fd);
-/* Whether the peer of the accepted connection fd would be served now
- * (session_accept decides): 0, GEMMD_EPERM (not allowed) or GEMMD_ELIMIT,
- * with the reason in why. Loop 0, before handing fd to a loop. */
-int session_admissible(struct server *srv, int fd, char *why, size_t len);
-/* Loop ev's timer (every 1 s or less): closes its sessions that sent no
- * Hello in time (--hello-timeout-ms), left a frame unfinished
- * (--frame-timeout-ms), did not read their last error, or stayed idle
- * (--idle-timeout-ms). */
-void session_sweep(uv_timer_t *t);
-void session_set_state(struct session *s, enum session_state st);
-/* Hands the ops that the session's submits admitted (staged on its lanes)
- * to the workers. Called after each read's frames and before a close. */
-void session_hand_over(struct session *s);
-/* Queues a frame for the client; closes the session on failure. */
-void session_send(struct session *s, const Gemmd__V1__Envelope *env);
-/* Queues the Completion of r (dispatch_pack_completion), which takes over
- * the budget bytes r held (request.held) until it is written. */
-void session_send_completion(struct session *s, struct request *r);
-/* Any thread, for a list of requests whose last ops are done (linked by
- * next): answers r and the requests after it of the same session, each
- * packed and queued behind whatever is queued, then written with one
- * system call. The answered requests are marked replied, the last of them
- * reply_sync, and put on the completion queue (server_queue_done_list) before
- * the write. What the socket does not take at once stays queued for the
- * loop thread. Returns the first request it did not answer (the next
- * session's, or NULL), and sets *stuck when that one is of this session
- * and must be answered by the loop: it is closing, asked for Launched
- * messages, or has a large inline result. */
-struct request *session_reply_now(struct request *r, int *stuck);
-/* Loop thread, when it takes in the last request of a write by
- * session_reply_now (reply_sync): waits until that thread is done with the
- * session's output, then acts on what the write left (a remainder to poll
- * for, or an error to close on). The requests before it in that write need
- * no call: that one still holds the session. */
-void session_reply_taken(struct session *s);
-
-/* Whether frames are queued for the client. */
-int session_has_output(struct session *s);
-/* Whether the client left so many replies unread that its input waits. */
-int session_output_full(struct session *s);
-/* Gives back the user's and the daemon's counts of n ops of s (any thread;
- * the session's own count is its loop's). */
-void server_uncount_shared(struct session *s, uint32_t n);
-void session_send_error(struct session *s, uint64_t request_id, int err, int op_index,
-                        const char *fmt, ...) __attribute__((format(printf, 5, 6)));
-/* Sends nothing more after what is queued, then closes. */
-void session_close_after_flush(struct session *s);
-void session_close(struct session *s);
-void session_unref(struct session *s);
-/* Takes the oldest received file descriptor, or -1. */
-int session_take_fd(struct session *s);
-/* Answers request rid, a `what` that came without the descriptor it
- * needs: RESOURCE when the daemon had none left to receive it with, else
- * PROTOCOL. */
-void session_no_fd(struct session *s, uint64_t rid, const char *what);
-
-/* Writes the replies queued while defer_flush was set. */
-void server_flush_dirty(struct evloop *ev);
-
-/* dispatch.c */
-/* Acts on one frame body; from_ring: it came through the session's
- * submission ring, where only Submit may come. */
-void dispatch_frame(struct session *s, const uint8_t *buf, uint32_t len, int from_ring);
-/* Answers request rid with Ack. */
-void dispatch_ack(struct session *s, uint64_t rid);
-void dispatch_completion(struct request *r);
-/* Packs the Completion of r (per op: status, timings, an inline C's bytes)
- * into a new allocation with room for a struct outbuf before the frame, as
- * frame_pack_completion, and counts the reply in the daemon's stats. Reads
- * only r, so any thread may call it once r's last op is done. */
-int dispatch_pack_completion(const struct request *r, uint8_t **buf, size_t *n);
-/* The same Completion written at dst (a ring's slot, cap bytes) without a
- * frame header; GEMMD_ETOOBIG, with nothing written or counted, when it
- * does not fit. */
-int dispatch_pack_completion_body(const struct request *r, uint8_t *dst, size_t cap, size_t *n);
 
 /* stats.c */
 /* Renders the daemon's stats as text or JSON into *out (malloc'd). With

@@ -6,11 +6,16 @@
  * its socket with a uv_poll_t and does its own recvmsg/send. A session is
  * freed when its connection is closed and no request of it is in flight.
  *
+ * Whole frames go up through the session's struct session_up (session.h),
+ * which the server wires to the protocol layer; nothing here calls that
+ * layer by name.
+ *
  * Output is written by the loop thread, and by the thread that completes a
- * request when that one can answer it at once (session_reply_now), so the
- * output queue and the writes are under out_lock. The session outlives such
- * a writer: the writer's request holds a reference, which the loop drops
- * only after session_reply_taken has waited for the writer to let go.
+ * request when that one can answer it at once (session_out_begin, from
+ * reply.c), so the output queue and the writes are under out_lock. The
+ * session outlives such a writer: the writer's request holds a reference,
+ * which the loop drops only after session_reply_taken has waited for the
+ * writer to let go.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -27,6 +32,7 @@
 #include "daemon/metrics.h"
 #include "daemon/ring.h"
 #include "daemon/server.h"
+#include "daemon/session.h"
 #include "daemon/users.h"
 #include "gemmd.h"
 
@@ -122,7 +128,7 @@ static void warn_refused(const struct session *s, const char *why)
                  (int)s->cred.gid, (int)s->cred.pid, why);
 }
 
-int session_accept(struct evloop *ev, int fd)
+int session_accept(struct evloop *ev, int fd, const struct session_up *up)
 {
         struct server *srv = ev->srv;
         struct session *s = calloc(1, sizeof(*s));
@@ -153,6 +159,7 @@ int session_accept(struct evloop *ev, int fd)
                 goto err_user;
         s->poll.data = s;
         s->srv = srv;
+        s->up = up;
         s->ev = ev;
         s->fd = fd;
         s->out_open = 1;
@@ -369,11 +376,7 @@ void session_close(struct session *s)
         ring_close(s);
         if (srv->cfg->verbose)
                 log_info("session %llu: closed", (unsigned long long)s->id);
-        /* Queued ops are dropped; running ones finish and are discarded by
-         * dispatch_completion. */
-        session_hand_over(s);
-        for (int i = 0; i < srv->nworkers; i++)
-                worker_cancel(&srv->workers[i], &s->lanes[i * NPRIO]);
+        s->up->closing(s);
         while (s->nfds)
                 close(session_take_fd(s));
         pthread_mutex_lock(&srv->lock);
@@ -522,9 +525,7 @@ static void flush(struct session *s)
                 server_maybe_finish(s->ev);
 }
 
-/* Queues a frame packed (rc 0) into buf, n bytes after its outbuf header,
- * holding `held` budget bytes until it is written. */
-static void queue_frame(struct session *s, int rc, uint8_t *buf, size_t n, uint64_t held)
+void session_queue_frame(struct session *s, int rc, uint8_t *buf, size_t n, uint64_t held)
 {
         struct outbuf *o;
         int first;
@@ -567,96 +568,29 @@ void session_send(struct session *s, const Gemmd__V1__Envelope *env)
         if (s->state == SESSION_CLOSED)
                 return;
         rc = frame_pack(env, offsetof(struct outbuf, data), UINT32_MAX, &buf, &n);
-        queue_frame(s, rc, buf, n, 0);
+        session_queue_frame(s, rc, buf, n, 0);
 }
 
-void session_send_completion(struct session *s, struct request *r)
+int session_out_begin(struct session *s)
 {
-        uint8_t *buf = NULL;
-        size_t n = 0;
-        int rc;
-
-        if (s->state == SESSION_CLOSED)
-                return;
-        ring_hint(s);
-        rc = dispatch_pack_completion(r, &buf, &n);
-        queue_frame(s, rc, buf, n, rc ? 0 : r->held);
-        if (!rc)
-                r->held = 0;
-}
-
-/* Replies larger than this are left to the loop thread: packing them and
- * handing them to the socket would hold out_lock (which the loop may wait
- * for) a long time, and their transfer dwarfs a thread hop anyway. */
-#define REPLY_NOW_MAX_BYTES (64u << 10)
-
-/* Whether r can be answered by the thread that completed it. */
-static int reply_now_ok(const struct session *s, const struct request *r)
-{
-        uint64_t inline_bytes = 0;
-
-        /* A request that asked for Launched messages is answered by the
-         * loop, which sends those: its reply stays behind them. */
-        if (!s->out_open || r->notify_launch)
-                return 0;
-        for (uint32_t i = 0; i < r->nops; i++)
-                if (r->ops[i].buf[2] && r->ops[i].buf[2]->kind == GBUF_INLINE)
-                        inline_bytes += r->ops[i].span[2];
-        return inline_bytes <= REPLY_NOW_MAX_BYTES;
-}
-
-struct request *session_reply_now(struct request *r, int *stuck)
-{
-        struct session *s = r->s;
-        struct request *head = NULL, *tail = NULL;
-        unsigned answered = 0;
-        int rc;
-
-        *stuck = 0;
-        ring_hint(s);
         pthread_mutex_lock(&s->out_lock);
-        /* Queued behind whatever the loop queued before: frames keep the
-         * order they were queued in, whichever thread writes them. */
-        while (r && r->s == s) {
-                uint8_t *buf = NULL;
-                size_t n = 0;
+        return s->out_open;
+}
 
-                if (!reply_now_ok(s, r) || dispatch_pack_completion(r, &buf, &n)) {
-                        *stuck = 1;
-                        break;
-                }
-                r->replied = 1;
-                ((struct outbuf *)buf)->len = n;
-                /* The reply holds the request's budget bytes from here on. */
-                ((struct outbuf *)buf)->held = r->held;
-                r->held = 0;
-                enqueue(s, (struct outbuf *)buf);
-                answered++;
-                tail = r;
-                if (!head)
-                        head = r;
-                r = r->next;
-        }
-        if (!head) {
-                /* The first one is the loop's: so is all that is queued. */
-                pthread_mutex_unlock(&s->out_lock);
-                return r;
-        }
-        atomic_fetch_add(&s->srv->replies_now, answered);
-        /* On the completion queue before the replies are on the wire:
-         * whatever the client sends in answer, the loop takes them in before
-         * acting on it. From here on they are the loop's; the last one holds
-         * the session until this lock is let go (session_reply_taken). */
-        tail->reply_sync = 1;
-        server_queue_done_list(s->ev, head, tail);
-        /* One write for all of this session's replies. */
-        rc = write_out(s);
+void session_out_put(struct session *s, struct outbuf *o)
+{
+        enqueue(s, o);
+}
+
+void session_out_end(struct session *s, int write)
+{
+        int rc = write ? write_out(s) : 0;
+
         if (rc) {
                 s->out_err = rc;
                 s->out_open = 0;
         }
         pthread_mutex_unlock(&s->out_lock);
-        return r;
 }
 
 void session_reply_taken(struct session *s)
@@ -676,7 +610,7 @@ void session_reply_taken(struct session *s)
                 update_poll(s); /* what the socket did not take, the loop writes */
 }
 
-void server_flush_dirty(struct evloop *ev)
+void session_flush_dirty(struct evloop *ev)
 {
         while (ev->dirty) {
                 struct session *s = ev->dirty;
@@ -818,23 +752,8 @@ static void frames_done(struct session *s)
                 s->fds_dropped = 0; /* its frame is done */
 }
 
-void session_hand_over(struct session *s)
-{
-        struct server *srv = s->srv;
-        uint64_t t0;
-
-        if (!s->staged)
-                return;
-        t0 = now_ns();
-        s->staged = 0;
-        for (int i = 0; i < srv->nworkers; i++)
-                for (int p = 0; p < NPRIO; p++)
-                        worker_enqueue(&srv->workers[i], &s->lanes[i * NPRIO + p], p);
-        s->ev->loop_part_ns[LOOP_ENQUEUE] += now_ns() - t0;
-}
-
 /* Handles every whole frame in the read buffer; keeps the partial rest,
- * then hands what they admitted to the workers. */
+ * then says the batch is done (frames_done: what they admitted goes on). */
 static void parse_rbuf(struct session *s)
 {
         uint32_t max = (uint32_t)s->srv->cfg->lim.max_frame_bytes;
@@ -858,7 +777,7 @@ static void parse_rbuf(struct session *s)
                         break;
                 }
                 if (avail - FRAME_HDR_BYTES >= len) {
-                        dispatch_frame(s, s->rbuf + off + FRAME_HDR_BYTES, len, 0);
+                        s->up->frame(s, s->rbuf + off + FRAME_HDR_BYTES, len, 0);
                         off += FRAME_HDR_BYTES + len;
                         continue;
                 }
@@ -878,7 +797,7 @@ static void parse_rbuf(struct session *s)
                 break;
         }
         s->parsing = 0;
-        session_hand_over(s);
+        s->up->frames_done(s);
         if (s->state == SESSION_CLOSED)
                 return;
         memmove(s->rbuf, s->rbuf + off, s->rlen - off);
@@ -923,8 +842,8 @@ static void on_readable(struct session *s)
                         return;
                 }
                 /* What was just read may answer a reply that another thread
-                 * wrote (session_reply_now queued its request before writing
-                 * it): dispatch_frame takes such requests in before it acts
+                 * wrote (reply.c queued its request before writing it): the
+                 * protocol layer takes such requests in before it acts
                  * on anything that depends on them. A read keeps the loop
                  * polling (server_run) as a reap does. */
                 s->ev->active_ns = s->t_active_ns = t1;
@@ -934,8 +853,8 @@ static void on_readable(struct session *s)
                                 uint8_t *body = s->body;
 
                                 s->body = NULL;
-                                dispatch_frame(s, body, s->body_len, 0);
-                                session_hand_over(s);
+                                s->up->frame(s, body, s->body_len, 0);
+                                s->up->frames_done(s);
                                 free(body);
                                 s->t_frame_ns = 0; /* the read buffer is empty */
                                 if (s->state != SESSION_CLOSED)
@@ -976,7 +895,7 @@ static void on_io(uv_poll_t *h, int status, int events)
                         ev->defer_flush++;
                         on_readable(s);
                         ev->defer_flush--;
-                        server_flush_dirty(ev);
+                        session_flush_dirty(ev);
                 }
                 if (events & UV_DISCONNECT && s->state != SESSION_CLOSED &&
                     !session_has_output(s))

@@ -9,6 +9,7 @@
 
 #include "daemon/cpuacct.h"
 #include "daemon/server.h"
+#include "daemon/session.h"
 #include "daemon/users.h"
 #include "gemmd.h"
 

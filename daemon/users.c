@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "daemon/server.h"
+#include "daemon/session.h"
 #include "gemmd.h"
 
 static int listed(const uint32_t *v, uint32_t n, uint32_t id)

@@ -43,6 +43,37 @@ struct op {
         const char *kernel;
 };
 
+/*
+ * Where a request stands on its one way back to its client (daemon/reply.c).
+ * The thread that completes its last op sets one of the states after
+ * REQ_RUNNING before it hands the request to its session's loop; the loop
+ * then acts on that state and frees the request. The states say who
+ * answered it and what the loop still owes:
+ *
+ *   REQ_RUNNING -+-> REQ_DONE ---> REQ_ANSWERED or REQ_DROPPED  (its loop answers)
+ *                +-> REQ_SENT ---> REQ_SENT_LAST    (the completing thread wrote it)
+ *                +-> REQ_RINGED -> REQ_RINGED_LAST  (the completing thread put it in the ring)
+ *
+ * (X --> X_LAST is the completing thread's own step, on the last request
+ * of its write or run.) A request is created REQ_RUNNING (its zero).
+ */
+enum request_state {
+        REQ_RUNNING,    /* admitted: its ops are queued or running */
+        REQ_DONE,       /* its last op is done and nobody answered it: its loop does */
+        REQ_SENT,       /* the completing thread queued its reply on the socket and wrote it */
+        REQ_SENT_LAST,  /* REQ_SENT, the last of its session's in that write: the loop
+                         * waits for that thread to let go of the session's output
+                         * (session_reply_taken) before the session may be freed */
+        REQ_RINGED,     /* the completing thread put its Completion in the session's
+                         * completion ring and gave back its ops' user and
+                         * daemon counts */
+        REQ_RINGED_LAST, /* REQ_RINGED, the last of that run: the loop takes the ring's
+                          * lock once more (ring_taken) before the ring may be unmapped */
+        REQ_ANSWERED,   /* its loop answered it, in the ring or on the socket */
+        REQ_DROPPED,    /* its session closed before anyone answered: no reply */
+        REQ_STATES
+};
+
 /* One Submit. The loop thread owns it, except that workers decrement
  * `remaining` and the one that reaches zero hands it back. */
 struct request {
@@ -53,11 +84,7 @@ struct request {
         atomic_uint remaining;
         int priority;
         int notify_launch; /* send Launched for each group of its ops */
-        int replied; /* answered by the thread that completed it (session_reply_now) */
-        int reply_sync; /* replied, and the last of its session's in that write */
-        int ring_sync;  /* put in the session's completion ring (daemon/ring.c), the
-                         * last of that run: the loop waits for the ring's lock */
-        int uncounted;  /* its ops' user and daemon counts were already given back */
+        enum request_state state; /* changed only by request_set_state (reply.c) */
         uint64_t launch_gid; /* the worker's: last group that noticed it */
         void *home; /* the event loop of its session (server.h), for its control tasks */
         uint64_t t_admit_ns;

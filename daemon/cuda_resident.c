@@ -1,0 +1,149 @@
+/*
+ * cuda_resident.c - the CUDA backend's resident kernel (cuda_backend.h):
+ * started, fed with groups through pinned memory, asked whether a group
+ * is done, and stopped.
+ */
+#include <errno.h>
+#include <string.h>
+
+#include "daemon/cuda_backend.h"
+
+/*
+ * The resident kernel. A group it takes costs the worker a few stores
+ * into pinned memory instead of a launch (8-12 us of host time on the
+ * H100 machine), and the device a poll instead of a launch's round trip.
+ * It holds every SM while it runs, so any other kernel, and any call that
+ * waits for the whole device, comes after res_stop.
+ */
+/* How often the completion thread asks whether it has ended (res_query). */
+#define RES_QUERY_NS 20000ull
+
+static void res_stop_locked(struct cuda_backend *cb)
+{
+        if (!cb->res_alive)
+                return;
+        __atomic_store_n(&cb->res_host->stop, cb->res_gen, __ATOMIC_RELEASE);
+        __atomic_store_n(&cb->res_alive, 0, __ATOMIC_RELEASE);
+        log_debug("cuda %d: resident kernel %llu stops after group %llu", cb->ordinal,
+                  (unsigned long long)cb->res_gen, (unsigned long long)cb->res_seq);
+}
+
+/* Ends the resident kernel (if one runs) once its groups are done. */
+void res_stop(struct cuda_backend *cb)
+{
+        if (!cb->res_on)
+                return;
+        pthread_mutex_lock(&cb->res_lock);
+        res_stop_locked(cb);
+        pthread_mutex_unlock(&cb->res_lock);
+}
+
+/* Its pinned and device memory and stream, in the current context; off
+ * (with a warning) when they cannot be had. */
+void res_init(struct cuda_backend *cb)
+{
+        const size_t area = cuda_gemm_res_area_bytes(RES_SLOT_BYTES);
+
+        cb->res_host = NULL;
+        cb->res_area = NULL;
+        cb->res_alive = 0;
+        /* Numbered afresh with the zeroed memory below. */
+        cb->res_seq = cb->res_gen = 0;
+        cb->res_rot = 0;
+        if (cudaMallocHost((void **)&cb->res_host, sizeof(*cb->res_host)) != cudaSuccess ||
+            cudaMalloc(&cb->res_area, area) != cudaSuccess || cudaMemset(cb->res_area, 0, area) != cudaSuccess ||
+            cudaStreamCreateWithFlags(&cb->res_stream, cudaStreamNonBlocking) != cudaSuccess) {
+                log_warn("cuda %d: no resident kernel: %s", cb->ordinal, cudaGetErrorString(cudaGetLastError()));
+                cb->res_on = 0;
+                return;
+        }
+        memset(cb->res_host, 0, sizeof(*cb->res_host));
+}
+
+/* Posts a group to the resident kernel, starting one for its type if
+ * none runs; s->rseq names it. -EAGAIN: its slot still holds a group in
+ * flight (more groups in flight than slots), for a launch instead. */
+int res_post(struct cuda_backend *cb, struct cuda_slot *s, int dtype, struct cuda_res_post *rp)
+{
+        struct cuda_res_post *p;
+        uint64_t seq = cb->res_seq + 1;
+
+        if (seq > CUDA_RES_SLOTS &&
+            __atomic_load_n(&cb->res_host->done[seq % CUDA_RES_SLOTS].seq, __ATOMIC_ACQUIRE) <
+                    seq - CUDA_RES_SLOTS)
+                return -EAGAIN;
+        pthread_mutex_lock(&cb->res_lock);
+        if (cb->res_alive && cb->res_dtype != dtype)
+                res_stop_locked(cb);
+        if (!cb->res_alive) {
+                int rc = 0;
+
+                /* After every kernel launched before it: it takes every SM
+                 * and keeps them, so a kernel still waiting for some
+                 * would wait for ever. */
+                for (struct cuda_slot *o = cb->slots; o && !rc; o = o->next_slot)
+                        if (!o->res && (cudaEventRecord(o->ev_fence, o->stream) != cudaSuccess ||
+                                        cudaStreamWaitEvent(cb->res_stream, o->ev_fence, 0) != cudaSuccess))
+                                rc = -EIO;
+                if (!rc)
+                        rc = cuda_gemm_res_launch(dtype, cb->res_host, cb->res_area, RES_SLOT_BYTES, cb->res_seq + 1,
+                                              cb->res_gen + 1, cb->b.ctas, cb->res_stream);
+
+                if (rc) {
+                        pthread_mutex_unlock(&cb->res_lock);
+                        log_err("cuda %d: cannot start the resident kernel (%d): %s", cb->ordinal, rc,
+                                cudaGetErrorString(cudaGetLastError()));
+                        return rc;
+                }
+                cb->res_gen++;
+                cb->res_dtype = dtype;
+                log_debug("cuda %d: resident kernel %llu starts at group %llu", cb->ordinal,
+                          (unsigned long long)cb->res_gen, (unsigned long long)cb->res_seq + 1);
+                __atomic_store_n(&cb->res_alive, 1, __ATOMIC_RELEASE);
+        }
+        seq = ++cb->res_seq; /* the worker's alone: as checked above */
+        p = &cb->res_host->post[seq % CUDA_RES_SLOTS];
+        rp->gen = cb->res_gen;
+        rp->rot = cb->res_rot;
+        cb->res_rot = (cb->res_rot + rp->nctas) % cb->b.ctas;
+        rp->seq = p->seq;
+        *p = *rp;
+        __atomic_store_n(&p->seq, seq, __ATOMIC_RELEASE);
+        s->rseq = seq;
+        s->posted_ns = now_ns();
+        pthread_mutex_unlock(&cb->res_lock);
+        return 0;
+}
+
+/* Whether a resident group is done: cudaSuccess, cudaErrorNotReady, or the
+ * error that ended the kernel before it. */
+cudaError_t res_query(struct cuda_backend *cb, struct cuda_slot *s)
+{
+        const struct cuda_res_done *d = &cb->res_host->done[s->rseq % CUDA_RES_SLOTS];
+        cudaError_t st;
+
+        for (int again = 0;; again = 1) {
+                if (__atomic_load_n(&d->seq, __ATOMIC_ACQUIRE) >= s->rseq) {
+                        s->rt0 = d->t0;
+                        s->rt1 = d->t1;
+                        cb->res_groups++;
+                        cb->res_host_ns += now_ns() - s->posted_ns;
+                        cb->res_take_ns += d->t0 > d->tp ? d->t0 - d->tp : 0;
+                        cb->res_run_ns += d->t1 > d->t0 ? d->t1 - d->t0 : 0;
+                        return cudaSuccess;
+                }
+                if (again)
+                        break;
+                /* Whether the kernel has ended, now and then: each asking
+                 * is a driver call of about a microsecond, and the
+                 * completion thread polls every group in flight. */
+                if (now_ns() - cb->res_queried_ns < RES_QUERY_NS)
+                        return cudaErrorNotReady;
+                cb->res_queried_ns = now_ns();
+                st = cudaStreamQuery(cb->res_stream);
+                if (st == cudaErrorNotReady)
+                        return st;
+        }
+        /* The kernel ended without it. */
+        return st == cudaSuccess ? cudaErrorLaunchFailure : st;
+}
