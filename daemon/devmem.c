@@ -96,7 +96,7 @@ static void open_done(struct wctl *c)
         pthread_mutex_unlock(&srv->lock);
         /* The drain waits for this on every loop. */
         if (idle && atomic_load(&srv->draining))
-                server_wake_all(srv);
+                loop_wake_all(srv);
         if (!rc && !(b = calloc(1, sizeof(*b)))) {
                 struct gbuf tmp = {.owner = t->w, .ipc_base = t->token, .dev_owned = t->owned};
 
@@ -155,7 +155,7 @@ static void open_done(struct wctl *c)
         }
         session_unref(s); /* may free s */
         free(t);
-        server_maybe_finish(ev);
+        ev->up->settled(ev);
 }
 
 /* The worker of device ordinal `device` whose backend can do `owned`'s

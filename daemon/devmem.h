@@ -10,7 +10,7 @@
 
 #include <stdint.h>
 
-#include "daemon/server.h"
+#include "daemon/loop.h"
 #include "daemon/session.h"
 
 /* Opens a client's device memory; answers BufferReply or Error. The caller

@@ -13,11 +13,12 @@
 
 #include "daemon/devmem.h"
 #include "daemon/log.h"
+#include "daemon/loop.h"
 #include "daemon/metrics.h"
 #include "daemon/reply.h"
 #include "daemon/ring.h"
-#include "daemon/server.h"
 #include "daemon/session.h"
+#include "daemon/stats.h"
 #include "daemon/users.h"
 #include "daemon/validate.h"
 #include "gemmd.h"
@@ -280,7 +281,7 @@ void dispatch_uncount_shared(struct session *s, uint32_t n)
         idle = srv->queued_ops == 0;
         pthread_mutex_unlock(&srv->lock);
         if (idle && atomic_load(&srv->draining))
-                server_wake_all(srv);
+                loop_wake_all(srv);
 }
 
 /* The session's own count of ops in flight, less n; the daemon's count of
@@ -329,6 +330,31 @@ static void refuse_inline(struct session *s, uint64_t rid, uint64_t asked)
                                    (unsigned long long)lim->max_user_inline_bytes);
 }
 
+/* The worker for a request's ops: where its device memory lives, else the
+ * one with the least pending (what admission hands ops to, so the protocol
+ * layer chooses). */
+static struct worker *pick_worker(struct server *srv, const struct request *r)
+{
+        struct worker *best = &srv->workers[0];
+        uint32_t best_pending = UINT32_MAX;
+
+        /* Device memory must run where it lives. */
+        for (uint32_t i = 0; i < r->nops; i++)
+                for (int j = 0; j < 3; j++)
+                        if (r->ops[i].buf[j] && r->ops[i].buf[j]->kind == GBUF_CUDA)
+                                return &srv->workers[r->ops[i].buf[j]->device];
+        for (int i = 0; i < srv->nworkers; i++) {
+                struct worker *w = &srv->workers[i];
+                uint32_t pending = w->pending_ops + w->inflight; /* a racy read is fine here */
+
+                if (pending < best_pending) {
+                        best = w;
+                        best_pending = pending;
+                }
+        }
+        return best;
+}
+
 static void on_submit(struct session *s, uint64_t rid, const Gemmd__V1__Submit *m)
 {
         struct server *srv = s->srv;
@@ -364,7 +390,7 @@ static void on_submit(struct session *s, uint64_t rid, const Gemmd__V1__Submit *
          * itself): those are reaped before any verdict, so a client
          * is judged by counts that include every reply it has. */
         if (admit(s, rid, n, 0)) {
-                server_reap(s->ev);
+                s->ev->up->reap(s->ev);
                 if (admit(s, rid, n, 1))
                         return;
         }
@@ -408,7 +434,7 @@ static void on_submit(struct session *s, uint64_t rid, const Gemmd__V1__Submit *
         atomic_init(&r->remaining, n);
         s->refs++;
         atomic_fetch_add(&srv->requests, 1);
-        w = server_pick_worker(srv, r);
+        w = pick_worker(srv, r);
         /* Handed to the worker with the rest of this read's requests
          * (dispatch_frames_done): one lock for all of them. */
         lane_stage(&s->lanes[w->index * NPRIO + r->priority], r->ops, n);
@@ -492,7 +518,7 @@ void dispatch_frame(struct session *s, const uint8_t *buf, uint32_t len, int fro
                 return;
         }
         if (env->body_case != GEMMD__V1__ENVELOPE__BODY_SUBMIT)
-                server_reap(s->ev);
+                s->ev->up->reap(s->ev);
         switch (env->body_case) {
         case GEMMD__V1__ENVELOPE__BODY_HELLO:
                 if (s->state != SESSION_HELLO) {
@@ -677,5 +703,5 @@ void dispatch_completion(struct request *r)
         uncount_session(s, n);
         free_request(r, n);
         session_unref(s); /* may free s */
-        server_maybe_finish(ev);
+        ev->up->settled(ev);
 }

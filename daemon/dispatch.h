@@ -12,6 +12,8 @@
 #include "daemon/session.h"
 #include "daemon/work.h"
 
+struct wctl;
+
 /* Acts on one frame body (struct session_up's frame); from_ring: it came
  * through the session's submission ring, where only Submit may come. */
 void dispatch_frame(struct session *s, const uint8_t *buf, uint32_t len, int from_ring);
@@ -38,5 +40,9 @@ int dispatch_pack_completion(const struct request *r, uint8_t **buf, size_t *n);
  * frame header; GEMMD_ETOOBIG, with nothing written or counted, when it
  * does not fit. */
 int dispatch_pack_completion_body(const struct request *r, uint8_t *dst, size_t cap, size_t *n);
+/* Loop thread: sends the Launched message of a struct launch_notice
+ * (worker.h) to its request's client and frees it (the workers'
+ * worker_notice_fn, wired in by the server). */
+void launch_notice_send(struct wctl *c);
 
 #endif

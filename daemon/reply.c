@@ -15,8 +15,8 @@
 #include <assert.h>
 
 #include "daemon/dispatch.h"
+#include "daemon/loop.h"
 #include "daemon/ring.h"
-#include "daemon/server.h"
 #include "daemon/session.h"
 
 /* The moves enum request_state allows, one bit per target state. */
@@ -122,7 +122,7 @@ static struct request *ring_now(struct request *r)
                 request_set_state(tail, REQ_RINGED);
                 request_set_state(tail, REQ_RINGED_LAST);
                 dispatch_uncount_shared(s, ops);
-                server_queue_done_list(s->ev, head, tail);
+                loop_queue_done(s->ev, head, tail);
         }
         /* A client that sleeps on its socket is kicked by the loop as it
          * takes the requests in (ring_taken), not from here: a kick is a
@@ -201,7 +201,7 @@ static struct request *socket_now(struct request *r, int *stuck)
         if (head) {
                 atomic_fetch_add(&s->srv->replies_now, answered);
                 request_set_state(tail, REQ_SENT_LAST);
-                server_queue_done_list(s->ev, head, tail);
+                loop_queue_done(s->ev, head, tail);
         }
         /* One write for all of this session's replies; none when the first
          * one is the loop's: so is all that is queued. */
@@ -225,7 +225,7 @@ static struct request *post_to_loop(const struct server *srv, struct request *r,
                 request_set_state(tail, REQ_DONE);
         }
         next = tail->next;
-        server_queue_done_list(ev, r, tail);
+        loop_queue_done(ev, r, tail);
         return next;
 }
 

@@ -31,8 +31,8 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include "daemon/loop.h"
 #include "daemon/ring.h"
-#include "daemon/server.h"
 #include "daemon/session.h"
 #include "daemon/users.h"
 #include "gemmd.h"
@@ -225,7 +225,7 @@ int ring_drain(struct evloop *ev)
                 ev->defer_flush--;
                 session_flush_dirty(ev);
                 ev->loop_part_ns[LOOP_FRAMES] += now_ns() - t0;
-                server_loop_account(ev, t0);
+                loop_account(ev, t0);
         }
         return taken;
 }

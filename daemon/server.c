@@ -80,6 +80,13 @@ static const struct session_up session_up = {
         .closing = dispatch_session_closing,
 };
 
+/* What the layers below ask of the server, through their loop (loop.h):
+ * nothing below calls server.c by name. */
+static const struct loop_up loop_up = {
+        .reap = server_reap,
+        .settled = server_maybe_finish,
+};
+
 /* Hands an accepted connection to loop ev (loop 0's thread). */
 static void hand_to_loop(struct evloop *ev, int fd)
 {
@@ -252,18 +259,6 @@ static void on_listen(uv_poll_t *h, int status, int events)
         }
 }
 
-void server_queue_done_list(struct evloop *ev, struct request *head, struct request *tail)
-{
-        tail->next = NULL;
-        pthread_mutex_lock(&ev->done_lock);
-        if (ev->done_tail)
-                ev->done_tail->next = head;
-        else
-                ev->done_head = head;
-        ev->done_tail = tail;
-        pthread_mutex_unlock(&ev->done_lock);
-}
-
 void server_post_control(struct wctl *c, void *ctx)
 {
         struct server *srv = ctx;
@@ -359,15 +354,6 @@ static void *loop_main(void *arg)
         return NULL;
 }
 
-void server_loop_account(struct evloop *ev, uint64_t t0)
-{
-        uint64_t dt = now_ns() - t0;
-
-        ev->loop_callbacks++;
-        ev->loop_busy_ns += dt;
-        ev->loop_hist[hist_bucket(dt / 1000)]++;
-}
-
 static void on_async(uv_async_t *h)
 {
         struct evloop *ev = h->data;
@@ -380,35 +366,7 @@ static void on_async(uv_async_t *h)
         server_reap(ev);
         if (atomic_load(&ev->srv->draining))
                 server_maybe_finish(ev);
-        server_loop_account(ev, t0);
-}
-
-void server_wake_all(struct server *srv)
-{
-        for (int i = 0; i < srv->nloops; i++)
-                uv_async_send(&srv->loops[i].async);
-}
-
-struct worker *server_pick_worker(struct server *srv, const struct request *r)
-{
-        struct worker *best = &srv->workers[0];
-        uint32_t best_pending = UINT32_MAX;
-
-        /* Device memory must run where it lives. */
-        for (uint32_t i = 0; i < r->nops; i++)
-                for (int j = 0; j < 3; j++)
-                        if (r->ops[i].buf[j] && r->ops[i].buf[j]->kind == GBUF_CUDA)
-                                return &srv->workers[r->ops[i].buf[j]->device];
-        for (int i = 0; i < srv->nworkers; i++) {
-                struct worker *w = &srv->workers[i];
-                uint32_t pending = w->pending_ops + w->inflight; /* a racy read is fine here */
-
-                if (pending < best_pending) {
-                        best = w;
-                        best_pending = pending;
-                }
-        }
-        return best;
+        loop_account(ev, t0);
 }
 
 /* A worker's device is beyond repair (worker thread): the loop drains and
@@ -450,7 +408,7 @@ void server_drain(struct server *srv)
         srv->loops[0].draining = 1; /* this thread's; the others see it at their wake-up */
         notify_send("STOPPING=1\nSTATUS=finishing in-flight work");
         close_listener(srv);
-        server_wake_all(srv);
+        loop_wake_all(srv);
         server_maybe_finish(&srv->loops[0]);
 }
 
@@ -594,7 +552,8 @@ static int start_backends(struct server *srv)
                 return -ENOMEM;
         for (int i = 0; i < n; i++) {
                 rc = worker_start(&srv->workers[i], i, srv->backends[i], cfg,
-                                  reply_post, server_post_control, srv);
+                                  reply_post, server_post_control,
+                                  launch_notice_send, srv);
                 srv->workers[i].device_lost = device_lost;
                 if (rc)
                         return rc;
@@ -637,6 +596,7 @@ static int loop_init(struct server *srv, struct evloop *ev, int i, uv_loop_t *ma
         int rc;
 
         ev->srv = srv;
+        ev->up = &loop_up;
         ev->index = i;
         if (i == 0) {
                 ev->loop = main;

@@ -29,9 +29,9 @@
 
 #include "daemon/lock.h"
 #include "daemon/log.h"
+#include "daemon/loop.h"
 #include "daemon/metrics.h"
 #include "daemon/ring.h"
-#include "daemon/server.h"
 #include "daemon/session.h"
 #include "daemon/users.h"
 #include "gemmd.h"
@@ -397,7 +397,7 @@ void session_close(struct session *s)
         pthread_mutex_unlock(&srv->lock);
         gbuf_table_deinit(&dead);
         uv_close((uv_handle_t *)&s->poll, on_poll_closed);
-        server_maybe_finish(s->ev);
+        s->ev->up->settled(s->ev);
 }
 
 void session_close_after_flush(struct session *s)
@@ -522,7 +522,7 @@ static void flush(struct session *s)
                 return;
         update_poll(s);
         if (!session_has_output(s))
-                server_maybe_finish(s->ev);
+                s->ev->up->settled(s->ev);
 }
 
 void session_queue_frame(struct session *s, int rc, uint8_t *buf, size_t n, uint64_t held)
@@ -902,5 +902,5 @@ static void on_io(uv_poll_t *h, int status, int events)
                         session_close(s);
         }
         session_unref(s);
-        server_loop_account(ev, t0);
+        loop_account(ev, t0);
 }

@@ -2,6 +2,8 @@
  * stats.c - the daemon's counters as text for people or JSON for scripts,
  * answered to `gemmctl stats`.
  */
+#include "daemon/stats.h"
+
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>

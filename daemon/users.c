@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "daemon/server.h"
+#include "daemon/loop.h"
 #include "daemon/session.h"
 #include "gemmd.h"
 

@@ -8,6 +8,7 @@
 
 #include <stdatomic.h>
 #include <stdint.h>
+#include <time.h>
 
 #include "daemon/buffers.h"
 #include "kernels/kproblem.h"
@@ -102,7 +103,28 @@ static inline uint32_t op_key(const struct op *o)
         return (uint32_t)o->kp.dtype | (uint32_t)o->kp.tf32 << 2;
 }
 
-uint64_t now_ns(void);
+/* The monotonic clock in ns: every layer times with it. */
+static inline uint64_t now_ns(void)
+{
+        struct timespec ts;
+
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+#define HIST_BUCKETS 24
+
+/* Index of the log2 histogram bucket for v (the stats' histograms). */
+static inline int hist_bucket(uint64_t v)
+{
+        int b = 0;
+
+        while (v > 1 && b < HIST_BUCKETS - 1) {
+                v >>= 1;
+                b++;
+        }
+        return b;
+}
 
 /* One step of a polling loop: tells the core it is spinning (it yields
  * the pipeline to its sibling hyperthread and saves power). */

@@ -16,25 +16,6 @@
 #include "gemmd.h"
 #include "scheduler/cost.h"
 
-uint64_t now_ns(void)
-{
-        struct timespec ts;
-
-        clock_gettime(CLOCK_MONOTONIC, &ts);
-        return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
-
-int hist_bucket(uint64_t v)
-{
-        int b = 0;
-
-        while (v > 1 && b < HIST_BUCKETS - 1) {
-                v >>= 1;
-                b++;
-        }
-        return b;
-}
-
 /* Links a lane that just got work into its user's ring at priority p, and
  * the user into the worker's ring of users at p if it was not there. A user
  * that comes back after a pause starts at the worker's virtual clock: time
@@ -953,7 +934,8 @@ static void *worker_main(void *arg)
 }
 
 int worker_start(struct worker *w, int index, struct backend *be, const struct gemmd_config *cfg,
-                 worker_complete_fn complete, worker_control_fn control_done, void *ctx)
+                 worker_complete_fn complete, worker_control_fn control_done,
+                 worker_notice_fn launch_notice, void *ctx)
 {
         int rc;
 
@@ -963,6 +945,7 @@ int worker_start(struct worker *w, int index, struct backend *be, const struct g
         w->cfg = cfg;
         w->complete = complete;
         w->control_done = control_done;
+        w->launch_notice = launch_notice;
         w->ctx = ctx;
         w->max_inflight = cfg->max_groups_inflight ? cfg->max_groups_inflight : be->groups_inflight;
         w->nslots = w->max_inflight + 1;
@@ -1078,7 +1061,7 @@ void worker_notify_launch(struct group *g, const uint8_t handle[64], int device)
                 n = calloc(1, sizeof(*n));
                 if (!n)
                         continue; /* the client then learns at completion */
-                n->c.done = launch_notice_send;
+                n->c.done = w->launch_notice;
                 n->c.home = r->home;
                 n->r = r;
                 memcpy(n->handle, handle, 64);

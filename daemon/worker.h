@@ -79,8 +79,6 @@ struct group {
         void *bdata; /* the backend's per-slot state */
 };
 
-#define HIST_BUCKETS 24
-
 /* Counters a worker keeps; read under its lock by the stats reply. */
 struct worker_stats {
         uint64_t groups, ops, ops_failed, tiles, flops;
@@ -125,12 +123,19 @@ struct wctl {
 
 typedef void (*worker_control_fn)(struct wctl *c, void *ctx);
 
+/* Loop thread: sends a Launched message (struct launch_notice, below) to
+ * its client and frees it. The protocol layer does that (the server wires
+ * dispatch.c's launch_notice_send in through worker_start): the worker
+ * only builds the notice and posts it to the loop. */
+typedef void (*worker_notice_fn)(struct wctl *c);
+
 struct worker {
         int index;
         struct backend *be;
         const struct gemmd_config *cfg;
         worker_complete_fn complete;
         worker_control_fn control_done;
+        worker_notice_fn launch_notice;
         void *ctx;
 
         pthread_t thread;
@@ -173,9 +178,12 @@ struct worker {
         atomic_uint_fast64_t progress;
 };
 
-/* Starts the worker thread for backend `be`. */
+/* Starts the worker thread for backend `be`. Finished requests go to
+ * complete, control tasks and launch notices to control_done, and each
+ * notice is sent by launch_notice on the loop thread; ctx is theirs. */
 int worker_start(struct worker *w, int index, struct backend *be, const struct gemmd_config *cfg,
-                 worker_complete_fn complete, worker_control_fn control_done, void *ctx);
+                 worker_complete_fn complete, worker_control_fn control_done,
+                 worker_notice_fn launch_notice, void *ctx);
 
 /* Queues a control task (see struct wctl). */
 void worker_control(struct worker *w, struct wctl *c);
@@ -211,7 +219,7 @@ void worker_cancel(struct worker *w, struct lane *lanes);
 void worker_notify_launch(struct group *g, const uint8_t handle[64], int device);
 
 /* A Launched message on its way to the loop thread, which sends it with
- * launch_notice_send (dispatch.c) and frees it. */
+ * the worker's launch_notice (worker_notice_fn) and frees it. */
 struct launch_notice {
         struct wctl c;
         struct request *r;
@@ -219,8 +227,6 @@ struct launch_notice {
         int device;
         uint32_t nops;
 };
-
-void launch_notice_send(struct wctl *c);
 
 /* The status the ops of a group get when its launch failed with `rc` (a
  * plan's or a backend's launch()): a gemmd code as it is, resource
@@ -253,8 +259,5 @@ void worker_progress(struct worker *w, uint64_t *progress, int *busy);
 /* Copies the counters under the worker's lock. */
 void worker_get_stats(struct worker *w, struct worker_stats *st, uint32_t *pending,
                       uint32_t *inflight);
-
-/* Index of the log2 histogram bucket for v. */
-int hist_bucket(uint64_t v);
 
 #endif
