@@ -6,9 +6,14 @@
  * the socket; ring.h, the rings) hands whole frames up through each
  * session's struct session_up, which the server points at the protocol
  * layer (dispatch.h: decode, validate, admit); that hands ops to the
- * device side (worker.h); a finished request comes back by one route
- * (reply.h) to its loop's completion queue (server_queue_done_list,
- * server_reap) and is answered down through the transport.
+ * device side (worker.h), whose finished requests and launch notices come
+ * back through the callbacks the server gives worker_start; a finished
+ * request comes back by one route (reply.h) to its loop's completion queue
+ * (loop_queue_done, server_reap) and is answered down through the
+ * transport. Nothing below calls this file by name: the loops and the
+ * state they share are data in loop.h, and what the layers ask of the
+ * server (take completions in, see whether the drain is done) goes
+ * through each loop's struct loop_up.
  *
  * The daemon serves its sessions with one or more event loops (struct
  * evloop, --loops), each on a thread of its own; a session stays on one
