@@ -4,8 +4,8 @@
  * below all of them. Nothing here calls up: what the server (server.c,
  * which owns and wires the loops) must do when a layer below it asks is
  * reached through the loop's hooks (struct loop_up), which server_init
- * sets. What belongs to the loop object itself (its account, waking the
- * loops) is here.
+ * sets. What belongs to the loop object itself (its account, its
+ * completion queue, waking the loops) is here.
  */
 #ifndef GEMMD_LOOP_H
 #define GEMMD_LOOP_H
@@ -18,17 +18,17 @@
 #include "daemon/config.h"
 #include "daemon/work.h"
 
+struct backend;
 struct evloop;
 struct request;
 struct session;
 struct user;
 struct wctl;
-struct backend;
 struct worker;
 
 /* What a loop asks of the server above it (server.c sets them; every
- * loop has the same). The transport, the protocol layer and the device
- * memory calls reach the server only through these. */
+ * loop has the same). The transport, the protocol layer and device
+ * memory's control tasks reach the server only through these. */
 struct loop_up {
         /* Loop ev's thread: takes in what the workers handed back
          * (completed requests, control tasks) before acting on something
