@@ -259,8 +259,14 @@ static int cmd_status(const char *socket, int argc, char **argv)
         printf("session         %llu\n", (unsigned long long)in.session_id);
         printf("devices         %u\n", in.ndevices);
         for (i = 0; i < in.ndevices && !gemmd_get_device(c, i, &d); i++) {
+                static const char *const names[] = {"f32", "f16", "bf16", "f64"};
+
                 printf("  %u: %-4s  %s, %u units, ", d.index, d.backend, d.name, d.units);
                 print_bytes(d.memory_bytes);
+                printf(", dtypes");
+                for (int t = 0; t < 4; t++)
+                        if (d.dtypes & (1u << t))
+                                printf(" %s", names[t]);
                 putchar('\n');
         }
         printf("limits\n");
