@@ -977,7 +977,7 @@ int e2e_npy_read(const char *path, int *esz, int64_t *rows, int64_t *cols, void 
         hdr = strndup(buf + 10, hlen);
         if (!hdr)
                 goto bad;
-        *esz = strstr(hdr, "'<f4'") ? 4 : strstr(hdr, "'<f2'") ? 2 : 0;
+        *esz = strstr(hdr, "'<f8'") ? 8 : strstr(hdr, "'<f4'") ? 4 : strstr(hdr, "'<f2'") ? 2 : 0;
         shape = strstr(hdr, "'shape': (");
         if (!*esz || !strstr(hdr, "'fortran_order': False") || !shape ||
             sscanf(shape, "'shape': (%lld, %lld)", &r, &c) != 2) {

@@ -217,10 +217,10 @@ const char *e2e_dtype_name(enum gemmd_dtype dt);
 
 /* ---- .npy ------------------------------------------------------------- */
 
-/* Writes a 2-D C-order array of float32 (esz 4) or float16 (esz 2). */
+/* Writes a 2-D C-order array of float64 (esz 8), float32 (4) or float16 (2). */
 int e2e_npy_write(const char *path, int esz, int64_t rows, int64_t cols, const void *data);
 
-/* Reads a 2-D C-order float32/float16 array; *data is malloc'd. Returns 0
+/* Reads a 2-D C-order float64/float32/float16 array; *data is malloc'd. Returns 0
  * or -1 (the file is not such an array). */
 int e2e_npy_read(const char *path, int *esz, int64_t *rows, int64_t *cols, void **data);
 

@@ -375,7 +375,7 @@ Test(e2e, result_bits_do_not_depend_on_group_or_plan_mode)
                 c = e2e_connect(&d);
                 busy = e2e_connect(&d);
                 cr_assert(c && busy);
-                cr_assert_eq(e2e_arena_init(&ar, c, 4u << 20), 0);
+                cr_assert_eq(e2e_arena_init(&ar, c, 8u << 20), 0);
                 cr_assert_eq(e2e_arena_init(&far, busy, 32u << 20), 0);
 
                 /* Each problem alone on an idle daemon, with the same inputs
