@@ -396,8 +396,8 @@ static void on_submit(struct session *s, uint64_t rid, const Gemmd__V1__Submit *
                 free_request(r, n);
                 uncount(s, n);
                 session_send_error(s, rid, GEMMD_EUNSUPPORTED, -1,
-                                   "no one device runs every dtype of this submit's ops "
-                                   "(with their operands' device memory); submit them apart");
+                                   "no device runs all the dtypes of this submit's ops where "
+                                   "their operands are; submit them apart");
                 return;
         }
         if (users_inline_take(s, tally.held)) {
