@@ -68,6 +68,7 @@ static void on_hello(struct session *s, uint64_t rid, const Gemmd__V1__Hello *h)
                 dev[i].backend = (char *)b->kind;
                 dev[i].units = b->units;
                 dev[i].memory_bytes = b->memory_bytes;
+                dev[i].dtypes = b->dtypes;
                 devp[i] = &dev[i];
         }
         r.protocol_version = GEMMD_PROTOCOL_VERSION;
@@ -330,23 +331,40 @@ static void refuse_inline(struct session *s, uint64_t rid, uint64_t asked)
                                    (unsigned long long)lim->max_user_inline_bytes);
 }
 
+/* The dtypes of a request's ops, as struct backend's dtypes bits. */
+static uint32_t request_dtypes(const struct request *r)
+{
+        uint32_t need = 0;
+
+        for (uint32_t i = 0; i < r->nops; i++)
+                need |= BACKEND_DTYPE(r->ops[i].kp.dtype);
+        return need;
+}
+
 /* The worker for a request's ops: where its device memory lives, else the
- * one with the least pending (what admission hands ops to, so the protocol
- * layer chooses). */
+ * one with the least pending of those that run all its dtypes (what
+ * admission hands ops to, so the protocol layer chooses); NULL when no
+ * device runs them all. */
 static struct worker *pick_worker(struct server *srv, const struct request *r)
 {
-        struct worker *best = &srv->workers[0];
-        uint32_t best_pending = UINT32_MAX;
+        struct worker *best = NULL;
+        uint32_t best_pending = UINT32_MAX, need = request_dtypes(r);
 
         /* Device memory must run where it lives. */
         for (uint32_t i = 0; i < r->nops; i++)
                 for (int j = 0; j < 3; j++)
-                        if (r->ops[i].buf[j] && r->ops[i].buf[j]->kind == GBUF_CUDA)
-                                return &srv->workers[r->ops[i].buf[j]->device];
+                        if (r->ops[i].buf[j] && r->ops[i].buf[j]->kind == GBUF_CUDA) {
+                                int d = r->ops[i].buf[j]->device;
+
+                                return (srv->backends[d]->dtypes & need) == need ? &srv->workers[d]
+                                                                                 : NULL;
+                        }
         for (int i = 0; i < srv->nworkers; i++) {
                 struct worker *w = &srv->workers[i];
                 uint32_t pending = w->pending_ops + w->inflight; /* a racy read is fine here */
 
+                if ((srv->backends[i]->dtypes & need) != need)
+                        continue;
                 if (pending < best_pending) {
                         best = w;
                         best_pending = pending;
@@ -404,7 +422,8 @@ static void on_submit(struct session *s, uint64_t rid, const Gemmd__V1__Submit *
          * they are allocated, and counted once all are. */
         tally.room = users_inline_room(s);
         for (uint32_t i = 0; i < n; i++) {
-                int rc = validate_op(m->ops[i], &s->bufs, lim, &r->ops[i], &tally, msg, sizeof(msg));
+                int rc = validate_op(m->ops[i], &s->bufs, lim, &srv->caps, &r->ops[i], &tally, msg,
+                                     sizeof(msg));
 
                 if (rc) {
                         free_request(r, i);
@@ -417,6 +436,17 @@ static void on_submit(struct session *s, uint64_t rid, const Gemmd__V1__Submit *
                 }
                 r->ops[i].req = r;
         }
+        r->nops = n;
+        /* Each op runs on some device; together they must run on one. */
+        w = pick_worker(srv, r);
+        if (!w) {
+                free_request(r, n);
+                uncount(s, n);
+                session_send_error(s, rid, GEMMD_EUNSUPPORTED, -1,
+                                   "no device runs all the dtypes of this submit's ops where "
+                                   "their operands are; submit them apart");
+                return;
+        }
         if (users_inline_take(s, tally.held)) {
                 free_request(r, n);
                 uncount(s, n);
@@ -427,14 +457,12 @@ static void on_submit(struct session *s, uint64_t rid, const Gemmd__V1__Submit *
         r->s = s;
         r->home = s->ev;
         r->id = rid;
-        r->nops = n;
         r->priority = (int)m->priority;
         r->notify_launch = m->notify_launch;
         r->t_admit_ns = now_ns();
         atomic_init(&r->remaining, n);
         s->refs++;
         atomic_fetch_add(&srv->requests, 1);
-        w = pick_worker(srv, r);
         /* Handed to the worker with the rest of this read's requests
          * (dispatch_frames_done): one lock for all of them. */
         lane_stage(&s->lanes[w->index * NPRIO + r->priority], r->ops, n);

@@ -124,6 +124,10 @@ struct server {
         int nbackends;
         struct worker *workers;
         int nworkers;
+        /* What the devices run, for validation: caps.dev points at
+         * dev_dtypes, one per backend. */
+        struct dtype_caps caps;
+        uint32_t *dev_dtypes;
 
         /* The lock of what the loops share: the users and their counts,
          * the session counts and every loop's session list, the daemon's

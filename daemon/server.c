@@ -548,8 +548,16 @@ static int start_backends(struct server *srv)
                 srv->nbackends = n = 1;
         }
         srv->workers = calloc((size_t)n, sizeof(*srv->workers));
-        if (!srv->workers)
+        srv->dev_dtypes = calloc((size_t)n, sizeof(*srv->dev_dtypes));
+        if (!srv->workers || !srv->dev_dtypes)
                 return -ENOMEM;
+        /* What validation accepts: a dtype some device runs. */
+        for (int i = 0; i < n; i++) {
+                srv->dev_dtypes[i] = srv->backends[i]->dtypes;
+                srv->caps.any |= srv->backends[i]->dtypes;
+        }
+        srv->caps.dev = srv->dev_dtypes;
+        srv->caps.ndev = n;
         for (int i = 0; i < n; i++) {
                 rc = worker_start(&srv->workers[i], i, srv->backends[i], cfg,
                                   reply_post, server_post_control,
@@ -723,8 +731,11 @@ void server_deinit(struct server *srv)
                 srv->backends[i]->destroy(srv->backends[i]);
         free(srv->workers);
         free(srv->backends);
+        free(srv->dev_dtypes);
         srv->workers = NULL;
         srv->backends = NULL;
+        srv->dev_dtypes = NULL;
+        srv->caps = (struct dtype_caps){0};
         srv->nworkers = 0;
         srv->nbackends = 0;
         for (int i = 0; i < srv->nloops; i++) {

@@ -75,6 +75,14 @@ enum request_state {
         REQ_STATES
 };
 
+/* Which dtypes the daemon's devices run (struct backend's dtypes bits):
+ * dev[i] for device (worker) i of ndev, any for their union. */
+struct dtype_caps {
+        uint32_t any;
+        const uint32_t *dev;
+        int ndev;
+};
+
 /* One Submit. The loop thread owns it, except that workers decrement
  * `remaining` and the one that reaches zero hands it back. */
 struct request {
@@ -124,6 +132,15 @@ static inline int hist_bucket(uint64_t v)
                 b++;
         }
         return b;
+}
+
+/* The name of a dtype (enum gemmd_dtype) in messages, logs and metrics:
+ * "f32", "f16", "bf16", "f64", or "?" for another value. */
+static inline const char *dtype_name(unsigned dtype)
+{
+        static const char *const names[] = {"f32", "f16", "bf16", "f64"};
+
+        return dtype < sizeof(names) / sizeof(names[0]) ? names[dtype] : "?";
 }
 
 /* One step of a polling loop: tells the core it is spinning (it yields

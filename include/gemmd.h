@@ -19,7 +19,9 @@
  * ignored.
  *
  * Data types: f32, f16 and bf16 inputs accumulate in f32; f64 inputs in f64.
- * C has the input type. An f32 op may set GEMMD_OPF_ALLOW_TF32 to let a GPU
+ * C has the input type. f64 runs only where a device runs it (struct
+ * gemmd_device's dtypes; the CPU backend does): elsewhere an f64 op is
+ * refused with GEMMD_EUNSUPPORTED. An f32 op may set GEMMD_OPF_ALLOW_TF32 to let a GPU
  * use TF32 tensor cores (the CPU backend always computes exact f32).
  *
  * Operands live in one of three places:
@@ -199,6 +201,10 @@ struct gemmd_device {
         char backend[16]; /* "cpu" or "cuda" */
         uint32_t units;   /* SMs, or CPU threads */
         uint64_t memory_bytes;
+        /* The dtypes it runs: bit (1u << d) for each enum gemmd_dtype d.
+         * An op of a dtype no device runs is refused with
+         * GEMMD_EUNSUPPORTED. */
+        uint32_t dtypes;
 };
 
 /* Connects to the daemon at `socket_path` (NULL: $GEMMD_SOCKET, else
