@@ -375,6 +375,9 @@ static int take_hello(struct gemmd_client *c, const Gemmd__V1__HelloReply *h)
                 copy_str(o->backend, sizeof(o->backend), d->backend);
                 o->units = d->units;
                 o->memory_bytes = d->memory_bytes;
+                /* A daemon from before the field ran these three. */
+                o->dtypes = d->dtypes ? d->dtypes
+                                      : 1u << GEMMD_F32 | 1u << GEMMD_F16 | 1u << GEMMD_BF16;
                 /* One GPU makes it a CUDA daemon, whatever else it runs. */
                 if (i == 0 || !strcmp(o->backend, "cuda"))
                         copy_str(in->backend, sizeof(in->backend), o->backend);

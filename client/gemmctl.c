@@ -12,6 +12,7 @@
  */
 #include <ctype.h>
 #include <errno.h>
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -61,7 +62,7 @@ static const char usage_text[] =
         "      --beta Y         (default: 1 with -c; without -c, C is zero and Y\n"
         "                       must be 0)\n"
         "      --tf32           let a GPU use TF32 tensor cores for f32 (default: exact f32)\n"
-        "      --dtype f32|f16|bf16\n"
+        "      --dtype f32|f16|bf16|f64\n"
         "                       compute in this type: the inputs are rounded to it (to\n"
         "                       nearest, ties to even) and the result is written in the\n"
         "                       files' dtype (default: the files' dtype)\n"
@@ -76,15 +77,16 @@ static const char usage_text[] =
         "      --alpha X        (default: 1)\n"
         "      --beta Y         (default: 1 with -c; without -c, C is zero and Y\n"
         "                       must be 0)\n"
-        "      --dtype f32|f16|bf16  as for gemm (default: the files' dtype)\n"
+        "      --dtype f32|f16|bf16|f64  as for gemm (default: the files' dtype)\n"
         "      -c C.npy         the input C, n x n (default: none)\n"
         "      -o OUT.npy       the result (required)\n"
         "\n"
         "  plan ...         build and show tile schedules, no daemon needed\n"
         "                   (see gemmctl plan --help)\n"
         "\n"
-        "gemm and syr2k read float32 ('<f4'), float16 ('<f2') or bfloat16 ('|V2', as\n"
-        "ml_dtypes saves it) .npy files of one dtype, in C or Fortran order, and write\n"
+        "gemm and syr2k read float32 ('<f4'), float16 ('<f2'), bfloat16 ('|V2', as\n"
+        "ml_dtypes saves it) or float64 ('<f8') .npy files of one dtype, in C or\n"
+        "Fortran order, and write\n"
         "the result in C order. gemm takes 1-D and 2-D arrays as numpy.matmul does\n"
         "(not stacks of matrices), syr2k 2-D ones. A file '-' is standard input (one\n"
         "input at most) or, for -o, standard output.\n";
@@ -186,15 +188,25 @@ static int parse_args(const char *cmd, int argc, char **argv, const struct opt *
         return 0;
 }
 
-static int parse_float(const char *cmd, const char *name, const char *s, float *v)
+/* Reads a scalar as a double: an f64 op takes it as it is, the others
+ * round it to float (check_scalars). */
+static int parse_scalar(const char *cmd, const char *name, const char *s, double *v)
 {
         char *end;
 
         errno = 0;
-        *v = strtof(s, &end);
+        *v = strtod(s, &end);
         if (!*s || *end || errno == ERANGE)
-                return usage_error("%s: %s: '%s' is not a float", cmd, name, s);
+                return usage_error("%s: %s: '%s' is not a number", cmd, name, s);
         return 0;
+}
+
+/* The name of a gemmd dtype as gemmctl prints it. */
+static const char *dtype_name(enum gemmd_dtype t)
+{
+        static const char *const names[] = {"f32", "f16", "bf16", "f64"};
+
+        return (unsigned)t < 4 ? names[t] : "?";
 }
 
 /* Reads one of two spellings (case-insensitive, or their first letter). */
@@ -261,6 +273,10 @@ static int cmd_status(const char *socket, int argc, char **argv)
         for (i = 0; i < in.ndevices && !gemmd_get_device(c, i, &d); i++) {
                 printf("  %u: %-4s  %s, %u units, ", d.index, d.backend, d.name, d.units);
                 print_bytes(d.memory_bytes);
+                printf(", dtypes");
+                for (int t = GEMMD_F32; t <= GEMMD_F64; t++)
+                        if (d.dtypes & (1u << t))
+                                printf(" %s", dtype_name((enum gemmd_dtype)t));
                 putchar('\n');
         }
         printf("limits\n");
@@ -430,29 +446,35 @@ struct job {
         const char *dtype_arg;
         enum gemmd_dtype file_dt; /* of every input, and of the result */
         enum gemmd_dtype dt;      /* computed in */
-        float alpha, beta;
+        double alpha, beta;
 };
 
 static enum gemmd_dtype npy_to_gemmd(enum npy_dtype t)
 {
-        return t == NPY_F16 ? GEMMD_F16 : t == NPY_BF16 ? GEMMD_BF16 : GEMMD_F32;
+        return t == NPY_F16    ? GEMMD_F16
+               : t == NPY_BF16 ? GEMMD_BF16
+               : t == NPY_F64  ? GEMMD_F64
+                               : GEMMD_F32;
 }
 
 static enum npy_dtype gemmd_to_npy(enum gemmd_dtype t)
 {
-        return t == GEMMD_F16 ? NPY_F16 : t == GEMMD_BF16 ? NPY_BF16 : NPY_F32;
+        return t == GEMMD_F16    ? NPY_F16
+               : t == GEMMD_BF16 ? NPY_BF16
+               : t == GEMMD_F64  ? NPY_F64
+                                 : NPY_F32;
 }
 
-static const char *dtype_name(enum gemmd_dtype t)
-{
-        return t == GEMMD_F32 ? "f32" : t == GEMMD_F16 ? "f16" : "bf16";
-}
-
-static float load_elem(const void *p, size_t i, enum gemmd_dtype t)
+static double load_elem(const void *p, size_t i, enum gemmd_dtype t)
 {
         uint16_t h;
+        double d;
         float f;
 
+        if (t == GEMMD_F64) {
+                memcpy(&d, (const char *)p + 8 * i, 8);
+                return d;
+        }
         if (t == GEMMD_F32) {
                 memcpy(&f, (const char *)p + 4 * i, 4);
                 return f;
@@ -461,10 +483,18 @@ static float load_elem(const void *p, size_t i, enum gemmd_dtype t)
         return t == GEMMD_F16 ? gemmd_f16_to_f32(h) : gemmd_bf16_to_f32(h);
 }
 
-static void store_elem(void *p, size_t i, enum gemmd_dtype t, float f)
+/* Stores v rounded to t: to nearest even, f16 and bf16 by way of f32 (a
+ * float64 file's value can then round twice, off by one unit of the last
+ * place in a rare tie). */
+static void store_elem(void *p, size_t i, enum gemmd_dtype t, double v)
 {
+        float f = (float)v;
         uint16_t h;
 
+        if (t == GEMMD_F64) {
+                memcpy((char *)p + 8 * i, &v, 8);
+                return;
+        }
         if (t == GEMMD_F32) {
                 memcpy((char *)p + 4 * i, &f, 4);
                 return;
@@ -563,9 +593,23 @@ static int load_job(struct job *j)
                 j->dt = GEMMD_F16;
         else if (!strcasecmp(j->dtype_arg, "bf16") || !strcasecmp(j->dtype_arg, "bfloat16"))
                 j->dt = GEMMD_BF16;
+        else if (!strcasecmp(j->dtype_arg, "f64") || !strcasecmp(j->dtype_arg, "float64"))
+                j->dt = GEMMD_F64;
         else
-                return usage_error("%s: --dtype must be f32, f16 or bf16, not '%s'", j->cmd,
+                return usage_error("%s: --dtype must be f32, f16, bf16 or f64, not '%s'", j->cmd,
                                    j->dtype_arg);
+        return 0;
+}
+
+/* alpha and beta of an op that is not f64 travel as floats: one past
+ * float's range is refused rather than sent as infinity. */
+static int check_scalars(const struct job *j)
+{
+        if (j->dt == GEMMD_F64)
+                return 0;
+        if (isinf((float)j->alpha) || isinf((float)j->beta))
+                return usage_error("%s: alpha %g and beta %g must fit a float for %s", j->cmd,
+                                   j->alpha, j->beta, dtype_name(j->dt));
         return 0;
 }
 
@@ -663,11 +707,11 @@ static int parse_beta(struct job *j, const char *beta)
 {
         int err;
 
-        j->beta = j->m[2].path ? 1.0f : 0.0f;
+        j->beta = j->m[2].path ? 1.0 : 0.0;
         if (!beta)
                 return 0;
-        err = parse_float(j->cmd, "--beta", beta, &j->beta);
-        if (!err && !j->m[2].path && j->beta != 0.0f)
+        err = parse_scalar(j->cmd, "--beta", beta, &j->beta);
+        if (!err && !j->m[2].path && j->beta != 0.0)
                 return usage_error("%s: --beta %s needs -c C.npy (without C, C is zero and "
                                    "beta must be 0)", j->cmd, beta);
         return err;
@@ -698,11 +742,13 @@ static int parse_job(struct job *j, int argc, char **argv, struct opt *opts)
                 return usage_error("%s: -o OUT.npy is required", j->cmd);
         j->m[0].path = pos[0];
         j->m[1].path = pos[1];
-        err = parse_float(j->cmd, "--alpha", alpha, &j->alpha);
+        err = parse_scalar(j->cmd, "--alpha", alpha, &j->alpha);
         if (!err)
                 err = parse_beta(j, beta);
         if (!err)
                 err = load_job(j);
+        if (!err)
+                err = check_scalars(j);
         return err;
 }
 

@@ -11,7 +11,7 @@
  *   gemm M N K [dtype]
  *   syr2k N K [dtype] [lower|upper]
  *
- * dtype is f32, tf32 (f32 allowed to use TF32), f16 or bf16 (the default);
+ * dtype is f32, tf32 (f32 allowed to use TF32), f16, bf16 (the default) or f64;
  * a SYR2K is lower unless it says upper. `#` starts a comment; blank lines
  * are skipped.
  *
@@ -60,7 +60,7 @@ static void usage(FILE *f)
                    "[--tile MxNxK] [--cost SPEC] [--reps N] [--json] FILE\n"
                    "  FILE: one problem per line, \"gemm M N K [dtype]\" or "
                    "\"syr2k N K [dtype] [lower|upper]\";\n"
-                   "        dtype f32|tf32|f16|bf16 (default bf16); '#' starts a comment; "
+                   "        dtype f32|tf32|f16|bf16|f64 (default bf16); '#' starts a comment; "
                    "- reads stdin\n"
                    "  --mode   plan mode, or all (rr, sorted, lpt, split, device, spt); default all\n"
                    "  --ctas   CTAs of the persistent launch; default 132\n"
@@ -230,6 +230,8 @@ static int parse_dtype(const char *s, struct sched_problem *p)
                 p->dtype = GEMMD_F16;
         else if (strcmp(s, "bf16") == 0)
                 p->dtype = GEMMD_BF16;
+        else if (strcmp(s, "f64") == 0)
+                p->dtype = GEMMD_F64;
         else
                 return -EINVAL;
         return 0;
@@ -276,7 +278,7 @@ static int parse_problem(char **tok, int ntok, struct sched_problem *p, char *er
                                  syr2k ? "syr2k N K [dtype] [lower|upper]" : "gemm M N K [dtype]");
                         return -EINVAL;
                 } else {
-                        snprintf(err, errlen, "unknown dtype '%s' (f32, tf32, f16 or bf16)",
+                        snprintf(err, errlen, "unknown dtype '%s' (f32, tf32, f16, bf16 or f64)",
                                  tok[i]);
                         return -EINVAL;
                 }

@@ -41,6 +41,8 @@ size_t npy_dtype_size(enum npy_dtype dtype)
         case NPY_F16:
         case NPY_BF16:
                 return 2;
+        case NPY_F64:
+                return 8;
         }
         return 0;
 }
@@ -54,6 +56,8 @@ const char *npy_dtype_name(enum npy_dtype dtype)
                 return "float16";
         case NPY_BF16:
                 return "bfloat16";
+        case NPY_F64:
+                return "float64";
         }
         return "unknown";
 }
@@ -311,6 +315,10 @@ int npy_descr_dtype(const char *descr, enum npy_dtype *dtype, char *why, size_t 
                 *dtype = NPY_F16;
                 return 0;
         }
+        if (!strcmp(descr, "<f8")) {
+                *dtype = NPY_F64;
+                return 0;
+        }
         /* NumPy has no bfloat16: ml_dtypes' arrays save as 2-byte voids. */
         if (!strcmp(descr, "|V2")) {
                 *dtype = NPY_BF16;
@@ -323,8 +331,8 @@ int npy_descr_dtype(const char *descr, enum npy_dtype *dtype, char *why, size_t 
         if (descr[0] == '[')
                 return fail(-ENOTSUP, why, whylen, "structured dtypes are not supported");
         return fail(-ENOTSUP, why, whylen,
-                    "dtype '%s' is not supported (float32 '<f4', float16 '<f2' and "
-                    "bfloat16 '|V2' are)", descr);
+                    "dtype '%s' is not supported (float32 '<f4', float16 '<f2', "
+                    "bfloat16 '|V2' and float64 '<f8' are)", descr);
 }
 
 /* ---- files ------------------------------------------------------------ */
@@ -508,7 +516,10 @@ long npy_format_header(enum npy_dtype dtype, int ndim, const uint64_t *shape, vo
         if (ndim < 0 || ndim > NPY_MAX_DIMS || !npy_dtype_size(dtype))
                 return -EINVAL;
         p += sprintf(p, "{'descr': '%s', 'fortran_order': False, 'shape': (",
-                     dtype == NPY_F32 ? "<f4" : dtype == NPY_F16 ? "<f2" : "|V2");
+                     dtype == NPY_F32   ? "<f4"
+                     : dtype == NPY_F16 ? "<f2"
+                     : dtype == NPY_F64 ? "<f8"
+                                        : "|V2");
         for (i = 0; i < ndim; i++)
                 p += sprintf(p, i ? ", %llu" : "%llu", (unsigned long long)shape[i]);
         p += sprintf(p, "%s), }", ndim == 1 ? "," : "");

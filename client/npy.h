@@ -3,7 +3,8 @@
  *
  * Reads format versions 1.0, 2.0 and 3.0 and writes 1.0 (enough for any
  * header of NPY_MAX_DIMS dims). Only little-endian float32 ('<f4'), float16
- * ('<f2') and bfloat16 ('|V2', as ml_dtypes saves it) data is accepted; arrays come back in C (row-major) order, Fortran-order
+ * ('<f2'), bfloat16 ('|V2', as ml_dtypes saves it) and float64 ('<f8') data
+ * is accepted; arrays come back in C (row-major) order, Fortran-order
  * files of up to two dimensions being transposed on the way in.
  *
  * Every function returns 0 or a negative errno: -EINVAL for a malformed
@@ -25,7 +26,7 @@
 
 /* NPY_BF16 is what ml_dtypes saves: NumPy knows no bfloat16, so its
  * arrays are written with a 2-byte void descr, '|V2', read back as bf16. */
-enum npy_dtype { NPY_F32 = 0, NPY_F16 = 1, NPY_BF16 = 2 };
+enum npy_dtype { NPY_F32 = 0, NPY_F16 = 1, NPY_BF16 = 2, NPY_F64 = 3 };
 
 /* What a header says, before any check of the dtype. */
 struct npy_header {

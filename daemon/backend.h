@@ -16,6 +16,9 @@
 
 struct group;
 
+/* The bit of a dtype (enum gemmd_dtype) in struct backend's dtypes. */
+#define BACKEND_DTYPE(d) (1u << (d))
+
 struct backend {
         const char *kind;     /* "cpu" or "cuda" */
         char name[64];        /* device name for the handshake */
@@ -25,6 +28,10 @@ struct backend {
         uint64_t memory_bytes;
         int mixed_keys;       /* 1 if ops of any key can share one group */
         uint32_t groups_inflight; /* --max-groups-inflight unless given */
+        /* The dtypes its kernels run (BACKEND_DTYPE bits): the daemon
+         * refuses an op of any other at validation (validate.h) and never
+         * routes one here (server_pick_worker). */
+        uint32_t dtypes;
 
         /* Tile shape for ops of kernel-config key `key`. */
         struct sched_shape (*shape)(struct backend *b, uint32_t key);

@@ -31,7 +31,7 @@ struct cpu_slot {
         uint32_t work_ctas; /* CTAs with work: the group is done after these */
         atomic_uint done_ctas;
         struct cpu_workspace ws;
-        size_t ws_floats, ws_arrivals;
+        size_t ws_elems, ws_arrivals;
 };
 
 struct cpu_backend {
@@ -53,24 +53,24 @@ static struct sched_shape shape(struct backend *b, uint32_t key)
 
 static const char *kernel_name(struct backend *b, uint32_t key)
 {
-        static const char *names[] = {"cpu-f32", "cpu-f16", "cpu-bf16", "cpu-?",
-                                      "cpu-f32", "cpu-f16", "cpu-bf16", "cpu-?"};
+        static const char *names[] = {"cpu-f32", "cpu-f16", "cpu-bf16", "cpu-f64",
+                                      "cpu-f32", "cpu-f16", "cpu-bf16", "cpu-f64"};
 
         return names[key & 7];
 }
 
 static int reserve_ws(struct cpu_slot *s, const struct group *g)
 {
-        size_t floats = (size_t)g->plan.ws_chunks * g->cfg.shape.tm * g->cfg.shape.tn;
+        size_t elems = (size_t)g->plan.ws_chunks * g->cfg.shape.tm * g->cfg.shape.tn;
         size_t arrivals = g->plan.nsplit;
 
-        if (floats > s->ws_floats) {
-                float *p = realloc(s->ws.chunks, floats * sizeof(float));
+        if (elems > s->ws_elems) {
+                void *p = realloc(s->ws.chunks, elems * CPU_WS_ELEM_BYTES);
 
                 if (!p)
                         return GEMMD_ERESOURCE;
                 s->ws.chunks = p;
-                s->ws_floats = floats;
+                s->ws_elems = elems;
         }
         if (arrivals > s->ws_arrivals) {
                 uint32_t *p = realloc(s->ws.arrivals, arrivals * sizeof(uint32_t));
@@ -256,6 +256,8 @@ int backend_cpu_new(int threads, struct backend **out)
          * evens out what the plan could not know (preemption). */
         cb->b.ctas = (uint32_t)threads * 4;
         cb->b.mixed_keys = 1;
+        cb->b.dtypes = BACKEND_DTYPE(GEMMD_F32) | BACKEND_DTYPE(GEMMD_F16) |
+                       BACKEND_DTYPE(GEMMD_BF16) | BACKEND_DTYPE(GEMMD_F64);
         /* One group computing while the next is formed: more would only
          * split the same threads. */
         cb->b.groups_inflight = 2;

@@ -160,6 +160,7 @@ struct xready {
         struct sched_shape shapes[XKEYS];
         struct sched_shape wide[XKEYS]; /* all zero: none */
         char kernels[XKEYS][48];
+        uint32_t dtypes; /* struct backend's */
 };
 
 /* Where an operand of a launched op is, for the device process. */

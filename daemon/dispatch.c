@@ -63,6 +63,7 @@ static void on_hello(struct session *s, uint64_t rid, const Gemmd__V1__Hello *h)
                 dev[i].backend = (char *)b->kind;
                 dev[i].units = b->units;
                 dev[i].memory_bytes = b->memory_bytes;
+                dev[i].dtypes = b->dtypes;
                 devp[i] = &dev[i];
         }
         r.protocol_version = GEMMD_PROTOCOL_VERSION;
@@ -374,7 +375,8 @@ static void on_submit(struct session *s, uint64_t rid, const Gemmd__V1__Submit *
          * they are allocated, and counted once all are. */
         tally.room = users_inline_room(s);
         for (uint32_t i = 0; i < n; i++) {
-                int rc = validate_op(m->ops[i], &s->bufs, lim, &r->ops[i], &tally, msg, sizeof(msg));
+                int rc = validate_op(m->ops[i], &s->bufs, lim, &srv->caps, &r->ops[i], &tally, msg,
+                                     sizeof(msg));
 
                 if (rc) {
                         free_request(r, i);
@@ -387,6 +389,17 @@ static void on_submit(struct session *s, uint64_t rid, const Gemmd__V1__Submit *
                 }
                 r->ops[i].req = r;
         }
+        r->nops = n;
+        /* Each op runs on some device; together they must run on one. */
+        w = server_pick_worker(srv, r);
+        if (!w) {
+                free_request(r, n);
+                uncount(s, n);
+                session_send_error(s, rid, GEMMD_EUNSUPPORTED, -1,
+                                   "no one device runs every dtype of this submit's ops "
+                                   "(with their operands' device memory); submit them apart");
+                return;
+        }
         if (users_inline_take(s, tally.held)) {
                 free_request(r, n);
                 uncount(s, n);
@@ -397,14 +410,12 @@ static void on_submit(struct session *s, uint64_t rid, const Gemmd__V1__Submit *
         r->s = s;
         r->home = s->ev;
         r->id = rid;
-        r->nops = n;
         r->priority = (int)m->priority;
         r->notify_launch = m->notify_launch;
         r->t_admit_ns = now_ns();
         atomic_init(&r->remaining, n);
         s->refs++;
         atomic_fetch_add(&srv->requests, 1);
-        w = server_pick_worker(srv, r);
         /* Handed to the worker with the rest of this read's requests
          * (session_hand_over): one lock for all of them. */
         lane_stage(&s->lanes[w->index * NPRIO + r->priority], r->ops, n);

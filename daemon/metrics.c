@@ -33,10 +33,10 @@ static const char *const code_names[] = {
 #define NNAMED (sizeof(code_names) / sizeof(code_names[0]))
 #define NCODES 32 /* as server.rejections; codes past NNAMED print as numbers */
 #define NKINDS 2  /* gemm, syr2k */
-#define NDTYPES 3 /* f32, f16, bf16 */
+#define NDTYPES 4 /* f32, f16, bf16, f64 */
 
 static const char *const kind_names[NKINDS] = {"gemm", "syr2k"};
-static const char *const dtype_names[NDTYPES] = {"f32", "f16", "bf16"};
+static const char *const dtype_names[NDTYPES] = {"f32", "f16", "bf16", "f64"};
 
 /* What one uid did. The slot with other == 1 collects every uid past
  * METRICS_MAX_UIDS, so the number of series stays bounded. */

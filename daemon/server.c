@@ -459,20 +459,36 @@ void server_wake_all(struct server *srv)
                 uv_async_send(&srv->loops[i].async);
 }
 
+/* The dtypes of a request's ops, as struct backend's dtypes bits. */
+static uint32_t request_dtypes(const struct request *r)
+{
+        uint32_t need = 0;
+
+        for (uint32_t i = 0; i < r->nops; i++)
+                need |= BACKEND_DTYPE(r->ops[i].kp.dtype);
+        return need;
+}
+
 struct worker *server_pick_worker(struct server *srv, const struct request *r)
 {
-        struct worker *best = &srv->workers[0];
-        uint32_t best_pending = UINT32_MAX;
+        struct worker *best = NULL;
+        uint32_t best_pending = UINT32_MAX, need = request_dtypes(r);
 
         /* Device memory must run where it lives. */
         for (uint32_t i = 0; i < r->nops; i++)
                 for (int j = 0; j < 3; j++)
-                        if (r->ops[i].buf[j] && r->ops[i].buf[j]->kind == GBUF_CUDA)
-                                return &srv->workers[r->ops[i].buf[j]->device];
+                        if (r->ops[i].buf[j] && r->ops[i].buf[j]->kind == GBUF_CUDA) {
+                                int d = r->ops[i].buf[j]->device;
+
+                                return (srv->backends[d]->dtypes & need) == need ? &srv->workers[d]
+                                                                                 : NULL;
+                        }
         for (int i = 0; i < srv->nworkers; i++) {
                 struct worker *w = &srv->workers[i];
                 uint32_t pending = w->pending_ops + w->inflight; /* a racy read is fine here */
 
+                if ((srv->backends[i]->dtypes & need) != need)
+                        continue;
                 if (pending < best_pending) {
                         best = w;
                         best_pending = pending;
@@ -660,8 +676,16 @@ static int start_backends(struct server *srv)
                 srv->nbackends = n = 1;
         }
         srv->workers = calloc((size_t)n, sizeof(*srv->workers));
-        if (!srv->workers)
+        srv->dev_dtypes = calloc((size_t)n, sizeof(*srv->dev_dtypes));
+        if (!srv->workers || !srv->dev_dtypes)
                 return -ENOMEM;
+        /* What validation accepts: a dtype some device runs. */
+        for (int i = 0; i < n; i++) {
+                srv->dev_dtypes[i] = srv->backends[i]->dtypes;
+                srv->caps.any |= srv->backends[i]->dtypes;
+        }
+        srv->caps.dev = srv->dev_dtypes;
+        srv->caps.ndev = n;
         for (int i = 0; i < n; i++) {
                 rc = worker_start(&srv->workers[i], i, srv->backends[i], cfg,
                                   server_post_completions, server_post_control, srv);
@@ -833,8 +857,11 @@ void server_deinit(struct server *srv)
                 srv->backends[i]->destroy(srv->backends[i]);
         free(srv->workers);
         free(srv->backends);
+        free(srv->dev_dtypes);
         srv->workers = NULL;
         srv->backends = NULL;
+        srv->dev_dtypes = NULL;
+        srv->caps = (struct dtype_caps){0};
         srv->nworkers = 0;
         srv->nbackends = 0;
         for (int i = 0; i < srv->nloops; i++) {

@@ -38,6 +38,7 @@
 
 #include "daemon/buffers.h"
 #include "daemon/config.h"
+#include "daemon/validate.h"
 #include "daemon/worker.h"
 #include "proto/frame.h"
 #include "proto/ring.h"
@@ -216,6 +217,10 @@ struct server {
         int nbackends;
         struct worker *workers;
         int nworkers;
+        /* What the devices run, for validation: caps.dev points at
+         * dev_dtypes, one per backend. */
+        struct dtype_caps caps;
+        uint32_t *dev_dtypes;
 
         /* The lock of what the loops share: the users and their counts,
          * the session counts and every loop's session list, the daemon's
@@ -289,7 +294,9 @@ void server_loop_account(struct evloop *ev, uint64_t t0);
 /* Called by a worker when a control task has run (worker thread). */
 void server_post_control(struct wctl *c, void *ctx);
 
-/* Picks the worker for a request's ops (least pending on CUDA). */
+/* Picks the worker for a request's ops: the device whose memory an
+ * operand is in, else the least pending of the devices that run all of
+ * its ops' dtypes. NULL when that device, or every device, lacks one. */
 struct worker *server_pick_worker(struct server *srv, const struct request *r);
 
 /* Loop ev's thread: once the daemon drains and nothing is left in flight,

@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "daemon/backend.h"
 #include "gemmd.h"
 
 /* Largest m, n or k accepted: fits the kernels' 32-bit sizes and the plan's
@@ -140,8 +141,29 @@ static int ranges_overlap(const struct op *o, int i, int j)
         return o->off[i] < o->off[j] + o->span[j] && o->off[j] < o->off[i] + o->span[i];
 }
 
+/* Refuses an op whose operand lives in the memory of a device that does
+ * not run its dtype: it could run nowhere else. */
+static int check_device_dtype(const struct op *o, unsigned dtype, const struct dtype_caps *caps,
+                              char *msg, size_t len)
+{
+        static const char *const names[3] = {"A", "B", "C"};
+
+        for (int i = 0; i < 3; i++) {
+                const struct gbuf *b = o->buf[i];
+
+                if (!b || b->kind != GBUF_CUDA || b->device < 0 || b->device >= caps->ndev)
+                        continue;
+                if (!(caps->dev[b->device] & BACKEND_DTYPE(dtype)))
+                        return fail(msg, len, GEMMD_EUNSUPPORTED,
+                                    "%s is not supported by device %d, where %s lives",
+                                    dtype_name(dtype), b->device, names[i]);
+        }
+        return 0;
+}
+
 int validate_op(const Gemmd__V1__Op *in, const struct gbuf_table *t, const struct limits *lim,
-                struct op *out, struct inline_tally *tally, char *msg, size_t len)
+                const struct dtype_caps *caps, struct op *out, struct inline_tally *tally,
+                char *msg, size_t len)
 {
         struct operand_shape sh[3];
         int64_t m = in->m, n = in->n, k = in->k;
@@ -159,8 +181,9 @@ int validate_op(const Gemmd__V1__Op *in, const struct gbuf_table *t, const struc
         esz = gemmd_dtype_size((enum gemmd_dtype)in->dtype);
         if ((unsigned)in->dtype > 3 || !esz)
                 return fail(msg, len, GEMMD_EINVAL, "unknown dtype %d", (int)in->dtype);
-        if (f64)
-                return fail(msg, len, GEMMD_EUNSUPPORTED, "f64 is not supported by this daemon");
+        if (!(caps->any & BACKEND_DTYPE(in->dtype)))
+                return fail(msg, len, GEMMD_EUNSUPPORTED, "%s is not supported by this daemon's devices",
+                            dtype_name(in->dtype));
         if ((unsigned)ta > 1 || (unsigned)tb > 1)
                 return fail(msg, len, GEMMD_EINVAL, "op must be n or t");
         if ((unsigned)uplo > 1)
@@ -217,6 +240,9 @@ int validate_op(const Gemmd__V1__Op *in, const struct gbuf_table *t, const struc
                 if (rc)
                         goto err;
         }
+        rc = check_device_dtype(out, in->dtype, caps, msg, len);
+        if (rc)
+                goto err;
         if (ranges_overlap(out, 2, 0) || ranges_overlap(out, 2, 1)) {
                 rc = fail(msg, len, GEMMD_EINVAL, "C overlaps an input operand");
                 goto err;

@@ -25,16 +25,27 @@ struct inline_tally {
         uint64_t held, room;
 };
 
+/* Which dtypes the daemon's devices run (struct backend's dtypes bits):
+ * dev[i] for device (worker) i of ndev, any for their union. */
+struct dtype_caps {
+        uint32_t any;
+        const uint32_t *dev;
+        int ndev;
+};
+
 /* Validates `in` against the session's buffers `t` and the limits, and
  * fills *out: normalized column-major problem, operand addresses, one new
  * reference per operand buffer. Inline operands are copied into fresh
  * inline buffers and counted in *tally, so that the caller can enforce the
- * per-submit cap and the byte budgets.
+ * per-submit cap and the byte budgets. An op whose dtype no device runs
+ * (caps->any), or whose operand lives in device memory of a device that
+ * does not run it, fails with GEMMD_EUNSUPPORTED.
  *
  * Returns 0, or a negative GEMMD_E* code with a one-line reason in msg;
  * on error *out holds no references. Loop thread only. */
 int validate_op(const Gemmd__V1__Op *in, const struct gbuf_table *t, const struct limits *lim,
-                struct op *out, struct inline_tally *tally, char *msg, size_t msglen);
+                const struct dtype_caps *caps, struct op *out, struct inline_tally *tally,
+                char *msg, size_t msglen);
 
 /* Drops the buffer references an op holds. */
 void op_release(struct op *o);

@@ -75,6 +75,15 @@ static inline uint32_t op_key(const struct op *o)
         return (uint32_t)o->kp.dtype | (uint32_t)o->kp.tf32 << 2;
 }
 
+/* The name of a dtype (enum gemmd_dtype) in messages, logs and metrics:
+ * "f32", "f16", "bf16", "f64", or "?" for another value. */
+static inline const char *dtype_name(unsigned dtype)
+{
+        static const char *const names[] = {"f32", "f16", "bf16", "f64"};
+
+        return dtype < sizeof(names) / sizeof(names[0]) ? names[dtype] : "?";
+}
+
 uint64_t now_ns(void);
 
 /* One step of a polling loop: tells the core it is spinning (it yields

@@ -199,6 +199,10 @@ struct gemmd_device {
         char backend[16]; /* "cpu" or "cuda" */
         uint32_t units;   /* SMs, or CPU threads */
         uint64_t memory_bytes;
+        /* The dtypes it runs: bit (1u << d) for each enum gemmd_dtype d.
+         * An op of a dtype no device runs is refused with
+         * GEMMD_EUNSUPPORTED. */
+        uint32_t dtypes;
 };
 
 /* Connects to the daemon at `socket_path` (NULL: $GEMMD_SOCKET, else

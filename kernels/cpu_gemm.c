@@ -5,11 +5,13 @@
  * A tile is computed in sub-blocks of at most BM x BN elements. For each
  * sub-block and each canonical K chunk, the chunk's k range is walked in
  * panels of at most BK: the panel of the left operand (BM x BK) and of the
- * right operand (BK x BN) are widened to f32 and packed into micro-panels,
- * then a register-blocked MR x NR micro-kernel adds the panel's terms to the
- * chunk sums. Every output element still sees its terms one at a time in
- * increasing k, each as a rounded multiply then a rounded add, so the
- * blocking never changes the bits.
+ * right operand (BK x BN) are widened to the accumulator type (f32, or f64
+ * for f64 problems) and packed into micro-panels, then a register-blocked
+ * MR x NR micro-kernel adds the panel's terms to the chunk sums. Every
+ * output element still sees its terms one at a time in increasing k, each
+ * as a rounded multiply then a rounded add, so the blocking never changes
+ * the bits. What depends on the accumulator type is in cpu_gemm_acc.h,
+ * included below once for float and once for double.
  *
  * Contraction of a * b + c into a fused multiply-add would change the bits
  * on machines that have one. kernels/module.mk compiles this file with
@@ -33,15 +35,19 @@
 #pragma STDC FP_CONTRACT OFF
 #endif
 
-/* Sub-block and micro-kernel sizes. BM is a multiple of MR, BN of NR. The
- * four BM x BK / BK x BN / BM x BN scratch arrays take 64 KiB of stack. */
+/* Sub-block and micro-kernel sizes. BM is a multiple of MR_F32 and MR_F64,
+ * BN of NR. The four BM x BK / BK x BN / BM x BN scratch arrays take 64 KiB
+ * of stack in float, 128 KiB in double. The f64 micro-tile is half as tall
+ * so that its sums still fit the sixteen SSE registers. */
 #define BM 64u
 #define BN 64u
 #define BK 64u
-#define MR 8u
+#define MR_F32 8u
+#define MR_F64 4u
 #define NR 4u
 
 typedef float v4f __attribute__((vector_size(16)));
+typedef double v2d __attribute__((vector_size(16)));
 
 /* One operand as a panel source: element (r, p), r an output row or column,
  * p a k index, is x[r + p*ld] when t == 0 and x[p + r*ld] when t == 1. */
@@ -99,19 +105,19 @@ static inline int blk_live(const struct gemmd_kproblem *kp, uint32_t i0, uint32_
 }
 
 /*
- * Packing: rows [r0, r0+nr) and k [p0, p0+kb) of an operand, widened to f32,
- * into micro-panels of w rows: element (r, p) goes to
+ * Packing: rows [r0, r0+nr) and k [p0, p0+kb) of an operand, widened to the
+ * accumulator type, into micro-panels of w rows: element (r, p) goes to
  * dst[(r/w)*kb*w + p*w + r%w]. Rows [nr, nrp) are zero-filled.
  */
-#define DEFINE_PACK(name, type, widen)                                                         \
+#define DEFINE_PACK(name, type, acc, widen)                                                    \
         static void name(const struct opnd *o, uint32_t r0, uint32_t nr, uint32_t nrp,        \
-                         uint32_t w, uint32_t p0, uint32_t kb, float *restrict dst)            \
+                         uint32_t w, uint32_t p0, uint32_t kb, acc *restrict dst)              \
         {                                                                                      \
                 const type *x = o->x;                                                          \
                 size_t ld = (size_t)o->ld;                                                     \
                 for (uint32_t r = nr; r < nrp; r++)                                            \
                         for (uint32_t p = 0; p < kb; p++)                                      \
-                                dst[(r / w) * kb * w + p * w + r % w] = 0.0f;                  \
+                                dst[(r / w) * kb * w + p * w + r % w] = 0;                     \
                 if (o->t == 0) {                                                               \
                         for (uint32_t p = 0; p < kb; p++) {                                    \
                                 const type *col = x + (size_t)(p0 + p) * ld + r0;              \
@@ -121,32 +127,41 @@ static inline int blk_live(const struct gemmd_kproblem *kp, uint32_t i0, uint32_
                 } else {                                                                       \
                         for (uint32_t r = 0; r < nr; r++) {                                    \
                                 const type *row = x + (size_t)(r0 + r) * ld + p0;              \
-                                float *d = dst + (r / w) * kb * w + r % w;                     \
+                                acc *d = dst + (r / w) * kb * w + r % w;                       \
                                 for (uint32_t p = 0; p < kb; p++)                              \
                                         d[p * w] = widen(row[p]);                              \
                         }                                                                      \
                 }                                                                              \
         }
 
-#define WIDEN_F32(v) (v)
-DEFINE_PACK(pack_f32, float, WIDEN_F32)
-DEFINE_PACK(pack_f16, uint16_t, gemmd_f16_to_f32)
-DEFINE_PACK(pack_bf16, uint16_t, gemmd_bf16_to_f32)
+#define WIDEN_NONE(v) (v)
+DEFINE_PACK(pack_raw_f32, float, float, WIDEN_NONE)
+DEFINE_PACK(pack_raw_f16, uint16_t, float, gemmd_f16_to_f32)
+DEFINE_PACK(pack_raw_bf16, uint16_t, float, gemmd_bf16_to_f32)
+DEFINE_PACK(pack_raw_f64, double, double, WIDEN_NONE)
 
-static void pack(int dtype, const struct opnd *o, uint32_t r0, uint32_t nr, uint32_t nrp,
-                 uint32_t w, uint32_t p0, uint32_t kb, float *restrict dst)
+/* Packs an f32, f16 or bf16 operand into f32 micro-panels. */
+static void pack_f32(int dtype, const struct opnd *o, uint32_t r0, uint32_t nr, uint32_t nrp,
+                     uint32_t w, uint32_t p0, uint32_t kb, float *restrict dst)
 {
         switch (dtype) {
         case GEMMD_F16:
-                pack_f16(o, r0, nr, nrp, w, p0, kb, dst);
+                pack_raw_f16(o, r0, nr, nrp, w, p0, kb, dst);
                 break;
         case GEMMD_BF16:
-                pack_bf16(o, r0, nr, nrp, w, p0, kb, dst);
+                pack_raw_bf16(o, r0, nr, nrp, w, p0, kb, dst);
                 break;
         default:
-                pack_f32(o, r0, nr, nrp, w, p0, kb, dst);
+                pack_raw_f32(o, r0, nr, nrp, w, p0, kb, dst);
                 break;
         }
+}
+
+/* Packs an f64 operand into f64 micro-panels (the dtype is always f64). */
+static void pack_f64(int dtype, const struct opnd *o, uint32_t r0, uint32_t nr, uint32_t nrp,
+                     uint32_t w, uint32_t p0, uint32_t kb, double *restrict dst)
+{
+        pack_raw_f64(o, r0, nr, nrp, w, p0, kb, dst);
 }
 
 static inline v4f vload(const float *p)
@@ -159,12 +174,12 @@ static inline v4f vload(const float *p)
 static inline void vstore(float *p, v4f v) { memcpy(p, &v, sizeof(v)); }
 
 /*
- * acc[i + j*BM] += lp(i, p) * rp(p, j) for an MR x NR micro-tile, p in
+ * acc[i + j*BM] += lp(i, p) * rp(p, j) for an MR_F32 x NR micro-tile, p in
  * increasing order, one rounded multiply and one rounded add per term.
- * lp is an MR-wide micro-panel, rp an NR-wide one, both kb deep.
+ * lp is an MR_F32-wide micro-panel, rp an NR-wide one, both kb deep.
  */
-static void micro(uint32_t kb, const float *restrict lp, const float *restrict rp,
-                  float *restrict acc)
+static void micro_f32(uint32_t kb, const float *restrict lp, const float *restrict rp,
+                      float *restrict acc)
 {
         v4f c00 = vload(acc + 0 * BM), c10 = vload(acc + 0 * BM + 4);
         v4f c01 = vload(acc + 1 * BM), c11 = vload(acc + 1 * BM + 4);
@@ -172,7 +187,7 @@ static void micro(uint32_t kb, const float *restrict lp, const float *restrict r
         v4f c03 = vload(acc + 3 * BM), c13 = vload(acc + 3 * BM + 4);
 
         for (uint32_t p = 0; p < kb; p++) {
-                v4f a0 = vload(lp + p * MR), a1 = vload(lp + p * MR + 4);
+                v4f a0 = vload(lp + p * MR_F32), a1 = vload(lp + p * MR_F32 + 4);
                 const float *b = rp + p * NR;
                 v4f b0 = {b[0], b[0], b[0], b[0]};
                 v4f b1 = {b[1], b[1], b[1], b[1]};
@@ -193,6 +208,46 @@ static void micro(uint32_t kb, const float *restrict lp, const float *restrict r
         vstore(acc + 1 * BM, c01), vstore(acc + 1 * BM + 4, c11);
         vstore(acc + 2 * BM, c02), vstore(acc + 2 * BM + 4, c12);
         vstore(acc + 3 * BM, c03), vstore(acc + 3 * BM + 4, c13);
+}
+
+static inline v2d vload2(const double *p)
+{
+        v2d v;
+        memcpy(&v, p, sizeof(v));
+        return v;
+}
+
+static inline void vstore2(double *p, v2d v) { memcpy(p, &v, sizeof(v)); }
+
+/* micro_f32's f64 twin: an MR_F64 x NR micro-tile, the same order. */
+static void micro_f64(uint32_t kb, const double *restrict lp, const double *restrict rp,
+                      double *restrict acc)
+{
+        v2d c00 = vload2(acc + 0 * BM), c10 = vload2(acc + 0 * BM + 2);
+        v2d c01 = vload2(acc + 1 * BM), c11 = vload2(acc + 1 * BM + 2);
+        v2d c02 = vload2(acc + 2 * BM), c12 = vload2(acc + 2 * BM + 2);
+        v2d c03 = vload2(acc + 3 * BM), c13 = vload2(acc + 3 * BM + 2);
+
+        for (uint32_t p = 0; p < kb; p++) {
+                v2d a0 = vload2(lp + p * MR_F64), a1 = vload2(lp + p * MR_F64 + 2);
+                const double *b = rp + p * NR;
+                v2d b0 = {b[0], b[0]}, b1 = {b[1], b[1]};
+                v2d b2 = {b[2], b[2]}, b3 = {b[3], b[3]};
+                v2d t;
+
+                t = a0 * b0; c00 = c00 + t;
+                t = a1 * b0; c10 = c10 + t;
+                t = a0 * b1; c01 = c01 + t;
+                t = a1 * b1; c11 = c11 + t;
+                t = a0 * b2; c02 = c02 + t;
+                t = a1 * b2; c12 = c12 + t;
+                t = a0 * b3; c03 = c03 + t;
+                t = a1 * b3; c13 = c13 + t;
+        }
+        vstore2(acc + 0 * BM, c00), vstore2(acc + 0 * BM + 2, c10);
+        vstore2(acc + 1 * BM, c01), vstore2(acc + 1 * BM + 2, c11);
+        vstore2(acc + 2 * BM, c02), vstore2(acc + 2 * BM + 2, c12);
+        vstore2(acc + 3 * BM, c03), vstore2(acc + 3 * BM + 2, c13);
 }
 
 /* The left and right operands of pass `pass` (GEMM: one pass; SYR2K: two). */
@@ -219,46 +274,64 @@ static void pass_operands(const struct gemmd_kproblem *kp, int pass, struct opnd
         }
 }
 
-/* Scratch of one call, on the caller's stack. */
-struct scratch {
-        _Alignas(64) float lp[BM * BK];
-        _Alignas(64) float rp[BK * BN];
-        _Alignas(64) float acc[BM * BN]; /* chunk sums, column-major, ld BM */
-        _Alignas(64) float tot[BM * BN]; /* running totals, same layout */
-};
+/* Iterates over the blocks of a tile that hold stored elements. */
+#define FOR_EACH_BLOCK(t, b)                                                                    \
+        for (uint32_t bj_ = (t)->j0; bj_ < (t)->j1; bj_ += BN)                                  \
+                for (uint32_t bi_ = (t)->i0; bi_ < (t)->i1; bi_ += BM)                          \
+                        if (blk_init(t, bi_, bj_, &(b)))
 
-/*
- * Sums k in [kbeg, kend) of the block into acc (ld BM) from zero, in the
- * canonical order. Only micro-tiles that hold an element of the stored
- * triangle are computed; the others are left zero.
- */
-static void chunk_sum(const struct gemmd_kproblem *kp, const struct blk *b, uint32_t kbeg,
-                      uint32_t kend, float *restrict acc, struct scratch *s)
+/* Sets b to the block at (i0, j0) of t, clipped to the tile, with its
+ * sizes rounded up to the widest micro-tile; returns whether it holds a
+ * stored element. */
+static int blk_init(const struct tile *t, uint32_t i0, uint32_t j0, struct blk *b)
 {
-        int npass = kp->kind == SCHED_SYR2K ? 2 : 1;
+        b->i0 = i0;
+        b->j0 = j0;
+        b->mb = umin(BM, t->i1 - i0);
+        b->nb = umin(BN, t->j1 - j0);
+        b->mbp = rup(b->mb, MR_F32);
+        b->nbp = rup(b->nb, NR);
+        return blk_live(t->kp, b->i0, b->mb, b->j0, b->nb);
+}
 
-        for (uint32_t j = 0; j < b->nbp; j++)
-                memset(acc + (size_t)j * BM, 0, b->mbp * sizeof(float));
-        for (int pass = 0; pass < npass; pass++) {
-                struct opnd l, r;
-                pass_operands(kp, pass, &l, &r);
-                for (uint32_t p0 = kbeg; p0 < kend; p0 += BK) {
-                        uint32_t kb = umin(BK, kend - p0);
-                        pack(kp->dtype, &l, b->i0, b->mb, b->mbp, MR, p0, kb, s->lp);
-                        pack(kp->dtype, &r, b->j0, b->nb, b->nbp, NR, p0, kb, s->rp);
-                        for (uint32_t jq = 0; jq < b->nbp; jq += NR) {
-                                for (uint32_t iq = 0; iq < b->mbp; iq += MR) {
-                                        if (!blk_live(kp, b->i0 + iq, MR, b->j0 + jq, NR))
-                                                continue;
-                                        micro(kb, s->lp + iq * kb, s->rp + jq * kb,
-                                              acc + iq + (size_t)jq * BM);
-                                }
-                        }
-                }
+/* Sets *t to the elements of tile `tile` of the problem (none when the
+ * plan names a tile the problem does not have). */
+static void tile_of(const struct gemmd_kproblem *kp, const struct sched_problem *sp,
+                    const struct sched_config *cfg, uint32_t tile, struct tile *t)
+{
+        uint32_t row, col;
+
+        *t = (struct tile){.kp = kp, .tm = cfg->shape.tm, .tn = cfg->shape.tn};
+        if (sched_tile_coord(sp, cfg->shape, tile, &row, &col)) {
+                struct sched_span span = sched_tile_span(sp, cfg->shape, row, col);
+                t->i0 = span.row0;
+                t->i1 = span.row0 + span.rows;
+                t->j0 = span.col0;
+                t->j1 = span.col0 + span.cols;
         }
 }
 
-static inline float load_c(const struct gemmd_kproblem *kp, size_t idx)
+/* Counts a split entry's arrival at its tile; returns 1 for the last of the
+ * tile's parts, which then finishes the tile. */
+static int split_arrive(const struct sched_plan *plan, const struct sched_entry *e,
+                        struct cpu_workspace *ws)
+{
+        _Atomic uint32_t *arr = (_Atomic uint32_t *)&ws->arrivals[e->split];
+        uint32_t prev = atomic_fetch_add_explicit(arr, 1, memory_order_acq_rel);
+
+        return prev + 1 == plan->split_parts[e->split];
+}
+
+/* Run by the last arrival: zeroes the tile's counter for the next group. */
+static void split_reset(const struct sched_entry *e, struct cpu_workspace *ws)
+{
+        _Atomic uint32_t *arr = (_Atomic uint32_t *)&ws->arrivals[e->split];
+
+        atomic_store_explicit(arr, 0, memory_order_release);
+}
+
+/* C of an f32, f16 or bf16 problem, widened to f32. */
+static inline float load_c_f32(const struct gemmd_kproblem *kp, size_t idx)
 {
         const void *c = (const void *)(uintptr_t)kp->c;
 
@@ -272,7 +345,8 @@ static inline float load_c(const struct gemmd_kproblem *kp, size_t idx)
         }
 }
 
-static inline void store_c(const struct gemmd_kproblem *kp, size_t idx, float v)
+/* Writes v to C of an f32, f16 or bf16 problem, rounded to nearest even. */
+static inline void store_c_f32(const struct gemmd_kproblem *kp, size_t idx, float v)
 {
         void *c = (void *)(uintptr_t)kp->c;
 
@@ -289,151 +363,64 @@ static inline void store_c(const struct gemmd_kproblem *kp, size_t idx, float v)
         }
 }
 
-/* C = alpha * tot + beta * C over the block's stored elements. */
-static void epilogue(const struct gemmd_kproblem *kp, const struct blk *b, const float *tot)
+static inline double load_c_f64(const struct gemmd_kproblem *kp, size_t idx)
 {
-        size_t ldc = (size_t)kp->ldc;
-        float alpha = kp->alpha, beta = kp->beta;
-
-        for (uint32_t jj = 0; jj < b->nb; jj++) {
-                uint32_t j = b->j0 + jj, lo, hi;
-                col_rows(kp, b->i0, b->mb, j, &lo, &hi);
-                for (uint32_t i = lo; i < hi; i++) {
-                        size_t idx = (size_t)i + (size_t)j * ldc;
-                        float v = alpha * tot[(i - b->i0) + (size_t)jj * BM];
-                        if (beta != 0.0f) {
-                                float bc = beta * load_c(kp, idx);
-                                v = v + bc;
-                        }
-                        store_c(kp, idx, v);
-                }
-        }
+        return ((const double *)(uintptr_t)kp->c)[idx];
 }
 
-/* Workspace slot of chunk c of a split tile, at the block's corner. */
-static float *slot_at(const struct tile *t, const struct blk *b, float *chunks, uint32_t ws0,
-                      uint32_t c)
+static inline void store_c_f64(const struct gemmd_kproblem *kp, size_t idx, double v)
 {
-        size_t tile_elems = (size_t)t->tm * t->tn;
-        return chunks + (size_t)(ws0 + c) * tile_elems + (b->i0 - t->i0) +
-               (size_t)(b->j0 - t->j0) * t->tm;
+        ((double *)(uintptr_t)kp->c)[idx] = v;
 }
 
-/* Copies (add == 0) or adds (add == 1) the block's stored elements between
- * a BM-strided buffer and a tm-strided workspace slot, in either direction. */
-static void slot_move(const struct gemmd_kproblem *kp, const struct tile *t, const struct blk *b,
-                      float *slot, float *buf, int to_slot, int add)
-{
-        for (uint32_t jj = 0; jj < b->nb; jj++) {
-                uint32_t lo, hi;
-                col_rows(kp, b->i0, b->mb, b->j0 + jj, &lo, &hi);
-                float *s = slot + (size_t)jj * t->tm - b->i0;
-                float *d = buf + (size_t)jj * BM - b->i0;
-                for (uint32_t i = lo; i < hi; i++) {
-                        if (to_slot)
-                                s[i] = d[i];
-                        else if (add)
-                                d[i] = d[i] + s[i];
-                        else
-                                d[i] = s[i];
-                }
-        }
-}
+/* f32, f16 and bf16: f32 sums, the scalars rounded to float. */
+#define ACC float
+#define SFX(name) name##_f32
+#define ACC_MR MR_F32
+#define ACC_ALPHA(kp) ((kp)->alpha)
+#define ACC_BETA(kp) ((kp)->beta)
+#include "kernels/cpu_gemm_acc.h"
+#undef ACC
+#undef SFX
+#undef ACC_MR
+#undef ACC_ALPHA
+#undef ACC_BETA
 
-/* Iterates over the blocks of a tile that hold stored elements. */
-#define FOR_EACH_BLOCK(t, b)                                                                    \
-        for (uint32_t bj_ = (t)->j0; bj_ < (t)->j1; bj_ += BN)                                  \
-                for (uint32_t bi_ = (t)->i0; bi_ < (t)->i1; bi_ += BM)                          \
-                        if (blk_init(t, bi_, bj_, &(b)))
+/* f64: f64 sums, the scalars as the client sent them. */
+#define ACC double
+#define SFX(name) name##_f64
+#define ACC_MR MR_F64
+#define ACC_ALPHA(kp) ((kp)->alpha_f64)
+#define ACC_BETA(kp) ((kp)->beta_f64)
+#include "kernels/cpu_gemm_acc.h"
+#undef ACC
+#undef SFX
+#undef ACC_MR
+#undef ACC_ALPHA
+#undef ACC_BETA
 
-static int blk_init(const struct tile *t, uint32_t i0, uint32_t j0, struct blk *b)
-{
-        b->i0 = i0;
-        b->j0 = j0;
-        b->mb = umin(BM, t->i1 - i0);
-        b->nb = umin(BN, t->j1 - j0);
-        b->mbp = rup(b->mb, MR);
-        b->nbp = rup(b->nb, NR);
-        return blk_live(t->kp, b->i0, b->mb, b->j0, b->nb);
-}
+/* Scratch of one call, on the caller's stack: one type's at a time. */
+union scratch {
+        struct scratch_f32 f32;
+        struct scratch_f64 f64;
+};
 
-/* Run by the last arrival at a split tile: adds the tile's nkc chunk sums
- * (slots ws0, ws0 + 1, ...) in chunk order and writes C. */
-static void split_reduce(const struct tile *t, uint32_t nkc, float *chunks, uint32_t ws0,
-                         struct scratch *s)
-{
-        struct blk b;
-
-        FOR_EACH_BLOCK (t, b) {
-                for (uint32_t c = 0; c < nkc; c++)
-                        slot_move(t->kp, t, &b, slot_at(t, &b, chunks, ws0, c), s->tot, 0, c > 0);
-                epilogue(t->kp, &b, s->tot);
-        }
-}
-
-/* Computes one entry: a whole tile, or chunks [kcb, kce) of a split tile. */
+/* Computes one entry of problem kp in its accumulator type. */
 static void run_entry(const struct gemmd_kproblem *kp, const struct sched_problem *sp,
                       const struct sched_plan *plan, const struct sched_config *cfg,
-                      const struct sched_entry *e, struct cpu_workspace *ws, struct scratch *s)
+                      const struct sched_entry *e, struct cpu_workspace *ws, union scratch *s)
 {
-        struct tile t = {.kp = kp, .tm = cfg->shape.tm, .tn = cfg->shape.tn};
-        uint32_t row, col, nkc = sched_kchunks(kp->k);
-        int split = e->split != SCHED_NO_SPLIT;
-        uint32_t kcb = split ? e->kc_begin : 0, kce = split ? umin(e->kc_end, nkc) : nkc;
-        uint32_t ws0 = split ? plan->split_ws[e->split] : 0;
-        struct blk b;
-
-        if (sched_tile_coord(sp, cfg->shape, e->tile, &row, &col)) {
-                struct sched_span span = sched_tile_span(sp, cfg->shape, row, col);
-                t.i0 = span.row0;
-                t.i1 = span.row0 + span.rows;
-                t.j0 = span.col0;
-                t.j1 = span.col0 + span.cols;
-        } else {
-                t.i0 = t.i1 = t.j0 = t.j1 = 0; /* no such tile: no elements */
-        }
-
-        FOR_EACH_BLOCK (&t, b) {
-                for (uint32_t c = kcb; c < kce; c++) {
-                        uint32_t k0, klen, k1;
-                        sched_chunk_span(kp->k, c, c + 1, &k0, &klen);
-                        k1 = k0 + klen;
-                        if (split) {
-                                chunk_sum(kp, &b, k0, k1, s->acc, s);
-                                slot_move(kp, &t, &b, slot_at(&t, &b, ws->chunks, ws0, c),
-                                          s->acc, 1, 0);
-                        } else if (c == kcb) {
-                                chunk_sum(kp, &b, k0, k1, s->tot, s); /* total = sum0 */
-                        } else {
-                                chunk_sum(kp, &b, k0, k1, s->acc, s);
-                                for (uint32_t jj = 0; jj < b.nb; jj++)
-                                        for (uint32_t ii = 0; ii < b.mb; ii++) {
-                                                size_t x = ii + (size_t)jj * BM;
-                                                s->tot[x] = s->tot[x] + s->acc[x];
-                                        }
-                        }
-                }
-                if (!split)
-                        epilogue(kp, &b, s->tot);
-        }
-        if (!split)
-                return;
-
-        /* Publish this entry's chunk sums; the last of the tile's parts to
-         * arrive sees everyone's and finishes the tile. */
-        _Atomic uint32_t *arr = (_Atomic uint32_t *)&ws->arrivals[e->split];
-        uint32_t prev = atomic_fetch_add_explicit(arr, 1, memory_order_acq_rel);
-        if (prev + 1 == plan->split_parts[e->split]) {
-                split_reduce(&t, nkc, ws->chunks, ws0, s);
-                atomic_store_explicit(arr, 0, memory_order_release);
-        }
+        if (kp->dtype == GEMMD_F64)
+                run_entry_f64(kp, sp, plan, cfg, e, ws, &s->f64);
+        else
+                run_entry_f32(kp, sp, plan, cfg, e, ws, &s->f32);
 }
 
 void cpu_gemm_run_cta(const struct gemmd_kproblem *probs, const struct sched_problem *sp,
                       const struct sched_plan *plan, const struct sched_config *cfg, uint32_t cta,
                       struct cpu_workspace *ws)
 {
-        struct scratch s;
+        union scratch s;
 
         _Static_assert(sizeof(_Atomic uint32_t) == sizeof(uint32_t), "atomic counters");
         if (plan->nentries > 0) {

@@ -16,28 +16,33 @@
  *          the other triangle is left untouched, inside diagonal tiles too)
  * f16 and bf16 inputs are widened exactly to f32; products are accumulated
  * in f32; C is read and written in the problem's dtype, rounded to nearest
- * even. The tf32 flag is ignored: the CPU always computes exact f32. When
- * beta == 0, C is not read (NaN or garbage in C does not propagate).
+ * even. The tf32 flag is ignored: the CPU always computes exact f32. f64
+ * problems are the same in f64 throughout: f64 products and sums, and the
+ * scalars alpha_f64 and beta_f64 (the others use the float alpha and beta).
+ * When beta == 0, C is not read (NaN or garbage in C does not propagate).
  *
  * Canonical accumulation (bit-exact, whatever the plan)
  * ----------------------------------------------------
  * K is cut into chunks of SCHED_KCHUNK elements. For every output element,
- * each chunk is summed from 0.0f in increasing k, one f32 multiply rounded
- * to f32 and then one f32 add rounded to f32 per term (never a fused
+ * each chunk is summed from zero in increasing k, one multiply rounded to
+ * the accumulator type (f32, or f64 for f64) and then one add rounded to it
+ * per term (never a fused
  * multiply-add: this file is compiled with contraction off). SYR2K sums,
  * within each chunk, first the op(A) op(B)^T terms over the chunk's k, then
  * the op(B) op(A)^T terms over the same k, into the same chunk sum. The
  * chunk sums are then added in chunk order: total = sum0; total += sum1; ...
- * The epilogue is c = alpha * total + beta * c_old (two f32 products, one
- * f32 add), or c = alpha * total when beta == 0. Since the order never
+ * The epilogue is c = alpha * total + beta * c_old (two products, one add,
+ * each rounded to the accumulator type), or c = alpha * total when
+ * beta == 0. Since the order never
  * depends on tile shape, sub-blocking, split entries or the other problems
  * of the group, a problem gives the same bits in any plan and any group.
  *
  * Split tiles
  * -----------
  * An entry with split != SCHED_NO_SPLIT computes only its chunks
- * [kc_begin, kc_end): chunk c's f32 sums go to workspace slot
- * plan->split_ws[split] + c (a tm x tn column-major tile, ld tm, only the
+ * [kc_begin, kc_end): chunk c's sums go to workspace slot
+ * plan->split_ws[split] + c (a tm x tn column-major tile, ld tm, of
+ * CPU_WS_ELEM_BYTES an element whatever the type, only the
  * elements the tile computes are written). The entry then increments
  * arrivals[split] (acq_rel); the caller whose increment completes
  * plan->split_parts[split] arrivals adds the chunk sums in chunk order as
@@ -51,9 +56,15 @@
 #include "kernels/kproblem.h"
 #include "scheduler/plan.h"
 
+/* Bytes of one workspace element: the widest accumulator, double. */
+#define CPU_WS_ELEM_BYTES 8
+
 /* Scratch shared by the CTAs of one group. */
 struct cpu_workspace {
-        float *chunks;       /* plan->ws_chunks * tm * tn floats */
+        /* plan->ws_chunks * tm * tn elements of CPU_WS_ELEM_BYTES: a
+         * problem's chunk sums are of its accumulator type (float, or
+         * double for f64), and a group may mix them. */
+        void *chunks;
         uint32_t *arrivals;  /* plan->nsplit counters, zero before the group */
 };
 
@@ -70,7 +81,7 @@ struct cpu_workspace {
  *
  * Thread safety: safe to call concurrently for distinct ctas of one plan
  * (and for any ctas of distinct groups with distinct workspaces). Uses no
- * heap and about 64 KiB of the caller's stack.
+ * heap and about 128 KiB of the caller's stack.
  */
 void cpu_gemm_run_cta(const struct gemmd_kproblem *probs, const struct sched_problem *sp,
                       const struct sched_plan *plan, const struct sched_config *cfg, uint32_t cta,

@@ -310,7 +310,7 @@ static int dec_op(struct frame_arena *a, struct rd r, Gemmd__V1__Op **out)
                 return -1;
         gemmd__v1__op__init(op);
         while (r.p < r.end) {
-                if (rd_tag(&r, &f, &wt) || f > 19 || once(&seen, f))
+                if (rd_tag(&r, &f, &wt) || f > 21 || once(&seen, f))
                         return -1;
                 if (f <= 7) {
                         if (rd_small(&r, wt, f <= 5 ? INT32_MAX : 1, &u))
@@ -341,10 +341,16 @@ static int dec_op(struct frame_arena *a, struct rd r, Gemmd__V1__Op **out)
 
                         if (wt != 2 || rd_len(&r, &b) || dec_operand(a, b, dst))
                                 return -1;
-                } else {
+                } else if (f == 19) {
                         if (rd_small(&r, wt, 1, &u))
                                 return -1;
                         op->debug_fault = (protobuf_c_boolean)u;
+                } else {
+                        /* alpha_f64, beta_f64: an f64 op's scalars. */
+                        if (wt != 1 || r.end - r.p < 8)
+                                return -1;
+                        memcpy(f == 20 ? &op->alpha_f64 : &op->beta_f64, r.p, 8);
+                        r.p += 8;
                 }
         }
         *out = op;

@@ -21,12 +21,18 @@
  * stores 64 KiB of f32 per chunk and the last CTA reads them all back.
  * A 128x192 tile's entry costs 1.4 of a 128x128 one's, half again the
  * products in 1.4 of the time, as gemmbench kernels measures them on one
- * large GEMM. */
+ * large GEMM.
+ *
+ * The f64 figure is an estimate until calibrated: the H100's f64 tensor
+ * cores do about 1/15 of its dense bf16 products per second, so an f64
+ * iteration of 16 of K costs 15 * 16 / 64 = 3.75 bf16 ones (an f64 tile
+ * of another depth scales it). */
 static const struct sched_cost cost_defaults = {
         .kiter = {[SCHED_COST_F32] = 3.0,
                   [SCHED_COST_TF32] = 1.0,
                   [SCHED_COST_F16] = 1.0,
-                  [SCHED_COST_BF16] = 1.0},
+                  [SCHED_COST_BF16] = 1.0,
+                  [SCHED_COST_F64] = 3.75},
         .syr2k_mainloops = 2.0,
         .tile_fixed = 4.0,
         .split_part = 2.0,
@@ -47,6 +53,7 @@ static const struct {
         {"kiter_tf32", offsetof(struct sched_cost, kiter[SCHED_COST_TF32])},
         {"kiter_f16", offsetof(struct sched_cost, kiter[SCHED_COST_F16])},
         {"kiter_bf16", offsetof(struct sched_cost, kiter[SCHED_COST_BF16])},
+        {"kiter_f64", offsetof(struct sched_cost, kiter[SCHED_COST_F64])},
         {"syr2k_mainloops", offsetof(struct sched_cost, syr2k_mainloops)},
         {"tile_fixed", offsetof(struct sched_cost, tile_fixed)},
         {"split_part", offsetof(struct sched_cost, split_part)},
@@ -158,6 +165,8 @@ int sched_cost_class(const struct sched_problem *p)
                 return SCHED_COST_F16;
         case GEMMD_BF16:
                 return SCHED_COST_BF16;
+        case GEMMD_F64:
+                return SCHED_COST_F64;
         default:
                 return -1;
         }

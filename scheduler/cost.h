@@ -9,7 +9,7 @@
  *
  * where kiters counts the tile_k steps of its chunks (sched_kiters(): whole
  * chunks SCHED_KCHUNK / tk each, a partial last chunk its real K rounded up
- * to tile_k), class is the dtype (f32 exact, f32 via TF32, f16, bf16) and
+ * to tile_k), class is the dtype (f32 exact, f32 via TF32, f16, bf16, f64) and
  * fixed is tile_fixed (pipeline fill, epilogue, fetching the next entry).
  * Every tile of a problem costs the same: edge tiles run the full MMA.
  *
@@ -40,7 +40,8 @@ enum sched_cost_class {
         SCHED_COST_TF32 = 1, /* f32 inputs on TF32 tensor cores */
         SCHED_COST_F16 = 2,
         SCHED_COST_BF16 = 3,
-        SCHED_COST_NCLASSES = 4
+        SCHED_COST_F64 = 4,  /* f64 (DMMA tensor cores, or FMA units) */
+        SCHED_COST_NCLASSES = 5
 };
 
 struct sched_cost {
@@ -67,7 +68,7 @@ struct sched_cost sched_cost_default(void);
 int sched_cost_validate(const struct sched_cost *c);
 
 /* Applies overrides "name=value[,name=value...]" (names as the fields;
- * kiter_f32, kiter_tf32, kiter_f16, kiter_bf16 for the array) to *c.
+ * kiter_f32, kiter_tf32, kiter_f16, kiter_bf16, kiter_f64 for the array) to *c.
  * Returns 0, or -EINVAL for an unknown name, a bad number or a model that
  * fails sched_cost_validate (then *c is unchanged). */
 int sched_cost_parse(struct sched_cost *c, const char *spec);
@@ -84,7 +85,7 @@ int sched_cost_format(const struct sched_cost *c, char *buf, size_t size);
 const struct sched_cost *sched_cost_get(void);
 int sched_cost_set(const struct sched_cost *c);
 
-/* Class of a problem's mainloop (SCHED_COST_F32 .. SCHED_COST_BF16), or -1
+/* Class of a problem's mainloop (SCHED_COST_F32 .. SCHED_COST_F64), or -1
  * for an unknown dtype. */
 int sched_cost_class(const struct sched_problem *p);
 

@@ -475,6 +475,8 @@ double e2e_get(enum gemmd_dtype dt, const void *p, uint64_t i)
                 return gemmd_f16_to_f32(((const uint16_t *)p)[i]);
         case GEMMD_BF16:
                 return gemmd_bf16_to_f32(((const uint16_t *)p)[i]);
+        case GEMMD_F64:
+                return ((const double *)p)[i];
         }
         return NAN;
 }
@@ -491,6 +493,9 @@ void e2e_set(enum gemmd_dtype dt, void *p, uint64_t i, double v)
         case GEMMD_BF16:
                 ((uint16_t *)p)[i] = gemmd_f32_to_bf16((float)v);
                 break;
+        case GEMMD_F64:
+                ((double *)p)[i] = v;
+                break;
         }
 }
 
@@ -503,15 +508,18 @@ double e2e_tol(enum gemmd_dtype dt)
                 return 2e-3;
         case GEMMD_BF16:
                 return 1.5e-2;
+        case GEMMD_F64:
+                /* f32's bound in f64 ulps: about 900 of 2^-53. */
+                return 1e-13;
         }
         return 0;
 }
 
 const char *e2e_dtype_name(enum gemmd_dtype dt)
 {
-        static const char *names[] = {"f32", "f16", "bf16"};
+        static const char *names[] = {"f32", "f16", "bf16", "f64"};
 
-        return (unsigned)dt < 3 ? names[dt] : "?";
+        return (unsigned)dt < 4 ? names[dt] : "?";
 }
 
 /* ---- problems --------------------------------------------------------- */
@@ -610,7 +618,7 @@ static void fill(struct e2e_prob *p, uint64_t *seed)
         span = p->cbytes / esz;
         for (uint64_t e = 0; e < span; e++)
                 e2e_set(s->dtype, p->c, e, e2e_rand_val(seed));
-        if (s->beta == 0.0f)
+        if (s->beta == 0.0)
                 for (int64_t i = 0; i < c.rows; i++)
                         for (int64_t j = 0; j < c.cols; j++)
                                 if (in_result(s, i, j))
@@ -684,7 +692,7 @@ int e2e_prob_inline(struct e2e_prob *p, const struct e2e_spec *s, uint64_t *seed
         memset(p->c, 0xff, p->cbytes);
         p->op.a = (struct gemmd_operand){.data = p->a, .bytes = p->abytes};
         p->op.b = (struct gemmd_operand){.data = p->b, .bytes = p->bbytes};
-        p->op.c = (struct gemmd_operand){.data = s->beta != 0.0f ? p->c0 : NULL,
+        p->op.c = (struct gemmd_operand){.data = s->beta != 0.0 ? p->c0 : NULL,
                                          .out = p->c,
                                          .bytes = p->cbytes};
         return 0;
@@ -716,38 +724,44 @@ static double opx(const struct e2e_prob *p, const void *x, const struct layout *
         return e2e_get(p->s.dtype, x, trans ? lay_index(l, q, i) : lay_index(l, i, q));
 }
 
-/* Reference value of C(i, j) in double, and the scale its error is judged
- * against: |alpha| sum |terms| + |beta| |c0|. */
+/* Reference value of C(i, j), summed in long double (a reference for f64
+ * too), and the scale its error is judged against: |alpha| sum |terms| +
+ * |beta| |c0|. alpha and beta are what the op carries: as they are for
+ * f64, rounded to float for the other dtypes. */
 static double reference(const struct e2e_prob *p, const struct layout *la,
                         const struct layout *lb, const struct layout *lc, int64_t i, int64_t j,
                         double *scale)
 {
         const struct e2e_spec *s = &p->s;
-        double sum = 0, abs_sum = 0, c0, v;
+        int f64 = s->dtype == GEMMD_F64;
+        long double alpha = f64 ? s->alpha : (float)s->alpha, beta = f64 ? s->beta : (float)s->beta;
+        long double sum = 0, abs_sum = 0, c0, v;
 
         for (int64_t q = 0; q < s->k; q++) {
-                double t;
+                long double t;
 
                 if (s->kind == GEMMD_SYR2K) {
-                        double t1 = opx(p, p->a, la, s->ta, i, q) * opx(p, p->b, lb, s->ta, j, q);
-                        double t2 = opx(p, p->b, lb, s->ta, i, q) * opx(p, p->a, la, s->ta, j, q);
+                        long double t1 = (long double)opx(p, p->a, la, s->ta, i, q) *
+                                         opx(p, p->b, lb, s->ta, j, q);
+                        long double t2 = (long double)opx(p, p->b, lb, s->ta, i, q) *
+                                         opx(p, p->a, la, s->ta, j, q);
 
                         sum += t1 + t2;
-                        abs_sum += fabs(t1) + fabs(t2);
+                        abs_sum += fabsl(t1) + fabsl(t2);
                         continue;
                 }
-                t = opx(p, p->a, la, s->ta, i, q) * opx(p, p->b, lb, !s->tb, j, q);
+                t = (long double)opx(p, p->a, la, s->ta, i, q) * opx(p, p->b, lb, !s->tb, j, q);
                 sum += t;
-                abs_sum += fabs(t);
+                abs_sum += fabsl(t);
         }
-        v = (double)s->alpha * sum;
-        *scale = fabs((double)s->alpha) * abs_sum;
-        if (s->beta != 0.0f) {
+        v = alpha * sum;
+        *scale = (double)(fabsl(alpha) * abs_sum);
+        if (beta != 0) {
                 c0 = e2e_get(s->dtype, p->c0, lay_index(lc, i, j));
-                v += (double)s->beta * c0;
-                *scale += fabs((double)s->beta * c0);
+                v += beta * c0;
+                *scale += (double)fabsl(beta * c0);
         }
-        return v;
+        return (double)v;
 }
 
 int e2e_prob_check(const struct e2e_prob *p, double *err, char *why, size_t whylen)
@@ -757,7 +771,7 @@ int e2e_prob_check(const struct e2e_prob *p, double *err, char *why, size_t whyl
         struct layout la, lb, lc;
         double max_diff = 0, max_scale = 0, e;
         int64_t bad_i = -1, bad_j = -1;
-        int rest_known = !(p->owns && s->beta == 0.0f);
+        int rest_known = !(p->owns && s->beta == 0.0);
         char desc[96];
 
         layouts(s, &la, &lb, &lc);
@@ -885,12 +899,13 @@ int e2e_timed_op(gemmd_client *c, int64_t m, int64_t n, int64_t k, struct gemmd_
 
 void e2e_spec_random(struct e2e_spec *s, uint64_t *seed, int64_t maxdim)
 {
-        static const float alphas[] = {1.0f, -0.5f, 1.25f, 2.0f};
-        static const float betas[] = {0.0f, 1.0f, -0.75f, 0.5f};
+        /* 1/3 and 0.1 have no float: f64 ops must use them as doubles. */
+        static const double alphas[] = {1.0, -0.5, 1.25, 2.0, 1.0 / 3};
+        static const double betas[] = {0.0, 1.0, -0.75, 0.5, 0.1};
 
         memset(s, 0, sizeof(*s));
         s->kind = e2e_rand(seed) % 3 == 0 ? GEMMD_SYR2K : GEMMD_GEMM;
-        s->dtype = (enum gemmd_dtype)(e2e_rand(seed) % 3);
+        s->dtype = (enum gemmd_dtype)(e2e_rand(seed) % 4);
         s->ta = (enum gemmd_trans)(e2e_rand(seed) & 1);
         s->tb = (enum gemmd_trans)(e2e_rand(seed) & 1);
         s->uplo = (enum gemmd_uplo)(e2e_rand(seed) & 1);
@@ -899,8 +914,8 @@ void e2e_spec_random(struct e2e_spec *s, uint64_t *seed, int64_t maxdim)
         s->n = e2e_rand_int(seed, 1, maxdim);
         s->k = e2e_rand_int(seed, 1, maxdim);
         s->pad = e2e_rand_int(seed, 0, 3);
-        s->alpha = alphas[e2e_rand(seed) % 4];
-        s->beta = betas[e2e_rand(seed) % 4];
+        s->alpha = alphas[e2e_rand(seed) % 5];
+        s->beta = betas[e2e_rand(seed) % 5];
 }
 
 const char *e2e_spec_str(const struct e2e_spec *s, char *buf, size_t len)
@@ -962,7 +977,7 @@ int e2e_npy_read(const char *path, int *esz, int64_t *rows, int64_t *cols, void 
         hdr = strndup(buf + 10, hlen);
         if (!hdr)
                 goto bad;
-        *esz = strstr(hdr, "'<f4'") ? 4 : strstr(hdr, "'<f2'") ? 2 : 0;
+        *esz = strstr(hdr, "'<f8'") ? 8 : strstr(hdr, "'<f4'") ? 4 : strstr(hdr, "'<f2'") ? 2 : 0;
         shape = strstr(hdr, "'shape': (");
         if (!*esz || !strstr(hdr, "'fortran_order': False") || !shape ||
             sscanf(shape, "'shape': (%lld, %lld)", &r, &c) != 2) {

@@ -137,7 +137,7 @@ struct e2e_spec {
         int row_major;
         int64_t m, n, k; /* SYR2K: m is ignored */
         int64_t pad;     /* leading dimensions exceed the minimum by this */
-        float alpha, beta;
+        double alpha, beta; /* sent as they are for f64, rounded to float for the others */
 };
 
 /* A problem placed in memory: `op` is ready to submit. A, B and C live in
@@ -184,7 +184,7 @@ int e2e_prob_inline(struct e2e_prob *p, const struct e2e_spec *s, uint64_t *seed
 /* Frees what e2e_prob_inline and e2e_prob_place allocated. */
 void e2e_prob_free(struct e2e_prob *p);
 
-/* Compares C with the double-precision reference computed from A, B and
+/* Compares C with the long double reference computed from A, B and
  * c0: *err receives max|C - ref| / max(|alpha| |op(A)| |op(B)| + |beta| |C0|)
  * over the result, and the elements that must be untouched are compared
  * bit for bit. Returns 0 if the error is within e2e_tol and nothing else
@@ -206,8 +206,8 @@ int e2e_run_checked(gemmd_client *c, struct e2e_prob *p, size_t n, size_t per_su
  * Returns 0 and *op, or the library's code. */
 int e2e_timed_op(gemmd_client *c, int64_t m, int64_t n, int64_t k, struct gemmd_op *op);
 
-/* A random small spec: any kind, dtype, ops, layout, sizes in [1, maxdim],
- * pad in [0, 3], alpha and beta (beta sometimes 0). */
+/* A random small spec: any kind, dtype (f64 too), ops, layout, sizes in
+ * [1, maxdim], pad in [0, 3], alpha and beta (beta sometimes 0). */
 void e2e_spec_random(struct e2e_spec *s, uint64_t *seed, int64_t maxdim);
 
 /* One line describing a spec, e.g. "gemm f16 nt row 7x33x65 ld+2". */
@@ -217,10 +217,10 @@ const char *e2e_dtype_name(enum gemmd_dtype dt);
 
 /* ---- .npy ------------------------------------------------------------- */
 
-/* Writes a 2-D C-order array of float32 (esz 4) or float16 (esz 2). */
+/* Writes a 2-D C-order array of float64 (esz 8), float32 (4) or float16 (2). */
 int e2e_npy_write(const char *path, int esz, int64_t rows, int64_t cols, const void *data);
 
-/* Reads a 2-D C-order float32/float16 array; *data is malloc'd. Returns 0
+/* Reads a 2-D C-order float64/float32/float16 array; *data is malloc'd. Returns 0
  * or -1 (the file is not such an array). */
 int e2e_npy_read(const char *path, int *esz, int64_t *rows, int64_t *cols, void **data);
 

@@ -1447,8 +1447,10 @@ ParameterizedTestParameters(npy, malformed)
                   4, -EINVAL, "repeated key 'descr'" },
                 { 1, "{'descr': '<f4', 'fortran_order': False, 'shape': (1,), 'x': 1}", 4,
                   -EINVAL, "key 'x'" },
-                { 1, "{'descr': '<f8', 'fortran_order': False, 'shape': (1,)}", 8, -ENOTSUP,
-                  "'<f8' is not supported" },
+                { 1, "{'descr': '<i8', 'fortran_order': False, 'shape': (1,)}", 8, -ENOTSUP,
+                  "'<i8' is not supported" },
+                { 1, "{'descr': '>f8', 'fortran_order': False, 'shape': (1,)}", 8, -ENOTSUP,
+                  "big-endian" },
                 { 1, "{'descr': '>f4', 'fortran_order': False, 'shape': (1,)}", 4, -ENOTSUP,
                   "big-endian" },
                 { 1, "{'descr': '|u1', 'fortran_order': False, 'shape': (1,)}", 1, -ENOTSUP,
@@ -1629,6 +1631,42 @@ Test(npy, bf16_is_a_two_byte_void_as_ml_dtypes_writes_it)
                   bits, 4);
         cr_assert_eq(npy_load(tmp_path("v4.npy"), &a, why, sizeof(why)), -ENOTSUP);
         cr_assert(strstr(why, "'|V2'"), "%s", why);
+}
+
+/* float64 ('<f8') reads as NPY_F64, in C and in Fortran order, and saves
+ * as '<f8' with every bit kept. */
+Test(npy, f64_reads_and_writes_as_f8)
+{
+        /* 1/3, 0.1 and 1e300: nothing a float holds. */
+        static const double v[6] = { 1.0 / 3, 0.1, 1e300, -2.5, 0x1p-1070, -0.0 };
+        uint64_t shape[2] = { 2, 3 };
+        struct npy_array a;
+        char why[160] = "";
+
+        write_raw(tmp_path("f8.npy"), 1, "{'descr': '<f8', 'fortran_order': False, 'shape': (2, 3), }",
+                  v, sizeof(v));
+        cr_assert_eq(npy_load(tmp_path("f8.npy"), &a, why, sizeof(why)), 0, "%s", why);
+        cr_assert_eq(a.dtype, NPY_F64);
+        cr_assert_eq(npy_dtype_size(a.dtype), 8);
+        cr_assert_str_eq(npy_dtype_name(a.dtype), "float64");
+        cr_assert_eq(a.nbytes, sizeof(v));
+        cr_assert_arr_eq(a.data, v, sizeof(v));
+        npy_free(&a);
+        /* Fortran order: element (i, j) of the file is v[i + 2 j]. */
+        write_raw(tmp_path("f8f.npy"), 1, "{'descr': '<f8', 'fortran_order': True, 'shape': (2, 3), }",
+                  v, sizeof(v));
+        cr_assert_eq(npy_load(tmp_path("f8f.npy"), &a, why, sizeof(why)), 0, "%s", why);
+        for (int i = 0; i < 2; i++)
+                for (int j = 0; j < 3; j++)
+                        cr_assert(!memcmp((double *)a.data + i * 3 + j, &v[i + 2 * j], 8),
+                                  "(%d, %d)", i, j);
+        npy_free(&a);
+        cr_assert_eq(npy_save(tmp_path("out8.npy"), NPY_F64, 2, shape, v, why, sizeof(why)), 0,
+                     "%s", why);
+        cr_assert_eq(npy_load(tmp_path("out8.npy"), &a, why, sizeof(why)), 0, "%s", why);
+        cr_assert_eq(a.dtype, NPY_F64);
+        cr_assert_arr_eq(a.data, v, sizeof(v));
+        npy_free(&a);
 }
 
 /* "-" is standard input for npy_load and standard output for npy_save,

@@ -4,7 +4,7 @@
  *
  * Groups of random problems are planned with sched_plan_build in every mode
  * and run CTA by CTA, from several threads. Results are checked against a
- * double-precision reference built from the same (rounded) inputs, both
+ * long double reference built from the same (rounded) inputs, both
  * norm-wise and element by element; outputs start poisoned, the elements a
  * problem must not touch (the other SYR2K triangle, rows between m and ldc)
  * are compared bit for bit with what was there, and every mode, split or
@@ -37,39 +37,45 @@ static uint64_t rnd(uint64_t *s)
         return z ^ (z >> 31);
 }
 
-/* Uniform in [-1, -1/64] U [1/64, 1]: random, never zero. */
-static float rnd_val(uint64_t *s)
+/* Uniform in [-1, -1/64] U [1/64, 1] with 53 random bits (rounded to the
+ * dtype when stored): random, never zero. */
+static double rnd_val(uint64_t *s)
 {
-        float u = (float)(rnd(s) >> 40) / (float)(1u << 24);
-        float v = 1.0f / 64 + u * (1.0f - 1.0f / 64);
+        double u = (double)(rnd(s) >> 11) * 0x1p-53;
+        double v = 1.0 / 64 + u * (1.0 - 1.0 / 64);
         return (rnd(s) & 1) ? -v : v;
 }
 
-static size_t esize(int dtype) { return dtype == GEMMD_F32 ? 4 : 2; }
+static size_t esize(int dtype) { return dtype == GEMMD_F64 ? 8 : dtype == GEMMD_F32 ? 4 : 2; }
 
-static float get_elem(int dtype, const void *buf, size_t i)
+static double get_elem(int dtype, const void *buf, size_t i)
 {
         switch (dtype) {
         case GEMMD_F16:
                 return gemmd_f16_to_f32(((const uint16_t *)buf)[i]);
         case GEMMD_BF16:
                 return gemmd_bf16_to_f32(((const uint16_t *)buf)[i]);
+        case GEMMD_F64:
+                return ((const double *)buf)[i];
         default:
                 return ((const float *)buf)[i];
         }
 }
 
-static void set_elem(int dtype, void *buf, size_t i, float v)
+static void set_elem(int dtype, void *buf, size_t i, double v)
 {
         switch (dtype) {
         case GEMMD_F16:
-                ((uint16_t *)buf)[i] = gemmd_f32_to_f16(v);
+                ((uint16_t *)buf)[i] = gemmd_f32_to_f16((float)v);
                 break;
         case GEMMD_BF16:
-                ((uint16_t *)buf)[i] = gemmd_f32_to_bf16(v);
+                ((uint16_t *)buf)[i] = gemmd_f32_to_bf16((float)v);
+                break;
+        case GEMMD_F64:
+                ((double *)buf)[i] = v;
                 break;
         default:
-                ((float *)buf)[i] = v;
+                ((float *)buf)[i] = (float)v;
                 break;
         }
 }
@@ -77,7 +83,10 @@ static void set_elem(int dtype, void *buf, size_t i, float v)
 /* A NaN with a recognizable payload, written where nothing may be read. */
 static void set_poison(int dtype, void *buf, size_t i)
 {
-        if (dtype == GEMMD_F32) {
+        if (dtype == GEMMD_F64) {
+                uint64_t x = 0x7ff8deaddeadbeefull;
+                memcpy((double *)buf + i, &x, 8);
+        } else if (dtype == GEMMD_F32) {
                 uint32_t x = 0x7fc0dead;
                 memcpy((float *)buf + i, &x, 4);
         } else {
@@ -85,14 +94,28 @@ static void set_poison(int dtype, void *buf, size_t i)
         }
 }
 
-/* v rounded to the dtype, as a float. */
-static float round_to(int dtype, float v)
+/* v rounded to the dtype. */
+static double round_to(int dtype, double v)
 {
         if (dtype == GEMMD_F16)
-                return gemmd_f16_to_f32(gemmd_f32_to_f16(v));
+                return gemmd_f16_to_f32(gemmd_f32_to_f16((float)v));
         if (dtype == GEMMD_BF16)
-                return gemmd_bf16_to_f32(gemmd_f32_to_bf16(v));
+                return gemmd_bf16_to_f32(gemmd_f32_to_bf16((float)v));
+        if (dtype == GEMMD_F32)
+                return (float)v;
         return v;
+}
+
+/* The scalars a problem is computed with: f64 takes them as sent, the
+ * others rounded to float (kproblem.h). */
+static double alpha_of(const struct gemmd_kproblem *kp)
+{
+        return kp->dtype == GEMMD_F64 ? kp->alpha_f64 : kp->alpha;
+}
+
+static double beta_of(const struct gemmd_kproblem *kp)
+{
+        return kp->dtype == GEMMD_F64 ? kp->beta_f64 : kp->beta;
 }
 
 /* ------------------------------------------------------------------------ */
@@ -102,7 +125,7 @@ struct spec {
         uint8_t kind, dtype, ta, tb, uplo;
         uint32_t m, n, k; /* SYR2K: m is set to n */
         uint32_t pad;     /* extra rows in every leading dimension */
-        float alpha, beta;
+        double alpha, beta;
 };
 
 struct tprob {
@@ -167,7 +190,8 @@ static void prob_make(struct tprob *tp, const struct spec *s, uint64_t *rng)
                 .ldb = rb + (s->pad * 3) % 7,
                 .ldc = m + (s->pad * 5) % 11,
                 .m = m, .n = n, .k = k,
-                .alpha = s->alpha, .beta = s->beta,
+                .alpha = (float)s->alpha, .beta = (float)s->beta,
+                .alpha_f64 = s->alpha, .beta_f64 = s->beta,
                 .kind = s->kind, .dtype = s->dtype,
                 .trans_a = s->ta, .trans_b = s->kind == SCHED_SYR2K ? 0 : s->tb,
                 .uplo = s->kind == SCHED_SYR2K ? s->uplo : 0,
@@ -189,7 +213,7 @@ static void prob_make(struct tprob *tp, const struct spec *s, uint64_t *rng)
                 for (int64_t i = 0; i < kp->ldc; i++) {
                         size_t idx = (size_t)i + (size_t)j * kp->ldc;
                         int inside = i < m && stored(kp, (uint32_t)i, j);
-                        if ((inside && s->beta != 0.0f) || (!inside && i < m && (rnd(rng) & 1)))
+                        if ((inside && s->beta != 0.0) || (!inside && i < m && (rnd(rng) & 1)))
                                 set_elem(s->dtype, tp->c, idx, rnd_val(rng));
                         else
                                 set_poison(s->dtype, tp->c, idx);
@@ -348,12 +372,12 @@ static void ws_alloc(struct cpu_workspace *ws, const struct sched_plan *plan,
 {
         size_t n = (size_t)plan->ws_chunks * cfg->shape.tm * cfg->shape.tn;
 
-        ws->chunks = malloc(n ? n * sizeof(float) : 1);
+        ws->chunks = malloc(n ? n * CPU_WS_ELEM_BYTES : 1);
         ws->arrivals = calloc(plan->nsplit ? plan->nsplit : 1, sizeof(uint32_t));
         cr_assert(ws->chunks && ws->arrivals);
-        /* Garbage in the workspace must not matter. */
-        for (size_t i = 0; i < n; i++)
-                ws->chunks[i] = NAN;
+        /* Garbage in the workspace must not matter: all ones is a NaN in
+         * float and in double. */
+        memset(ws->chunks, 0xff, n * CPU_WS_ELEM_BYTES);
 }
 
 static void ws_free(struct cpu_workspace *ws)
@@ -393,8 +417,9 @@ static double op_elem(int dtype, const void *x, int64_t ld, int t, uint32_t r, u
         return get_elem(dtype, x, idx);
 }
 
-/* Double-precision reference of problem tp and, per element, the sum of the
- * magnitudes of everything that went into it (for the error bound). */
+/* Reference of problem tp, summed in long double (so that it is a
+ * reference for f64 too), and, per element, the sum of the magnitudes of
+ * everything that went into it (for the error bound). */
 static void prob_ref(struct tprob *tp)
 {
         const struct gemmd_kproblem *kp = &tp->kp;
@@ -402,10 +427,11 @@ static void prob_ref(struct tprob *tp)
         int syr2k = kp->kind == SCHED_SYR2K;
         double *ad = malloc(sizeof(double) * m * k); /* op(A), m x k */
         double *bd = malloc(sizeof(double) * k * n); /* GEMM: op(B) k x n; SYR2K: n x k */
-        double *s = calloc((size_t)m * n, sizeof(double));
-        double *sa = calloc((size_t)m * n, sizeof(double));
+        long double *s = calloc((size_t)m * n, sizeof(long double));
+        long double *sa = calloc((size_t)m * n, sizeof(long double));
+        double *out = malloc(sizeof(double) * m * n), *absout = malloc(sizeof(double) * m * n);
 
-        cr_assert(ad && bd && s && sa);
+        cr_assert(ad && bd && s && sa && out && absout);
         for (uint32_t p = 0; p < k; p++)
                 for (uint32_t i = 0; i < m; i++)
                         ad[i + (size_t)p * m] =
@@ -417,12 +443,12 @@ static void prob_ref(struct tprob *tp)
                                         op_elem(kp->dtype, tp->b, kp->ldb, kp->trans_a, j, p);
                 for (uint32_t j = 0; j < n; j++)
                         for (uint32_t p = 0; p < k; p++) {
-                                double aj = ad[j + (size_t)p * m], bj = bd[j + (size_t)p * n];
+                                long double aj = ad[j + (size_t)p * m], bj = bd[j + (size_t)p * n];
                                 for (uint32_t i = 0; i < m; i++) {
-                                        double ai = ad[i + (size_t)p * m];
-                                        double bi = bd[i + (size_t)p * n];
+                                        long double ai = ad[i + (size_t)p * m];
+                                        long double bi = bd[i + (size_t)p * n];
                                         s[i + (size_t)j * m] += ai * bj + bi * aj;
-                                        sa[i + (size_t)j * m] += fabs(ai * bj) + fabs(bi * aj);
+                                        sa[i + (size_t)j * m] += fabsl(ai * bj) + fabsl(bi * aj);
                                 }
                         }
         } else {
@@ -432,32 +458,35 @@ static void prob_ref(struct tprob *tp)
                                         op_elem(kp->dtype, tp->b, kp->ldb, !kp->trans_b, j, p);
                 for (uint32_t j = 0; j < n; j++)
                         for (uint32_t p = 0; p < k; p++) {
-                                double b = bd[p + (size_t)j * k];
+                                long double b = bd[p + (size_t)j * k];
                                 for (uint32_t i = 0; i < m; i++) {
-                                        s[i + (size_t)j * m] += ad[i + (size_t)p * m] * b;
-                                        sa[i + (size_t)j * m] += fabs(ad[i + (size_t)p * m] * b);
+                                        long double t = ad[i + (size_t)p * m] * b;
+                                        s[i + (size_t)j * m] += t;
+                                        sa[i + (size_t)j * m] += fabsl(t);
                                 }
                         }
         }
         for (uint32_t j = 0; j < n; j++)
                 for (uint32_t i = 0; i < m; i++) {
                         size_t x = i + (size_t)j * m;
-                        double c = 0;
-                        if (kp->beta != 0.0f && stored(kp, i, j))
+                        long double c = 0, alpha = alpha_of(kp), beta = beta_of(kp);
+                        if (beta != 0 && stored(kp, i, j))
                                 c = get_elem(kp->dtype, tp->c0, i + (size_t)j * kp->ldc);
-                        s[x] = (double)kp->alpha * s[x] + (double)kp->beta * c;
-                        sa[x] = fabs((double)kp->alpha) * sa[x] + fabs((double)kp->beta * c);
+                        out[x] = (double)(alpha * s[x] + beta * c);
+                        absout[x] = (double)(fabsl(alpha) * sa[x] + fabsl(beta * c));
                 }
         free(ad);
         free(bd);
-        tp->ref = s;
-        tp->absref = sa;
+        free(s);
+        free(sa);
+        tp->ref = out;
+        tp->absref = absout;
 }
 
 /* The canonical accumulation order (cpu_gemm.h), one element at a time in
  * scalar code. The volatile temporaries keep every product and sum rounded
  * to f32 whatever the compiler's contraction setting. */
-static float canon_elem(const struct tprob *tp, uint32_t i, uint32_t j)
+static float canon_elem_f32(const struct tprob *tp, uint32_t i, uint32_t j)
 {
         const struct gemmd_kproblem *kp = &tp->kp;
         int d = kp->dtype, t = kp->trans_a;
@@ -494,10 +523,51 @@ static float canon_elem(const struct tprob *tp, uint32_t i, uint32_t j)
         }
         volatile float r = kp->alpha * total;
         if (kp->beta != 0.0f) {
-                volatile float bc = kp->beta * get_elem(d, tp->c0, i + (size_t)j * kp->ldc);
+                volatile float bc = kp->beta * (float)get_elem(d, tp->c0, i + (size_t)j * kp->ldc);
                 r = r + bc;
         }
-        return round_to(d, r);
+        return (float)round_to(d, r);
+}
+
+/* The same order in f64, with the f64 scalars. */
+static double canon_elem_f64(const struct tprob *tp, uint32_t i, uint32_t j)
+{
+        const struct gemmd_kproblem *kp = &tp->kp;
+        int d = kp->dtype, t = kp->trans_a, syr2k = kp->kind == SCHED_SYR2K;
+        uint32_t nkc = sched_kchunks(kp->k);
+        double total = 0.0;
+
+        for (uint32_t c = 0; c < nkc; c++) {
+                uint32_t k0 = c * SCHED_KCHUNK;
+                uint32_t k1 = k0 + SCHED_KCHUNK < kp->k ? k0 + SCHED_KCHUNK : kp->k;
+                double acc = 0.0;
+                volatile double prod;
+                for (uint32_t p = k0; p < k1; p++) {
+                        prod = syr2k ? op_elem(d, tp->a, kp->lda, t, i, p) *
+                                               op_elem(d, tp->b, kp->ldb, t, j, p)
+                                     : op_elem(d, tp->a, kp->lda, kp->trans_a, i, p) *
+                                               op_elem(d, tp->b, kp->ldb, !kp->trans_b, j, p);
+                        acc = acc + prod;
+                }
+                for (uint32_t p = k0; syr2k && p < k1; p++) {
+                        prod = op_elem(d, tp->b, kp->ldb, t, i, p) *
+                               op_elem(d, tp->a, kp->lda, t, j, p);
+                        acc = acc + prod;
+                }
+                total = c == 0 ? acc : total + acc;
+        }
+        volatile double r = kp->alpha_f64 * total;
+        if (kp->beta_f64 != 0.0) {
+                volatile double bc = kp->beta_f64 * get_elem(d, tp->c0, i + (size_t)j * kp->ldc);
+                r = r + bc;
+        }
+        return r;
+}
+
+/* The canonical result of element (i, j), as a double. */
+static double canon_elem(const struct tprob *tp, uint32_t i, uint32_t j)
+{
+        return tp->kp.dtype == GEMMD_F64 ? canon_elem_f64(tp, i, j) : canon_elem_f32(tp, i, j);
 }
 
 /* Checks problem i of g against its reference: norm-wise and element-wise
@@ -510,8 +580,12 @@ static void check_prob(struct group *g, uint32_t pi, const char *what)
         int d = kp->dtype;
         size_t es = esize(d);
         double u_out = d == GEMMD_F16 ? 0x1p-11 : d == GEMMD_BF16 ? 0x1p-8 : 0.0;
-        double floor_abs = d == GEMMD_F16 ? 0x1p-25 : 1e-37;
-        double tol_norm = d == GEMMD_F16 ? 2e-3 : d == GEMMD_BF16 ? 1e-2 : 1e-5;
+        double u_acc = d == GEMMD_F64 ? 0x1p-53 : 0x1p-24;
+        double floor_abs = d == GEMMD_F16 ? 0x1p-25 : d == GEMMD_F64 ? 1e-300 : 1e-37;
+        double tol_norm = d == GEMMD_F16   ? 2e-3
+                          : d == GEMMD_BF16 ? 1e-2
+                          : d == GEMMD_F64  ? 1e-14
+                                            : 1e-5;
         double nterms = kp->kind == SCHED_SYR2K ? 2.0 * kp->k : kp->k;
         double err2 = 0, ref2 = 0;
 
@@ -532,13 +606,13 @@ static void check_prob(struct group *g, uint32_t pi, const char *what)
                         double out = get_elem(d, tp->c, x);
                         double ref = tp->ref[i + (size_t)j * kp->m];
                         double bound = tp->absref[i + (size_t)j * kp->m] *
-                                               ((nterms + 4) * 0x1p-24 + u_out) + floor_abs;
+                                               ((nterms + 4) * u_acc + u_out) + floor_abs;
                         cr_assert(fabs(out - ref) <= bound,
                                   "%s: problem %u (kind %u dtype %u ta %u tb %u uplo %u m %u n %u "
-                                  "k %u alpha %g beta %g) element (%lld, %u): got %.9g, want "
-                                  "%.9g (bound %.3g)",
+                                  "k %u alpha %g beta %g) element (%lld, %u): got %.17g, want "
+                                  "%.17g (bound %.3g)",
                                   what, pi, kp->kind, d, kp->trans_a, kp->trans_b, kp->uplo, kp->m,
-                                  kp->n, kp->k, kp->alpha, kp->beta, (long long)i, j, out, ref,
+                                  kp->n, kp->k, alpha_of(kp), beta_of(kp), (long long)i, j, out, ref,
                                   bound);
                         err2 += (out - ref) * (out - ref);
                         ref2 += ref * ref;
@@ -561,8 +635,12 @@ static void check_group(struct group *g, const char *what)
 static const struct sched_shape shapes[] = {{64, 64, 32}, {128, 64, 64}, {64, 128, 64}};
 #define NSHAPES (sizeof(shapes) / sizeof(shapes[0]))
 
-static const float alphas[] = {1.0f, -0.5f, 1.25f, 0.75f, 2.0f};
-static const float betas[] = {0.0f, 1.0f, -2.0f, 0.5f, 0.0f, 0.25f};
+/* 1/3 and 0.1 have no exact float: an f64 problem must use them as doubles. */
+static const double alphas[] = {1.0, -0.5, 1.25, 1.0 / 3, 2.0};
+static const double betas[] = {0.0, 1.0, -2.0, 0.1, 0.0, 0.25};
+
+/* The dtypes the kernel runs, in enum order: f32, f16, bf16, f64. */
+#define NDT 4
 
 /* A group of one config (dtype, kind, uplo): sizes of 1, odd sizes, sizes
  * around and between tile multiples, k from 1 to 2000 across canonical
@@ -615,10 +693,10 @@ struct acc_param {
 
 ParameterizedTestParameters(cpu_gemm, accuracy)
 {
-        static struct acc_param ps[3 * 3 * SCHED_NMODES * NSHAPES];
+        static struct acc_param ps[NDT * 3 * SCHED_NMODES * NSHAPES];
         size_t n = 0;
 
-        for (int d = 0; d < 3; d++)
+        for (int d = 0; d < NDT; d++)
                 for (int kind = 0; kind < 3; kind++)
                         for (int m = 0; m < SCHED_NMODES; m++)
                                 for (int s = 0; s < (int)NSHAPES; s++)
@@ -649,13 +727,13 @@ struct cfg_param {
 };
 
 /* Every dtype x (GEMM, SYR2K lower, SYR2K upper). */
-static struct cfg_param cfg_params[9];
+static struct cfg_param cfg_params[NDT * 3];
 
 static size_t cfg_params_fill(void)
 {
         size_t n = 0;
 
-        for (int d = 0; d < 3; d++)
+        for (int d = 0; d < NDT; d++)
                 for (int kind = 0; kind < 3; kind++)
                         cfg_params[n++] = (struct cfg_param){d, kind > 0, kind == 2};
         return n;
@@ -701,14 +779,13 @@ ParameterizedTest(struct cfg_param *p, cpu_gemm, canonical_bits)
                         for (uint32_t r = 0; r < tp->kp.m; r++) {
                                 if (!stored(&tp->kp, r, j))
                                         continue;
-                                float want = canon_elem(tp, r, j);
-                                float got = get_elem(tp->kp.dtype, tp->c,
-                                                     r + (size_t)j * tp->kp.ldc);
-                                cr_assert(memcmp(&want, &got, 4) == 0,
-                                          "problem %u element (%u, %u): got %.9g (%08x), "
-                                          "canonical %.9g (%08x)",
-                                          i, r, j, got, gemmd_f32_bits(got), want,
-                                          gemmd_f32_bits(want));
+                                double want = canon_elem(tp, r, j);
+                                double got = get_elem(tp->kp.dtype, tp->c,
+                                                      r + (size_t)j * tp->kp.ldc);
+                                cr_assert(memcmp(&want, &got, sizeof(double)) == 0,
+                                          "dtype %u problem %u element (%u, %u): got %a, "
+                                          "canonical %a",
+                                          tp->kp.dtype, i, r, j, got, want);
                         }
         }
         group_free(g);
@@ -718,9 +795,10 @@ ParameterizedTest(struct cfg_param *p, cpu_gemm, canonical_bits)
 static struct group *deep_group(const struct cfg_param *p, uint64_t seed)
 {
         struct spec specs[3] = {
-                {.m = 100, .n = 90, .k = 2000, .tb = 1, .pad = 3, .alpha = 1.0f, .beta = 0.5f},
-                {.m = 64, .n = 130, .k = 1537, .ta = 1, .alpha = -1.5f, .beta = 0.0f},
-                {.m = 7, .n = 20, .k = 1024, .ta = 1, .tb = 1, .pad = 1, .alpha = 0.5f, .beta = 1},
+                {.m = 100, .n = 90, .k = 2000, .tb = 1, .pad = 3, .alpha = 1.0, .beta = 0.5},
+                {.m = 64, .n = 130, .k = 1537, .ta = 1, .alpha = -1.5, .beta = 0.0},
+                {.m = 7, .n = 20, .k = 1024, .ta = 1, .tb = 1, .pad = 1, .alpha = 1.0 / 3,
+                 .beta = 0.1},
         };
 
         for (int i = 0; i < 3; i++) {
@@ -841,10 +919,10 @@ ParameterizedTest(struct cfg_param *p, cpu_gemm, every_chunk_split)
  * mode: batching never changes a result. */
 Test(cpu_gemm, alone_equals_grouped)
 {
-        struct spec specs[30];
+        struct spec specs[2 * NDT * 3];
         uint32_t n = 0;
 
-        for (int d = 0; d < 3; d++)
+        for (int d = 0; d < NDT; d++)
                 for (int kind = 0; kind < 3; kind++) {
                         struct spec tmp[16];
                         uint32_t c = mixed_specs(tmp, d, kind > 0, kind == 2);
@@ -877,7 +955,7 @@ Test(cpu_gemm, alone_equals_grouped)
  * beta != 0 reads C. */
 Test(cpu_gemm, beta_zero_does_not_read_c)
 {
-        for (int d = 0; d < 3; d++) {
+        for (int d = 0; d < NDT; d++) {
                 struct spec s[2] = {
                         {.kind = SCHED_GEMM, .dtype = (uint8_t)d, .m = 70, .n = 5, .k = 600,
                          .alpha = 1.0f, .beta = 0.0f},
@@ -899,9 +977,10 @@ Test(cpu_gemm, beta_zero_does_not_read_c)
 
                 /* With beta != 0 the infinities and NaNs must come through. */
                 g->kps[0].beta = g->p[0].kp.beta = 1.0f;
+                g->kps[0].beta_f64 = g->p[0].kp.beta_f64 = 1.0;
                 group_reset(g);
                 run_group(g, SCHED_ROUND_ROBIN, shapes[0], 4, 1);
-                float v0 = get_elem(d, g->p[0].c, 0), v1 = get_elem(d, g->p[0].c, 1);
+                double v0 = get_elem(d, g->p[0].c, 0), v1 = get_elem(d, g->p[0].c, 1);
                 cr_assert(isnan(v0) && isinf(v1), "beta 1: got %g %g", v0, v1);
                 group_free(g);
         }
@@ -911,7 +990,7 @@ Test(cpu_gemm, beta_zero_does_not_read_c)
  * every dtype, with k across several chunks. */
 Test(cpu_gemm, exact_integers)
 {
-        for (int d = 0; d < 3; d++) {
+        for (int d = 0; d < NDT; d++) {
                 struct spec s = {.kind = SCHED_GEMM, .dtype = (uint8_t)d, .m = 67, .n = 45,
                                  .k = 1500, .ta = 1, .tb = 1, .pad = 2, .alpha = 1.0f,
                                  .beta = 1.0f};
@@ -921,19 +1000,19 @@ Test(cpu_gemm, exact_integers)
                 uint64_t rng = 3;
                 for (size_t x = 0; x < na; x++)
                         if (x % tp->kp.lda < tp->kp.k)
-                                set_elem(d, tp->a, x, (float)(int)(rnd(&rng) % 3) - 1.0f);
+                                set_elem(d, tp->a, x, (double)(int)(rnd(&rng) % 3) - 1.0);
                 for (size_t x = 0; x < nb; x++)
                         if (x % tp->kp.ldb < tp->kp.n)
-                                set_elem(d, tp->b, x, (float)(int)(rnd(&rng) % 3) - 1.0f);
+                                set_elem(d, tp->b, x, (double)(int)(rnd(&rng) % 3) - 1.0);
                 for (size_t x = 0; x < tp->nc; x++)
                         if (x % tp->kp.ldc < tp->kp.m)
-                                set_elem(d, tp->c0, x, 3.0f);
+                                set_elem(d, tp->c0, x, 3.0);
                 group_reset(g);
                 run_group(g, SCHED_DEVICE, shapes[1], 3, 2);
                 prob_ref(tp);
                 for (uint32_t j = 0; j < tp->kp.n; j++)
                         for (uint32_t i = 0; i < tp->kp.m; i++) {
-                                double want = round_to(d, (float)tp->ref[i + (size_t)j * tp->kp.m]);
+                                double want = round_to(d, tp->ref[i + (size_t)j * tp->kp.m]);
                                 double got = get_elem(d, tp->c, i + (size_t)j * tp->kp.ldc);
                                 cr_assert_eq(got, want, "dtype %d (%u, %u): %g vs %g", d, i, j,
                                              got, want);

@@ -136,7 +136,7 @@ Test(e2e, gemm_every_dtype_op_and_layout_matches_reference)
         c = e2e_connect(&d);
         cr_assert_not_null(c);
         cr_assert_eq(e2e_arena_init(&ar, c, 4u << 20), 0);
-        for (int dt = 0; dt < 3; dt++)
+        for (int dt = 0; dt < 4; dt++)
                 for (int ta = 0; ta < 2; ta++)
                         for (int tb = 0; tb < 2; tb++)
                                 for (int row = 0; row < 2; row++) {
@@ -169,7 +169,7 @@ Test(e2e, gemm_every_dtype_op_and_layout_matches_reference)
                                                 e2e_prob_free(&p[i]);
                                         combos++;
                                 }
-        cr_expect_eq(combos, 24);
+        cr_expect_eq(combos, 32);
         gemmd_disconnect(c);
         STOP(&d);
 }
@@ -190,7 +190,7 @@ Test(e2e, syr2k_every_dtype_trans_uplo_and_layout_leaves_other_triangle)
         c = e2e_connect(&d);
         cr_assert_not_null(c);
         cr_assert_eq(e2e_arena_init(&ar, c, 4u << 20), 0);
-        for (int dt = 0; dt < 3; dt++)
+        for (int dt = 0; dt < 4; dt++)
                 for (int tr = 0; tr < 2; tr++)
                         for (int up = 0; up < 2; up++)
                                 for (int row = 0; row < 2; row++) {
@@ -226,7 +226,7 @@ Test(e2e, inline_operands_and_inline_c_are_returned)
 {
         struct e2e_daemon d;
         struct e2e_arena ar;
-        struct e2e_prob p[24];
+        struct e2e_prob p[32];
         gemmd_client *c;
         uint64_t seed = 3;
         char why[256];
@@ -236,7 +236,7 @@ Test(e2e, inline_operands_and_inline_c_are_returned)
         c = e2e_connect(&d);
         cr_assert_not_null(c);
         cr_assert_eq(e2e_arena_init(&ar, c, 1u << 20), 0);
-        for (int dt = 0; dt < 3; dt++) {
+        for (int dt = 0; dt < 4; dt++) {
                 for (int beta0 = 0; beta0 < 2; beta0++) {
                         struct e2e_spec g = {.kind = GEMMD_GEMM, .dtype = (enum gemmd_dtype)dt,
                                              .ta = GEMMD_OP_T, .row_major = dt == 1,
@@ -628,6 +628,70 @@ Test(e2e, released_buffer_is_unknown_afterwards)
         cr_expect_eq(rc, GEMMD_ENOBUF, "got %s", gemmd_strerror(rc));
         cr_expect_eq(gemmd_wait(c, t, 0, NULL, 0), GEMMD_ENOTICKET);
         free(p.c0);
+        gemmd_disconnect(c);
+        STOP(&d);
+}
+
+/*
+ * f64 end to end: GEMM and SYR2K of random sizes, transposes and layouts,
+ * inline or in shared memory, some with beta 0 over a C of NaNs, and
+ * scalars that have no float (1/3, 0.1), each checked at f64's tolerance.
+ * Judged again with the scalars rounded to float, every result must fail:
+ * the daemon computed with the doubles. The handshake says the CPU device
+ * runs every dtype.
+ */
+#define NF64 24
+
+/* x rounded to float, as a double. Through a volatile: GCC 12 folds a pair
+ * of (double)(float) round trips that it vectorizes into nothing. */
+static double float_of(double x)
+{
+        volatile float f = (float)x;
+
+        return f;
+}
+
+Test(e2e, f64_random_ops_match_reference_with_double_scalars)
+{
+        static const double alphas[] = {1.0 / 3, -0.1, 2.2};
+        static const double betas[] = {0.0, 0.1, -1.0 / 3};
+        struct e2e_daemon d;
+        struct e2e_arena ar;
+        struct e2e_prob p[NF64];
+        struct gemmd_device dev;
+        gemmd_client *c;
+        uint64_t seed = 64;
+        char why[300];
+
+        START(&d, "--threads", "2", NULL);
+        c = e2e_connect(&d);
+        cr_assert_not_null(c);
+        cr_assert_eq(gemmd_get_device(c, 0, &dev), 0);
+        cr_assert_eq(dev.dtypes, 0xfu, "the CPU device runs f32, f16, bf16 and f64, not %#x",
+                     dev.dtypes);
+        cr_assert_eq(e2e_arena_init(&ar, c, 16u << 20), 0);
+        for (int i = 0; i < NF64; i++) {
+                struct e2e_spec s;
+
+                e2e_spec_random(&s, &seed, 150);
+                s.dtype = GEMMD_F64;
+                s.alpha = alphas[i % 3];
+                s.beta = betas[(i / 3) % 3];
+                if (i % 2)
+                        cr_assert_eq(e2e_prob_inline(&p[i], &s, &seed), 0);
+                else
+                        cr_assert_eq(e2e_prob_place(&p[i], &s, &ar, &seed), 0);
+        }
+        cr_assert_eq(e2e_run_checked(c, p, NF64, 6, NULL, why, sizeof(why)), 0, "%s", why);
+        for (int i = 0; i < NF64; i++) {
+                double err;
+
+                p[i].s.alpha = float_of(p[i].s.alpha);
+                p[i].s.beta = float_of(p[i].s.beta);
+                cr_assert_neq(e2e_prob_check(&p[i], &err, why, sizeof(why)), 0,
+                              "op %d passes with float scalars too (error %.3g)", i, err);
+                e2e_prob_free(&p[i]);
+        }
         gemmd_disconnect(c);
         STOP(&d);
 }

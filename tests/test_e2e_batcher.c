@@ -347,6 +347,10 @@ static const struct e2e_spec bit_specs[] = {
          .pad = 2, .alpha = 0.75f, .beta = -1.0f},
         {.kind = GEMMD_SYR2K, .dtype = GEMMD_F32, .ta = GEMMD_OP_T, .row_major = 1, .n = 33,
          .k = 2049, .alpha = 1.0f, .beta = 0.0f},
+        {.kind = GEMMD_GEMM, .dtype = GEMMD_F64, .ta = GEMMD_OP_T, .tb = GEMMD_OP_T,
+         .row_major = 1, .m = 50, .n = 67, .k = 1600, .pad = 3, .alpha = 1.0 / 3, .beta = 0.1},
+        {.kind = GEMMD_SYR2K, .dtype = GEMMD_F64, .uplo = GEMMD_LOWER, .n = 45, .k = 1300,
+         .pad = 1, .alpha = -0.7, .beta = 0.0},
 };
 #define NBITS (sizeof(bit_specs) / sizeof(bit_specs[0]))
 #define FILLERS 24
@@ -371,7 +375,7 @@ Test(e2e, result_bits_do_not_depend_on_group_or_plan_mode)
                 c = e2e_connect(&d);
                 busy = e2e_connect(&d);
                 cr_assert(c && busy);
-                cr_assert_eq(e2e_arena_init(&ar, c, 4u << 20), 0);
+                cr_assert_eq(e2e_arena_init(&ar, c, 8u << 20), 0);
                 cr_assert_eq(e2e_arena_init(&far, busy, 32u << 20), 0);
 
                 /* Each problem alone on an idle daemon, with the same inputs

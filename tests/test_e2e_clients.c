@@ -472,14 +472,16 @@ static void write_operand(const struct e2e_prob *p, const void *x, int64_t rows,
 static void read_result(struct e2e_prob *p, const char *path, int64_t rows, int64_t cols)
 {
         int64_t r, c;
-        int esz, want = p->s.dtype == GEMMD_F16 ? 2 : 4;
+        int esz, want = p->s.dtype == GEMMD_F16 ? 2 : p->s.dtype == GEMMD_F64 ? 8 : 4;
         void *data;
 
         cr_assert_eq(e2e_npy_read(path, &esz, &r, &c, &data), 0, "%s is not a 2-D .npy", path);
         cr_assert(esz == want && r == rows && c == cols, "OUT is %lldx%lld of %d-byte floats",
                   (long long)r, (long long)c, esz);
         for (int64_t i = 0; i < rows * cols; i++) {
-                double v = esz == 4 ? ((float *)data)[i] : e2e_get(GEMMD_F16, data, (uint64_t)i);
+                double v = esz == 8   ? ((double *)data)[i]
+                           : esz == 4 ? ((float *)data)[i]
+                                      : e2e_get(GEMMD_F16, data, (uint64_t)i);
 
                 e2e_set(p->s.dtype, p->c, (uint64_t)i, v);
                 if (p->s.dtype == GEMMD_BF16)
@@ -507,8 +509,8 @@ static void ctl_compute(struct ctl *x, struct e2e_prob *p, struct args *args, in
         write_operand(p, p->a, arows, acols, a);
         write_operand(p, p->b, brows, bcols, b);
         write_operand(p, p->c0, crows, s->n, c);
-        snprintf(al, sizeof(al), "%.9g", s->alpha);
-        snprintf(be, sizeof(be), "%.9g", s->beta);
+        snprintf(al, sizeof(al), "%.17g", s->alpha);
+        snprintf(be, sizeof(be), "%.17g", s->beta);
         if (s->dtype == GEMMD_BF16) {
                 add(args, "--dtype");
                 add(args, "bf16");
@@ -603,18 +605,20 @@ Test(e2e, gemmctl_status_stats_gemm_syr2k_and_errors)
         st = ctl(&x, d.sock, "status", NULL);
         cr_assert_eq(st, 0, "status: %s", x.stderr_text);
         cr_assert_neq(x.stdout_text[0], '\0');
+        cr_assert(strstr(x.stdout_text, "dtypes f32 f16 bf16 f64"), "%s", x.stdout_text);
         st = ctl(&x, d.sock, "stats", NULL);
         cr_assert_eq(st, 0, "stats: %s", x.stderr_text);
         cr_assert(strstr(x.stdout_text, "group size"), "%s", x.stdout_text);
 
-        for (int dt = 0; dt < 3; dt++)
+        /* f64 files, with scalars no float holds: computed in f64. */
+        for (int dt = 0; dt < 4; dt++)
                 for (int ta = 0; ta < 2; ta++) {
                         struct e2e_spec g = {.kind = GEMMD_GEMM, .dtype = (enum gemmd_dtype)dt,
                                              .ta = (enum gemmd_trans)ta,
                                              .tb = (enum gemmd_trans)(ta ^ (dt == 1)),
                                              .row_major = 1, .m = 17, .n = 6, .k = 33,
-                                             .alpha = ta ? -1.5f : 1.0f,
-                                             .beta = dt == 2 ? 0.0f : 0.5f};
+                                             .alpha = dt == 3 ? 1.0 / 3 : ta ? -1.5 : 1.0,
+                                             .beta = dt == 2 ? 0.0 : dt == 3 ? 0.1 : 0.5};
                         struct e2e_spec s = {.kind = GEMMD_SYR2K, .dtype = (enum gemmd_dtype)dt,
                                              .ta = (enum gemmd_trans)ta,
                                              .uplo = (enum gemmd_uplo)(ta ^ (dt & 1)),
@@ -630,10 +634,10 @@ Test(e2e, gemmctl_status_stats_gemm_syr2k_and_errors)
         cr_assert_eq(st, 0, "stats --json: %s", x.stderr_text);
         cr_assert_eq(x.stdout_text[0], '{', "%s", x.stdout_text);
         cr_assert(strstr(x.stdout_text, "\"devices\""), "%s", x.stdout_text);
-        cr_assert_geq(hard_json_number(x.stdout_text, "ops"), 12, "%s", x.stdout_text);
+        cr_assert_geq(hard_json_number(x.stdout_text, "ops"), 16, "%s", x.stdout_text);
         /* Every one of those requests was answered after device work, and
          * waited a measured, sane time for its reply. */
-        cr_assert_geq(hard_json_number(x.stdout_text, "replies"), 12, "%s", x.stdout_text);
+        cr_assert_geq(hard_json_number(x.stdout_text, "replies"), 16, "%s", x.stdout_text);
         /* Small results and no Launched messages: the completing thread
          * answered every one of them itself, into gemmctl's ring while it
          * polled, else (with one event loop) on its socket; with several

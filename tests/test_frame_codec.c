@@ -144,6 +144,8 @@ static size_t random_submit(uint8_t *buf, const uint8_t *data)
                 o->ldc = (int64_t)rv();
                 o->alpha = rnd() % 3 ? 1.5f : 0.0f;
                 o->beta = rnd() % 2 ? -2.0f : 0.0f;
+                o->alpha_f64 = rnd() % 2 ? 1.0 / 3 : 0.0;
+                o->beta_f64 = rnd() % 2 ? -0.1 : 0.0;
                 o->debug_fault = rnd() % 5 == 0;
                 for (int j = 0; j < 3; j++) {
                         Gemmd__V1__Operand *x = &od[i * 3 + j];

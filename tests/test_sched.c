@@ -341,6 +341,25 @@ Test(cost, model)
         cr_assert_float_eq(sched_cost_reduce(&c, &bf), 2 * c.split_reduce, 1e-9);
 }
 
+/* f64 is a class of its own, dearer than bf16 per K step, and --cost can
+ * set it. */
+Test(cost, f64_has_its_own_class)
+{
+        struct sched_cost c = sched_cost_default();
+        struct sched_problem d = gemm(128, 128, 512, GEMMD_F64), bf = gemm(128, 128, 512, GEMMD_BF16);
+        struct sched_shape s = {128, 128, 64};
+        char buf[512];
+
+        cr_assert_eq(sched_cost_class(&d), SCHED_COST_F64);
+        cr_assert_gt(c.kiter[SCHED_COST_F64], c.kiter[SCHED_COST_BF16]);
+        cr_assert_gt(sched_cost_entry(&c, &d, s, 0, 1, 0), sched_cost_entry(&c, &bf, s, 0, 1, 0));
+        cr_assert_eq(sched_cost_parse(&c, "kiter_f64=2.5"), 0);
+        cr_assert_float_eq(sched_cost_entry(&c, &d, s, 0, 1, 0), c.tile_fixed + 8 * 2.5, 1e-12);
+        sched_cost_format(&c, buf, sizeof(buf));
+        cr_assert(strstr(buf, "kiter_f64=2.5"), "%s", buf);
+        cr_assert_eq(sched_cost_parse(&c, "kiter_f64=0"), -EINVAL);
+}
+
 Test(cost, parse_and_set)
 {
         struct sched_cost c = sched_cost_default(), d;
@@ -929,7 +948,7 @@ Test(plan, rejects_bad_input)
         REJECT_PROBLEM(p.k = 0);
         REJECT_PROBLEM(p.k = SCHED_MAX_K + 1);
         REJECT_PROBLEM(p.m = 1u << 31);
-        REJECT_PROBLEM(p.dtype = 3);
+        REJECT_PROBLEM(p.dtype = 4);
         REJECT_PROBLEM(p.kind = 2);
         REJECT_PROBLEM(p.uplo = 2);
         REJECT_PROBLEM(p = syr2k(100, 10, 0, GEMMD_BF16); p.m = 99);

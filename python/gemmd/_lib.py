@@ -106,6 +106,7 @@ class Device(ctypes.Structure):
         ("backend", ctypes.c_char * 16),
         ("units", ctypes.c_uint32),
         ("memory_bytes", ctypes.c_uint64),
+        ("dtypes", ctypes.c_uint32),
     ]
 
 
@@ -117,7 +118,8 @@ class Device(ctypes.Structure):
 assert ctypes.sizeof(Operand) == 40 and ctypes.sizeof(Op) == 200
 # Result: 72 bytes first; 88 since admit_ns and reply_ns were appended.
 assert ctypes.sizeof(Result) == 88 and ctypes.sizeof(Info) == 112
-assert ctypes.sizeof(Device) == 96
+# Device: 96 bytes first; 104 since dtypes was appended.
+assert ctypes.sizeof(Device) == 104
 
 _SLACK = 1024
 

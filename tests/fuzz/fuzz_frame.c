@@ -55,6 +55,9 @@ static void read_bytes(ProtobufCBinaryData d)
 static void on_submit(const Gemmd__V1__Submit *m)
 {
         struct inline_tally tally = {.room = UINT64_MAX};
+        /* One device that runs every dtype, as the CPU backend. */
+        static const uint32_t dev = 0xf;
+        struct dtype_caps caps = {.any = dev, .dev = &dev, .ndev = 1};
         char msg[256];
 
         /* dispatch.c refuses more ops than the limit before looking. */
@@ -63,7 +66,7 @@ static void on_submit(const Gemmd__V1__Submit *m)
         for (size_t i = 0; i < m->n_ops; i++) {
                 struct op o;
 
-                if (validate_op(m->ops[i], &table, &lim, &o, &tally, msg, sizeof(msg)) != 0) {
+                if (validate_op(m->ops[i], &table, &lim, &caps, &o, &tally, msg, sizeof(msg)) != 0) {
                         read_str(msg);
                         break; /* the daemon rejects the whole submit */
                 }

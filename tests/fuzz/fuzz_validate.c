@@ -6,6 +6,7 @@
  * bytes, so the overflow checks meet the values that break them. Every op
  * that validates must pass fuzz_check_op: it stays inside its buffers.
  */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -135,7 +136,22 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         operand(&r, &a, &op.a);
         operand(&r, &b, &op.b);
         operand(&r, &c, &op.c);
-        if (validate_op(&op, &table, &lim, &out, &tally, msg, sizeof(msg)) == 0) {
+        if (op.dtype == GEMMD__V1__DTYPE__F64) {
+                op.alpha_f64 = op.alpha;
+                op.beta_f64 = op.beta;
+        }
+        /* The dtypes the one device runs: all four once the input is
+         * spent, so that older inputs keep validating. */
+        uint32_t dev = r.n ? (uint32_t)rd(&r, 1) & 0xf : 0xf;
+        struct dtype_caps caps = {.any = dev, .dev = &dev, .ndev = 1};
+        int rc = validate_op(&op, &table, &lim, &caps, &out, &tally, msg, sizeof(msg));
+
+        /* Checked right after the kind and the dtype, before anything else. */
+        if (op.kind <= 1 && op.dtype <= 3 && !(dev & (1u << op.dtype)) && rc != GEMMD_EUNSUPPORTED) {
+                fprintf(stderr, "fuzz: a dtype no device runs validated as %d\n", rc);
+                abort();
+        }
+        if (rc == 0) {
                 fuzz_check_op(&out);
                 op_release(&out);
         }

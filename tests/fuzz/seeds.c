@@ -67,7 +67,8 @@ static void hello(void)
  * room per operand) or inline. */
 static void submit(uint64_t rid, int n, int kind, int dtype, int inl, int row, int trans)
 {
-        static uint8_t zeros[64 * 64 * 4];
+        static uint8_t zeros[64 * 64 * 8];
+        size_t esz = dtype == 3 ? 8 : dtype == 0 ? 4 : 2;
         Gemmd__V1__Envelope env = GEMMD__V1__ENVELOPE__INIT;
         Gemmd__V1__Submit sub = GEMMD__V1__SUBMIT__INIT;
         Gemmd__V1__Op op[8], *ops[8];
@@ -90,9 +91,11 @@ static void submit(uint64_t rid, int n, int kind, int dtype, int inl, int row, i
                 op[i].lda = op[i].ldb = op[i].ldc = d;
                 op[i].alpha = 1.0f;
                 op[i].beta = i & 1 ? 0.5f : 0.0f;
+                op[i].alpha_f64 = 1.0 / 3;
+                op[i].beta_f64 = i & 1 ? 0.1 : 0.0;
                 if (inl) {
                         a[i].data.data = b[i].data.data = c[i].data.data = zeros;
-                        a[i].data.len = b[i].data.len = c[i].data.len = (size_t)(d * d * 4);
+                        a[i].data.len = b[i].data.len = c[i].data.len = (size_t)(d * d) * esz;
                 } else {
                         a[i].buffer_id = b[i].buffer_id = c[i].buffer_id = 4;
                         b[i].offset = 64 * 64 * 4;
@@ -143,6 +146,10 @@ static void frames(const char *dir)
         flush(dir, "syr2k-inline-bf16");
         submit(6, 3, 0, 1, 0, 1, 1);
         flush(dir, "gemm-rowmajor-f16");
+        submit(10, 2, 1, 3, 1, 0, 1);
+        flush(dir, "syr2k-inline-f64");
+        submit(11, 3, 0, 3, 0, 1, 0);
+        flush(dir, "gemm-rowmajor-f64");
         submit(7, 5, 0, 0, 0, 0, 1);
         submit(8, 4, 1, 0, 0, 1, 0);
         flush(dir, "submits");
