@@ -280,7 +280,7 @@ Test(blas, transposes_and_leading_dimensions_through_gemmd)
                                 run_checked(p, &seed);
                                 runs++;
                         }
-        cr_assert_geq(daemon_ops(), runs / 2, "the f32 calls reached gemmd");
+        cr_assert_eq(daemon_ops(), runs, "every call reached gemmd");
         cr_assert_eq(e2e_daemon_stop(&gd), 0);
 }
 
@@ -359,6 +359,43 @@ Test(blas, no_daemon_at_all)
                             &seed);
 }
 
+/* A call whose operands exceed one buffer of the daemon goes to the fallback,
+ * and so do all calls once the user's registered bytes are spent. */
+Test(blas, daemon_limits_send_calls_to_the_fallback)
+{
+        uint64_t seed = 9;
+        struct prob small = {.ta = 'N', .tb = 'N', .m = 30, .n = 30, .k = 30, .alpha = 1, .beta = 1};
+        struct prob big = {.dbl = 1, .ta = 'T', .tb = 'N', .m = 200, .n = 200, .k = 300, .alpha = 1,
+                           .beta = 0.5};
+
+        cr_assert_eq(e2e_daemon_start(&gd, "--threads", "1", "--max-buffer-bytes", "1M", NULL), 0);
+        setenv("GEMMD_SOCKET", gd.sock, 1);
+        setenv("GEMMD_BLAS_FALLBACK", REFERENCE_BLAS, 1);
+        setenv("GEMMD_BLAS_THRESHOLD", "0", 1);
+        run_checked(small, &seed);
+        run_checked(big, &seed); /* 1.6 MB of operands */
+        run_checked(small, &seed);
+        cr_assert_eq(daemon_ops(), 2, "only the small calls ran on gemmd");
+        cr_assert_eq(e2e_daemon_stop(&gd), 0);
+}
+
+Test(blas, no_room_for_a_staging_buffer)
+{
+        uint64_t seed = 13;
+
+        cr_assert_eq(e2e_daemon_start(&gd, "--threads", "1", "--max-user-buffer-bytes", "64K", NULL),
+                     0);
+        setenv("GEMMD_SOCKET", gd.sock, 1);
+        setenv("GEMMD_BLAS_FALLBACK", REFERENCE_BLAS, 1);
+        setenv("GEMMD_BLAS_THRESHOLD", "0", 1);
+        for (int i = 0; i < 3; i++)
+                run_checked((struct prob){.ta = 'N', .tb = 'T', .m = 12, .n = 9, .k = 40,
+                                          .alpha = 2, .beta = 1},
+                            &seed);
+        cr_assert_eq(daemon_ops(), 0);
+        cr_assert_eq(e2e_daemon_stop(&gd), 0);
+}
+
 struct thread_arg {
         int id;
         int failures;
@@ -401,7 +438,7 @@ Test(blas, threads_call_at_once)
                 pthread_join(th[i], NULL);
                 cr_expect_eq(args[i].failures, 0, "thread %d: %s", i, args[i].why);
         }
-        cr_assert_geq(daemon_ops(), NT * 6, "every thread's f32 calls reached gemmd");
+        cr_assert_eq(daemon_ops(), NT * 12, "every thread's calls reached gemmd");
         cr_assert_eq(e2e_daemon_stop(&gd), 0);
 }
 
