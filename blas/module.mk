@@ -45,3 +45,28 @@ $(BUILD)/blas/blasbench: $(BUILD)/blas/blasbench.o $(BLAS_LIB) $(BUILD)/libgemmd
 		$(BUILD)/libgemmd.a $(PBC_A) $(LDLIBS)
 
 BIN += $(BLAS_LIB) $(BUILD)/blas/blasbench
+
+# Installed beside, not instead of, the system's BLAS: $(LIBDIR)/gemmd is on
+# no loader path, so nothing picks this libblas.so.3 up until asked to
+# (LD_LIBRARY_PATH, LD_PRELOAD, or the alternative below).
+BLAS_INSTALL_PATH := $(LIBDIR)/gemmd/libblas.so.3
+INSTALLED_FILES += $(BLAS_INSTALL_PATH) $(MANDIR)/man7/gemmd-blas.7
+
+install: install-blas
+install-blas: $(BLAS_LIB)
+	$(Q)$(INSTALL) -D -m 0755 $(BLAS_LIB) $(DESTDIR)$(BLAS_INSTALL_PATH)
+	$(Q)$(INSTALL) -D -m 0644 man/gemmd-blas.7 $(DESTDIR)$(MANDIR)/man7/gemmd-blas.7
+
+# Makes the installed library the system's libblas.so.3 (Debian's
+# alternatives; in auto mode the highest priority wins: the reference BLAS
+# has 10, OpenBLAS 100). Run after `make install`, as root.
+BLAS_ALT_PRIORITY ?= 150
+BLAS_ALT_NAME := libblas.so.3-$(MULTIARCH)
+install-blas-alternative:
+	update-alternatives --install /usr/lib/$(MULTIARCH)/libblas.so.3 $(BLAS_ALT_NAME) \
+		$(BLAS_INSTALL_PATH) $(BLAS_ALT_PRIORITY)
+
+uninstall-blas-alternative:
+	update-alternatives --remove $(BLAS_ALT_NAME) $(BLAS_INSTALL_PATH)
+
+.PHONY: install-blas install-blas-alternative uninstall-blas-alternative
