@@ -72,6 +72,7 @@ struct stage {
 static __thread struct stage stage;
 
 static pthread_once_t init_once = PTHREAD_ONCE_INIT;
+static void init(void);
 static pthread_key_t stage_key;
 static double threshold = DEFAULT_THRESHOLD;
 static int verbose;
@@ -80,6 +81,7 @@ void blas_note(const char *fmt, ...)
 {
         va_list ap;
 
+        pthread_once(&init_once, init);
         if (!verbose)
                 return;
         va_start(ap, fmt);
