@@ -36,7 +36,6 @@ static const char *const code_names[] = {
 #define NDTYPES 4 /* f32, f16, bf16, f64 */
 
 static const char *const kind_names[NKINDS] = {"gemm", "syr2k"};
-static const char *const dtype_names[NDTYPES] = {"f32", "f16", "bf16", "f64"};
 
 /* What one uid did. The slot with other == 1 collects every uid past
  * METRICS_MAX_UIDS, so the number of series stays bounded. */
@@ -273,7 +272,7 @@ static void render_counts(FILE *f)
                                         code_label(code, sizeof(code), c);
                                         fprintf(f, "gemmd_ops_total{op=\"%s\",dtype=\"%s\","
                                                    "status=\"%s\",uid=\"%s\"} %llu\n",
-                                                kind_names[k], dtype_names[d], code, uid,
+                                                kind_names[k], dtype_name(d), code, uid,
                                                 (unsigned long long)u->ops[k][d][c]);
                                 }
         }

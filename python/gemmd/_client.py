@@ -15,7 +15,7 @@ from typing import Any, Dict, List, Optional, Sequence, Union
 import numpy as np
 
 from . import _lib
-from ._lib import (BF16, F16, F32, GEMM, LOWER, OP_N, OP_T, OPF_ALLOW_TF32, OPF_ROW_MAJOR,
+from ._lib import (BF16, F16, F32, F64, GEMM, LOWER, OP_N, OP_T, OPF_ALLOW_TF32, OPF_ROW_MAJOR,
                    PRIO_HIGH, PRIO_LOW, PRIO_NORMAL, SYR2K, UPPER)
 
 
@@ -65,9 +65,11 @@ _DTYPE_NAMES = {
     "f32": F32, "float32": F32, "float": F32,
     "f16": F16, "float16": F16, "half": F16,
     "bf16": BF16, "bfloat16": BF16,
+    "f64": F64, "float64": F64, "double": F64,
 }
-_WIRE_NP = {F32: np.dtype(np.float32), F16: np.dtype(np.float16), BF16: np.dtype(np.uint16)}
-_GDT_NAME = {F32: "f32", F16: "f16", BF16: "bf16"}
+_WIRE_NP = {F32: np.dtype(np.float32), F16: np.dtype(np.float16), BF16: np.dtype(np.uint16),
+            F64: np.dtype(np.float64)}
+_GDT_NAME = {F32: "f32", F16: "f16", BF16: "bf16", F64: "f64"}
 
 
 def _is_bf16(dt):
@@ -75,8 +77,8 @@ def _is_bf16(dt):
 
 
 def _parse_dtype(dtype):
-    """gemmd dtype of a dtype argument: 'f32', 'f16', 'bf16' (and long
-    names), or a NumPy dtype/type."""
+    """gemmd dtype of a dtype argument: 'f32', 'f16', 'bf16', 'f64' (and
+    long names), or a NumPy dtype/type."""
     if isinstance(dtype, str) and dtype.lower() in _DTYPE_NAMES:
         return _DTYPE_NAMES[dtype.lower()]
     try:
@@ -90,22 +92,29 @@ def _parse_dtype(dtype):
             return F16
         if _is_bf16(dt):
             return BF16
-    raise ValueError("dtype must be f32, f16 or bf16, not %r" % (dtype,))
+        if dt == np.float64:
+            return F64
+    raise ValueError("dtype must be f32, f16, bf16 or f64, not %r" % (dtype,))
 
 
-def _resolve_dtype(dtype, arrays):
+def _resolve_dtype(dtype, arrays, f64_ok):
     """(gemmd dtype computed in, NumPy dtype of the result) for the inputs
-    `arrays` (a and b; C is converted to whatever they settle on)."""
+    `arrays` (a and b; C is converted to whatever they settle on). A float64
+    input is computed in f64 where the daemon runs it (f64_ok), else in f32
+    as before f64 existed."""
     dts = [x.dtype for x in arrays]
     if all(_is_bf16(d) for d in dts):
         natural, result = BF16, dts[0]
+    elif f64_ok and any(d == np.float64 for d in dts):
+        natural, result = F64, np.dtype(np.float64)
     else:
         common = np.result_type(*[d for d in dts if not _is_bf16(d)])
         if common == np.float16 and not any(_is_bf16(d) for d in dts):
             natural, result = F16, np.dtype(np.float16)
         else:
-            # float32, and everything NumPy would promote further (float64,
-            # integers), is computed in f32 and returned as float32.
+            # float32, and everything NumPy would promote further (float64
+            # on a daemon without f64, integers), is computed in f32 and
+            # returned as float32.
             natural, result = F32, np.dtype(np.float32)
     return (natural if dtype is None else _parse_dtype(dtype)), result
 
@@ -211,8 +220,8 @@ def _real(x, name):
     if dt.kind == "c":
         raise TypeError("%s is complex (%s): gemmd multiplies real matrices only; pass its .real "
                         "to drop the imaginary part" % (name, dt))
-    raise TypeError("%s has dtype %s: gemmd takes real numbers (float32, float16 or bfloat16; "
-                    "float64 and integers are computed in f32)" % (name, dt))
+    raise TypeError("%s has dtype %s: gemmd takes real numbers (float32, float16, bfloat16 or "
+                    "float64; integers are computed in f32)" % (name, dt))
 
 
 def _as2d(x, name):
@@ -400,7 +409,11 @@ class Client:
             if self._lib.gemmd_get_device(h, i, ctypes.byref(d)) == 0:
                 self._devices.append({"index": d.index, "name": d.name.decode(),
                                       "backend": d.backend.decode(), "units": d.units,
-                                      "memory_bytes": d.memory_bytes})
+                                      "memory_bytes": d.memory_bytes,
+                                      "dtypes": [nm for t, nm in sorted(_GDT_NAME.items())
+                                                 if d.dtypes >> t & 1]})
+        # Whether float64 inputs compute in f64 (some device runs it).
+        self._f64 = any("f64" in d["dtypes"] for d in self._devices)
         self.inline_threshold = min(inline_threshold, info.max_inline_bytes)
 
     # ---- lifetime ----
@@ -743,9 +756,10 @@ class Client:
         the same). The result is a new array, or `out` (m x n), which may be
         c itself. An empty m or n gives an empty result and k == 0 gives
         beta * c (or zeros), without asking the daemon. dtype computes in
-        'f32', 'f16' or 'bf16' (inputs are rounded to it and the result has
-        the inputs' type; default: the inputs' type, with float64 and
-        integers computed in f32); allow_tf32 lets a GPU use TF32 for f32;
+        'f32', 'f16', 'bf16' or 'f64' (inputs are rounded to it and the result
+        has the inputs' type; default: the inputs' type, with integers, and
+        float64 on a daemon whose devices do not run f64, computed in f32);
+        allow_tf32 lets a GPU use TF32 for f32;
         priority is 'low', 'normal' or 'high'. Raises GemmdError."""
         return self._await(self._gemm(a, b, c, alpha, beta, trans_a, trans_b, out, False, dtype,
                                       allow_tf32, priority), None)
@@ -809,7 +823,7 @@ class Client:
         if k != k2:
             raise ValueError("gemm: op(a) is %dx%d but op(b) is %dx%d" % (m, k, k2, n))
         c, out = self._check_c_out(c, out, (m, n))
-        gdt, res_dt = _resolve_dtype(dtype, [a, b])
+        gdt, res_dt = _resolve_dtype(dtype, [a, b], self._f64)
         if allow_tf32 and gdt != F32:
             raise ValueError("allow_tf32 applies to f32, not %s" % _GDT_NAME[gdt])
         prio = _prio(priority)
@@ -834,7 +848,7 @@ class Client:
             raise ValueError("syr2k: a is %s but b is %s" % (a.shape, b.shape))
         n, k = a.shape[::-1] if trans else a.shape
         c, out = self._check_c_out(c, out, (n, n))
-        gdt, res_dt = _resolve_dtype(dtype, [a, b])
+        gdt, res_dt = _resolve_dtype(dtype, [a, b], self._f64)
         prio = _prio(priority)
         if n == 0 or k == 0:
             return _done(_local_result(c, beta, (n, n), res_dt, True, lower, out))
@@ -856,7 +870,7 @@ class Client:
             return self._matmul_torch_cpu(a, b, out, background, dtype, allow_tf32, prio)
         a, b = _real(np.asarray(a), "a"), _real(np.asarray(b), "b")
         batch, m, k, n, final = _matmul_shapes(a.shape, b.shape)
-        gdt, res_dt = _resolve_dtype(dtype, [a, b])
+        gdt, res_dt = _resolve_dtype(dtype, [a, b], self._f64)
         if allow_tf32 and gdt != F32:
             raise ValueError("allow_tf32 applies to f32, not %s" % _GDT_NAME[gdt])
         if out is not None:
@@ -994,16 +1008,19 @@ class Client:
         ta = a if isinstance(a, torch.Tensor) else torch.as_tensor(np.asarray(a))
         tb = b if isinstance(b, torch.Tensor) else torch.as_tensor(np.asarray(b))
         rt = torch.promote_types(ta.dtype, tb.dtype)
+        if rt == torch.float64 and not self._f64:
+            rt = torch.float32
         if dtype is None:
-            dtype = {torch.float16: "f16", torch.bfloat16: "bf16"}.get(rt, "f32")
+            dtype = {torch.float16: "f16", torch.bfloat16: "bf16", torch.float64: "f64"}.get(rt, "f32")
         na, nb = (t.detach().float().numpy() if t.dtype == torch.bfloat16 else t.detach().numpy()
                   for t in (ta, tb))
-        if rt not in (torch.float32, torch.float16, torch.bfloat16):
+        if rt not in (torch.float32, torch.float16, torch.bfloat16, torch.float64):
             rt = torch.float32
         fut = self._matmul(na, nb, None, background, dtype, allow_tf32, prio)
+        wide = np.float64 if rt == torch.float64 else np.float32
 
         def convert(res):
-            t = torch.from_numpy(np.ascontiguousarray(res, dtype=np.float32)).to(rt)
+            t = torch.from_numpy(np.ascontiguousarray(res, dtype=wide)).to(rt)
             if out is not None:
                 out.copy_(t)
                 return out

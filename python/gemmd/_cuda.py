@@ -15,7 +15,7 @@ import ctypes
 import numpy as np
 
 from . import _lib
-from ._lib import BF16, F16, F32, GEMM, LOWER, OP_N, OP_T, OPF_ALLOW_TF32, OPF_ROW_MAJOR, SYR2K, UPPER
+from ._lib import BF16, F16, F32, F64, GEMM, LOWER, OP_N, OP_T, OPF_ALLOW_TF32, OPF_ROW_MAJOR, SYR2K, UPPER
 
 _MAX_CACHED = 256  # registrations kept per client; the oldest is dropped first
 
@@ -108,7 +108,8 @@ class CudaOps:
         self.client = client
         self.drv = _Driver()
         self.cache = collections.OrderedDict()  # (device, base, size, handle) -> buffer id
-        self.tdt = {F32: torch.float32, F16: torch.float16, BF16: torch.bfloat16}
+        self.tdt = {F32: torch.float32, F16: torch.float16, BF16: torch.bfloat16,
+                    F64: torch.float64}
 
     # ---- registration ----
 
@@ -161,7 +162,10 @@ class CudaOps:
         torch = self.torch
         from ._client import _parse_dtype
         common = torch.promote_types(a.dtype, b.dtype)
-        natural = {torch.float32: F32, torch.float16: F16, torch.bfloat16: BF16}.get(common)
+        kinds = {torch.float32: F32, torch.float16: F16, torch.bfloat16: BF16}
+        if self.client._f64:  # float64 computes in f64 where the daemon runs it
+            kinds[torch.float64] = F64
+        natural = kinds.get(common)
         res = common if natural is not None else torch.float32
         gdt = natural if natural is not None else F32
         if dtype is not None:
@@ -229,10 +233,11 @@ class CudaOps:
         the result when there is nothing to multiply."""
         from ._client import _done
         torch = self.torch
-        r = torch.zeros(shape, dtype=torch.float32, device=dev)
+        wide = torch.float64 if res == torch.float64 else torch.float32
+        r = torch.zeros(shape, dtype=wide, device=dev)
         if c is not None:
             cc = (c if isinstance(c, torch.Tensor) else torch.as_tensor(np.asarray(c)))
-            cc = cc.to(dev, torch.float32).broadcast_to(shape)
+            cc = cc.to(dev, wide).broadcast_to(shape)
             r = beta * cc
             if lower is not None:
                 r = (torch.tril(r) + torch.triu(cc, 1)) if lower else \

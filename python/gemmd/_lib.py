@@ -29,7 +29,7 @@ ENOTICKET = -1016
 ERESOURCE = -1017
 
 GEMM, SYR2K = 0, 1
-F32, F16, BF16 = 0, 1, 2
+F32, F16, BF16, F64 = 0, 1, 2, 3
 OP_N, OP_T = 0, 1
 LOWER, UPPER = 0, 1
 OPF_ROW_MAJOR = 0x1
@@ -115,7 +115,8 @@ class Device(ctypes.Structure):
 # comes from new(): zeroed, with room behind it for fields this module does
 # not know. The library may write them (Info, Device, Result), and reads 0,
 # "the default", from any it expects in an Op.
-assert ctypes.sizeof(Operand) == 40 and ctypes.sizeof(Op) == 200
+# Op: 208 bytes since alpha and beta became doubles (libgemmd.so.1).
+assert ctypes.sizeof(Operand) == 40 and ctypes.sizeof(Op) == 208
 # Result: 72 bytes first; 88 since admit_ns and reply_ns were appended.
 assert ctypes.sizeof(Result) == 88 and ctypes.sizeof(Info) == 112
 # Device: 96 bytes first; 104 since dtypes was appended.

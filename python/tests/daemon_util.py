@@ -164,5 +164,5 @@ def rand(rng, shape, dtype=np.float32):
 def tolerance(dtype, k):
     """Relative-error bound (against the largest reference magnitude) that
     fits the dtype of the inputs and the output, for a K-long dot product."""
-    eps = {"f32": 2.0 ** -23, "f16": 2.0 ** -10, "bf16": 2.0 ** -7}[dtype]
+    eps = {"f32": 2.0 ** -23, "f16": 2.0 ** -10, "bf16": 2.0 ** -7, "f64": 2.0 ** -52}[dtype]
     return 4 * eps * (1 + np.sqrt(k))

@@ -51,6 +51,82 @@ def syr2k_ref(a, b, c, alpha, beta, trans, lower):
     return tri(full) + other
 
 
+def ld_gemm_ref(a, b, c, alpha, beta, ta, tb):
+    """gemm_ref in long double: a reference for f64."""
+    a, b = a.astype(np.longdouble), b.astype(np.longdouble)
+    r = np.longdouble(alpha) * ((a.T if ta else a) @ (b.T if tb else b))
+    if c is not None:
+        r = r + np.longdouble(beta) * np.asarray(c, dtype=np.longdouble)
+    return r
+
+
+class TestF64(DaemonTestCase):
+    """float64 arrays compute in f64, with alpha and beta as given."""
+
+    def setUp(self):
+        self.rng = np.random.default_rng(64)
+        self.c = self.client()
+
+    def close(self, got, ref, k, what):
+        """The relative error of got against the long double ref, asserted
+        within f64's bound and returned."""
+        self.assertEqual(got.dtype, np.float64, what)
+        ref = np.asarray(ref, dtype=np.longdouble)
+        err = float(np.abs(got.astype(np.longdouble) - ref).max() / np.abs(ref).max())
+        self.assertLessEqual(err, tolerance("f64", k), "%s: relative error %g" % (what, err))
+        return err
+
+    def test_device_says_it_runs_f64(self):
+        self.assertIn("f64", self.c._devices[0]["dtypes"])
+
+    def test_gemm_shapes_transposes_and_double_scalars(self):
+        for (m, n, k), ta, tb in itertools.product([(1, 1, 1), (33, 17, 65), (70, 9, 600)],
+                                                   [False, True], [False, True]):
+            a = self.rng.uniform(-1, 1, (k, m) if ta else (m, k))
+            b = self.rng.uniform(-1, 1, (n, k) if tb else (k, n))
+            c = self.rng.uniform(-1, 1, (m, n))
+            what = "gemm %dx%dx%d ta=%d tb=%d" % (m, n, k, ta, tb)
+            got = self.c.gemm(a, b, c, alpha=1 / 3, beta=0.1, trans_a=ta, trans_b=tb)
+            self.close(got, ld_gemm_ref(a, b, c, 1 / 3, 0.1, ta, tb), k, what)
+            # Judged with the scalars rounded to float, it is far off: the
+            # daemon used the doubles.
+            off = ld_gemm_ref(a, b, c, float(np.float32(1 / 3)), float(np.float32(0.1)), ta, tb)
+            err = np.abs(got.astype(np.longdouble) - off).max() / np.abs(off).max()
+            self.assertGreater(float(err), tolerance("f64", k), what)
+
+    def test_syr2k_both_triangles(self):
+        n, k = 37, 300
+        a, b = self.rng.uniform(-1, 1, (n, k)), self.rng.uniform(-1, 1, (n, k))
+        c = self.rng.uniform(-1, 1, (n, n))
+        for lower in (True, False):
+            got = self.c.syr2k(a, b, c, alpha=-0.7, beta=1 / 3, lower=lower)
+            al, bl = a.astype(np.longdouble), b.astype(np.longdouble)
+            full = np.longdouble(-0.7) * (al @ bl.T + bl @ al.T) + np.longdouble(1 / 3) * c
+            tri, other = (np.tril, np.triu(c, 1)) if lower else (np.triu, np.tril(c, -1))
+            self.close(got, tri(full) + other, 2 * k, "syr2k lower=%s" % lower)
+
+    def test_matmul_stack_and_explicit_dtype(self):
+        a, b = self.rng.uniform(-1, 1, (3, 20, 50)), self.rng.uniform(-1, 1, (50, 11))
+        got = self.c.matmul(a, b)
+        self.close(got, np.matmul(a.astype(np.longdouble), b.astype(np.longdouble)), 50, "matmul")
+        # float32 inputs computed in f64 on request: a float32 result of
+        # the f64 sums, within one float rounding.
+        a32, b32 = a[0].astype(np.float32), b.astype(np.float32)
+        got = self.c.gemm(a32, b32, dtype="f64")
+        self.assertEqual(got.dtype, np.float32)
+        ref = a32.astype(np.float64) @ b32.astype(np.float64)
+        self.assertLessEqual(np.abs(got - ref).max() / np.abs(ref).max(), 2.0 ** -23)
+
+    @unittest.skipUnless(__import__("importlib").util.find_spec("torch"), "needs PyTorch")
+    def test_torch_float64_tensors(self):
+        import torch
+        a, b = torch.rand((2, 9, 40), dtype=torch.float64), torch.rand((40, 6), dtype=torch.float64)
+        got = self.c.matmul(a, b)
+        self.assertEqual(got.dtype, torch.float64)
+        self.close(got.numpy(), np.matmul(a.numpy().astype(np.longdouble),
+                                          b.numpy().astype(np.longdouble)), 40, "torch float64")
+
+
 class TestGemm(DaemonTestCase, Check):
     def setUp(self):
         self.rng = np.random.default_rng(1234)
@@ -141,9 +217,10 @@ class TestGemm(DaemonTestCase, Check):
             got = self.c.gemm(a, b, dtype=dtype)
             self.assertEqual(got.dtype, np.float32, dtype)
             self.assertClose(got, ref, dtype, 48, "dtype=" + dtype)
+        # float64 computes in f64 on this daemon (its CPU device runs it).
         got = self.c.gemm(a.astype(np.float64), b.astype(np.float64))
-        self.assertEqual(got.dtype, np.float32)
-        self.assertClose(got, ref, "f32", 48, "float64 inputs")
+        self.assertEqual(got.dtype, np.float64)
+        self.assertClose(got, ref, "f64", 48, "float64 inputs")
         with self.assertRaises(ValueError):
             self.c.gemm(a, b, dtype="int8")
         with self.assertRaises(ValueError):

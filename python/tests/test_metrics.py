@@ -103,6 +103,9 @@ class TestMetricsTcp(DaemonTestCase):
                 a = rand(rng, (n, k), np.float16)
                 c.syr2k(a, a)
                 flops += 2 * n * n * k
+            x = rng.uniform(-1, 1, (9, 7))  # float64: an f64 op
+            c.gemm(x, x.T)
+            flops += 2 * 9 * 9 * 7
             keep = [c.empty((256, 256)) for _ in range(4)]
             with self.assertRaises(gemmd.GemmdError):
                 c.empty((8,))  # past --max-buffers: an error reply
@@ -116,17 +119,18 @@ class TestMetricsTcp(DaemonTestCase):
         while True:
             after, _ = self.scrape()
             d = lambda name, **kw: get(after, name, **kw) - get(before, name, **kw)  # noqa: E731
-            if d("gemmd_group_size_ops_sum") == 5 and d("gemmd_group_size_ops_count") >= 1 \
+            if d("gemmd_group_size_ops_sum") == 6 and d("gemmd_group_size_ops_count") >= 1 \
                     or time.monotonic() > deadline:
                 break
             time.sleep(0.05)
         self.assertEqual(d("gemmd_ops_total", op="gemm", dtype="f32", status="ok", uid=uid), 3)
         self.assertEqual(d("gemmd_ops_total", op="syr2k", dtype="f16", status="ok", uid=uid), 2)
-        self.assertEqual(d("gemmd_requests_total", uid=uid, status="ok"), 5)
-        self.assertEqual(d("gemmd_requests_admitted_total"), 5)
+        self.assertEqual(d("gemmd_ops_total", op="gemm", dtype="f64", status="ok", uid=uid), 1)
+        self.assertEqual(d("gemmd_requests_total", uid=uid, status="ok"), 6)
+        self.assertEqual(d("gemmd_requests_admitted_total"), 6)
         self.assertEqual(d("gemmd_error_replies_total", uid=uid, code="limit"), 1)
         self.assertEqual(d("gemmd_rejections_total", code="limit"), 1)
-        self.assertEqual(d("gemmd_device_ops_total", device="0"), 5)
+        self.assertEqual(d("gemmd_device_ops_total", device="0"), 6)
         self.assertEqual(d("gemmd_device_flops_total", device="0"), flops)
         self.assertEqual(get(after, "gemmd_queue_ops"), 0)
         self.assertEqual(get(after, "gemmd_registered_buffers", kind="shm"), 0)
@@ -155,8 +159,8 @@ class TestMetricsTcp(DaemonTestCase):
         info = [dict(k[1]) for k, v in after.items() if k[0] == "gemmd_device_info" and v == 1]
         self.assertEqual([(i["device"], i["backend"]) for i in info], [("0", "cpu")])
         # Histograms: cumulative buckets, +Inf equal to the count.
-        self.assertEqual(d("gemmd_queue_time_seconds_count"), 5)
-        self.assertEqual(d("gemmd_group_size_ops_sum"), 5)
+        self.assertEqual(d("gemmd_queue_time_seconds_count"), 6)
+        self.assertEqual(d("gemmd_group_size_ops_sum"), 6)
         self.assertGreaterEqual(d("gemmd_run_time_seconds_count"), 1)
         self.assertGreater(d("gemmd_run_time_seconds_sum"), 0)
         for h in ("gemmd_group_size_ops", "gemmd_queue_time_seconds", "gemmd_run_time_seconds"):
