@@ -72,6 +72,7 @@ include bench/module.mk
 include tests/module.mk
 include systemd/module.mk
 include deploy/module.mk
+include blas/module.mk
 
 bins: $(BIN)
 

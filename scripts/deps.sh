@@ -7,6 +7,8 @@ PKGS="build-essential pkg-config libuv1-dev libprotobuf-c-dev protobuf-c-compile
 libcriterion-dev python3 python3-numpy python3-venv systemd"
 # tests/test_deploy.sh reads deploy/k8s/daemonset.yaml.
 PKGS="$PKGS python3-yaml"
+# tests/test_blas_*.sh: the reference BLAS and its testers, NumPy's test suite.
+PKGS="$PKGS libblas3 libblas-test python3-pytest python3-hypothesis"
 
 missing=""
 for p in $PKGS; do

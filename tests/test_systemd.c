@@ -105,11 +105,13 @@ Test(systemd, install_and_uninstall_put_exactly_the_files_and_take_them_back)
         snprintf(stage, sizeof(stage), "%s/stage", e2e_dir);
         cr_assert_eq(run_make("install", stage, "/usr"), 0);
         snprintf(want, sizeof(want),
-                 "./usr/bin/gemmctl\n./usr/include/gemmd.h\n./usr/lib/libgemmd.a\n"
+                 "./usr/bin/gemmctl\n./usr/include/gemmd.h\n./usr/lib/gemmd/libblas.so.3\n"
+                 "./usr/lib/libgemmd.a\n"
                  "./usr/lib/libgemmd.so\n./usr/lib/libgemmd.so.1\n./usr/lib/libgemmd.so.1.0.0\n"
                  "./usr/lib/pkgconfig/gemmd.pc\n./usr/lib/systemd/system/gemmd.service\n"
                  "./usr/lib/systemd/system/gemmd.socket\n./usr/lib/sysusers.d/gemmd.conf\n"
-                 "./usr/lib/tmpfiles.d/gemmd.conf\n./usr/sbin/gemmd\n%s%s",
+                 "./usr/lib/tmpfiles.d/gemmd.conf\n./usr/sbin/gemmd\n%s"
+                 "./usr/share/man/man7/gemmd-blas.7\n%s",
                  access(GEMMD_SRCDIR "/man/gemmctl.1", F_OK) == 0 ? "./usr/share/man/man1/gemmctl.1\n" : "",
                  access(GEMMD_SRCDIR "/man/gemmd.8", F_OK) == 0 ? "./usr/share/man/man8/gemmd.8\n" : "");
         tree = list_tree(stage);
