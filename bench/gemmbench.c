@@ -698,7 +698,7 @@ static int prun_fn(void *arg, uint32_t c)
 
 static double getv(const void *base, int dtype, size_t i)
 {
-        if (dtype == DT_F64)
+        if (dtype == DT_F64 || dtype == GEMMD_F64)
                 return ((const double *)base)[i];
         if (dtype == GEMMD_F32)
                 return ((const float *)base)[i];

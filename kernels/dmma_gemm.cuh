@@ -9,10 +9,14 @@
  * through a workspace of doubles), and C = alpha * sum (+ beta * C) with
  * separately rounded operations.
  *
- * Tile 128 x 64 x 16, 8 warps as 4 (m) x 2 (n), 32 x 32 outputs each, so
- * the tile's chunk sum and running total both stay in registers (32 + 32
- * doubles a thread). mma.sync has f64 shapes m8n8k4 (sm_80) and, from
- * sm_90, m16n8k4/k8/k16; the config's MK picks one (4 is m8n8k4).
+ * Tile 128 x 64, 8 warps as 4 (m) x 2 (n), 32 x 32 outputs each; the
+ * chunk sum in registers (32 doubles a thread), the running total in
+ * shared memory, which leaves registers to have the next fragments loaded
+ * while the mmas run. K steps of 32 on the sm_90a image, 16 on the sm_80
+ * one (its smaller shared memory), 3 stages. mma.sync has the f64 shape
+ * m8n8k4 on sm_80 and from sm_90 also m16n8k4/k8/k16, of which k16 ran
+ * fastest on the H100 (k8 3% slower, m8n8k4 28%: docs/performance.md);
+ * the config's MK picks one (4 is m8n8k4).
  * ldmatrix moves 16-bit elements only, so fragments are read element by
  * element from shared memory: lane (g = lane / 4, t = lane % 4) reads row
  * g (+ 8) and k t (+ 4 j). Rows of a K-major stage are BK + 4 doubles
@@ -21,23 +25,27 @@
  */
 
 #ifndef GEMMD_F64_STAGES
-#define GEMMD_F64_STAGES 4
+#define GEMMD_F64_STAGES 3
 #endif
 
 template <int MK_> struct DCfg {
         static constexpr bool F64 = true;
         static constexpr int MK = MK_;              /* k of one mma: 4 (m8n8k4), 8 or 16 (m16n8kMK) */
         static constexpr int MR = MK == 4 ? 8 : 16; /* rows of one mma */
-        static constexpr int BM = 128, BN = 64, BK = 16;
+        static constexpr int BM = 128, BN = 64, BK_H = 32, BK_L = 16;
+        static constexpr int BK = GEMMD_SMEM_H ? BK_H : BK_L; /* as STAGES of the other configs */
         static constexpr int STAGES = GEMMD_F64_STAGES;
         static constexpr int THREADS = CUDA_GEMM_THREADS;
         static constexpr int ESZ = 8;
         static constexpr int V = 2; /* doubles per 16-byte vector */
         static constexpr int PAD = 4;
         static constexpr int SK = BK + PAD; /* K-major row stride */
+        static constexpr int stage_elems(int bk)
+        {
+                return cmax(BM * (bk + PAD), bk * (BM + PAD)) + cmax(BN * (bk + PAD), bk * (BN + PAD));
+        }
         static constexpr int X_ELEMS = cmax(BM * SK, BK * (BM + PAD));
-        static constexpr int Y_ELEMS = cmax(BN * SK, BK * (BN + PAD));
-        static constexpr int STAGE_ELEMS = X_ELEMS + Y_ELEMS;
+        static constexpr int STAGE_ELEMS = stage_elems(BK);
         static constexpr int NACC = BM * BN / THREADS; /* 32 */
         static constexpr int TILE = BM * BN;
         static constexpr int MT = 32 / MR;     /* mma tiles along m per warp */
@@ -45,13 +53,13 @@ template <int MK_> struct DCfg {
         static constexpr int CV = MR / 4;      /* accumulators per mma per lane */
         static constexpr int MA = MR * MK / 32; /* A elements per mma per lane */
         static constexpr int MB = MK / 4;      /* B elements */
-        static constexpr int smem_bytes(bool) { return STAGES * STAGE_ELEMS * ESZ; }
+        /* The stages, then the running total (TILE doubles). */
+        static constexpr int smem_bytes(bool h) { return (STAGES * stage_elems(h ? BK_H : BK_L) + TILE) * ESZ; }
         static_assert(SCHED_KCHUNK % BK == 0 && BK % MK == 0, "a K chunk must hold whole k-tiles");
         static_assert(MT * NT * CV == NACC, "one warp tile of 32 x 32");
 };
 
 using CfgF64 = DCfg<4>;
-using CfgF64k8 = DCfg<8>;
 using CfgF64k16 = DCfg<16>;
 
 /* d += a b for one f64 mma of k MK (fragments as in the PTX ISA). The
@@ -64,18 +72,6 @@ template <> __device__ __forceinline__ void dmma<4>(double *d, const double *a, 
         asm("mma.sync.aligned.m8n8k4.row.col.f64.f64.f64.f64 {%0,%1}, {%2}, {%3}, {%0,%1};\n"
             : "+d"(d[0]), "+d"(d[1])
             : "d"(a[0]), "d"(b[0]));
-}
-
-template <> __device__ __forceinline__ void dmma<8>(double *d, const double *a, const double *b)
-{
-#if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 900
-        asm("mma.sync.aligned.m16n8k8.row.col.f64.f64.f64.f64 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-            "{%0,%1,%2,%3};\n"
-            : "+d"(d[0]), "+d"(d[1]), "+d"(d[2]), "+d"(d[3])
-            : "d"(a[0]), "d"(a[1]), "d"(a[2]), "d"(a[3]), "d"(b[0]), "d"(b[1]));
-#else
-        __trap();
-#endif
 }
 
 template <> __device__ __forceinline__ void dmma<16>(double *d, const double *a, const double *b)
@@ -275,7 +271,7 @@ __device__ __forceinline__ void dmainloop(const Prob &pr, uint32_t m0, uint32_t 
                         } else {
 #pragma unroll
                                 for (int i = 0; i < D::NACC; i++)
-                                        tot[i] = __dadd_rn(tot[i], acc[i]);
+                                        tot[i * D::THREADS] = __dadd_rn(tot[i * D::THREADS], acc[i]);
                         }
 #pragma unroll
                         for (int i = 0; i < D::NACC; i++)
@@ -287,7 +283,8 @@ __device__ __forceinline__ void dmainloop(const Prob &pr, uint32_t m0, uint32_t 
 }
 
 /* C = alpha * tot (+ beta * C), each operation rounded on its own; with
- * beta == 0 C is not read. SYR2K: the stored triangle only. */
+ * beta == 0 C is not read. SYR2K: the stored triangle only. tot: this
+ * thread's slots in shared memory, THREADS apart. */
 template <class D>
 __device__ __forceinline__ void depilogue(const struct gemmd_kproblem &p, uint32_t m0, uint32_t n0, const double *tot)
 {
@@ -305,7 +302,7 @@ __device__ __forceinline__ void depilogue(const struct gemmd_kproblem &p, uint32
                         if (syr2k && (lower ? gi < gj : gi > gj))
                                 continue;
                         double *dst = cptr + gi + (int64_t)gj * p.ldc;
-                        double v = __dmul_rn(alpha, tot[i]);
+                        double v = __dmul_rn(alpha, tot[i * D::THREADS]);
                         if (decltype(with_beta)::value)
                                 v = __dadd_rn(v, __dmul_rn(beta, *dst));
                         *dst = v;
@@ -330,10 +327,11 @@ __device__ __forceinline__ void drun_entry(const KParams &kp, uint32_t pi, uint3
         const bool valid = sched_tile_coord(&sp, shape, tile, &row, &col) != 0;
         const uint32_t m0 = row * D::BM, n0 = col * D::BN;
         const Prob pr = make_prob<D>(p);
-        double tot[D::NACC];
+        /* This thread's NACC slots of the running total, THREADS apart. */
+        double *tot = (double *)smem + D::STAGES * D::STAGE_ELEMS + threadIdx.x;
 #pragma unroll
         for (int i = 0; i < D::NACC; i++)
-                tot[i] = 0.0;
+                tot[i * D::THREADS] = 0.0;
         double *wsb = nullptr;
         if (split != SCHED_NO_SPLIT)
                 wsb = (double *)kp.ws + (size_t)kp.split_ws[split] * D::TILE;
@@ -371,7 +369,7 @@ __device__ __forceinline__ void drun_entry(const KParams &kp, uint32_t pi, uint3
                         const double *w = wsb + (size_t)c * D::TILE + threadIdx.x;
 #pragma unroll
                         for (int i = 0; i < D::NACC; i++)
-                                tot[i] = __dadd_rn(tot[i], __ldcg(w + i * D::THREADS));
+                                tot[i * D::THREADS] = __dadd_rn(tot[i * D::THREADS], __ldcg(w + i * D::THREADS));
                 }
                 if (threadIdx.x == 0)
                         atomicExch(&kp.arrivals[split], 0u);

@@ -25,7 +25,6 @@
 #include <cuda_runtime.h>
 #include <errno.h>
 #include <stdint.h>
-#include <stdlib.h>
 #include <string.h>
 
 #include <atomic>
@@ -943,30 +942,10 @@ template <class C> int launch(const struct cuda_group *g, const KParams &kp, uin
         return err == cudaSuccess ? 0 : -EIO;
 }
 
-/* The f64 mma: m8n8k4 before sm_90; from sm_90 the shape GEMMD_F64_MMA
- * names (k 4, 8 or 16 of m16n8k*; 4 there means m8n8k4 too). */
-int f64_mk()
-{
-        if (!device_sm90())
-                return 4;
-        static const int mk = [] {
-                const char *e = getenv("GEMMD_F64_MMA");
-                const int v = e ? atoi(e) : 16;
-                return v == 4 || v == 8 ? v : 16;
-        }();
-        return mk;
-}
-
+/* f64 on m16n8k16 from sm_90 (device_sm90), m8n8k4 before. */
 int launch_f64(const struct cuda_group *g, const KParams &kp, uint32_t grid, cudaStream_t st)
 {
-        switch (f64_mk()) {
-        case 4:
-                return launch<CfgF64>(g, kp, grid, st);
-        case 8:
-                return launch<CfgF64k8>(g, kp, grid, st);
-        default:
-                return launch<CfgF64k16>(g, kp, grid, st);
-        }
+        return device_sm90() ? launch<CfgF64k16>(g, kp, grid, st) : launch<CfgF64>(g, kp, grid, st);
 }
 
 } /* namespace */
@@ -977,7 +956,7 @@ extern "C" struct sched_shape cuda_gemm_shape(int dtype, int tf32)
 {
         struct sched_shape s;
         if (dtype == GEMMD_F64)
-                s = {CfgF64::BM, CfgF64::BN, CfgF64::BK};
+                s = {CfgF64::BM, CfgF64::BN, CfgF64::BK_L}; /* tk: the cost model's unit */
         else if (dtype == GEMMD_F32 && !tf32)
                 s = {CfgF32::BM, CfgF32::BN, CfgF32::BK};
         else if (dtype == GEMMD_F32)
@@ -1009,7 +988,7 @@ extern "C" const char *cuda_gemm_kernel_name(int dtype, int tf32)
         case GEMMD_BF16:
                 return "bf16-mma-128x128x64";
         case GEMMD_F64:
-                return "f64-dmma-128x64x16";
+                return "f64-dmma-128x64";
         default:
                 return "?";
         }

@@ -188,7 +188,7 @@ static int check_problem(const struct sched_problem *p, struct sched_shape s, ui
 {
         uint64_t t;
 
-        if (p->kind > SCHED_SYR2K || p->dtype > GEMMD_BF16 || p->uplo > 1 || p->tf32 > 1)
+        if (p->kind > SCHED_SYR2K || p->dtype > GEMMD_F64 || p->uplo > 1 || p->tf32 > 1)
                 return -EINVAL;
         if (p->m == 0 || p->n == 0 || p->k == 0 || p->m >= MAX_MN || p->n >= MAX_MN ||
             p->k > SCHED_MAX_K)

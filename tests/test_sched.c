@@ -929,7 +929,7 @@ Test(plan, rejects_bad_input)
         REJECT_PROBLEM(p.k = 0);
         REJECT_PROBLEM(p.k = SCHED_MAX_K + 1);
         REJECT_PROBLEM(p.m = 1u << 31);
-        REJECT_PROBLEM(p.dtype = 3);
+        REJECT_PROBLEM(p.dtype = 4);
         REJECT_PROBLEM(p.kind = 2);
         REJECT_PROBLEM(p.uplo = 2);
         REJECT_PROBLEM(p = syr2k(100, 10, 0, GEMMD_BF16); p.m = 99);
