@@ -2,7 +2,8 @@
  * grouped_gemm.cu - persistent grouped GEMM/SYR2K kernels (sm_80 and later).
  *
  * One kernel per config: f16 and bf16 on mma.sync m16n8k16 tensor cores,
- * f32 with TF32 allowed on mma.sync m16n8k8, exact f32 on FFMA. All share
+ * f32 with TF32 allowed on mma.sync m16n8k8, exact f32 on FFMA, f64 on
+ * FP64 tensor cores (dmma_gemm.cuh: its own tile and sums). All share
  * a 128 x 128 output tile, 8 warps, and a multistage cp.async pipeline
  * that stages operand tiles in shared memory in the layout they have in
  * global memory ("K-major" when consecutive k are adjacent, "MN-major"
