@@ -10,7 +10,8 @@ extern "C" {
 #endif
 
 /* Fills n elements of dtype (enum gemmd_dtype) at device pointer p with
- * values uniform in [-1, 1] (never zero) derived from seed, on the legacy
+ * values uniform in [-1, 1] (never zero; f64 with all 53 bits random)
+ * derived from seed, on the legacy
  * default stream. Returns 0 or -1 when the launch failed. */
 int bench_fill(void *p, size_t n, int dtype, uint64_t seed);
 
@@ -20,6 +21,14 @@ int bench_fill(void *p, size_t n, int dtype, uint64_t seed);
  * double, whole C. Device pointers, legacy default stream. Returns 0 or -1
  * when the launch failed. */
 int bench_ref_f64(const float *a, const float *b, double *c, uint32_t m, uint32_t n, uint32_t k, int syr2k);
+
+/* A double-double reference of one f64 problem in the same layout, for
+ * columns 0, step, 2 step, ... of C only: column y * step of C is hi + lo
+ * at hi[y * m], lo[y * m] (m elements each). Every product is exact and
+ * every sum carries its rounding error, so hi + lo is far closer than any
+ * f64 result. Returns 0 or -1 when the launch failed. */
+int bench_ref_dd(const double *a, const double *b, double *hi, double *lo, uint32_t m, uint32_t n, uint32_t k,
+                 int syr2k, uint32_t step);
 
 /* One thread that spins for `us` microseconds of the GPU's clock, on the
  * legacy default stream: work queued behind it starts the moment it ends,

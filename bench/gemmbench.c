@@ -12,10 +12,12 @@
  *
  * Workloads are those of BENCHMARKS.md, plus "syr2k-bf16" (syr2k in bf16),
  * "syr2k-gemm" (the bf16 GEMM m = n = 4096, k = 512: the GEMM of the same n
- * and k that syr2k-bf16 is compared with) and "big" (one 8192^3 bf16 GEMM),
+ * and k that syr2k-bf16 is compared with), "big" (one 8192^3 bf16 GEMM) and their
+ * f64 forms: "big-f64" (one 8192^3 DGEMM), "varied-f64" (512 mixed GEMMs
+ * as in varied) and "syr2k-f64" (a group of 16 SYR2Ks of mixed n and k),
  * or a file in the `gemmctl plan` format: one problem per line,
  * `gemm M N K [dtype]` or `syr2k N K [dtype] [lower|upper]`, `#` comments,
- * dtype f32|tf32|f16|bf16 (default bf16). Layout as in BENCHMARKS.md: A is
+ * dtype f32|tf32|f16|bf16|f64 (default bf16). Layout as in BENCHMARKS.md: A is
  * stored m x k and B n x k, both contiguous along K (column-major A^T, B:
  * trans_a = T, trans_b = N), C is m x n column-major; SYR2K uses op T (A and
  * B stored n x k, contiguous along K). alpha = 1, beta = 0.
@@ -50,7 +52,11 @@
  * print how many elements of C differ in bits between the two tiles (0:
  * they sum the same chunks) and which tile the daemon would choose
  * (sched_prefer_wide). Exact f32 sets also print how far both
- * gemmd kernels and cuBLAS land from an f64 reference (bench_ref_f64).
+ * gemmd kernels and cuBLAS land from an f64 reference (bench_ref_f64),
+ * and f64 sets how far gemmd and cuBLAS (cublasDgemm, cublasDsyr2k) land
+ * from a double-double reference of sampled columns (bench_ref_dd). f64
+ * peers: cublasDgemm loop, cublasDgemmGroupedBatched, strided batched
+ * GEMM in f64, cublasDsyr2k loop.
  */
 #include <cublas_v2.h>
 #include <cuda_runtime_api.h>
@@ -97,7 +103,7 @@ void workload_add(struct workload *w, int kind, int dtype, int tf32, int uplo, u
 
 static const char *builtin[] = {"seed002", "cutlassdoc", "varied",     "tiny", "moe",
                                 "varied-f32", "varied-tf32", "syr2k", "syr2k-bf16",
-                                "syr2k-gemm", "big"};
+                                "syr2k-gemm", "big", "big-f64", "varied-f64", "syr2k-f64"};
 #define NBUILTIN (sizeof(builtin) / sizeof(builtin[0]))
 
 static int make_builtin(const char *name, struct workload *w)
@@ -137,6 +143,17 @@ static int make_builtin(const char *name, struct workload *w)
                 workload_add(w, SCHED_GEMM, GEMMD_BF16, 0, 0, 4096, 4096, 512);
         } else if (!strcmp(name, "big")) {
                 workload_add(w, SCHED_GEMM, GEMMD_BF16, 0, 0, 8192, 8192, 8192);
+        } else if (!strcmp(name, "big-f64")) {
+                workload_add(w, SCHED_GEMM, GEMMD_F64, 0, 0, 8192, 8192, 8192);
+        } else if (!strcmp(name, "varied-f64")) {
+                for (int i = 0; i < 512; i++)
+                        workload_add(w, SCHED_GEMM, GEMMD_F64, 0, 0, 64 * (1 + rndu(16)), 64 * (1 + rndu(16)),
+                            64 * (1 + rndu(16)));
+        } else if (!strcmp(name, "syr2k-f64")) {
+                for (int i = 0; i < 16; i++) {
+                        const uint32_t n = 256 * (2 + rndu(7)), k = 256 * (1 + rndu(4));
+                        workload_add(w, SCHED_SYR2K, GEMMD_F64, 0, (int)rndu(2), n, n, k);
+                }
         } else {
                 return -1;
         }
@@ -154,6 +171,8 @@ static int parse_dtype(const char *s, int *dtype, int *tf32)
                 *dtype = GEMMD_F16;
         else if (!strcmp(s, "bf16"))
                 *dtype = GEMMD_BF16;
+        else if (!strcmp(s, "f64"))
+                *dtype = GEMMD_F64;
         else
                 return -1;
         return 0;
@@ -211,11 +230,14 @@ bad:
         return -1;
 }
 
-size_t esize(int dtype) { return dtype == GEMMD_F32 ? 4 : 2; }
+size_t esize(int dtype) { return dtype == GEMMD_F64 ? 8 : dtype == GEMMD_F32 ? 4 : 2; }
 
 static cudaDataType_t cuda_type(int dtype)
 {
-        return dtype == GEMMD_F32 ? CUDA_R_32F : dtype == GEMMD_F16 ? CUDA_R_16F : CUDA_R_16BF;
+        return dtype == GEMMD_F64   ? CUDA_R_64F
+               : dtype == GEMMD_F32 ? CUDA_R_32F
+               : dtype == GEMMD_F16 ? CUDA_R_16F
+                                    : CUDA_R_16BF;
 }
 
 static double flops(const struct bprob *p)
@@ -305,6 +327,8 @@ void set_init(struct set *s, const struct workload *w, int dtype, int tf32, size
                         kp[i].k = p->k;
                         kp[i].alpha = 1.f;
                         kp[i].beta = 0.f;
+                        kp[i].alpha_f64 = 1.0;
+                        kp[i].beta_f64 = 0.0;
                         kp[i].kind = (uint8_t)p->kind;
                         kp[i].dtype = (uint8_t)dtype;
                         kp[i].trans_a = 1;
@@ -315,7 +339,7 @@ void set_init(struct set *s, const struct workload *w, int dtype, int tf32, size
                 CK(cudaMalloc((void **)&s->dkp[c], s->n * sizeof(*kp)));
                 CK(cudaMemcpy(s->dkp[c], kp, s->n * sizeof(*kp), cudaMemcpyHostToDevice));
                 s->dtm[c] = NULL;
-                {
+                if (dtype != GEMMD_F64) { /* no Hopper kernel takes f64 */
                         size_t tb = cuda_gemm_tmaps_bytes(s->n);
                         void *htm = NULL;
                         if (posix_memalign(&htm, 64, tb)) {
@@ -386,7 +410,7 @@ static int plan_with(struct gplan *g, const struct set *s, enum sched_mode mode,
                 CK(cudaMalloc(&g->blob, g->plan.blob_bytes));
                 CK(cudaMemcpy(g->blob, g->plan.blob, g->plan.blob_bytes, cudaMemcpyHostToDevice));
         }
-        size_t wsb = cuda_gemm_ws_bytes(&g->plan, g->cfg.shape), ab = cuda_gemm_arrivals_bytes(&g->plan);
+        size_t wsb = cuda_gemm_ws_bytes(&g->plan, g->cfg.shape, s->dtype), ab = cuda_gemm_arrivals_bytes(&g->plan);
         if (wsb)
                 CK(cudaMalloc((void **)&g->ws, wsb));
         if (ab) {
@@ -437,11 +461,14 @@ struct grouped {
         cublasOperation_t *ta, *tb;
         int *m, *n, *k, *lda, *ldb, *ldc, *gsize;
         float *alpha, *beta;
+        double *alpha_d, *beta_d; /* f64 sets */
         void ***dA, ***dB, ***dC;
 };
 
 static cublasComputeType_t compute_type(const struct set *s)
 {
+        if (s->dtype == GEMMD_F64)
+                return CUBLAS_COMPUTE_64F;
         if (s->dtype == GEMMD_F32)
                 return s->tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
         return CUBLAS_COMPUTE_32F;
@@ -461,6 +488,8 @@ static void grouped_init(struct grouped *g, const struct set *s)
         g->gsize = malloc(n * sizeof(int));
         g->alpha = malloc(n * sizeof(float));
         g->beta = malloc(n * sizeof(float));
+        g->alpha_d = malloc(n * sizeof(double));
+        g->beta_d = malloc(n * sizeof(double));
         g->dA = malloc(s->copies * sizeof(void **));
         g->dB = malloc(s->copies * sizeof(void **));
         g->dC = malloc(s->copies * sizeof(void **));
@@ -477,6 +506,8 @@ static void grouped_init(struct grouped *g, const struct set *s)
                 g->gsize[i] = 1;
                 g->alpha[i] = 1.f;
                 g->beta[i] = 0.f;
+                g->alpha_d[i] = 1.0;
+                g->beta_d[i] = 0.0;
         }
         size_t es = esize(s->dtype);
         for (uint32_t c = 0; c < s->copies; c++) {
@@ -500,13 +531,17 @@ static void grouped_free(struct grouped *g, const struct set *s)
                 cudaFree(g->dC[c]);
         }
         free(g->ta), free(g->tb), free(g->m), free(g->n), free(g->k), free(g->lda), free(g->ldb);
-        free(g->ldc), free(g->gsize), free(g->alpha), free(g->beta), free(g->dA), free(g->dB), free(g->dC);
+        free(g->ldc), free(g->gsize), free(g->alpha), free(g->beta), free(g->alpha_d), free(g->beta_d), free(g->dA), free(g->dB), free(g->dC);
 }
 
 /* Runs a cuBLAS peer once over copy c; returns 0 or -1 when it does not apply. */
 static int peer_run(cublasHandle_t h, const struct set *s, const struct grouped *g, enum peer peer, uint32_t c)
 {
         const float one = 1.f, zero = 0.f;
+        const double oned = 1.0, zerod = 0.0;
+        const int f64 = s->dtype == GEMMD_F64;
+        const void *onep = f64 ? (const void *)&oned : (const void *)&one;
+        const void *zerop = f64 ? (const void *)&zerod : (const void *)&zero;
         size_t es = esize(s->dtype);
         cudaDataType_t t = cuda_type(s->dtype);
         char *base = copy_base(s, c);
@@ -514,7 +549,14 @@ static int peer_run(cublasHandle_t h, const struct set *s, const struct grouped 
         case PEER_LOOP:
                 if (s->any_syr2k)
                         return -1;
-                for (uint32_t i = 0; i < s->n; i++) {
+                for (uint32_t i = 0; f64 && i < s->n; i++) {
+                        const struct bprob *p = &s->p[i];
+                        CB(cublasDgemm(h, CUBLAS_OP_T, CUBLAS_OP_N, (int)p->m, (int)p->n, (int)p->k, &oned,
+                                       (const double *)(base + s->aoff[i] * es), (int)p->k,
+                                       (const double *)(base + s->boff[i] * es), (int)p->k, &zerod,
+                                       (double *)(base + s->coff[i] * es), (int)p->m));
+                }
+                for (uint32_t i = 0; !f64 && i < s->n; i++) {
                         const struct bprob *p = &s->p[i];
                         CB(cublasGemmEx(h, CUBLAS_OP_T, CUBLAS_OP_N, (int)p->m, (int)p->n, (int)p->k, &one,
                                         base + s->aoff[i] * es, t, (int)p->k, base + s->boff[i] * es, t,
@@ -525,6 +567,13 @@ static int peer_run(cublasHandle_t h, const struct set *s, const struct grouped 
         case PEER_GROUPED:
                 if (s->any_syr2k)
                         return -1;
+                if (f64) {
+                        CB(cublasDgemmGroupedBatched(h, g->ta, g->tb, g->m, g->n, g->k, g->alpha_d,
+                                                     (const double *const *)g->dA[c], g->lda,
+                                                     (const double *const *)g->dB[c], g->ldb, g->beta_d,
+                                                     (double *const *)g->dC[c], g->ldc, (int)s->n, g->gsize));
+                        return 0;
+                }
                 CB(cublasGemmGroupedBatchedEx(h, g->ta, g->tb, g->m, g->n, g->k, g->alpha,
                                               (const void *const *)g->dA[c], t, g->lda,
                                               (const void *const *)g->dB[c], t, g->ldb, g->beta,
@@ -536,21 +585,29 @@ static int peer_run(cublasHandle_t h, const struct set *s, const struct grouped 
                         return -1;
                 const struct bprob *p = &s->p[0];
                 CB(cublasGemmStridedBatchedEx(h, CUBLAS_OP_T, CUBLAS_OP_N, (int)p->m, (int)p->n, (int)p->k,
-                                              &one, base + s->aoff[0] * es, t, (int)p->k,
+                                              onep, base + s->aoff[0] * es, t, (int)p->k,
                                               (long long)(s->aoff[1] - s->aoff[0]), base + s->boff[0] * es,
-                                              t, (int)p->k, (long long)(s->boff[1] - s->boff[0]), &zero,
+                                              t, (int)p->k, (long long)(s->boff[1] - s->boff[0]), zerop,
                                               base + s->coff[0] * es, t, (int)p->m,
                                               (long long)(s->coff[1] - s->coff[0]), (int)s->n,
                                               compute_type(s), CUBLAS_GEMM_DEFAULT));
                 return 0;
         }
         case PEER_SYR2K:
-                if (s->dtype != GEMMD_F32)
+                if (s->dtype != GEMMD_F32 && !f64)
                         return -1;
                 for (uint32_t i = 0; i < s->n; i++) {
                         const struct bprob *p = &s->p[i];
                         if (p->kind != SCHED_SYR2K)
                                 return -1;
+                        if (f64) {
+                                CB(cublasDsyr2k(h, p->uplo ? CUBLAS_FILL_MODE_UPPER : CUBLAS_FILL_MODE_LOWER,
+                                                CUBLAS_OP_T, (int)p->n, (int)p->k, &oned,
+                                                (const double *)(base + s->aoff[i] * es), (int)p->k,
+                                                (const double *)(base + s->boff[i] * es), (int)p->k, &zerod,
+                                                (double *)(base + s->coff[i] * es), (int)p->n));
+                                continue;
+                        }
                         CB(cublasSsyr2k(h, p->uplo ? CUBLAS_FILL_MODE_UPPER : CUBLAS_FILL_MODE_LOWER,
                                         CUBLAS_OP_T, (int)p->n, (int)p->k, &one,
                                         (const float *)(base + s->aoff[i] * es), (int)p->k,
@@ -641,7 +698,7 @@ static int prun_fn(void *arg, uint32_t c)
 
 static double getv(const void *base, int dtype, size_t i)
 {
-        if (dtype == DT_F64)
+        if (dtype == DT_F64 || dtype == GEMMD_F64)
                 return ((const double *)base)[i];
         if (dtype == GEMMD_F32)
                 return ((const float *)base)[i];
@@ -725,7 +782,7 @@ static double verify(cublasHandle_t h, const struct set *s, const struct grouped
                      uint32_t ctas)
 {
         size_t es = esize(s->dtype), cbytes = (s->elems - s->coff[0]) * es;
-        size_t rbytes = (s->elems - s->coff[0]) * sizeof(float);
+        size_t rbytes = (s->elems - s->coff[0]) * (es > sizeof(float) ? es : sizeof(float));
         char *dC = copy_base(s, 0) + s->coff[0] * es;
         char *g = malloc(cbytes), *c = malloc(rbytes);
         int rdtype = s->dtype; /* of the reference in c */
@@ -823,6 +880,114 @@ static void f32_accuracy(cublasHandle_t h, const struct set *s, const struct gro
         free(ref);
 }
 
+/* f64 sets: how far gemmd's kernel (lpt plan) and cuBLAS land from a
+ * double-double reference (bench_ref_dd) over up to 64 sampled columns of
+ * each problem's C, |error| / max |reference| (max, rms). Prints one
+ * comment line (text) or one JSON object. */
+static void f64_accuracy(cublasHandle_t h, const struct set *s, const struct grouped *gr, uint32_t ctas,
+                         const char *wname, int json)
+{
+        const size_t n = s->elems - s->coff[0];
+        double *dC = (double *)copy_base(s, 0) + s->coff[0];
+        const double *base = (const double *)copy_base(s, 0);
+        size_t *roff = malloc(s->n * sizeof(size_t)), nref = 0;
+        uint32_t *step = malloc(s->n * sizeof(uint32_t));
+        double *x = malloc(n * sizeof(double)), *dhi, *dlo, *hi, *lo;
+        static const char *names[2] = {"gemmd", "cublas"};
+        double res[2][2];
+        if (!roff || !step || !x) {
+                fprintf(stderr, "out of memory\n");
+                exit(1);
+        }
+        for (uint32_t i = 0; i < s->n; i++) {
+                step[i] = (s->p[i].n + 63) / 64;
+                roff[i] = nref;
+                nref += (size_t)s->p[i].m * ((s->p[i].n + step[i] - 1) / step[i]);
+        }
+        hi = malloc(nref * sizeof(double));
+        lo = malloc(nref * sizeof(double));
+        if (!hi || !lo) {
+                fprintf(stderr, "out of memory\n");
+                exit(1);
+        }
+        CK(cudaMalloc((void **)&dhi, nref * sizeof(double)));
+        CK(cudaMalloc((void **)&dlo, nref * sizeof(double)));
+        for (uint32_t i = 0; i < s->n; i++) {
+                const struct bprob *p = &s->p[i];
+                if (bench_ref_dd(base + s->aoff[i], base + s->boff[i], dhi + roff[i], dlo + roff[i], p->m, p->n,
+                                 p->k, p->kind == SCHED_SYR2K, step[i])) {
+                        fprintf(stderr, "gemmbench: reference launch failed\n");
+                        exit(1);
+                }
+        }
+        CK(cudaDeviceSynchronize());
+        CK(cudaMemcpy(hi, dhi, nref * sizeof(double), cudaMemcpyDeviceToHost));
+        CK(cudaMemcpy(lo, dlo, nref * sizeof(double), cudaMemcpyDeviceToHost));
+        CK(cudaFree(dhi));
+        CK(cudaFree(dlo));
+        for (int v = 0; v < 2; v++) {
+                CK(cudaMemset(dC, 0xff, n * sizeof(double))); /* NaN: poison */
+                if (v == 0) {
+                        struct gplan gp;
+                        if (gplan_build(&gp, s, SCHED_LPT, ctas)) {
+                                fprintf(stderr, "gemmbench: plan build failed\n");
+                                exit(1);
+                        }
+                        kern_run(s, &gp, 0);
+                        CK(cudaDeviceSynchronize());
+                        gplan_free(&gp);
+                } else {
+                        if (peer_run(h, s, gr, s->any_syr2k ? PEER_SYR2K : PEER_LOOP, 0)) {
+                                res[v][0] = res[v][1] = NAN;
+                                continue;
+                        }
+                        CK(cudaDeviceSynchronize());
+                }
+                CK(cudaMemcpy(x, dC, n * sizeof(double), cudaMemcpyDeviceToHost));
+                long double maxd = 0, maxr = 0, sum2 = 0;
+                size_t cnt = 0;
+                for (uint32_t i = 0; i < s->n; i++) {
+                        const struct bprob *p = &s->p[i];
+                        const size_t o = s->coff[i] - s->coff[0];
+                        for (uint32_t y = 0; y * step[i] < p->n; y++) {
+                                const uint32_t j = y * step[i];
+                                for (uint32_t r = 0; r < p->m; r++) {
+                                        if (p->kind == SCHED_SYR2K && (p->uplo ? r > j : r < j))
+                                                continue;
+                                        const size_t e = roff[i] + r + (size_t)y * p->m;
+                                        const long double ref = (long double)hi[e] + lo[e];
+                                        const long double d = fabsl(x[o + r + (size_t)j * p->m] - ref);
+                                        if (!(d <= maxd))
+                                                maxd = isnan(d) ? INFINITY : d;
+                                        sum2 += d * d;
+                                        cnt++;
+                                        if (fabsl(ref) > maxr)
+                                                maxr = fabsl(ref);
+                                }
+                        }
+                }
+                res[v][0] = (double)(maxr > 0 ? maxd / maxr : maxd);
+                res[v][1] = cnt ? (double)(sqrtl(sum2 / cnt) / (maxr > 0 ? maxr : 1)) : 0;
+        }
+        if (json) {
+                printf("{\"workload\":\"%s\",\"config\":\"f64\",\"accuracy\":{", wname);
+                for (int v = 0; v < 2; v++)
+                        printf("%s\"%s\":{\"max\":%.3g,\"rms\":%.3g}", v ? "," : "", names[v], res[v][0],
+                               res[v][1]);
+                printf("}}\n");
+        } else {
+                printf("# %s f64 against a double-double reference (sampled columns), |error| / max |C| (max, rms):",
+                       wname);
+                for (int v = 0; v < 2; v++)
+                        printf(" %s %.2e %.2e%s", names[v], res[v][0], res[v][1], v < 1 ? ";" : "\n");
+        }
+        free(roff);
+        free(step);
+        free(x);
+        free(hi);
+        free(lo);
+}
+
 /* How many elements of C the wide tile computes with other bits than the
  * usual one (both rr plans, C poisoned first): the kernels sum the same
  * canonical chunks, so this should be 0. -1 when the set has no wide tile. */
@@ -858,7 +1023,10 @@ static long wide_bits_differ(const struct set *s, uint32_t ctas)
 
 static const char *cfg_name(int dtype, int tf32)
 {
-        return dtype == GEMMD_F32 ? (tf32 ? "tf32" : "f32") : dtype == GEMMD_F16 ? "f16" : "bf16";
+        return dtype == GEMMD_F64   ? "f64"
+               : dtype == GEMMD_F32 ? (tf32 ? "tf32" : "f32")
+               : dtype == GEMMD_F16 ? "f16"
+                                    : "bf16";
 }
 
 /* Writes v in fmt to buf, or "-" where ok is 0 (a peer that does not
@@ -945,8 +1113,9 @@ static int list_main(int argc, char **argv)
 static void bench_workload(cublasHandle_t h, const struct workload *w, int modes_mask, int json, int reps,
                            uint32_t nsm, size_t l2)
 {
-        static const int cfgs[4][2] = {{GEMMD_BF16, 0}, {GEMMD_F16, 0}, {GEMMD_F32, 1}, {GEMMD_F32, 0}};
-        for (int ci = 0; ci < 4; ci++) {
+        static const int cfgs[5][2] = {
+                {GEMMD_BF16, 0}, {GEMMD_F16, 0}, {GEMMD_F32, 1}, {GEMMD_F32, 0}, {GEMMD_F64, 0}};
+        for (int ci = 0; ci < 5; ci++) {
                 struct set s;
                 set_init(&s, w, cfgs[ci][0], cfgs[ci][1], l2, 0);
                 if (!s.n) {
@@ -961,6 +1130,8 @@ static void bench_workload(cublasHandle_t h, const struct workload *w, int modes
                                w->name, cfg_name(s.dtype, s.tf32), s.n, s.tmaps_us, s.tmaps_us / s.n);
                 if (s.dtype == GEMMD_F32 && !s.tf32 && s.nfast > 0)
                         f32_accuracy(h, &s, &gr, nsm, w->name, json);
+                if (s.dtype == GEMMD_F64)
+                        f64_accuracy(h, &s, &gr, nsm, w->name, json);
                 const long wdiff = wide_bits_differ(&s, nsm);
                 if (wdiff >= 0) {
                         if (json)

@@ -113,7 +113,9 @@ static int launch_begin(struct cuda_backend *cb, struct cuda_slot *s, struct gro
         st->tm_off = st->plan_off + align256(g->plan.blob_bytes);
         /* Every group but exact f32 on fused multiply-adds (key: dtype in
          * bits 0-1, tf32 in bit 2). */
-        st->tm_bytes = g->key != GEMMD_F32 || cb->f32_split ? cuda_gemm_tmaps_bytes(g->nops) : 0;
+        st->tm_bytes = (g->key != GEMMD_F32 || cb->f32_split) && (g->key & 3) != GEMMD_F64
+                               ? cuda_gemm_tmaps_bytes(g->nops)
+                               : 0; /* f64: no Hopper kernel takes it */
         st->blob = st->tm_off + st->tm_bytes;
         st->dt = (int)(g->key & 3);
         st->notify = launch_notices(g);
@@ -224,7 +226,7 @@ static int grow_buffers(struct cuda_backend *cb, struct cuda_slot *s, const stru
             (rc = grow(cb, (void **)&s->h_bounce, &s->bounce_cap, st->stage - st->in_lo, MEM_PINNED, 0)))
                 return rc;
         if (plan->nsplit) {
-                rc = grow(cb, (void **)&s->d_ws, &s->ws_cap, cuda_gemm_ws_bytes(plan, g->cfg.shape),
+                rc = grow(cb, (void **)&s->d_ws, &s->ws_cap, cuda_gemm_ws_bytes(plan, g->cfg.shape, st->dt),
                           MEM_DEVICE, 0);
                 if (!rc)
                         rc = grow(cb, (void **)&s->d_arr, &s->arr_cap,
@@ -260,8 +262,10 @@ static int stage_operand(struct cuda_backend *cb, struct cuda_slot *s, const str
         }
         dst = s->d_stage + off;
         *addr = (uint64_t)(uintptr_t)dst;
-        /* A GEMM C with beta == 0 is not read. */
-        if (j == 2 && o->kp.kind == SCHED_GEMM && o->kp.beta == 0.0f)
+        /* A GEMM C with beta == 0 is not read (an f64 op's beta as sent:
+         * a tiny one rounds to a float 0). */
+        if (j == 2 && o->kp.kind == SCHED_GEMM &&
+            (o->kp.dtype == GEMMD_F64 ? o->kp.beta_f64 == 0.0 : o->kp.beta == 0.0f))
                 return 0;
         operand_dims(o, j, &rows, &cols);
         ld = j == 0 ? o->kp.lda : j == 1 ? o->kp.ldb : o->kp.ldc;

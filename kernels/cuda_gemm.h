@@ -13,8 +13,12 @@
  * tile enumeration of scheduler/tiles.h, like the host planner.
  *
  * Semantics are those of kernels/cpu_gemm.h (column-major problems, GEMM and
- * SYR2K, f32 accumulation, canonical K chunks of SCHED_KCHUNK summed in
- * order, deterministic split tiles), with these differences: f16 and bf16
+ * SYR2K, f32 accumulation (f64 for f64 problems, which use alpha_f64 and
+ * beta_f64), canonical K chunks of SCHED_KCHUNK summed in order,
+ * deterministic split tiles), with these differences: f64 products are
+ * summed by FP64 tensor cores (mma.sync, tile 128 x 64; never the Hopper
+ * wgmma kernel, the wide tile, the resident kernel or early completion),
+ * f16 and bf16
  * products are formed by tensor cores (exact products, f32 sums), f32 with
  * tf32 set uses TF32 tensor cores, and exact f32 uses fused multiply-adds
  * or, on the Hopper fast path, operands split into two TF32 parts (three
@@ -228,8 +232,10 @@ size_t cuda_gemm_res_area_bytes(size_t slot_bytes);
 int cuda_gemm_res_launch(int dtype, struct cuda_res_host *host, void *area, size_t slot_bytes, uint64_t first_seq,
                          uint64_t gen, uint32_t grid, void *stream);
 
-/* Bytes of split workspace a plan built with shape `s` needs (0 if none). */
-size_t cuda_gemm_ws_bytes(const struct sched_plan *plan, struct sched_shape s);
+/* Bytes of split workspace a plan built with shape `s` for problems of
+ * dtype (enum gemmd_dtype: f64 sums take twice the room) needs (0 if
+ * none). */
+size_t cuda_gemm_ws_bytes(const struct sched_plan *plan, struct sched_shape s, int dtype);
 
 /* Bytes of arrival counters a plan needs (0 if it splits nothing). */
 size_t cuda_gemm_arrivals_bytes(const struct sched_plan *plan);

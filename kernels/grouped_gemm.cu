@@ -2,7 +2,8 @@
  * grouped_gemm.cu - persistent grouped GEMM/SYR2K kernels (sm_80 and later).
  *
  * One kernel per config: f16 and bf16 on mma.sync m16n8k16 tensor cores,
- * f32 with TF32 allowed on mma.sync m16n8k8, exact f32 on FFMA. All share
+ * f32 with TF32 allowed on mma.sync m16n8k8, exact f32 on FFMA, f64 on
+ * FP64 tensor cores (dmma_gemm.cuh: its own tile and sums). All share
  * a 128 x 128 output tile, 8 warps, and a multistage cp.async pipeline
  * that stages operand tiles in shared memory in the layout they have in
  * global memory ("K-major" when consecutive k are adjacent, "MN-major"
@@ -74,6 +75,7 @@ enum { MODE_MMA16 = 0, MODE_TF32 = 1, MODE_FFMA = 2 };
 constexpr int cmax(int a, int b) { return a > b ? a : b; }
 
 template <int MODE_, typename T_> struct Cfg {
+        static constexpr bool F64 = false; /* f64 configs: DCfg (dmma_gemm.cuh) */
         using T = T_;
         static constexpr int MODE = MODE_;
         static constexpr int BM = 128, BN = 128;
@@ -768,11 +770,12 @@ __device__ __forceinline__ void epilogue(const struct gemmd_kproblem &p, bool xk
                 store(std::false_type{});
 }
 
-/* Computes one entry: chunks [kc0, kc1) of tile `tile` of problem `pi`. */
+/* Computes one entry of an f32, f16 or bf16 config: chunks [kc0, kc1) of
+ * tile `tile` of problem `pi`. */
 template <class C>
-__device__ __forceinline__ void run_entry(const KParams &kp, uint32_t pi, uint32_t tile, uint32_t kc0,
-                                          uint32_t kc1, uint32_t split, unsigned char *smem,
-                                          uint32_t *s_flag)
+__device__ __forceinline__ void run_entry_f32(const KParams &kp, uint32_t pi, uint32_t tile, uint32_t kc0,
+                                              uint32_t kc1, uint32_t split, unsigned char *smem,
+                                              uint32_t *s_flag)
 {
         const struct gemmd_kproblem p = kp.probs[pi];
         const struct sched_problem sp = to_sched(p);
@@ -834,6 +837,20 @@ __device__ __forceinline__ void run_entry(const KParams &kp, uint32_t pi, uint32
         }
         if (valid)
                 epilogue<C>(p, pr.xk, pr.yk, m0, n0, tot);
+}
+
+#include "kernels/dmma_gemm.cuh"
+
+/* Computes one entry: chunks [kc0, kc1) of tile `tile` of problem `pi`. */
+template <class C>
+__device__ __forceinline__ void run_entry(const KParams &kp, uint32_t pi, uint32_t tile, uint32_t kc0,
+                                          uint32_t kc1, uint32_t split, unsigned char *smem,
+                                          uint32_t *s_flag)
+{
+        if constexpr (C::F64)
+                drun_entry<C>(kp, pi, tile, kc0, kc1, split, smem, s_flag);
+        else
+                run_entry_f32<C>(kp, pi, tile, kc0, kc1, split, smem, s_flag);
 }
 
 template <class C> __global__ void __launch_bounds__(C::THREADS, 1) grouped_kernel(const KParams kp)
@@ -926,6 +943,12 @@ template <class C> int launch(const struct cuda_group *g, const KParams &kp, uin
         return err == cudaSuccess ? 0 : -EIO;
 }
 
+/* f64 on m16n8k16 from sm_90 (device_sm90), m8n8k4 before. */
+int launch_f64(const struct cuda_group *g, const KParams &kp, uint32_t grid, cudaStream_t st)
+{
+        return device_sm90() ? launch<CfgF64k16>(g, kp, grid, st) : launch<CfgF64>(g, kp, grid, st);
+}
+
 } /* namespace */
 
 /* ---- launcher ------------------------------------------------------------ */
@@ -933,7 +956,9 @@ template <class C> int launch(const struct cuda_group *g, const KParams &kp, uin
 extern "C" struct sched_shape cuda_gemm_shape(int dtype, int tf32)
 {
         struct sched_shape s;
-        if (dtype == GEMMD_F32 && !tf32)
+        if (dtype == GEMMD_F64)
+                s = {CfgF64::BM, CfgF64::BN, CfgF64::BK_L}; /* tk: the cost model's unit */
+        else if (dtype == GEMMD_F32 && !tf32)
                 s = {CfgF32::BM, CfgF32::BN, CfgF32::BK};
         else if (dtype == GEMMD_F32)
                 s = {CfgTF32::BM, CfgTF32::BN, CfgTF32::BK};
@@ -946,7 +971,7 @@ extern "C" struct sched_shape cuda_gemm_shape_wide(int dtype, int tf32)
 {
         struct sched_shape s = {0, 0, 0};
 #if GEMMD_WGMMA
-        if ((dtype != GEMMD_F32 || tf32) && device_sm90()) {
+        if (dtype != GEMMD_F64 && (dtype != GEMMD_F32 || tf32) && device_sm90()) {
                 s = cuda_gemm_shape(dtype, tf32);
                 s.tn = WIDE_BN;
         }
@@ -963,16 +988,18 @@ extern "C" const char *cuda_gemm_kernel_name(int dtype, int tf32)
                 return "f16-mma-128x128x64";
         case GEMMD_BF16:
                 return "bf16-mma-128x128x64";
+        case GEMMD_F64:
+                return "f64-dmma-128x64";
         default:
                 return "?";
         }
 }
 
-extern "C" size_t cuda_gemm_ws_bytes(const struct sched_plan *plan, struct sched_shape s)
+extern "C" size_t cuda_gemm_ws_bytes(const struct sched_plan *plan, struct sched_shape s, int dtype)
 {
         if (!plan || plan->nsplit == 0)
                 return 0;
-        return (size_t)plan->ws_chunks * s.tm * s.tn * sizeof(float);
+        return (size_t)plan->ws_chunks * s.tm * s.tn * (dtype == GEMMD_F64 ? sizeof(double) : sizeof(float));
 }
 
 extern "C" size_t cuda_gemm_arrivals_bytes(const struct sched_plan *plan)
@@ -1197,7 +1224,7 @@ static void ktrace_print(void)
 
 extern "C" int cuda_gemm_launch(const struct cuda_group *g, void *stream)
 {
-        if (!g || g->dtype < GEMMD_F32 || g->dtype > GEMMD_BF16)
+        if (!g || g->dtype < GEMMD_F32 || g->dtype > GEMMD_F64)
                 return -EINVAL;
         if (g->nproblems == 0)
                 return 0;
@@ -1254,7 +1281,9 @@ extern "C" int cuda_gemm_launch(const struct cuda_group *g, void *stream)
         cudaStream_t st = (cudaStream_t)stream;
         bool fast = false;
 #if GEMMD_WGMMA
-        fast = g->tmaps && g->nfast > 0 && ((uintptr_t)g->tmaps & 63) == 0 && device_sm90();
+        /* wgmma has no f64: those groups never take the Hopper kernel. */
+        fast = g->dtype != GEMMD_F64 && g->tmaps && g->nfast > 0 && ((uintptr_t)g->tmaps & 63) == 0 &&
+               device_sm90();
 #endif
         /* Launch data carried with the launch: the Hopper kernel only (the
          * sm_80 kernels read device memory). */
@@ -1288,6 +1317,8 @@ extern "C" int cuda_gemm_launch(const struct cuda_group *g, void *stream)
 #endif
         if (is_wide)
                 return -EINVAL; /* no sm_90a device, or a build without its kernel */
+        if (g->dtype == GEMMD_F64)
+                return launch_f64(g, kp, grid, st);
         if (g->dtype == GEMMD_F16)
                 return launch<CfgF16>(g, kp, grid, st);
         if (g->dtype == GEMMD_BF16)
