@@ -337,8 +337,9 @@ int backend_cuda_new(int ordinal, const struct gemmd_config *cfg, struct backend
         cb->b.ctas = (uint32_t)prop.multiProcessorCount;
         cb->b.memory_bytes = prop.totalGlobalMem;
         cb->b.mixed_keys = 0;
-        /* The dtypes the kernels run; f64 joins once kernels/ has it. */
-        cb->b.dtypes = BACKEND_DTYPE(GEMMD_F32) | BACKEND_DTYPE(GEMMD_F16) | BACKEND_DTYPE(GEMMD_BF16);
+        /* The dtypes the kernels run (f64 on the FP64 tensor cores, dmma_gemm.cuh). */
+        cb->b.dtypes = BACKEND_DTYPE(GEMMD_F32) | BACKEND_DTYPE(GEMMD_F16) | BACKEND_DTYPE(GEMMD_BF16) |
+                       BACKEND_DTYPE(GEMMD_F64);
         /* Each in flight on a stream of its own: four let small groups
          * pass large ones, and more only added variance. */
         cb->b.groups_inflight = 4;
