@@ -7,12 +7,16 @@
 # layouts for CBLAS), print no failure, and the daemon must have run exactly
 # the calls that reach it: GEMM and SYR2K calls with m, n, k > 0 and
 # alpha != 0, counted from the tester's input file, and refused none.
+# On a GPU machine (scripts/blas-gpu.sh): GEMMD_BLAS_BACKEND=cuda, and
+# BLAS_TESTERS a folder with the testers, their inputs and the reference
+# libblas.so.3 where Debian's libblas-test is not installed.
 set -u
 
 root=$(cd "$(dirname "$0")/.." && pwd)
 bin=${GEMMD_BIN:-$root/build}
 ma=$(cc -print-multiarch 2>/dev/null || echo x86_64-linux-gnu)
-ref=/usr/lib/$ma/blas
+ref=${BLAS_TESTERS:-/usr/lib/$ma/blas}
+backend=${GEMMD_BLAS_BACKEND:-cpu}
 for f in "$bin/gemmd" "$bin/gemmctl" "$bin/blas/libblas.so.3" "$ref/xblat3s" "$ref/xdcblat3"; do
         [ -e "$f" ] || { echo "FAIL: blas_reference: $f missing (scripts/deps.sh installs libblas-test)"; exit 1; }
 done
@@ -31,7 +35,11 @@ fail() {
 }
 
 sock=$tmp/gemmd.sock
-"$bin/gemmd" --socket "$sock" --backend cpu --threads 1 2>"$tmp/gemmd.log" &
+if [ "$backend" = cpu ]; then
+        "$bin/gemmd" --socket "$sock" --backend cpu --threads 1 2>"$tmp/gemmd.log" &
+else
+        "$bin/gemmd" --socket "$sock" --backend "$backend" 2>"$tmp/gemmd.log" &
+fi
 pid=$!
 i=0
 until "$bin/gemmctl" --socket "$sock" status >/dev/null 2>&1; do
@@ -68,7 +76,7 @@ print((gemm + syr2k) * layouts)
 PY
 }
 
-export LD_LIBRARY_PATH="$bin/blas" GEMMD_SOCKET="$sock" GEMMD_BLAS_THRESHOLD=0 \
+export LD_LIBRARY_PATH="$bin/blas${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" GEMMD_SOCKET="$sock" GEMMD_BLAS_THRESHOLD=0 \
         GEMMD_BLAS_FALLBACK="$ref/libblas.so.3"
 cd "$tmp" || exit 1
 for t in s:xblat3s:blat3.in:fortran d:xblat3d:blat3.in:fortran s:xscblat3:in3:cblas \
@@ -109,4 +117,4 @@ wait "$pid"
 rc=$?
 pid=
 [ $rc -eq 0 ] || fail "gemmd exited with status $rc"
-echo "blas_reference: ok"
+echo "blas_reference: ok ($backend backend)"
