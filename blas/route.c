@@ -32,8 +32,9 @@
 
 #include "blas/blas_internal.h"
 
-/* The provisional default threshold, in flops: 2 * 256^3, a 256-cube GEMM.
- * build/blas/blasbench measures where gemmd starts to win on a machine. */
+/* The default threshold, in flops: 2 * 256^3, a 256-cube GEMM, where gemmd
+ * on an H100 began to beat a 16-CPU OpenBLAS for all four routines
+ * (docs/performance.md); build/blas/blasbench measures a machine's own. */
 #define DEFAULT_THRESHOLD 33554432.0
 /* How long after a failed connection the next one is tried. */
 #define RETRY_NS 2000000000ull
