@@ -60,13 +60,17 @@ install-blas: $(BLAS_LIB)
 # Makes the installed library the system's libblas.so.3 (Debian's
 # alternatives; in auto mode the highest priority wins: the reference BLAS
 # has 10, OpenBLAS 100). Run after `make install`, as root.
+# tests/test_blas_install.sh runs both with a private --altdir/--admindir
+# and link (UPDATE_ALTERNATIVES, BLAS_ALT_LINK) to leave the system alone.
 BLAS_ALT_PRIORITY ?= 150
 BLAS_ALT_NAME := libblas.so.3-$(MULTIARCH)
+BLAS_ALT_LINK ?= /usr/lib/$(MULTIARCH)/libblas.so.3
+UPDATE_ALTERNATIVES ?= update-alternatives
 install-blas-alternative:
-	update-alternatives --install /usr/lib/$(MULTIARCH)/libblas.so.3 $(BLAS_ALT_NAME) \
+	$(UPDATE_ALTERNATIVES) --install $(BLAS_ALT_LINK) $(BLAS_ALT_NAME) \
 		$(BLAS_INSTALL_PATH) $(BLAS_ALT_PRIORITY)
 
 uninstall-blas-alternative:
-	update-alternatives --remove $(BLAS_ALT_NAME) $(BLAS_INSTALL_PATH)
+	$(UPDATE_ALTERNATIVES) --remove $(BLAS_ALT_NAME) $(BLAS_INSTALL_PATH)
 
 .PHONY: install-blas install-blas-alternative uninstall-blas-alternative

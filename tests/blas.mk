@@ -2,7 +2,9 @@
 # tests, Criterion), and two scripts that run others' tests through it
 # against a CPU-backend gemmd: the reference BLAS testers of Debian's
 # libblas-test (tests/test_blas_reference.sh) and NumPy's matrix product
-# tests (tests/test_blas_numpy.sh).
+# tests (tests/test_blas_numpy.sh); and its install as the system's BLAS
+# through Debian's alternatives, in a private database
+# (tests/test_blas_install.sh).
 BLAS_TEST := $(BUILD)/tests/test_blas
 BLAS_TEST_LINK := $(BUILD)/tests/e2e_util.o $(BUILD)/tests/hard_util.o
 
@@ -16,5 +18,6 @@ $(BLAS_TEST): $(BLAS_TEST).o $(BLAS_TEST_LINK) $(BUILD)/libgemmd.a $(BLAS_LIB) |
 	$(Q)$(CC) -rdynamic -o $@ $< $(BLAS_TEST_LINK) $(BUILD)/libgemmd.a $(PBC_A) \
 		-L$(BUILD)/blas -l:libblas.so.3 -Wl,-rpath,'$$ORIGIN/../blas' $(CRITERION_LIBS) -lm -lpthread
 
-TESTS += $(BLAS_TEST) tests/test_blas_reference.sh tests/test_blas_numpy.sh
-tests/test_blas_reference.sh tests/test_blas_numpy.sh: | $(BLAS_LIB) $(BUILD)/gemmd $(BUILD)/gemmctl
+TESTS += $(BLAS_TEST) tests/test_blas_reference.sh tests/test_blas_numpy.sh tests/test_blas_install.sh
+tests/test_blas_reference.sh tests/test_blas_numpy.sh tests/test_blas_install.sh: | $(BLAS_LIB) $(BUILD)/gemmd \
+	$(BUILD)/gemmctl
