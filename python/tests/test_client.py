@@ -512,6 +512,28 @@ class TestTorchCuda(DaemonTestCase, Check):
                         None, 1, 0, 0, 1)
         self.assertClose(s.cpu().numpy(), ref, "f16", 16)
 
+    def test_float64_tensors(self):
+        """CUDA float64 tensors compute in f64 on the GPU, alpha as given."""
+        torch = _torch_cuda()
+        c = self.client()
+        g = torch.Generator(device="cuda").manual_seed(11)
+        a = torch.rand((70, 530), device="cuda", generator=g, dtype=torch.float64) * 2 - 1
+        b = torch.rand((530, 33), device="cuda", generator=g, dtype=torch.float64) * 2 - 1
+        got = c.gemm(a, b, alpha=1.0 / 3.0)
+        self.assertTrue(got.is_cuda)
+        self.assertEqual(got.dtype, torch.float64)
+        ref = (a.cpu().numpy().astype(np.longdouble) @ b.cpu().numpy().astype(np.longdouble)) / 3
+        err = np.abs(got.cpu().numpy() - ref).max() / np.abs(ref).max()
+        # f64 throughout: far below what f32 arithmetic (or a float alpha) gives.
+        self.assertLess(float(err), 1e-13)
+        x, y = a[:, :64].contiguous(), a[:, 64:128].contiguous()
+        s = c.syr2k(x, y)
+        self.assertEqual(s.dtype, torch.float64)
+        xl, yl = x.cpu().numpy().astype(np.longdouble), y.cpu().numpy().astype(np.longdouble)
+        sref = np.tril(xl @ yl.T + yl @ xl.T)
+        serr = np.abs(s.cpu().numpy() - sref).max() / np.abs(sref).max()
+        self.assertLess(float(serr), 1e-13)
+
     def test_matmul(self):
         torch = _torch_cuda()
         c = self.client()
