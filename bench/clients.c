@@ -140,6 +140,8 @@ static void usage(FILE *f)
                 "  --gemmd PATH        the gemmd to start (default: beside this binary)\n"
                 "  --daemon-arg ARG    one more argument for the gemmd started (repeatable)\n"
                 "  --device N          CUDA device of the clients and nvidia-smi (default 0)\n"
+                "  --devices N         spread the clients over N devices from --device on,\n"
+                "                      client i on device + i %% N (default 1)\n"
                 "  --timeout-ms MS     a request older than this ends its client (default 10000)\n"
                 "  --setup-timeout S   time allowed for the clients' setup (default 120)\n"
                 "  --seed N            problem and data seed (default 1)\n"
@@ -166,7 +168,7 @@ static int parse_double(const char *s, double lo, double hi, double *out)
 
 enum {
         OPT_CLIENTS = 256, OPT_WINDOW, OPT_MAXDIM, OPT_SECONDS, OPT_WARMUP, OPT_MODE, OPT_MEMORY,
-        OPT_SOCKET, OPT_BACKEND, OPT_GEMMD, OPT_DARG, OPT_DEVICE, OPT_TIMEOUT, OPT_SETUP,
+        OPT_SOCKET, OPT_BACKEND, OPT_GEMMD, OPT_DARG, OPT_DEVICE, OPT_DEVICES, OPT_TIMEOUT, OPT_SETUP,
         OPT_SEED, OPT_SPIN, OPT_JSON, OPT_HELP,
 };
 
@@ -183,6 +185,7 @@ static const struct option options[] = {
         {"gemmd", required_argument, NULL, OPT_GEMMD},
         {"daemon-arg", required_argument, NULL, OPT_DARG},
         {"device", required_argument, NULL, OPT_DEVICE},
+        {"devices", required_argument, NULL, OPT_DEVICES},
         {"timeout-ms", required_argument, NULL, OPT_TIMEOUT},
         {"setup-timeout", required_argument, NULL, OPT_SETUP},
         {"seed", required_argument, NULL, OPT_SEED},
@@ -204,6 +207,7 @@ static int parse_args(struct run *r, int argc, char **argv)
         r->o.mode = CLIENTS_GEMMD;
         r->o.memory = CLIENTS_MEM_AUTO;
         r->o.timeout_ms = 10000;
+        r->o.ndevices = 1;
         r->o.seed = 1;
         r->setup_timeout_s = 120;
         r->backend = "auto";
@@ -265,6 +269,9 @@ static int parse_args(struct run *r, int argc, char **argv)
                         break;
                 case OPT_DEVICE:
                         bad = bench_parse_int(optarg, 0, 1023, &r->o.device);
+                        break;
+                case OPT_DEVICES:
+                        bad = bench_parse_int(optarg, 1, 64, &r->o.ndevices);
                         break;
                 case OPT_TIMEOUT:
                         bad = bench_parse_int(optarg, 1, 3600000, &r->o.timeout_ms);
@@ -641,19 +648,30 @@ static int is_client(const struct run *r, long pid)
         return 0;
 }
 
-/* One nvidia-smi sample. Returns 0, or -1 when nvidia-smi gave nothing. */
+/* The devices the clients use, as nvidia-smi -i takes them ("0,1,2"). */
+static void device_list(const struct run *r, char *out, size_t len)
+{
+        size_t n = 0;
+
+        out[0] = 0;
+        for (int i = 0; i < r->o.ndevices && n < len; i++)
+                n += (size_t)snprintf(out + n, len - n, "%s%d", i ? "," : "", r->o.device + i);
+}
+
+/* One nvidia-smi sample, summed over the clients' devices. Returns 0, or
+ * -1 when nvidia-smi gave nothing. */
 static int mem_sample(struct run *r, int baseline)
 {
-        char cmd[256], line[512];
+        char cmd[1024], line[512], ids[512];
         double clients = 0, server = 0, all = 0, device = -1;
         FILE *f;
 
+        device_list(r, ids, sizeof(ids));
         snprintf(cmd, sizeof(cmd),
-                 "nvidia-smi -i %d --query-gpu=memory.used --format=csv,noheader,nounits 2>/dev/null",
-                 r->o.device);
+                 "nvidia-smi -i %s --query-gpu=memory.used --format=csv,noheader,nounits 2>/dev/null", ids);
         if ((f = popen(cmd, "r"))) {
-                if (fgets(line, sizeof(line), f))
-                        device = strtod(line, NULL);
+                while (fgets(line, sizeof(line), f))
+                        device = (device < 0 ? 0 : device) + strtod(line, NULL);
                 pclose(f);
         }
         if (device < 0)
@@ -663,9 +681,9 @@ static int mem_sample(struct run *r, int baseline)
                 return 0;
         }
         snprintf(cmd, sizeof(cmd),
-                 "nvidia-smi -i %d --query-compute-apps=pid,used_memory,process_name "
+                 "nvidia-smi -i %s --query-compute-apps=pid,used_memory,process_name "
                  "--format=csv,noheader,nounits 2>/dev/null",
-                 r->o.device);
+                 ids);
         if ((f = popen(cmd, "r"))) {
                 while (fgets(line, sizeof(line), f)) {
                         char *p = line, *end;
@@ -1063,8 +1081,8 @@ static void report(struct run *r, const struct agg *a)
                 jstr("memory", memory_name(r));
                 jstr("backend", gemmd ? r->daemon_backend : "cuda");
                 printf(",\"clients\":%d,\"window\":%d,\"max_dim\":%d,\"dims\":\"64..%d step 64\","
-                       "\"problems_per_client\":%d",
-                       r->o.nclients, r->o.window, r->o.max_dim, r->o.max_dim, CLIENTS_PROBLEMS);
+                       "\"problems_per_client\":%d,\"devices\":%d",
+                       r->o.nclients, r->o.window, r->o.max_dim, r->o.max_dim, CLIENTS_PROBLEMS, r->o.ndevices);
                 jnum("seconds", r->o.seconds, 1);
                 jnum("warmup_s", r->o.warmup, 1);
                 printf(",\"spin\":%s", r->o.spin ? "true" : "false");
@@ -1106,10 +1124,11 @@ static void report(struct run *r, const struct agg *a)
                 fflush(stdout);
                 return;
         }
-        printf("gemmbench clients: mode %s (%s memory, %s backend), %d clients x window %d, "
-               "m, n, k in 64..%d step 64, %.2f s after %.2f s warm-up (setup %.2f s)\n",
+        printf("gemmbench clients: mode %s (%s memory, %s backend), %d clients x window %d on %d "
+               "device(s), m, n, k in 64..%d step 64, %.2f s after %.2f s warm-up (setup %.2f s)\n",
                mode_name(r->o.mode), memory_name(r), gemmd ? r->daemon_backend : "cuda",
-               r->o.nclients, r->o.window, r->o.max_dim, r->o.seconds, r->o.warmup, r->setup_s);
+               r->o.nclients, r->o.window, r->o.ndevices, r->o.max_dim, r->o.seconds, r->o.warmup,
+               r->setup_s);
         printf("  requests    %llu in the window; %llu submitted in all, %llu ok, %llu errors "
                "(%llu statuses, %llu timeouts, %llu wrong results, %d failed clients)\n",
                (unsigned long long)a->requests, (unsigned long long)a->submitted,

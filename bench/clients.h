@@ -42,6 +42,7 @@ struct clients_opts {
         int window;
         int max_dim;
         int device;
+        int ndevices; /* clients spread over device .. device + ndevices - 1 */
         int timeout_ms; /* a request older than this ends its client */
         int spin;       /* gemmd mode: busy-poll for completions, never sleep */
         double seconds;

@@ -192,7 +192,8 @@ static int setup_device_memory(struct client *c)
 {
         cudaError_t e;
 
-        if ((e = cudaSetDevice(c->o->device)) != cudaSuccess)
+        /* Spread round-robin, so every device gets clients of each kind. */
+        if ((e = cudaSetDevice(c->o->device + c->index % c->o->ndevices)) != cudaSuccess)
                 return cuda_fail(c, "cudaSetDevice", e);
         if ((e = cudaMalloc((void **)&c->dev, c->bytes)) != cudaSuccess)
                 return cuda_fail(c, "cudaMalloc", e);

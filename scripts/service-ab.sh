@@ -13,7 +13,8 @@
 # Points (AB_POINTS): CLIENTS:WINDOW:MAXDIM[:MEMORY] ..., MEMORY ipc (the
 # default) or shm, default "1:1:1024 8:1:1024 8:8:1024 64:8:1024". AB_ROUNDS (default 2), AB_SECONDS (default 2),
 # AB_MPS=1 (default) also runs --mode mps once per round at each point of at
-# most 48 clients.
+# most 48 clients. AB_GPUS=G spreads each point over G GPUs: CLIENTS per
+# GPU, client i on GPU i % G.
 #
 # Output under $OUT: ab.jsonl (one object per run: variant, round, point,
 # gemmbench's JSON, per-thread CPU %), ab.txt (a table per point),
@@ -31,6 +32,7 @@ POINTS=${AB_POINTS:-"1:1:1024 8:1:1024 8:8:1024 64:8:1024"}
 ROUNDS=${AB_ROUNDS:-2}
 SECS=${AB_SECONDS:-2}
 MPS=${AB_MPS:-1}
+GPUS=${AB_GPUS:-1}
 jsonl=$OUT/ab.jsonl
 log=$OUT/ab.log
 : >"$jsonl"
@@ -75,8 +77,9 @@ run_point() { # variant round clients window dim memory env mode
         [ -n "$dpid" ] && [ "$mode" = gemmd ] && thread_ticks "$dpid" >"$tmp/t0"
         t0=$(date +%s.%N)
         # shellcheck disable=SC2086
-        env $env "$bin/gemmbench" clients --mode "$mode" "${sock[@]}" --clients "$c" --window "$w" \
-                --max-dim "$d" --seconds "$SECS" --warmup 0.5 --json >"$out" 2>>"$log"
+        env $env "$bin/gemmbench" clients --mode "$mode" "${sock[@]}" --clients $((c * GPUS)) \
+                --devices "$GPUS" --window "$w" --max-dim "$d" --seconds "$SECS" --warmup 0.5 --json \
+                >"$out" 2>>"$log"
         local rc=$?
         t1=$(date +%s.%N)
         if [ -n "$dpid" ] && [ "$mode" = gemmd ]; then

@@ -24,6 +24,11 @@
 # mode, one panel per window and max-dim), service.log (stderr of the runs).
 # Binaries come from $GEMMD_BIN (flat: gemmbench, gemmd, gemmctl), else build/.
 #
+# SWEEP_GPUS=G spreads every point over G GPUs (from device 0): each
+# point's CLIENTS are per GPU, so G x CLIENTS processes run, client i on GPU
+# i % G (gemmbench clients --devices), one gemmd serving them all and MPS
+# serving all G; the JSON's "clients" is then the total.
+#
 # Knobs (environment): SWEEP_CLIENTS, SWEEP_WINDOWS, SWEEP_DIMS, SWEEP_MODES,
 # SWEEP_SECONDS (per point, default 2), SWEEP_WARMUP (default 0.25),
 # SWEEP_BUDGET_S (default 500: points not started by then are skipped; the
@@ -48,6 +53,7 @@ MODES=${SWEEP_MODES:-gemmd cublas mps}
 SECS=${SWEEP_SECONDS:-2}
 WARM=${SWEEP_WARMUP:-0.25}
 BUDGET=${SWEEP_BUDGET_S:-500}
+GPUS=${SWEEP_GPUS:-1}
 MPS_MAX=48
 jsonl=$OUT/service.jsonl
 log=$OUT/service.log
@@ -103,11 +109,11 @@ point() {
         esac
         last_rc=1
         if over_budget; then
-                synth "$label" "$mode" "$memory" "$n" "$w" "$d" skipped "time budget of ${BUDGET} s spent"
+                synth "$label" "$mode" "$memory" "$((n * GPUS))" "$w" "$d" skipped "time budget of ${BUDGET} s spent"
                 return
         fi
-        args=(clients --clients "$n" --window "$w" --max-dim "$d" --seconds "$SECS" --warmup "$WARM"
-              --mode "$mode" --setup-timeout 30 --json)
+        args=(clients --clients $((n * GPUS)) --devices "$GPUS" --window "$w" --max-dim "$d"
+              --seconds "$SECS" --warmup "$WARM" --mode "$mode" --setup-timeout 30 --json)
         if [ "$mode" = gemmd ]; then
                 if [ -z "$dpid" ] || ! kill -0 "$dpid" 2>/dev/null; then
                         echo "service-sweep: (re)starting gemmd" | tee -a "$log"
@@ -127,7 +133,7 @@ point() {
         out=$(printf '%s\n' "$out" | grep '^{' | tail -n 1)
         [ -n "$before" ] && [ -n "$out" ] && out="${out%\}}$(cpu_fields "$before" "$(stats)")}"
         if [ -z "$out" ]; then
-                synth "$label" "$mode" "$memory" "$n" "$w" "$d" failed "no report (exit $rc)"
+                synth "$label" "$mode" "$memory" "$((n * GPUS))" "$w" "$d" failed "no report (exit $rc)"
         else
                 local st=ok
                 [ $rc -ne 0 ] && st=failed
@@ -142,7 +148,7 @@ point() {
 {
         echo "# service sweep, $(date -u +%Y-%m-%dT%H:%M:%SZ)"
         nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.max.sm --format=csv 2>&1
-        echo "# clients: $CLIENTS; windows: $WINDOWS; max-dim: $DIMS; modes: $MODES; $SECS s per point after $WARM s warm-up"
+        echo "# clients (per GPU, $GPUS GPU(s)): $CLIENTS; windows: $WINDOWS; max-dim: $DIMS; modes: $MODES; $SECS s per point after $WARM s warm-up"
 } | tee "$OUT/service.txt"
 
 # shellcheck disable=SC2086
@@ -159,7 +165,7 @@ for n in $CLIENTS; do
                         for m in $MODES; do
                                 if [ "$m" = mps ] && [ "$n" -gt $MPS_MAX ]; then
                                         if [ "$mps_many" = failed ]; then
-                                                synth mps mps device "$n" "$w" "$d" unsupported \
+                                                synth mps mps device "$((n * GPUS))" "$w" "$d" unsupported \
                                                         "MPS serves at most $MPS_MAX clients per GPU (not run)"
                                                 continue
                                         fi
