@@ -377,12 +377,14 @@ static inline void store_c_f64(const struct gemmd_kproblem *kp, size_t idx, doub
 #define ACC float
 #define SFX(name) name##_f32
 #define ACC_MR MR_F32
+#define ACC_WHOLE_K 0
 #define ACC_ALPHA(kp) ((kp)->alpha)
 #define ACC_BETA(kp) ((kp)->beta)
 #include "kernels/cpu_gemm_acc.h"
 #undef ACC
 #undef SFX
 #undef ACC_MR
+#undef ACC_WHOLE_K
 #undef ACC_ALPHA
 #undef ACC_BETA
 
@@ -390,12 +392,14 @@ static inline void store_c_f64(const struct gemmd_kproblem *kp, size_t idx, doub
 #define ACC double
 #define SFX(name) name##_f64
 #define ACC_MR MR_F64
+#define ACC_WHOLE_K 1
 #define ACC_ALPHA(kp) ((kp)->alpha_f64)
 #define ACC_BETA(kp) ((kp)->beta_f64)
 #include "kernels/cpu_gemm_acc.h"
 #undef ACC
 #undef SFX
 #undef ACC_MR
+#undef ACC_WHOLE_K
 #undef ACC_ALPHA
 #undef ACC_BETA
 

@@ -33,7 +33,11 @@
  * chunk sums are then added in chunk order: total = sum0; total += sum1; ...
  * The epilogue is c = alpha * total + beta * c_old (two products, one add,
  * each rounded to the accumulator type), or c = alpha * total when
- * beta == 0. Since the order never
+ * beta == 0. f64 problems have no chunks: each output element is summed
+ * from zero over all of K in increasing k (SYR2K: all of the op(A)
+ * op(B)^T terms, then all of the op(B) op(A)^T terms), as the GPU's f64
+ * kernel sums one mma after another along K; planners never split them.
+ * Since the order never
  * depends on tile shape, sub-blocking, split entries or the other problems
  * of the group, a problem gives the same bits in any plan and any group.
  *
@@ -47,6 +51,8 @@
  * arrivals[split] (acq_rel); the caller whose increment completes
  * plan->split_parts[split] arrivals adds the chunk sums in chunk order as
  * above, writes C and resets arrivals[split] to 0 for the next group.
+ * f64 entries ignore the split: the part holding chunk 0 computes the
+ * whole tile, any other part nothing (planners never split f64).
  */
 #ifndef GEMMD_CPU_GEMM_H
 #define GEMMD_CPU_GEMM_H

@@ -8,6 +8,7 @@
  *   ACC          the accumulator type
  *   SFX(name)    name with the type's suffix (name_f32, name_f64)
  *   ACC_MR       micro-kernel rows (BM is a multiple of it)
+ *   ACC_WHOLE_K  1 to sum all of K in one pass (f64), 0 for chunk sums
  *   ACC_ALPHA(kp), ACC_BETA(kp)  the problem's scalars in ACC
  * and the functions SFX(pack), SFX(micro), SFX(load_c) and SFX(store_c).
  * It defines struct SFX(scratch) and SFX(run_entry).
@@ -122,6 +123,25 @@ static void SFX(split_reduce)(const struct tile *t, uint32_t nkc, void *chunks, 
         }
 }
 
+/* Computes one entry of a whole-K type (f64): the whole tile, summed over
+ * all of K from zero. A split entry (no planner makes one for f64) counts
+ * as the whole tile when it holds chunk 0 and as nothing otherwise. */
+static void SFX(run_whole)(const struct gemmd_kproblem *kp, const struct sched_problem *sp,
+                           const struct sched_config *cfg, const struct sched_entry *e,
+                           struct SFX(scratch) *s)
+{
+        struct tile t;
+        struct blk b;
+
+        if (e->split != SCHED_NO_SPLIT && e->kc_begin != 0)
+                return;
+        tile_of(kp, sp, cfg, e->tile, &t);
+        FOR_EACH_BLOCK (&t, b) {
+                SFX(chunk_sum)(kp, &b, 0, kp->k, s->tot, s);
+                SFX(epilogue)(kp, &b, s->tot);
+        }
+}
+
 /* Computes one entry: a whole tile, or chunks [kcb, kce) of a split tile. */
 static void SFX(run_entry)(const struct gemmd_kproblem *kp, const struct sched_problem *sp,
                            const struct sched_plan *plan, const struct sched_config *cfg,
@@ -136,6 +156,10 @@ static void SFX(run_entry)(const struct gemmd_kproblem *kp, const struct sched_p
         void *chunks = split ? ws->chunks : NULL;
         struct blk b;
 
+        if (ACC_WHOLE_K) {
+                SFX(run_whole)(kp, sp, cfg, e, s);
+                return;
+        }
         tile_of(kp, sp, cfg, e->tile, &t);
         FOR_EACH_BLOCK (&t, b) {
                 for (uint32_t c = kcb; c < kce; c++) {

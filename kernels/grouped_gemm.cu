@@ -848,7 +848,7 @@ __device__ __forceinline__ void run_entry(const KParams &kp, uint32_t pi, uint32
                                           uint32_t *s_flag)
 {
         if constexpr (C::F64)
-                drun_entry<C>(kp, pi, tile, kc0, kc1, split, smem, s_flag);
+                drun_entry<C>(kp, pi, tile, smem);
         else
                 run_entry_f32<C>(kp, pi, tile, kc0, kc1, split, smem, s_flag);
 }
@@ -955,6 +955,7 @@ int launch_f64(const struct cuda_group *g, const KParams &kp, uint32_t grid, cud
 
 extern "C" struct sched_shape cuda_gemm_shape(int dtype, int tf32)
 {
+        static_assert(CfgF64::BM == CfgF64k16::BM && CfgF64::BN == CfgF64k16::BN, "one f64 tile");
         struct sched_shape s;
         if (dtype == GEMMD_F64)
                 s = {CfgF64::BM, CfgF64::BN, CfgF64::BK_L}; /* tk: the cost model's unit */
@@ -989,7 +990,7 @@ extern "C" const char *cuda_gemm_kernel_name(int dtype, int tf32)
         case GEMMD_BF16:
                 return "bf16-mma-128x128x64";
         case GEMMD_F64:
-                return "f64-dmma-128x64";
+                return "f64-dmma-128x128";
         default:
                 return "?";
         }
@@ -997,9 +998,9 @@ extern "C" const char *cuda_gemm_kernel_name(int dtype, int tf32)
 
 extern "C" size_t cuda_gemm_ws_bytes(const struct sched_plan *plan, struct sched_shape s, int dtype)
 {
-        if (!plan || plan->nsplit == 0)
+        if (!plan || plan->nsplit == 0 || dtype == GEMMD_F64) /* f64 is never split */
                 return 0;
-        return (size_t)plan->ws_chunks * s.tm * s.tn * (dtype == GEMMD_F64 ? sizeof(double) : sizeof(float));
+        return (size_t)plan->ws_chunks * s.tm * s.tn * sizeof(float);
 }
 
 extern "C" size_t cuda_gemm_arrivals_bytes(const struct sched_plan *plan)
@@ -1264,6 +1265,9 @@ extern "C" int cuda_gemm_launch(const struct cuda_group *g, void *stream)
                 if (!g->plan_blob || pl->nctas == 0 || pl->nproblems != g->nproblems)
                         return -EINVAL;
                 if (pl->nsplit > 0 && (!g->ws || !g->arrivals))
+                        return -EINVAL;
+                /* f64 sums all of K in one pass (no chunks to reduce). */
+                if (pl->nsplit > 0 && g->dtype == GEMMD_F64)
                         return -EINVAL;
                 const char *b = (const char *)g->plan_blob;
                 kp.cta_begin = (const uint32_t *)(b + pl->off_cta_begin);

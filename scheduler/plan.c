@@ -31,7 +31,8 @@
  *         them over the problem and lose that reuse). O(runs log ctas).
  * split   lpt; then, if the last wave is less than half full, the tiles of
  *         that wave are taken off and dealt again with their K ranges cut
- *         at canonical chunk boundaries (see split_tail below).
+ *         at canonical chunk boundaries (see split_tail below); f64 tiles
+ *         stay whole (their K is summed in one pass).
  * device  no entries; the kernel maps tile indices itself. The prediction
  *         is rr's, the order in which the kernel walks the tiles.
  *
@@ -684,7 +685,8 @@ static uint32_t parts_for(const struct build *b, uint32_t p, double u, double le
         uint32_t ch = b->info[p].chunks, c, pc;
         double first, per, room;
 
-        if (least + u <= target || ch < 2)
+        /* f64 sums all of K in one pass (docs/design.md): never cut */
+        if (least + u <= target || ch < 2 || pr->dtype == GEMMD_F64)
                 return 1;
         /* a split part costs first + per for each (whole) chunk */
         first = sched_cost_entry(b->cost, pr, b->shape, 0, 0, 1);

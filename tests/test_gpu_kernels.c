@@ -8,7 +8,8 @@
  * group runs under every scheduler mode at two CTA counts, twice per plan
  * (the second run checks that split counters were reset). The first run is
  * checked element by element against the reference, every other run must
- * match it bit for bit (canonical K-chunk accumulation), and every element
+ * match it bit for bit (canonical K-chunk accumulation; f64: all of K in
+ * one pass, never split), and every element
  * of C's storage that the op must not write (padding rows, the other
  * triangle of a SYR2K) must keep its bits. Groups whose every problem
  * takes the wide tile (cuda_gemm_shape_wide: GEMMs only, K-major) run every
@@ -568,6 +569,11 @@ static void run_group(const char *name, int dtype, int tf32, struct tprob *tp, u
                         if (mode == SCHED_SPLIT)
                                 printf("  %-22s split ctas=%u: %u split tiles, %u entries\n", name, cfg.ctas,
                                        plan.nsplit, plan.nentries);
+                        if (dtype == GEMMD_F64 && plan.nsplit) {
+                                printf("FAIL %s %s: %u f64 tiles split (f64 K is summed in one pass)\n", name,
+                                       sched_mode_name(cfg.mode), plan.nsplit);
+                                failures++;
+                        }
                         if (ab) {
                                 uint32_t *ha = malloc(ab);
                                 CK(cudaMemcpy(ha, arr, ab, cudaMemcpyDeviceToHost));

@@ -889,6 +889,39 @@ Test(plan, split_after_rounds)
         sched_plan_deinit(&lpt);
 }
 
+/* Split mode never cuts an f64 problem's K (f64 is summed in one pass):
+ * alone, where a bf16 twin would be split, and mixed with problems that
+ * are split in the same plan. */
+Test(plan, split_leaves_f64_whole)
+{
+        struct sched_problem probs[3] = {gemm(256, 256, 8192, GEMMD_F64), gemm(256, 256, 65536, GEMMD_BF16),
+                                         syr2k(300, 4000, 0, GEMMD_F64)};
+        struct sched_config cs = {SCHED_SPLIT, {128, 128, 16}, 132};
+        struct sched_plan pl;
+        uint32_t i;
+
+        sched_plan_init(&pl);
+        cr_assert_eq(sched_plan_build(&pl, &probs[1], 1, &cs), 0);
+        cr_assert(pl.nsplit > 0, "the bf16 twin is split");
+        cr_assert_eq(sched_plan_build(&pl, &probs[0], 1, &cs), 0);
+        check_plan(&pl, &probs[0], 1, &cs);
+        cr_assert_eq(pl.nsplit, 0);
+        cr_assert_eq(pl.nentries, 4);
+        cr_assert_eq(sched_plan_build(&pl, probs, 3, &cs), 0);
+        check_plan(&pl, probs, 3, &cs);
+        cr_assert(pl.nsplit > 0, "the bf16 problem is still split");
+        for (i = 0; i < pl.nentries; i++) {
+                const struct sched_entry *e = &pl.entries[i];
+
+                if (probs[e->problem].dtype != GEMMD_F64)
+                        continue;
+                cr_assert_eq(e->split, SCHED_NO_SPLIT, "entry %u of f64 problem %u is split", i, e->problem);
+                cr_assert_eq(e->kc_begin, 0);
+                cr_assert_eq(e->kc_end, sched_kchunks(probs[e->problem].k));
+        }
+        sched_plan_deinit(&pl);
+}
+
 Test(plan, tiny_and_empty)
 {
         struct sched_problem p = gemm(1, 1, 1, GEMMD_F32);
