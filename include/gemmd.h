@@ -20,9 +20,10 @@
  *
  * Data types: f32, f16 and bf16 inputs accumulate in f32; f64 inputs in f64.
  * C has the input type. f64 runs only where a device runs it (struct
- * gemmd_device's dtypes; the CPU backend does): elsewhere an f64 op is
- * refused with GEMMD_EUNSUPPORTED. An f32 op may set GEMMD_OPF_ALLOW_TF32 to let a GPU
- * use TF32 tensor cores (the CPU backend always computes exact f32).
+ * gemmd_device's dtypes; the CPU and CUDA backends do): elsewhere an f64
+ * op is refused with GEMMD_EUNSUPPORTED. An f32 op may set
+ * GEMMD_OPF_ALLOW_TF32 to let a GPU use TF32 tensor cores (the CPU backend
+ * always computes exact f32).
  *
  * Operands live in one of three places:
  *   - host shared memory created by gemmd_buffer_alloc (zero-copy: the daemon
