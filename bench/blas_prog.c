@@ -28,9 +28,13 @@
 #include <string.h>
 #include <time.h>
 
+#include "bench/bench_util.h"
+
 #ifdef GEMMD_BLAS_CUBLAS
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
+
+#include "bench/kbench.h" /* CK, CB */
 #endif
 
 /* The Fortran BLAS as every libblas.so.3 exports it (hidden string
@@ -205,23 +209,6 @@ static double check_syr2k(int n, int nb, int single, const void *v, const void *
 }
 
 #ifdef GEMMD_BLAS_CUBLAS
-#define CK(x)                                                                                    \
-        do {                                                                                     \
-                cudaError_t e_ = (x);                                                            \
-                if (e_ != cudaSuccess) {                                                         \
-                        fprintf(stderr, "gemmbench-blas: %s: %s\n", #x, cudaGetErrorString(e_)); \
-                        exit(1);                                                                 \
-                }                                                                                \
-        } while (0)
-#define CB(x)                                                                         \
-        do {                                                                          \
-                cublasStatus_t s_ = (x);                                              \
-                if (s_ != CUBLAS_STATUS_SUCCESS) {                                    \
-                        fprintf(stderr, "gemmbench-blas: %s: status %d\n", #x, (int)s_); \
-                        exit(1);                                                      \
-                }                                                                     \
-        } while (0)
-
 /* The GEMM as a program offloading it itself would run it: A and B copied
  * from its (pageable) memory, cublasDgemm, C copied back. */
 static void cublas_gemm(cublasHandle_t h, int n, int single, const void *a, const void *b, void *c, void *da,
@@ -310,21 +297,23 @@ static void usage(FILE *f)
                    "Times GEMMs and a blocked SYR2K sequence through the loaded libblas.so.3.\n");
 }
 
+/* --gemm's comma list of orders. Returns 0, or -1 when one is not an order
+ * in 1..65536 or there are more than MAX_SIZES. */
 static int parse_sizes(char *s, struct opts *o)
 {
         o->ngemm = 0;
         for (char *t = strtok(s, ","); t; t = strtok(NULL, ",")) {
-                long v = strtol(t, NULL, 10);
-
-                if (v < 1 || v > 65536 || o->ngemm == MAX_SIZES)
+                if (o->ngemm == MAX_SIZES || bench_parse_int(t, 1, 65536, &o->gemm[o->ngemm]))
                         return -1;
-                o->gemm[o->ngemm++] = (int)v;
+                o->ngemm++;
         }
         return o->ngemm ? 0 : -1;
 }
 
+/* The options into *o. Returns 0, or 2 (the exit status) after saying why. */
 static int parse(int argc, char **argv, struct opts *o)
 {
+        static const char prog[] = "gemmbench-blas";
         static const struct option longs[] = {
                 {"gemm", required_argument, NULL, 'g'}, {"syr2k", required_argument, NULL, 's'},
                 {"nb", required_argument, NULL, 'b'},   {"reps", required_argument, NULL, 'r'},
@@ -335,26 +324,24 @@ static int parse(int argc, char **argv, struct opts *o)
         int c;
 
         *o = (struct opts){.gemm = {4096}, .ngemm = 1, .syr2k = 8192, .nb = 256, .reps = 5};
-        while ((c = getopt_long(argc, argv, "", longs, NULL)) != -1) {
+        opterr = 0; /* bench_getopt_error says it in one line */
+        while ((c = getopt_long(argc, argv, ":", longs, NULL)) != -1) {
                 switch (c) {
                 case 'g':
                         if (parse_sizes(optarg, o))
-                                goto bad;
+                                return bench_usage_error(prog, "--gemm: orders in 1..65536, at most %d", MAX_SIZES);
                         break;
                 case 's':
-                        o->syr2k = atoi(optarg);
-                        if (o->syr2k < 0 || o->syr2k > 65536)
-                                goto bad;
+                        if (bench_parse_int(optarg, 0, 65536, &o->syr2k))
+                                return bench_usage_error(prog, "--syr2k: an order in 0..65536");
                         break;
                 case 'b':
-                        o->nb = atoi(optarg);
-                        if (o->nb < 1 || o->nb > 4096)
-                                goto bad;
+                        if (bench_parse_int(optarg, 1, 4096, &o->nb))
+                                return bench_usage_error(prog, "--nb: a panel width in 1..4096");
                         break;
                 case 'r':
-                        o->reps = atoi(optarg);
-                        if (o->reps < 1 || o->reps > 1000)
-                                goto bad;
+                        if (bench_parse_int(optarg, 1, 1000, &o->reps))
+                                return bench_usage_error(prog, "--reps: 1..1000");
                         break;
                 case '1':
                         o->single = 1;
@@ -364,8 +351,7 @@ static int parse(int argc, char **argv, struct opts *o)
                         o->cublas = 1;
                         break;
 #else
-                        fprintf(stderr, "gemmbench-blas: built without cuBLAS\n");
-                        return 2;
+                        return bench_usage_error(prog, "--cublas: built without cuBLAS");
 #endif
                 case 'j':
                         o->json = 1;
@@ -374,14 +360,12 @@ static int parse(int argc, char **argv, struct opts *o)
                         usage(stdout);
                         exit(0);
                 default:
-                        goto bad;
+                        return bench_getopt_error(prog, c, argv);
                 }
         }
-        if (optind == argc)
-                return 0;
-bad:
-        usage(stderr);
-        return 2;
+        if (optind < argc)
+                return bench_usage_error(prog, "unexpected argument '%s'", argv[optind]);
+        return 0;
 }
 
 /* Prints one result line (or JSON object) and returns 1 when it failed. */

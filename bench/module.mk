@@ -45,7 +45,7 @@ BLAS_PROG_LIBS += -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcublas $(
 endif
 endif
 
-$(BUILD)/gemmbench-blas: $(BUILD)/bench/blas_prog.o
+$(BUILD)/gemmbench-blas: $(BUILD)/bench/blas_prog.o $(BUILD)/bench/bench_util.o
 	$(call say,LD,$@)
 	$(Q)$(CC) -o $@ $^ $(BLAS_PROG_LIBS) $(LDLIBS)
 

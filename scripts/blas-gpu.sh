@@ -23,8 +23,11 @@ set -u
 set -o pipefail
 OUT=${OUT:-blas-out}
 mkdir -p "$OUT"
-bin=$(cd "${GEMMD_BIN:-build}" && pwd)
+GEMMD_BIN=$(cd "${GEMMD_BIN:-build}" && pwd)
 here=$(cd "$(dirname "$0")" && pwd)
+NAME=blas-gpu
+# shellcheck source=tests/blas_daemon.sh
+. "$here/../tests/blas_daemon.sh"
 cpu=$(cd "${CPU_BLAS:?CPU_BLAS: a folder with a CPU libblas.so.3}" && pwd)
 GEMM_SIZES=${GEMM_SIZES:-1024,4096,8192}
 SYR2K_N=${SYR2K_N:-8192}
@@ -37,15 +40,7 @@ echo "== reference BLAS testers, CUDA backend" | tee "$OUT/testers.txt"
 GEMMD_BIN=$bin GEMMD_BLAS_BACKEND=cuda LD_LIBRARY_PATH=$cpu \
         sh "$here/../tests/test_blas_reference.sh" 2>&1 | tee -a "$OUT/testers.txt" || rc=1
 
-tmp=$(mktemp -d)
-sock=$tmp/gemmd.sock
-"$bin/gemmd" --socket "$sock" --backend cuda 2>"$OUT/gemmd.log" &
-pid=$!
-trap 'kill $pid 2>/dev/null; rm -rf "$tmp"' EXIT
-for _ in $(seq 100); do
-        "$bin/gemmctl" --socket "$sock" status >/dev/null 2>&1 && break
-        sleep 0.1
-done
+blas_daemon_start cuda
 
 run_prog() { # label, extra gemmbench-blas options, then environment assignments
         local label=$1 extra=$2
@@ -59,16 +54,13 @@ run_prog() { # label, extra gemmbench-blas options, then environment assignments
 run_prog "CPU BLAS ($cpu)" "" LD_LIBRARY_PATH="$cpu"
 # The ops gemmd ran: the gemmd BLAS falls back silently, so its figures
 # count only if these grew by the calls it made.
-ops() {
-        "$bin/gemmctl" --socket "$sock" stats --json |
-                python3 -c 'import json, sys; print(sum(d["ops"] for d in json.load(sys.stdin)["devices"]))'
-}
-ops0=$(ops)
+ops0=$(blas_ops)
 run_prog "gemmd BLAS, and cuBLAS in the same process" --cublas LD_LIBRARY_PATH="$bin/blas:$cpu" \
         GEMMD_SOCKET="$sock" GEMMD_BLAS_FALLBACK="$cpu/libblas.so.3"
-echo "gemmd ran $(($(ops) - ops0)) ops for it" | tee -a "$OUT/blas-prog.txt"
+echo "gemmd ran $(($(blas_ops) - ops0)) ops for it" | tee -a "$OUT/blas-prog.txt"
 echo "== blasbench: gemmd against the CPU BLAS" | tee "$OUT/blasbench.txt"
 LD_LIBRARY_PATH="$bin/blas:$cpu" GEMMD_SOCKET="$sock" GEMMD_BLAS_FALLBACK="$cpu/libblas.so.3" \
         "$bin/blasbench" ${BLASBENCH_ARGS:-} 2>&1 | tee -a "$OUT/blasbench.txt" || rc=1
 "$bin/gemmctl" --socket "$sock" stats >"$OUT/stats.txt" 2>&1
+cp "$tmp/gemmd.log" "$OUT/gemmd.log"
 exit $rc

@@ -4,7 +4,8 @@
 # libblas-test (tests/test_blas_reference.sh) and NumPy's matrix product
 # tests (tests/test_blas_numpy.sh); and its install as the system's BLAS
 # through Debian's alternatives, in a private database
-# (tests/test_blas_install.sh).
+# (tests/test_blas_install.sh). The scripts start their daemon and read its
+# op counts through tests/blas_daemon.sh.
 BLAS_TEST := $(BUILD)/tests/test_blas
 BLAS_TEST_LINK := $(BUILD)/tests/e2e_util.o $(BUILD)/tests/hard_util.o
 

@@ -10,26 +10,12 @@
 # one-program way: LD_PRELOAD.
 set -u
 
-root=$(cd "$(dirname "$0")/.." && pwd)
-bin=${GEMMD_BIN:-$root/build}
+NAME=blas_install
+. "$(dirname "$0")/blas_daemon.sh"
 py=/usr/bin/python3
-ma=$(cc -print-multiarch 2>/dev/null || echo x86_64-linux-gnu)
 ref=/usr/lib/$ma/blas/libblas.so.3
-command -v update-alternatives >/dev/null || { echo "FAIL: blas_install: no update-alternatives"; exit 1; }
-[ -e "$ref" ] || { echo "FAIL: blas_install: $ref missing (scripts/deps.sh installs libblas3)"; exit 1; }
-
-tmp=$(mktemp -d "${TMPDIR:-/tmp}/gemmd-blasinst-XXXXXX") || exit 1
-pid=
-cleanup() {
-        [ -n "$pid" ] && kill "$pid" 2>/dev/null
-        rm -rf "$tmp"
-}
-trap cleanup EXIT
-fail() {
-        echo "FAIL: blas_install: $*"
-        [ -e "$tmp/gemmd.log" ] && { echo "--- gemmd log"; cat "$tmp/gemmd.log"; }
-        exit 1
-}
+command -v update-alternatives >/dev/null || fail "no update-alternatives"
+[ -e "$ref" ] || fail "$ref missing (scripts/deps.sh installs libblas3)"
 
 mkdir -p "$tmp/alt" "$tmp/admin" "$tmp/lib" "$tmp/gemmd"
 ua="update-alternatives --altdir $tmp/alt --admindir $tmp/admin"
@@ -47,19 +33,7 @@ mk install-blas-alternative
 [ "$(readlink -f "$link")" = "$ours" ] || fail "the link names $(readlink -f "$link"), not $ours"
 $ua --query "$name" | grep -q "^Status: auto" || fail "not in auto mode: $($ua --query "$name")"
 
-sock=$tmp/gemmd.sock
-"$bin/gemmd" --socket "$sock" --backend cpu --threads 1 2>"$tmp/gemmd.log" &
-pid=$!
-i=0
-until "$bin/gemmctl" --socket "$sock" status >/dev/null 2>&1; do
-        i=$((i + 1))
-        [ $i -lt 100 ] || fail "gemmd did not come up"
-        sleep 0.1
-done
-ops() {
-        "$bin/gemmctl" --socket "$sock" stats --json |
-                "$py" -c 'import json, sys; print(sum(d["ops"] for d in json.load(sys.stdin)["devices"]))'
-}
+blas_daemon_start
 # A product of each dtype and a dot product (not a GEMM: the fallback's),
 # each against a long double reference; prints the BLAS the process loaded.
 check_numpy() {
@@ -81,9 +55,9 @@ PY
 }
 export GEMMD_SOCKET="$sock" GEMMD_BLAS_THRESHOLD=0
 unset GEMMD_BLAS_FALLBACK
-ops0=$(ops)
+ops0=$(blas_ops)
 maps=$(LD_LIBRARY_PATH="$tmp/lib" check_numpy) || fail "NumPy through the alternative"
-n=$(($(ops) - ops0))
+n=$(($(blas_ops) - ops0))
 [ "$n" -ge 2 ] || fail "NumPy's products did not reach gemmd ($n ops)"
 echo "$maps" | grep -qx "$ours" || fail "NumPy did not load the gemmd BLAS: $maps"
 echo "$maps" | grep -qx "$(readlink -f "$ref")" || fail "the fallback is not the reference BLAS: $maps"
@@ -91,13 +65,14 @@ echo "  through the alternative: NumPy's products on gemmd ($n ops), its dot pro
 
 mk uninstall-blas-alternative
 [ "$(readlink -f "$link")" = "$(readlink -f "$ref")" ] || fail "after removal the link names $(readlink -f "$link")"
-ops0=$(ops)
+ops0=$(blas_ops)
 LD_LIBRARY_PATH="$tmp/lib" check_numpy >/dev/null || fail "NumPy on the reference BLAS after removal"
-[ "$(ops)" -eq "$ops0" ] || fail "gemmd still served NumPy after the alternative was removed"
+[ "$(blas_ops)" -eq "$ops0" ] || fail "gemmd still served NumPy after the alternative was removed"
 echo "  removed: the reference BLAS again, gemmd not called"
 
-ops0=$(ops)
+ops0=$(blas_ops)
 maps=$(LD_PRELOAD="$bin/blas/libblas.so.3" check_numpy) || fail "NumPy with LD_PRELOAD"
-[ "$(($(ops) - ops0))" -ge 2 ] || fail "LD_PRELOAD: NumPy's products did not reach gemmd"
+[ "$(($(blas_ops) - ops0))" -ge 2 ] || fail "LD_PRELOAD: NumPy's products did not reach gemmd"
 echo "  LD_PRELOAD: NumPy's products on gemmd"
+blas_daemon_stop
 echo "blas_install: ok"

@@ -9,44 +9,17 @@
 # pass and fail exactly as they do with the reference BLAS.
 set -u
 
-root=$(cd "$(dirname "$0")/.." && pwd)
-bin=${GEMMD_BIN:-$root/build}
+NAME=blas_numpy
+. "$(dirname "$0")/blas_daemon.sh"
 py=/usr/bin/python3
-ma=$(cc -print-multiarch 2>/dev/null || echo x86_64-linux-gnu)
 ref=/usr/lib/$ma/blas
 "$py" -c 'import numpy, pytest, hypothesis' 2>/dev/null ||
-        { echo "FAIL: blas_numpy: $py lacks numpy, pytest or hypothesis (scripts/deps.sh installs them)"; exit 1; }
+        fail "$py lacks numpy, pytest or hypothesis (scripts/deps.sh installs them)"
 np=$("$py" -c 'import numpy, os; print(os.path.dirname(numpy.__file__))')
-
-tmp=$(mktemp -d "${TMPDIR:-/tmp}/gemmd-blasnp-XXXXXX") || exit 1
-pid=
-cleanup() {
-        [ -n "$pid" ] && kill "$pid" 2>/dev/null
-        rm -rf "$tmp"
-}
-trap cleanup EXIT
-fail() {
-        echo "FAIL: blas_numpy: $*"
-        echo "--- gemmd log"; cat "$tmp/gemmd.log"
-        exit 1
-}
-
-sock=$tmp/gemmd.sock
-"$bin/gemmd" --socket "$sock" --backend cpu --threads 1 2>"$tmp/gemmd.log" &
-pid=$!
-i=0
-until "$bin/gemmctl" --socket "$sock" status >/dev/null 2>&1; do
-        i=$((i + 1))
-        [ $i -lt 100 ] || fail "gemmd did not come up"
-        sleep 0.1
-done
-ops() {
-        "$bin/gemmctl" --socket "$sock" stats --json |
-                "$py" -c 'import json, sys; print(sum(d["ops"] for d in json.load(sys.stdin)["devices"]))'
-}
+blas_daemon_start
 
 export GEMMD_SOCKET="$sock" GEMMD_BLAS_FALLBACK="$ref/libblas.so.3"
-ops0=$(ops)
+ops0=$(blas_ops)
 LD_LIBRARY_PATH="$bin/blas" GEMMD_BLAS_THRESHOLD=0 "$py" - <<'PY' || fail "a @ b through gemmd"
 import numpy as np
 rng = np.random.default_rng(1)
@@ -57,7 +30,7 @@ err = np.abs(a @ b - ref).max() / np.abs(a).max() / np.abs(b).max() / 600
 assert err < 1e-6, err
 print("  float32 a @ b (70x600 @ 600x50) through gemmd: relative error %.2g" % err)
 PY
-[ "$(ops)" -gt "$ops0" ] || fail "a @ b did not reach gemmd"
+[ "$(blas_ops)" -gt "$ops0" ] || fail "a @ b did not reach gemmd"
 
 # The two pytest runs of one side; the outcome of each test, sorted, in
 # $1.out.
@@ -72,12 +45,12 @@ run() {
         grep -E '^(PASSED|FAILED|ERROR|SKIPPED|XFAIL|XPASS) ' "$out.log" | sed 's/ - .*//' | sort >"$out.out"
 }
 cd "$tmp" || exit 1
-ops0=$(ops)
+ops0=$(blas_ops)
 run ref LD_LIBRARY_PATH="$ref" &
 refpid=$!
 run gemmd LD_LIBRARY_PATH="$bin/blas" GEMMD_BLAS_THRESHOLD=0
 wait $refpid
-served=$(($(ops) - ops0))
+served=$(($(blas_ops) - ops0))
 [ -s ref.out ] || fail "the reference run reported nothing: $(tail -20 ref.log)"
 diff ref.out gemmd.out >diff.txt || fail "outcomes differ from the reference BLAS's:
 $(cat diff.txt)
@@ -86,9 +59,5 @@ $(tail -30 gemmd.log)"
 echo "  NumPy: $(grep -c '^PASSED' gemmd.out) passed, $(grep -c -v '^PASSED' gemmd.out) other, as with the reference BLAS; gemmd ran $served ops"
 grep -E '^=* *[0-9]+ passed' gemmd.log | sed 's/^=* */  /; s/ =*$//'
 
-kill -TERM "$pid"
-wait "$pid"
-rc=$?
-pid=
-[ $rc -eq 0 ] || fail "gemmd exited with status $rc"
+blas_daemon_stop
 echo "blas_numpy: ok"

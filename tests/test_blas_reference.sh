@@ -12,49 +12,14 @@
 # libblas.so.3 where Debian's libblas-test is not installed.
 set -u
 
-root=$(cd "$(dirname "$0")/.." && pwd)
-bin=${GEMMD_BIN:-$root/build}
-ma=$(cc -print-multiarch 2>/dev/null || echo x86_64-linux-gnu)
+NAME=blas_reference
+. "$(dirname "$0")/blas_daemon.sh"
 ref=${BLAS_TESTERS:-/usr/lib/$ma/blas}
 backend=${GEMMD_BLAS_BACKEND:-cpu}
 for f in "$bin/gemmd" "$bin/gemmctl" "$bin/blas/libblas.so.3" "$ref/xblat3s" "$ref/xdcblat3"; do
-        [ -e "$f" ] || { echo "FAIL: blas_reference: $f missing (scripts/deps.sh installs libblas-test)"; exit 1; }
+        [ -e "$f" ] || fail "$f missing (scripts/deps.sh installs libblas-test)"
 done
-
-tmp=$(mktemp -d "${TMPDIR:-/tmp}/gemmd-blasref-XXXXXX") || exit 1
-pid=
-cleanup() {
-        [ -n "$pid" ] && kill "$pid" 2>/dev/null
-        rm -rf "$tmp"
-}
-trap cleanup EXIT
-fail() {
-        echo "FAIL: blas_reference: $*"
-        echo "--- gemmd log"; cat "$tmp/gemmd.log"
-        exit 1
-}
-
-sock=$tmp/gemmd.sock
-if [ "$backend" = cpu ]; then
-        "$bin/gemmd" --socket "$sock" --backend cpu --threads 1 2>"$tmp/gemmd.log" &
-else
-        "$bin/gemmd" --socket "$sock" --backend "$backend" 2>"$tmp/gemmd.log" &
-fi
-pid=$!
-i=0
-until "$bin/gemmctl" --socket "$sock" status >/dev/null 2>&1; do
-        i=$((i + 1))
-        [ $i -lt 100 ] || fail "gemmd did not come up"
-        sleep 0.1
-done
-
-# ops and unsupported refusals so far: "OPS REFUSED"
-counts() {
-        "$bin/gemmctl" --socket "$sock" stats --json | /usr/bin/python3 -c '
-import json, sys
-j = json.load(sys.stdin)
-print(sum(d["ops"] for d in j["devices"]), j["rejections"].get("unsupported", 0))'
-}
+blas_daemon_start "$backend"
 
 # The calls of one tester that reach gemmd, from its input file: every
 # combination of sizes (N values > 0), transposes or uplo/trans, alpha != 0
@@ -85,7 +50,7 @@ for t in s:xblat3s:blat3.in:fortran d:xblat3d:blat3.in:fortran s:xscblat3:in3:cb
 $t
 EOF2
         in=$ref/$p$input
-        set -- $(counts)
+        set -- $(blas_counts)
         ops0=$1 ref0=$2
         timeout 600 "$ref/$prog" <"$in" >"$prog.log" 2>&1 || fail "$prog exited non-zero: $(tail -5 "$prog.log")"
         out=$prog.log
@@ -94,7 +59,7 @@ EOF2
         # the daemon's count may trail its replies: wait up to 5 s for it
         i=0
         while :; do
-                set -- $(counts)
+                set -- $(blas_counts)
                 ops=$(($1 - ops0)) refused=$(($2 - ref0))
                 [ "$ops" -ge "$want" ] || [ $i -ge 50 ] && break
                 i=$((i + 1))
@@ -112,9 +77,5 @@ EOF2
         [ "$ops" -eq "$want" ] || fail "$prog: gemmd ran $ops ops, the tester makes $want such calls"
         echo "  $prog: all PASSED; gemmd ran $ops ops, the tester's $want GEMM/SYR2K calls"
 done
-kill -TERM "$pid"
-wait "$pid"
-rc=$?
-pid=
-[ $rc -eq 0 ] || fail "gemmd exited with status $rc"
+blas_daemon_stop
 echo "blas_reference: ok ($backend backend)"
