@@ -14,12 +14,13 @@
  * for).
  *
  * Tile 128 x 128, 8 warps as 2 (m) x 4 (n), 64 x 32 outputs each: 64
- * accumulators a thread. K steps of 16, 5 stages on the sm_90a image;
- * 3 stages on the sm_80 one (its smaller shared memory). mma.sync has the
- * f64 shape m8n8k4 on sm_80 and from sm_90 also m16n8k4/k8/k16; the
- * config's MK picks one (4 is m8n8k4); k16 ran fastest on the H100 (k8
- * and K steps of 32 in 3 stages: docs/performance.md). Every tile of one device runs the
- * same mma in the same K order, so bits never depend on the plan.
+ * accumulators a thread. K steps of 32 in 3 stages on the sm_90a image,
+ * software-pipelined (PIPE 1, dmainloop); K steps of 16 in 3 stages on the
+ * sm_80 one (its smaller shared memory). mma.sync has the f64 shape m8n8k4
+ * on sm_80 and from sm_90 also m16n8k4/k8/k16; the config's MK picks one
+ * (4 is m8n8k4); k16 ran fastest on the H100 (docs/performance.md). Every
+ * tile of one device runs the same mma in the same K order, so bits never
+ * depend on the plan.
  * ldmatrix moves 16-bit elements only, so fragments are read element by
  * element from shared memory: lane (g = lane / 4, t = lane % 4) reads row
  * g (+ 8) and k t (+ 4 j). Rows of a K-major stage are BK + 4 doubles
@@ -35,11 +36,14 @@
  * MK: k of one mma (4: m8n8k4; 8 or 16: m16n8kMK). BK_H, STAGES_H: the K
  * step and stages of the sm_90a image (227 KB of shared memory a block);
  * the sm_80 image takes K steps of 16 and 3 stages (its 163 KB). Tile 128
- * x 128 either way, 8 warps as 2 (m) x 4 (n) of 64 x 32 outputs.
+ * x 128 either way, 8 warps as 2 (m) x 4 (n) of 64 x 32 outputs. PIPE 1:
+ * the software-pipelined mainloop (fragments of the next k-slice read
+ * while the mmas of this one run); 0: one k-tile's loads, then its mmas.
  */
-template <int MK_, int BK_H_, int STAGES_H_> struct DCfg {
+template <int MK_, int BK_H_, int STAGES_H_, int PIPE_ = 0> struct DCfg {
         static constexpr bool F64 = true;
         static constexpr int MK = MK_;
+        static constexpr int PIPE = PIPE_;
         static constexpr int MR = MK == 4 ? 8 : 16; /* rows of one mma */
         static constexpr int BM = 128, BN = 128, BK_H = BK_H_, BK_L = 16;
         static constexpr int BK = GEMMD_SMEM_H ? BK_H : BK_L;
@@ -72,8 +76,8 @@ template <int MK_, int BK_H_, int STAGES_H_> struct DCfg {
         static_assert(BM == BN, "one tile shape for every f64 config (cuda_gemm_shape)");
 };
 
-using CfgF64 = DCfg<4, 16, GEMMD_F64_STAGES>;     /* sm_80 image */
-using CfgF64k16 = DCfg<16, 16, GEMMD_F64_STAGES>; /* sm_90a image */
+using CfgF64 = DCfg<4, 16, GEMMD_F64_STAGES>; /* sm_80 image */
+using CfgF64k16 = DCfg<16, 32, 3, 1>;          /* sm_90a image */
 
 /* d += a b for one f64 mma of k MK (fragments as in the PTX ISA). The
  * m16n8 shapes exist from sm_90 on; the host never launches them on an
@@ -228,6 +232,35 @@ __device__ __forceinline__ void dcompute_stage(const double *sx, const double *s
         }
 }
 
+/* The B fragment of k-slice kb for the warp's n8 column block ni. */
+template <class D, bool YK>
+__device__ __forceinline__ void dload_b1(const double *sy, int kb, int ni, double (&b)[D::MB])
+{
+        constexpr int SY = YK ? D::SK : D::BN + D::PAD;
+        const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+        const int wn = warp / D::WARPS_M, g = lane >> 2, t = lane & 3;
+#pragma unroll
+        for (int j = 0; j < D::MB; j++) {
+                const int col = wn * D::WN + ni * 8 + g, kk = kb + t + 4 * j;
+                b[j] = YK ? sy[col * SY + kk] : sy[kk * SY + col];
+        }
+}
+
+/* The A fragment of k-slice kb for the warp's m16 row block mi. */
+template <class D, bool XK>
+__device__ __forceinline__ void dload_a(const double *sx, int kb, int mi, double (&a)[D::MA])
+{
+        constexpr int SX = XK ? D::SK : D::BM + D::PAD;
+        constexpr int RB = D::MR / 8;
+        const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+        const int wm = warp % D::WARPS_M, g = lane >> 2, t = lane & 3;
+#pragma unroll
+        for (int i = 0; i < D::MA; i++) {
+                const int row = wm * D::WM + mi * D::MR + g + 8 * (i % RB), kk = kb + t + 4 * (i / RB);
+                a[i] = XK ? sx[row * SX + kk] : sx[kk * SX + row];
+        }
+}
+
 template <class D> __device__ __forceinline__ void dacc_pos(int i, uint32_t &row, uint32_t &col)
 {
         const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -255,13 +288,13 @@ __device__ __forceinline__ void dmainloop(const Prob &pr, uint32_t m0, uint32_t 
         int lterm = 0, lkt = 0, lstage = 0;
         auto issue = [&](int it) {
                 if (it < niter) {
+                        /* make_prob's second term is the first with X and Y
+                         * swapped (SYR2K), so only the first is kept live. */
                         const bool t1 = lterm != 0;
-                        const char *gx = t1 ? pr.term[1].x : pr.term[0].x;
-                        const char *gy = t1 ? pr.term[1].y : pr.term[0].y;
-                        const int64_t ldx = t1 ? pr.term[1].ldx : pr.term[0].ldx;
-                        const int64_t ldy = t1 ? pr.term[1].ldy : pr.term[0].ldy;
-                        const bool xal = t1 ? pr.term[1].xal : pr.term[0].xal;
-                        const bool yal = t1 ? pr.term[1].yal : pr.term[0].yal;
+                        const Term &t0 = pr.term[0];
+                        const char *gx = t1 ? t0.y : t0.x, *gy = t1 ? t0.x : t0.y;
+                        const int64_t ldx = t1 ? t0.ldy : t0.ldx, ldy = t1 ? t0.ldx : t0.ldy;
+                        const bool xal = t1 ? t0.yal : t0.xal, yal = t1 ? t0.xal : t0.yal;
                         const uint32_t k0 = (uint32_t)lkt * D::BK;
                         double *sx = sbase + lstage * D::STAGE_ELEMS, *sy = sx + D::X_ELEMS;
                         dload_tile<D, D::BM, XK>(sx, gx, ldx, xal, m0, pr.m, k0, pr.k);
@@ -279,13 +312,71 @@ __device__ __forceinline__ void dmainloop(const Prob &pr, uint32_t m0, uint32_t 
                 issue(s);
 
         int cstage = 0;
-        for (int it = 0; it < niter; it++) {
+        if constexpr (D::PIPE == 1) {
+                /* The barrier that frees a stage comes before the last
+                 * row block's mmas of the k-tile rather than after them,
+                 * and the next slice's B fragments are read while those
+                 * mmas run, so the tensor cores do not idle through the
+                 * barrier and the first loads of the next stage. A row
+                 * block's A fragment is read just before its mmas, so few
+                 * fragment registers are live beside the accumulators. */
+                constexpr int SPS = D::BK / D::MK;
                 cp_async_wait<D::STAGES - 2>();
                 __syncthreads();
-                issue(it + D::STAGES - 1);
-                const double *sx = sbase + cstage * D::STAGE_ELEMS;
-                dcompute_stage<D, XK, YK>(sx, sx + D::X_ELEMS, acc);
-                cstage = cstage + 1 == D::STAGES ? 0 : cstage + 1;
+                issue(D::STAGES - 1);
+                double bc[D::NT][D::MB];
+#pragma unroll
+                for (int ni = 0; ni < D::NT; ni++)
+                        dload_b1<D, YK>(sbase + D::X_ELEMS, 0, ni, bc[ni]);
+                for (int it = 0; it < niter; it++) {
+                        const double *sx = sbase + cstage * D::STAGE_ELEMS, *sy = sx + D::X_ELEMS;
+                        const int nstage = cstage + 1 == D::STAGES ? 0 : cstage + 1;
+#pragma unroll
+                        for (int ks = 0; ks < SPS; ks++) {
+                                const int kb = ks * D::MK;
+                                const bool last = ks + 1 == SPS;
+#pragma unroll
+                                for (int mi = 0; mi < D::MT; mi++) {
+                                        double a[D::MA];
+                                        dload_a<D, XK>(sx, kb, mi, a);
+                                        if (mi < D::MT - 1) {
+#pragma unroll
+                                                for (int ni = 0; ni < D::NT; ni++)
+                                                        dmma<D::MK>(acc + (mi * D::NT + ni) * D::CV, a, bc[ni]);
+                                                continue;
+                                        }
+                                        const bool more = !last || it + 1 < niter;
+                                        if (last && more) {
+                                                cp_async_wait<D::STAGES - 2>();
+                                                __syncthreads();
+                                        }
+                                        /* Each B fragment, once its last mma of the slice
+                                         * is issued, is replaced by the next slice's. */
+                                        const double *syn = last ? sbase + nstage * D::STAGE_ELEMS + D::X_ELEMS : sy;
+                                        const int kbn = last ? 0 : kb + D::MK;
+#pragma unroll
+                                        for (int ni = 0; ni < D::NT; ni++) {
+                                                dmma<D::MK>(acc + (mi * D::NT + ni) * D::CV, a, bc[ni]);
+                                                if (more)
+                                                        dload_b1<D, YK>(syn, kbn, ni, bc[ni]);
+                                        }
+                                        /* Into the stage just read: every warp is past
+                                         * the barrier, so past its last read of it. */
+                                        if (last && more)
+                                                issue(it + D::STAGES);
+                                }
+                        }
+                        cstage = nstage;
+                }
+        } else {
+                for (int it = 0; it < niter; it++) {
+                        cp_async_wait<D::STAGES - 2>();
+                        __syncthreads();
+                        issue(it + D::STAGES - 1);
+                        const double *sx = sbase + cstage * D::STAGE_ELEMS;
+                        dcompute_stage<D, XK, YK>(sx, sx + D::X_ELEMS, acc);
+                        cstage = cstage + 1 == D::STAGES ? 0 : cstage + 1;
+                }
         }
         cp_async_wait<0>();
         __syncthreads();
@@ -354,5 +445,10 @@ __device__ __forceinline__ void drun_entry(const KParams &kp, uint32_t pi, uint3
                 dmainloop<D, true, true>(pr, m0, n0, acc, smem);
                 break;
         }
-        depilogue<D>(p, m0, n0, acc);
+        /* Read again rather than kept in registers across the mainloop,
+         * which needs them all; into a local copy, since stores to C
+         * could alias the problem array and would force a reload of each
+         * field after every store. */
+        const struct gemmd_kproblem pe = kp.probs[pi];
+        depilogue<D>(pe, m0, n0, acc);
 }
