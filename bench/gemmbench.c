@@ -1175,8 +1175,11 @@ static void bench_workload(cublasHandle_t h, const struct workload *w, int modes
                                 exit(1);
                         }
                         gp.sm80 = !is_w && mi >= SCHED_NMODES;
-                        char mbuf[16];
-                        snprintf(mbuf, sizeof(mbuf), "%s%s", sched_mode_name((enum sched_mode)mode), is_w ? "-w" : "");
+                        /* auto shows its choice: "auto>sorted" */
+                        const int chose = gp.plan.mode != (enum sched_mode)mode;
+                        char mbuf[32];
+                        snprintf(mbuf, sizeof(mbuf), "%s%s%s%s", sched_mode_name((enum sched_mode)mode),
+                                 chose ? ">" : "", chose ? sched_mode_name(gp.plan.mode) : "", is_w ? "-w" : "");
                         const char *mname = gp.sm80 ? "lpt-80" : mbuf;
                         struct grun r = {&s, &gp};
                         float ms = time_median(grun_fn, &r, s.copies, reps);
@@ -1199,7 +1202,7 @@ static void bench_workload(cublasHandle_t h, const struct workload *w, int modes
                                 printf("}\n");
                         } else {
                                 char lb[16], gb[16], sb[16], xg[16], xb[16];
-                                printf("%-12s %-5s %-8s %9.4f %8.1f %8s %8s %8s %7s %7s %9.2e\n", w->name,
+                                printf("%-12s %-5s %-13s %9.4f %8.1f %8s %8s %8s %7s %7s %9.2e\n", w->name,
                                        cfg_name(s.dtype, s.tf32), mname, ms, tf,
                                        num_or_dash(lb, sizeof(lb), peer_ms[PEER_LOOP] > 0, "%.1f",
                                                    TF(peer_ms[PEER_LOOP])),
@@ -1297,7 +1300,7 @@ int main(int argc, char **argv)
                 printf("# sm_90 fast path (TMA + wgmma; exact f32 split into TF32 parts) for K-major problems: %s; "
                        "lpt-80 = lpt on the sm_80 kernel (exact f32: FFMA); MODE-w = the wide tile (128x192)\n",
                        cuda_gemm_fast_available() ? "on" : "off");
-                printf("%-12s %-5s %-8s %9s %8s %8s %8s %8s %7s %7s %9s\n", "workload", "cfg", "mode", "gemmd_ms",
+                printf("%-12s %-5s %-13s %9s %8s %8s %8s %8s %7s %7s %9s\n", "workload", "cfg", "mode", "gemmd_ms",
                        "TF/s", "loop", "grouped", "strided", "x_grp", "x_best", "max_err");
         }
         struct workload w;

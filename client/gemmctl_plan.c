@@ -3,7 +3,7 @@
  * of problems read from a file and reports how good and how fast they are.
  * Works without a daemon.
  *
- *   gemmctl plan [--mode rr|sorted|lpt|split|device|spt|all] [--ctas N]
+ *   gemmctl plan [--mode rr|sorted|lpt|split|device|spt|auto|all] [--ctas N]
  *                [--tile MxNxK] [--cost SPEC] [--reps N] [--json] FILE
  *
  * FILE ("-" for stdin) holds one problem per line:
@@ -15,10 +15,11 @@
  * a SYR2K is lower unless it says upper. `#` starts a comment; blank lines
  * are skipped.
  *
- * For each mode it prints the tiles and entries of the plan, its predicted
- * makespan and lower bound (cost units, see scheduler/cost.h), their ratio,
- * and the median build time over --reps builds (after one warm-up build
- * that sizes the plan's buffer, as a long-running daemon's would be).
+ * For each mode (auto as "auto>MODE", with the mode it chose) it prints the
+ * tiles and entries of the plan, its predicted makespan and lower bound
+ * (cost units, see scheduler/cost.h), their ratio, and the median build
+ * time over --reps builds (after one warm-up build that sizes the plan's
+ * buffer, as a long-running daemon's would be).
  * Exit status: 0, 1 for bad input (file or group), 2 for bad usage.
  */
 #include <errno.h>
@@ -56,7 +57,7 @@ struct group {
 
 static void usage(FILE *f)
 {
-        fprintf(f, "usage: gemmctl plan [--mode rr|sorted|lpt|split|device|spt|all] [--ctas N] "
+        fprintf(f, "usage: gemmctl plan [--mode rr|sorted|lpt|split|device|spt|auto|all] [--ctas N] "
                    "[--tile MxNxK] [--cost SPEC] [--reps N] [--json] FILE\n"
                    "  FILE: one problem per line, \"gemm M N K [dtype]\" or "
                    "\"syr2k N K [dtype] [lower|upper]\";\n"
@@ -394,7 +395,7 @@ static void explain(const struct opts *o, const struct group *g, const struct sc
 }
 
 struct result {
-        enum sched_mode mode;
+        enum sched_mode mode, chosen; /* chosen: the plan's own (auto's choice) */
         uint64_t tiles;
         uint32_t entries, nsplit;
         double makespan, lower_bound, ratio, build_us;
@@ -425,6 +426,7 @@ static int run_mode(const struct opts *o, const struct group *g, enum sched_mode
         }
         qsort(times, n, sizeof(*times), cmp_double);
         r->mode = mode;
+        r->chosen = plan.mode;
         r->tiles = plan.tiles;
         r->entries = plan.nentries;
         r->nsplit = plan.nsplit;
@@ -443,13 +445,16 @@ static void print_table(const struct opts *o, const struct group *g, const struc
 
         printf("%u problems, %u CTAs, tile %ux%ux%u\n", g->n, o->ctas, o->shape.tm, o->shape.tn,
                o->shape.tk);
-        printf("%-7s %9s %9s %6s %12s %12s %7s %9s %8s\n", "mode", "tiles", "entries", "split",
+        printf("%-12s %9s %9s %6s %12s %12s %7s %9s %8s\n", "mode", "tiles", "entries", "split",
                "makespan", "lower_bound", "ratio", "build_us", "ns/tile");
         for (i = 0; i < nres; i++) {
                 const struct result *r = &res[i];
+                char name[32];
 
-                printf("%-7s %9llu %9u %6u %12.1f %12.1f %7.3f %9.1f %8.1f\n",
-                       sched_mode_name(r->mode), (unsigned long long)r->tiles, r->entries,
+                snprintf(name, sizeof(name), "%s%s%s", sched_mode_name(r->mode), r->chosen != r->mode ? ">" : "",
+                         r->chosen != r->mode ? sched_mode_name(r->chosen) : "");
+                printf("%-12s %9llu %9u %6u %12.1f %12.1f %7.3f %9.1f %8.1f\n",
+                       name, (unsigned long long)r->tiles, r->entries,
                        r->nsplit, r->makespan, r->lower_bound, r->ratio, r->build_us,
                        r->tiles ? r->build_us * 1e3 / (double)r->tiles : 0.0);
         }
@@ -463,10 +468,11 @@ static void print_json(const struct result *res, int nres)
         for (i = 0; i < nres; i++) {
                 const struct result *r = &res[i];
 
-                printf("%s\n  {\"mode\": \"%s\", \"tiles\": %llu, \"entries\": %u, "
+                printf("%s\n  {\"mode\": \"%s\", \"chosen\": \"%s\", \"tiles\": %llu, \"entries\": %u, "
                        "\"makespan\": %.3f, \"lower_bound\": %.3f, \"ratio\": %.5f, "
                        "\"build_us\": %.2f}",
-                       i ? "," : "", sched_mode_name(r->mode), (unsigned long long)r->tiles,
+                       i ? "," : "", sched_mode_name(r->mode), sched_mode_name(r->chosen),
+                       (unsigned long long)r->tiles,
                        r->entries, r->makespan, r->lower_bound, r->ratio, r->build_us);
         }
         printf("\n]\n");

@@ -25,11 +25,11 @@ void config_defaults(struct gemmd_config *cfg)
         cfg->socket_path = env && *env ? env : GEMMD_DEFAULT_SOCKET;
         cfg->backend = BACKEND_AUTO;
         cfg->threads = ncpu > 0 ? (int)ncpu : 1;
-        /* sorted is the best or near-best mode on every 16-bit workload,
-         * while lpt's runs of one problem per CTA spread the CTAs of a
-         * large problem over it and lose L2 reuse. lpt and split stay a
-         * flag away. */
-        cfg->mode = SCHED_SORTED;
+        /* auto: sorted, the best or near-best mode on every 16-bit
+         * workload (lpt's runs of one problem per CTA spread the CTAs of a
+         * large problem over it and lose L2 reuse), unless the cost model
+         * predicts split well ahead for the group (plan.h). */
+        cfg->mode = SCHED_AUTO;
         cfg->max_groups_inflight = 0; /* the backend's (struct backend) */
         cfg->batch_window_us = 0;
         /* A lone request crosses three of the daemon's threads (loop,
@@ -252,7 +252,7 @@ static void usage(FILE *f, const struct gemmd_config *d)
                 "  -f, --foreground             stay in the foreground (gemmd never forks; kept for scripts)\n"
                 "      --threads N              CPU backend threads (default: %d, the online CPUs)\n"
                 "      --devices LIST           CUDA devices to use, e.g. 0,1 (default: all)\n"
-                "      --mode rr|sorted|lpt|split|device|spt  tile schedule of each group (default: %s)\n"
+                "      --mode rr|sorted|lpt|split|device|spt|auto  tile schedule of each group (default: %s)\n"
                 "      --max-groups-inflight D  groups launched and unfinished per device (default: 4 on a GPU,\n"
                 "                               2 on the CPU backend)\n"
                 "      --batch-window-us US     an idle device waits this long for more requests (default: %u)\n"

@@ -570,6 +570,7 @@ static void finish_group(struct worker *w, struct group *g)
         w->st.run_ns += g->t_done_ns - g->t_launch_ns;
         w->st.tiles += g->tiles;
         w->st.wide_groups += g->cfg.shape.tn != w->be->shape(w->be, g->key).tn;
+        w->st.split_groups += g->plan.mode == SCHED_SPLIT;
         w->st.resident_groups += g->resident != 0;
         if (g->status == GEMMD_EDEVICE && w->be->recover)
                 w->recover_pending = 1;

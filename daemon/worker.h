@@ -94,6 +94,7 @@ struct worker_stats {
         uint64_t device_ns;      /* device time of the timed groups (if the backend measures it) */
         uint64_t timed_groups;   /* groups whose device time was measured */
         uint64_t wide_groups;    /* groups on the backend's wide tile */
+        uint64_t split_groups;   /* groups on a split plan (--mode split, or auto's choice) */
         uint64_t resident_groups; /* groups its resident kernel took (--resident) */
         uint64_t ops_early; /* ops answered before their group ended (--early-completion) */
         /* An op's queue time in three parts, summed over ops: admitted to

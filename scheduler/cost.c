@@ -39,6 +39,7 @@ static const struct sched_cost cost_defaults = {
         .split_store = 2.0,
         .split_reduce = 1.0,
         .split_min_gain = 0.02,
+        .auto_gain = 0.10,
         .wide = 1.4,
 };
 
@@ -60,6 +61,7 @@ static const struct {
         {"split_store", offsetof(struct sched_cost, split_store)},
         {"split_reduce", offsetof(struct sched_cost, split_reduce)},
         {"split_min_gain", offsetof(struct sched_cost, split_min_gain)},
+        {"auto_gain", offsetof(struct sched_cost, auto_gain)},
         {"wide", offsetof(struct sched_cost, wide)},
 };
 
@@ -83,7 +85,7 @@ int sched_cost_validate(const struct sched_cost *c)
         for (i = 0; i < SCHED_COST_NCLASSES; i++)
                 if (!(c->kiter[i] > 0))
                         return -EINVAL;
-        if (!(c->tile_fixed > 0) || c->split_min_gain >= 1 || !(c->wide > 0))
+        if (!(c->tile_fixed > 0) || c->split_min_gain >= 1 || c->auto_gain >= 1 || !(c->wide > 0))
                 return -EINVAL;
         return 0;
 }

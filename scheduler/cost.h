@@ -54,6 +54,9 @@ struct sched_cost {
         double split_min_gain; /* split mode keeps its K splits only when they
                                 * shorten the predicted makespan by this
                                 * fraction (0.02 = 2%) */
+        double auto_gain;      /* auto mode takes split's plan over sorted's
+                                * only when it is predicted shorter by this
+                                * fraction (0.1 = 10%) */
         double wide;           /* an entry of the wide tile (a backend's
                                 * second shape, e.g. 128x192 against
                                 * 128x128) against the same entry of the

@@ -163,7 +163,7 @@ void sched_plan_deinit(struct sched_plan *plan)
         memset(plan, 0, sizeof(*plan));
 }
 
-static const char *const mode_names[SCHED_NMODES] = {"rr", "sorted", "lpt", "split", "device", "spt"};
+static const char *const mode_names[SCHED_NMODES] = {"rr", "sorted", "lpt", "split", "device", "spt", "auto"};
 
 const char *sched_mode_name(enum sched_mode mode)
 {
@@ -891,12 +891,52 @@ keep_lpt:
         emit(b, NULL, 0);
 }
 
+/*
+ * auto: sorted, which ran fastest on the GPU on every 16-bit workload
+ * measured (docs/performance.md), unless the group has more than one wave,
+ * its sorted plan is more than auto_gain above the bound, and split's plan
+ * (lpt with the tail split) is predicted shorter by at least auto_gain.
+ * The margin stands for what the model leaves out and favours sorted on the
+ * GPU: the tiles of one problem running side by side share its operands in
+ * L2. A single wave stays sorted (the worker then launches only its tiles'
+ * CTAs), so one small request costs one plan build.
+ */
+static int build_auto(struct sched_plan *plan, const struct sched_problem *probs, uint32_t n,
+                      const struct sched_config *cfg, const struct sched_cost *cost)
+{
+        const double t0 = now_us();
+        struct sched_config c = *cfg;
+        struct sched_plan alt;
+        int rc;
+
+        c.mode = SCHED_SORTED;
+        rc = sched_plan_build_cost(plan, probs, n, &c, cost);
+        if (rc != 0 || plan->tiles <= c.ctas || plan->makespan <= plan->lower_bound * (1 + cost->auto_gain))
+                goto out;
+        sched_plan_init(&alt);
+        c.mode = SCHED_SPLIT;
+        if (sched_plan_build_cost(&alt, probs, n, &c, cost) == 0 &&
+            alt.makespan <= plan->makespan * (1 - cost->auto_gain)) {
+                struct sched_plan t = *plan;
+
+                *plan = alt;
+                alt = t;
+        }
+        sched_plan_deinit(&alt);
+out:
+        plan->build_us = now_us() - t0;
+        return rc;
+}
+
 int sched_plan_build_cost(struct sched_plan *plan, const struct sched_problem *probs, uint32_t n,
                           const struct sched_config *cfg, const struct sched_cost *cost)
 {
         double t0 = now_us();
         struct build b;
         int rc;
+
+        if (cfg->mode == SCHED_AUTO) /* its sorted build checks the request */
+                return build_auto(plan, probs, n, cfg, cost);
 
         memset(&b, 0, sizeof(b));
         b.plan = plan;
@@ -940,6 +980,7 @@ int sched_plan_build_cost(struct sched_plan *plan, const struct sched_problem *p
                 return -EINVAL;
         }
 
+        plan->mode = cfg->mode;
         plan->nctas = b.ctas;
         plan->nproblems = n;
         plan->nentries = b.nentries;

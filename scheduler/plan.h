@@ -32,7 +32,11 @@ enum sched_mode {
         SCHED_SPT = 5,    /* round-robin after sorting by ascending problem cost:
                            * the quick problems' C are whole first, which
                            * early completion answers at once */
-        SCHED_NMODES = 6
+        SCHED_AUTO = 6,   /* the choice per group: sorted, unless the group
+                           * has more than one wave and the cost model
+                           * predicts split (lpt with a split tail) shorter
+                           * by at least its auto_gain (cost.h) */
+        SCHED_NMODES = 7
 };
 
 #define SCHED_NO_SPLIT UINT32_MAX
@@ -73,6 +77,7 @@ struct sched_plan {
         const uint32_t *split_ws;            /* nsplit: first workspace slot of the tile;
                                               * chunk c of the tile uses slot split_ws + c */
 
+        enum sched_mode mode; /* the mode it was built in (auto: the one chosen) */
         double makespan;    /* predicted, cost units (cost.h) */
         double lower_bound; /* max(total cost / ctas, costliest single entry) */
         double build_us;    /* wall time of sched_plan_build */
@@ -88,7 +93,7 @@ int sched_plan_build(struct sched_plan *plan, const struct sched_problem *probs,
                      const struct sched_config *cfg);
 
 const char *sched_mode_name(enum sched_mode mode);
-/* Returns 0 and sets *mode for "rr", "sorted", "lpt", "split", "device", "spt". */
+/* Returns 0 and sets *mode for "rr", "sorted", "lpt", "split", "device", "spt", "auto". */
 int sched_mode_parse(const char *name, enum sched_mode *mode);
 
 #endif /* GEMMD_SCHED_PLAN_H */

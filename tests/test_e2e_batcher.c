@@ -334,6 +334,65 @@ Test(e2e, burst_from_eight_processes_is_served_in_groups)
         STOP(&d);
 }
 
+/* ---- (b2) auto mode ------------------------------------------------------ */
+
+/* The "split_groups" count of the daemon's JSON stats. */
+static long long split_groups(gemmd_client *c)
+{
+        char *json = NULL;
+        const char *p;
+        long long v;
+
+        cr_assert_eq(gemmd_stats(c, 1, &json), 0);
+        p = strstr(json, "\"split_groups\":");
+        cr_assert_not_null(p, "%s", json);
+        v = strtoll(p + strlen("\"split_groups\":"), NULL, 10);
+        free(json);
+        return v;
+}
+
+/* One group whose sorted plan leaves a CTA two tiles where the bound is
+ * one: a GEMM of K 8192 and eight of K 2048 (one 64 x 64 tile each) on the
+ * 8 CTAs of --threads 2. The default, auto, runs it on a split plan (lpt
+ * gives the long tile a CTA of its own), --mode sorted does not, and both
+ * give every result right. */
+Test(e2e, auto_mode_takes_split_where_sorted_is_unbalanced)
+{
+        static const char *const modes[] = {NULL, "sorted"};
+
+        for (int m = 0; m < 2; m++) {
+                struct e2e_daemon d;
+                struct e2e_arena ar;
+                struct e2e_prob p[9];
+                struct gemmd_result r[9];
+                uint64_t seed = 5;
+                gemmd_client *c;
+                char why[256];
+
+                if (modes[m])
+                        START(&d, "--threads", "2", "--mode", modes[m], NULL);
+                else
+                        START(&d, "--threads", "2", NULL);
+                c = e2e_connect(&d);
+                cr_assert_not_null(c);
+                cr_assert_eq(e2e_arena_init(&ar, c, 16u << 20), 0);
+                for (int i = 0; i < 9; i++) {
+                        const struct e2e_spec s = {.kind = GEMMD_GEMM, .dtype = GEMMD_F32, .m = 64, .n = 64,
+                                                   .k = i ? 2048 : 8192, .alpha = 1.0f, .beta = 0.5f};
+
+                        cr_assert_eq(e2e_prob_place(&p[i], &s, &ar, &seed), 0);
+                }
+                cr_assert_eq(e2e_run_checked(c, p, 9, 9, r, why, sizeof(why)), 0, "%s", why);
+                cr_assert_eq(r[0].group_size, 9, "the nine ops did not share a group");
+                if (modes[m])
+                        cr_assert_eq(split_groups(c), 0, "--mode %s ran a split plan", modes[m]);
+                else
+                        cr_assert_eq(split_groups(c), 1, "auto kept sorted's unbalanced plan");
+                gemmd_disconnect(c);
+                STOP(&d);
+        }
+}
+
 /* ---- (c) result bits independent of the group and of the mode ---------- */
 
 /* Problems whose bits must not depend on company: K spanning several
@@ -357,7 +416,7 @@ static const struct e2e_spec bit_specs[] = {
 
 Test(e2e, result_bits_do_not_depend_on_group_or_plan_mode)
 {
-        static const char *modes[] = {"lpt", "rr", "sorted", "split", "device", "spt"};
+        static const char *modes[] = {"lpt", "rr", "sorted", "split", "device", "spt", "auto"};
         uint8_t *first[NBITS] = {0};
 
         for (size_t m = 0; m < sizeof(modes) / sizeof(modes[0]); m++) {

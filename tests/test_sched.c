@@ -377,8 +377,12 @@ Test(cost, parse_and_set)
         cr_assert_eq(sched_cost_parse(&c, "tile_fixed=0"), -EINVAL);
         cr_assert_eq(sched_cost_parse(&c, "kiter_f32=-1"), -EINVAL);
         cr_assert_eq(sched_cost_parse(&c, "tile_fixed"), -EINVAL);
+        cr_assert_eq(sched_cost_parse(&c, "auto_gain=1"), -EINVAL);
+        cr_assert_eq(sched_cost_parse(&c, "auto_gain=-0.1"), -EINVAL);
         cr_assert_eq(memcmp(&c, &d, sizeof(c)), 0, "a failed parse changes nothing");
         cr_assert_eq(sched_cost_parse(&c, ""), 0);
+        cr_assert_eq(sched_cost_parse(&c, "auto_gain=0.25"), 0);
+        cr_assert_float_eq(c.auto_gain, 0.25, 0);
 
         /* format then parse gives the model back */
         cr_assert(sched_cost_format(&c, buf, sizeof(buf)) < (int)sizeof(buf));
@@ -493,14 +497,20 @@ static void check_plan(const struct sched_plan *pl, const struct sched_problem *
         cr_assert(pl->makespan >= pl->lower_bound * (1 - 1e-9), "makespan %f < bound %f",
                   pl->makespan, pl->lower_bound);
         cr_assert(pl->build_us >= 0);
+        /* auto builds one of sorted and split; every other mode its own */
+        if (cfg->mode == SCHED_AUTO)
+                cr_assert(pl->mode == SCHED_SORTED || pl->mode == SCHED_SPLIT, "auto chose %s",
+                          sched_mode_name(pl->mode));
+        else
+                cr_assert_eq(pl->mode, cfg->mode);
 
-        if (cfg->mode == SCHED_DEVICE) {
+        if (pl->mode == SCHED_DEVICE) {
                 cr_assert_eq(pl->nentries, 0);
                 cr_assert_eq(pl->nsplit, 0);
                 free(first);
                 return;
         }
-        if (cfg->mode != SCHED_SPLIT)
+        if (pl->mode != SCHED_SPLIT)
                 cr_assert_eq(pl->nsplit, 0);
 
         /* every tile's chunks covered exactly once */
@@ -619,7 +629,7 @@ static void check_plan(const struct sched_plan *pl, const struct sched_problem *
                 cr_assert(pl->makespan <= (maxload + reductions) * (1 + 1e-9));
                 cr_assert(pl->lower_bound >= (total + reductions) / pl->nctas * (1 - 1e-9));
         }
-        if (cfg->mode == SCHED_LPT) {
+        if (pl->mode == SCHED_LPT) {
                 /* list scheduling: no CTA starts a tile above the average */
                 cr_assert(pl->makespan <= total / pl->nctas + maxentry + 1e-6);
         }
@@ -1025,6 +1035,110 @@ Test(plan, rejects_bad_input)
         /* the plan is still usable after rejections */
         cr_assert_eq(sched_plan_build(&pl, &ok, 1, &cfg), 0);
         check_plan(&pl, &ok, 1, &cfg);
+        sched_plan_deinit(&pl);
+}
+
+/* Builds probs in `mode` into *pl (which the caller deinits) and returns
+ * its makespan. */
+static double build_mode(struct sched_plan *pl, const struct sched_problem *probs, uint32_t n,
+                         enum sched_mode mode, struct sched_shape s, uint32_t ctas)
+{
+        struct sched_config cfg = {mode, s, ctas};
+
+        cr_assert_eq(sched_plan_build(pl, probs, n, &cfg), 0, "%s", sched_mode_name(mode));
+        check_plan(pl, probs, n, &cfg);
+        return pl->makespan;
+}
+
+/* auto follows its rule on random groups: it takes split's plan exactly
+ * when the group has more than one wave, sorted's plan is above the bound
+ * by more than auto_gain and split's is shorter than sorted's by at least
+ * auto_gain, and then its plan is split's, byte for byte; else sorted's. */
+Test(plan, auto_follows_its_rule)
+{
+        const double gain = sched_cost_get()->auto_gain;
+        static const uint32_t ctas[] = {3, 7, 64, 132};
+        struct sched_problem probs[48];
+        struct sched_plan pa, ps, px;
+        uint32_t s = 12345, it, ci, took_split = 0, kept_sorted = 0;
+
+        sched_plan_init(&pa);
+        sched_plan_init(&ps);
+        sched_plan_init(&px);
+        for (it = 0; it < 60; it++) {
+                const uint32_t n = random_mix(&s, probs, 48, 1500);
+
+                for (ci = 0; ci < sizeof(ctas) / sizeof(ctas[0]); ci++) {
+                        const struct sched_shape sh = {128, 128, 64};
+                        const double ma = build_mode(&pa, probs, n, SCHED_AUTO, sh, ctas[ci]);
+                        const double ms = build_mode(&ps, probs, n, SCHED_SORTED, sh, ctas[ci]);
+                        const double mx = build_mode(&px, probs, n, SCHED_SPLIT, sh, ctas[ci]);
+                        const int want_split = ps.tiles > ctas[ci] && ms > ps.lower_bound * (1 + gain) &&
+                                               mx <= ms * (1 - gain);
+                        const struct sched_plan *want = want_split ? &px : &ps;
+
+                        cr_assert_eq(pa.mode, want_split ? SCHED_SPLIT : SCHED_SORTED,
+                                     "group %u on %u CTAs: sorted %.1f (bound %.1f), split %.1f", it,
+                                     ctas[ci], ms, ps.lower_bound, mx);
+                        cr_assert_eq(ma, want->makespan);
+                        cr_assert_eq(pa.blob_bytes, want->blob_bytes);
+                        cr_assert_eq(memcmp(pa.blob, want->blob, pa.blob_bytes), 0);
+                        took_split += want_split;
+                        kept_sorted += !want_split;
+                }
+        }
+        /* the mixes exercise both outcomes */
+        cr_assert(took_split > 0 && kept_sorted > 0, "split %u, sorted %u", took_split, kept_sorted);
+        sched_plan_deinit(&px);
+        sched_plan_deinit(&ps);
+        sched_plan_deinit(&pa);
+}
+
+static void varied512(struct sched_problem *probs);
+
+/* The examples auto decides on: a single wave (68 long-K tiles on 132
+ * CTAs, as longk_tail.txt, which split would nearly halve) stays sorted; the wide-K
+ * mix, where sorted deals the longest problems' tiles to the same CTAs
+ * round after round (1.48 of the bound), takes split; varied512, sorted
+ * within 2% of the bound, stays sorted; a larger auto_gain keeps sorted. */
+Test(plan, auto_examples)
+{
+        struct sched_problem probs[64];
+        struct sched_plan pl;
+        const struct sched_shape sh = {128, 128, 64};
+        struct sched_cost c = sched_cost_default();
+        uint32_t i;
+
+        sched_plan_init(&pl);
+        for (i = 0; i < 17; i++) /* 4 tiles each, K 4096 to 32768 */
+                probs[i] = gemm(256, 256, 4096u << (i % 4), GEMMD_BF16);
+        build_mode(&pl, probs, 17, SCHED_AUTO, sh, 132);
+        cr_assert_eq(pl.mode, SCHED_SORTED);
+        {
+                const double sorted = pl.makespan;
+
+                cr_assert(build_mode(&pl, probs, 17, SCHED_SPLIT, sh, 132) < 0.6 * sorted);
+        }
+
+        for (i = 0; i < 64; i++)
+                probs[i] = gemm(256, 256, 64 + i * 8128 / 63, GEMMD_BF16);
+        build_mode(&pl, probs, 64, SCHED_AUTO, sh, 132);
+        cr_assert_eq(pl.mode, SCHED_SPLIT);
+        cr_assert(pl.makespan < 1.05 * pl.lower_bound);
+
+        c.auto_gain = 0.5;
+        cr_assert_eq(sched_cost_set(&c), 0);
+        build_mode(&pl, probs, 64, SCHED_AUTO, sh, 132);
+        cr_assert_eq(pl.mode, SCHED_SORTED);
+        cr_assert_eq(sched_cost_set(NULL), 0);
+
+        {
+                static struct sched_problem v[512];
+
+                varied512(v);
+                build_mode(&pl, v, 512, SCHED_AUTO, sh, 132);
+                cr_assert_eq(pl.mode, SCHED_SORTED);
+        }
         sched_plan_deinit(&pl);
 }
 
