@@ -25,11 +25,14 @@ void config_defaults(struct gemmd_config *cfg)
         cfg->socket_path = env && *env ? env : GEMMD_DEFAULT_SOCKET;
         cfg->backend = BACKEND_AUTO;
         cfg->threads = ncpu > 0 ? (int)ncpu : 1;
-        /* auto: sorted, the best or near-best mode on every 16-bit
-         * workload (lpt's runs of one problem per CTA spread the CTAs of a
-         * large problem over it and lose L2 reuse), unless the cost model
-         * predicts split well ahead for the group (plan.h). */
-        cfg->mode = SCHED_AUTO;
+        /* sorted is the best or near-best mode on every 16-bit workload,
+         * while lpt's runs of one problem per CTA spread the CTAs of a
+         * large problem over it and lose L2 reuse. auto, which takes split
+         * where the model predicts it well ahead, is faster on such groups
+         * alone but not the default: building split's plan costs the
+         * worker 20-90 ns a tile on every group, and on the service path
+         * that halved 8 x 8 throughput (docs/performance.md). */
+        cfg->mode = SCHED_SORTED;
         cfg->max_groups_inflight = 0; /* the backend's (struct backend) */
         cfg->batch_window_us = 0;
         /* A lone request crosses three of the daemon's threads (loop,
