@@ -3,7 +3,7 @@
 on an sm_90 GPU, CUTLASS's sm90 grouped kernel: TMA + wgmma), on problem lists
 in the `gemmctl plan` format, as a peer for `gemmbench kernels`.
 
-    python3 bench/torch_grouped.py [--reps N] [--warmup N] [--json] FILE...
+    python3 bench/torch_grouped.py [--reps N] [--warmup N] [--pad-m] [--json] FILE...
 
 FILE holds one problem per line, `gemm M N K [dtype]` or `syr2k N K [dtype]
 [lower|upper]`, `#` comments, dtype f32|tf32|f16|bf16 (default bf16);
@@ -13,7 +13,10 @@ every problem is a bf16 GEMM and
     no offs;
   - all share n and k, m varies (moe): 2D x 3D, mat_a (sum m, k), mat_b
     (G, k, n), offs the cumulative m (int32, on the GPU, offs[-1] = sum m),
-    each m a multiple of 16 so that every offset is one.
+    each m a multiple of 16 so that every offset is one; --pad-m runs
+    torch on each m rounded up to a multiple of 16 instead (the rows a
+    caller of torch._grouped_mm must add: layout 2dx3d+pad), while TF/s
+    still counts the list's own flops.
 Any other list is skipped with a line saying why.
 
 Layout as in BENCHMARKS.md: A is stored m x k and B n x k, both contiguous
@@ -86,7 +89,7 @@ def parse_list(path):
     return probs
 
 
-def classify(probs):
+def classify(probs, pad_m=False):
     """Returns ("3d3d" or "2d3d", None), or (None, why the list is skipped)."""
     kinds = sorted(set(p[0] for p in probs))
     if kinds != ["gemm"]:
@@ -99,7 +102,7 @@ def classify(probs):
     if len(set(p[2] for p in probs)) == 1:
         return "3d3d", None
     odd = [p[2] for p in probs if p[2] % 16]
-    if odd:
+    if odd and not pad_m:
         return None, "m = %d is not a multiple of 16 (offs must be)" % odd[0]
     return "2d3d", None
 
@@ -203,7 +206,7 @@ class Report:
     def header(self, text):
         if not self.as_json:
             print("# " + text)
-            print("%-12s %8s %6s %10s %8s %6s %10s %8s %7s %9s" % (
+            print("%-12s %8s %9s %10s %8s %6s %10s %8s %7s %9s" % (
                 "name", "problems", "layout", "grouped_ms", "TF/s", "peer", "peer_ms", "peer_TF", "x_peer",
                 "max_err"))
 
@@ -218,7 +221,7 @@ class Report:
         if self.as_json:
             print(json.dumps(r))
         else:
-            print("%-12s %8d %6s %10.4f %8.1f %6s %10.4f %8.1f %7.2f %9.2e" % (
+            print("%-12s %8d %9s %10.4f %8.1f %6s %10.4f %8.1f %7.2f %9.2e" % (
                 r["name"], r["problems"], r["layout"], r["grouped_ms"], r["grouped_tfs"], r["peer"],
                 r["peer_ms"], r["peer_tfs"], r["peer_ms"] / r["grouped_ms"], r["max_rel_err"]))
         sys.stdout.flush()
@@ -226,13 +229,16 @@ class Report:
 
 def run_list(torch, rep, path, probs, args, l2, gen):
     name = list_name(path)
-    layout, why = classify(probs)
+    layout, why = classify(probs, args.pad_m)
     if layout is None:
         rep.skip(name, path, len(probs), why)
         return
+    flops = 2.0 * sum(p[2] for p in probs) * probs[0][3] * probs[0][4]
     ms = [p[2] for p in probs]
+    padded = layout == "2d3d" and any(m % 16 for m in ms)
+    if padded:
+        ms = [(m + 15) // 16 * 16 for m in ms]
     n, k = probs[0][3], probs[0][4]
-    flops = 2.0 * sum(ms) * n * k
     copy_bytes = 2 * (sum(ms) * k + len(ms) * n * k + sum(ms) * n)
     copies = min(16, 3 * l2 // copy_bytes + 1) if copy_bytes * 2 < l2 else 1
     cases = []
@@ -260,7 +266,8 @@ def run_list(torch, rep, path, probs, args, l2, gen):
         torch.cuda.empty_cache()
     rep.row({
         "name": name, "file": path, "problems": len(probs),
-        "layout": "2dx3d" if layout == "2d3d" else "3dx3d", "gflop": round(flops * 1e-9, 3),
+        "layout": ("2dx3d+pad" if padded else "2dx3d") if layout == "2d3d" else "3dx3d",
+        "gflop": round(flops * 1e-9, 3),
         "grouped_ms": round(g_ms, 4), "grouped_tfs": round(flops * 1e-9 / g_ms, 2),
         "max_rel_err": float("%.3g" % err), "peer": "loop" if layout == "2d3d" else "bmm",
         "peer_ms": round(p_ms, 4), "peer_tfs": round(flops * 1e-9 / p_ms, 2),
@@ -275,6 +282,8 @@ def main():
     ap.add_argument("--reps", type=int, default=20, help="timed runs, the median reported (default 20)")
     ap.add_argument("--warmup", type=int, default=3, help="untimed runs first (default 3)")
     ap.add_argument("--seed", type=int, default=1, help="seed of the random inputs (default 1)")
+    ap.add_argument("--pad-m", action="store_true",
+                    help="run lists whose m is not a multiple of 16 with each m rounded up to one")
     ap.add_argument("--json", action="store_true", help="one JSON object per line")
     args = ap.parse_args()
     if args.reps < 1 or args.warmup < 0:
