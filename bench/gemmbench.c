@@ -2,7 +2,7 @@
  * gemmbench.c - times gemmd's grouped kernels against cuBLAS in one process.
  *
  *   gemmbench kernels [--mode MODE|all] [--workload NAME|all|FILE] [--json] [--reps N]
- *                     [--cost SPEC] [--queued]
+ *                     [--cost SPEC] [--queued] [--paired]
  *   gemmbench calibrate [--reps N] [--json]
  *   gemmbench list [NAME|FILE]
  *
@@ -57,6 +57,13 @@
  * from a double-double reference of sampled columns (bench_ref_dd). f64
  * peers: cublasDgemm loop, cublasDgemmGroupedBatched, strided batched
  * GEMM in f64, cublasDsyr2k loop.
+ *
+ * --paired times each mode's row against the fastest peer again, rep by
+ * rep in turn (gemmd, peer, gemmd, ...), and that row's x_best is against
+ * the peer so timed: a GPU held at its power limit (a large f64 GEMM) runs
+ * at clocks that move within seconds, so a peer timed before the rows can
+ * meet other clocks than the rows do. A "#" line gives the paired peer's
+ * TF/s.
  */
 #include <cublas_v2.h>
 #include <cuda_runtime_api.h>
@@ -627,6 +634,7 @@ static int cmpf(const void *a, const void *b)
 }
 
 int kbench_queued;
+static int kbench_paired; /* --paired */
 
 float time_median(runfn fn, void *arg, uint32_t copies, int reps)
 {
@@ -672,6 +680,45 @@ float time_median(runfn fn, void *arg, uint32_t copies, int reps)
         return med;
 }
 
+
+/* Medians of reps runs of fa and of fb, timed in turn (fa, fb, fa, ...)
+ * after three warm-ups of each, rotating over copies: both meet the same
+ * clocks. Returns 0, or -1 when one fails. */
+static int time_pair(runfn fa, void *a, runfn fb, void *b, uint32_t copies, int reps, float *ma, float *mb)
+{
+        cudaEvent_t e0, e1;
+        float *ms = malloc(2 * (size_t)reps * sizeof(float));
+        uint32_t c = 0;
+        int rc = 0;
+
+        if (!ms)
+                return -1;
+        CK(cudaEventCreate(&e0));
+        CK(cudaEventCreate(&e1));
+        for (int i = 0; i < 3 && !rc; i++, c = (c + 1) % copies)
+                rc = fa(a, c) || fb(b, c);
+        CK(cudaDeviceSynchronize());
+        for (int i = 0; i < 2 * reps && !rc; i++) {
+                CK(cudaEventRecord(e0, NULL));
+                rc = i % 2 ? fb(b, c) : fa(a, c);
+                CK(cudaEventRecord(e1, NULL));
+                CK(cudaEventSynchronize(e1));
+                CK(cudaGetLastError());
+                CK(cudaEventElapsedTime(&ms[(i % 2) * reps + i / 2], e0, e1));
+                if (i % 2)
+                        c = (c + 1) % copies;
+        }
+        if (!rc) {
+                qsort(ms, reps, sizeof(float), cmpf);
+                qsort(ms + reps, reps, sizeof(float), cmpf);
+                *ma = ms[reps / 2];
+                *mb = ms[reps + reps / 2];
+        }
+        free(ms);
+        cudaEventDestroy(e0);
+        cudaEventDestroy(e1);
+        return rc ? -1 : 0;
+}
 
 int grun_fn(void *arg, uint32_t c)
 {
@@ -1043,7 +1090,7 @@ static const char *num_or_dash(char *buf, size_t len, int ok, const char *fmt, d
 static void usage(FILE *f)
 {
         fprintf(f, "usage: gemmbench kernels [--mode MODE|all] [--workload NAME|all|FILE] [--json] "
-                   "[--reps N] [--cost SPEC] [--queued]\n"
+                   "[--reps N] [--cost SPEC] [--queued] [--paired]\n"
                    "       gemmbench calibrate [--reps N] [--json]   (the cost model measured here)\n"
                    "       gemmbench list [NAME|FILE]   (a workload's problem list, `gemmctl plan` format)\n"
                    "       gemmbench clients [options]  (--help lists them)\n"
@@ -1153,9 +1200,12 @@ static void bench_workload(cublasHandle_t h, const struct workload *w, int modes
                         peer_ms[p] = time_median(prun_fn, &pr, s.copies, reps);
                 }
                 float best_peer = -1;
+                int best_p = -1;
                 for (int p = 0; p < NPEERS; p++)
-                        if (peer_ms[p] > 0 && (best_peer < 0 || peer_ms[p] < best_peer))
+                        if (peer_ms[p] > 0 && (best_peer < 0 || peer_ms[p] < best_peer)) {
                                 best_peer = peer_ms[p];
+                                best_p = p;
+                        }
                 float grouped_ms = peer_ms[PEER_GROUPED] > 0 ? peer_ms[PEER_GROUPED] : peer_ms[PEER_SYR2K];
                 double gf = s.flops * 1e-9;
                 /* Rows: each mode; sets on the fast path one more, lpt
@@ -1182,7 +1232,18 @@ static void bench_workload(cublasHandle_t h, const struct workload *w, int modes
                                  chose ? ">" : "", chose ? sched_mode_name(gp.plan.mode) : "", is_w ? "-w" : "");
                         const char *mname = gp.sm80 ? "lpt-80" : mbuf;
                         struct grun r = {&s, &gp};
-                        float ms = time_median(grun_fn, &r, s.copies, reps);
+                        float ms, pms = -1;
+                        if (kbench_paired && best_p >= 0) {
+                                struct prun pr = {h, &s, &gr, (enum peer)best_p};
+                                if (time_pair(grun_fn, &r, prun_fn, &pr, s.copies, reps, &ms, &pms))
+                                        ms = -1;
+                                else if (!json)
+                                        printf("# %s %s %s paired with %s, in turn: %.1f TF/s\n", w->name,
+                                               cfg_name(s.dtype, s.tf32), mname, peer_names[best_p], gf / pms);
+                        } else {
+                                ms = time_median(grun_fn, &r, s.copies, reps);
+                        }
+                        const float row_best = pms > 0 ? pms : best_peer;
                         double tf = gf / ms; /* GFLOP / ms = TFLOP/s */
 #define TF(x) ((x) > 0 ? gf / (x) : 0.0)
                         if (json) {
@@ -1199,6 +1260,8 @@ static void bench_workload(cublasHandle_t h, const struct workload *w, int modes
                                                 printf(",\"%s_ms\":null,\"%s_tfs\":null", peer_names[p],
                                                        peer_names[p]);
                                 }
+                                if (pms > 0)
+                                        printf(",\"paired_peer\":\"%s\",\"paired_peer_ms\":%.4f", peer_names[best_p], pms);
                                 printf("}\n");
                         } else {
                                 char lb[16], gb[16], sb[16], xg[16], xb[16];
@@ -1210,7 +1273,7 @@ static void bench_workload(cublasHandle_t h, const struct workload *w, int modes
                                        num_or_dash(sb, sizeof(sb), peer_ms[PEER_STRIDED] > 0, "%.1f",
                                                    TF(peer_ms[PEER_STRIDED])),
                                        num_or_dash(xg, sizeof(xg), grouped_ms > 0, "%.2f", grouped_ms / ms),
-                                       num_or_dash(xb, sizeof(xb), best_peer > 0, "%.2f", best_peer / ms), err);
+                                       num_or_dash(xb, sizeof(xb), row_best > 0, "%.2f", row_best / ms), err);
                         }
                         fflush(stdout);
                         gplan_free(&gp);
@@ -1254,6 +1317,8 @@ int main(int argc, char **argv)
                         json = 1;
                 else if (!strcmp(argv[i], "--queued"))
                         kbench_queued = 1;
+                else if (!strcmp(argv[i], "--paired"))
+                        kbench_paired = 1;
                 else if (!strcmp(argv[i], "--reps") && i + 1 < argc)
                         reps = atoi(argv[++i]);
                 else if (!strcmp(argv[i], "--cost") && i + 1 < argc) {
