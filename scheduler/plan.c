@@ -703,16 +703,23 @@ static uint32_t parts_for(const struct build *b, uint32_t p, double u, double le
  * costliest first, to the least loaded CTA on top of the kept loads; each
  * split tile's reduction is charged to the CTA whose part of it ends
  * last. Writes the entries to `out` and returns their number, or 0 when
- * they would be more than `cap`; the predicted makespan goes to
- * *makespan, the number of split tiles to *nsplit. */
+ * they would be more than `cap`, or when no tile would be cut (*makespan
+ * then -1: no split plan at this target, nor at any higher one, since
+ * parts_for cuts less as the target grows); the predicted makespan goes
+ * to *makespan, the number of split tiles to *nsplit. */
 static uint32_t deal_tail(struct build *b, uint32_t nt, double least, double target, uint32_t cap,
                           struct part *out, double *makespan, uint32_t *nsplit)
 {
         struct hnode *h = b->heap;
         uint32_t i, j, np = 0, slots = 0;
 
+        *nsplit = 0;
         for (i = 0; i < nt; i++)
                 np += parts_for(b, b->tail[i].problem, b->tail[i].cost, least, target);
+        if (np == nt) { /* every tile stays whole */
+                *makespan = -1;
+                return 0;
+        }
         if (np > cap)
                 return 0;
         np = 0;
@@ -865,11 +872,13 @@ static void split_tail(struct build *b)
         fluid = (sum_of(b->base, b->ctas) + work) / b->ctas;
         least = min_of(b->base, b->ctas);
         for (i = 0; i < sizeof(factors) / sizeof(factors[0]); i++) {
-                double mk;
+                double mk = 0;
                 uint32_t ns, np;
 
                 np = deal_tail(b, nt, least, fluid * factors[i], nt + 2 * b->ctas, b->parts[cur], &mk,
                                &ns);
+                if (np == 0 && mk < 0)
+                        break; /* no cut here, so none at the higher targets either */
                 if (np > 0 && ns > 0 && mk < best) {
                         best = mk;
                         best_np = np;
