@@ -29,9 +29,10 @@ void config_defaults(struct gemmd_config *cfg)
          * while lpt's runs of one problem per CTA spread the CTAs of a
          * large problem over it and lose L2 reuse. auto, which takes split
          * where the model predicts it well ahead, is faster on such groups
-         * alone but not the default: building split's plan costs the
-         * worker 20-90 ns a tile on every group, and on the service path
-         * that halved 8 x 8 throughput (docs/performance.md). */
+         * alone but not the default: building split's plan on every
+         * group halved 8 x 8 service throughput when it cost the worker
+         * 29 us for a service group of 430 tiles (sorted: 1 us); it costs
+         * 8 us now, not yet measured on the service (docs/performance.md). */
         cfg->mode = SCHED_SORTED;
         cfg->max_groups_inflight = 0; /* the backend's (struct backend) */
         cfg->batch_window_us = 0;
