@@ -10,15 +10,21 @@
 
 #include "bench/bench_fill.h"
 
-static __device__ __forceinline__ float hash_val(uint64_t i, uint64_t seed)
+/* 64 random bits for element i (a splitmix64 step). */
+static __device__ __forceinline__ uint64_t hash_bits(uint64_t i, uint64_t seed)
 {
         uint64_t x = i * 0x9e3779b97f4a7c15ull + seed;
         x ^= x >> 30;
         x *= 0xbf58476d1ce4e5b9ull;
         x ^= x >> 27;
         x *= 0x94d049bb133111ebull;
-        x ^= x >> 31;
-        float f = (float)(x >> 40) * (2.0f / 16777216.0f) - 1.0f;
+        return x ^ (x >> 31);
+}
+
+/* Uniform in [-1, 1), 24 random bits, never 0. */
+static __device__ __forceinline__ float hash_val(uint64_t i, uint64_t seed)
+{
+        float f = (float)(hash_bits(i, seed) >> 40) * (2.0f / 16777216.0f) - 1.0f;
         return f == 0.f ? 0.5f : f;
 }
 
@@ -49,13 +55,7 @@ __global__ void fill_f64_kernel(double *p, size_t n, uint64_t seed)
 {
         for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
              i += (size_t)gridDim.x * blockDim.x) {
-                uint64_t x = i * 0x9e3779b97f4a7c15ull + seed;
-                x ^= x >> 30;
-                x *= 0xbf58476d1ce4e5b9ull;
-                x ^= x >> 27;
-                x *= 0x94d049bb133111ebull;
-                x ^= x >> 31;
-                const double f = (double)(x >> 11) * (2.0 / 9007199254740992.0) - 1.0;
+                const double f = (double)(hash_bits(i, seed) >> 11) * (2.0 / 9007199254740992.0) - 1.0;
                 p[i] = f == 0.0 ? 0.5 : f;
         }
 }

@@ -636,28 +636,34 @@ static int cmpf(const void *a, const void *b)
 int kbench_queued;
 static int kbench_paired; /* --paired */
 
-float time_median(runfn fn, void *arg, uint32_t copies, int reps)
+/* Medians (into med[]) of reps timed runs of each of the nf functions
+ * fn[j](arg[j], copy), taken in turn (fn[0], fn[1], ..., fn[0], ...)
+ * after three warm-ups of each, rotating over copies: with several, all
+ * meet the same clocks (--paired). Returns 0, or -1 when one fails. */
+static int time_turns(const runfn *fn, void *const *arg, int nf, uint32_t copies, int reps, float *med)
 {
         cudaEvent_t e0, e1;
-        CK(cudaEventCreate(&e0));
-        CK(cudaEventCreate(&e1));
-        float *ms = malloc(reps * sizeof(float));
+        float *ms = malloc((size_t)nf * reps * sizeof(float));
         uint32_t c = 0;
         double queue_us = 0; /* the host's time to queue the last warm-up */
-        for (int i = 0; i < 3; i++) {
+        int rc = 0;
+
+        if (!ms)
+                return -1;
+        CK(cudaEventCreate(&e0));
+        CK(cudaEventCreate(&e1));
+        for (int i = 0; i < 3 * nf && !rc; i++) {
                 const uint64_t t0 = bench_now_ns();
-                const int rc = fn(arg, c);
+
+                rc = fn[i % nf](arg[i % nf], c);
                 queue_us = (bench_now_ns() - t0) * 1e-3;
-                if (rc) {
-                        free(ms);
-                        cudaEventDestroy(e0);
-                        cudaEventDestroy(e1);
-                        return -1;
-                }
-                c = (c + 1) % copies;
+                if (i % nf == nf - 1)
+                        c = (c + 1) % copies;
         }
         CK(cudaDeviceSynchronize());
-        for (int i = 0; i < reps; i++) {
+        for (int i = 0; i < nf * reps && !rc; i++) {
+                const int j = i % nf;
+
                 /* Twice what queueing took, so the run is queued
                  * before the spin ends even when the host is slower. */
                 if (kbench_queued && bench_spin((uint32_t)(2 * queue_us) + 100)) {
@@ -665,59 +671,29 @@ float time_median(runfn fn, void *arg, uint32_t copies, int reps)
                         exit(1);
                 }
                 CK(cudaEventRecord(e0, NULL));
-                fn(arg, c);
+                rc = fn[j](arg[j], c);
                 CK(cudaEventRecord(e1, NULL));
                 CK(cudaEventSynchronize(e1));
                 CK(cudaGetLastError());
-                CK(cudaEventElapsedTime(&ms[i], e0, e1));
-                c = (c + 1) % copies;
-        }
-        qsort(ms, reps, sizeof(float), cmpf);
-        float med = ms[reps / 2];
-        free(ms);
-        cudaEventDestroy(e0);
-        cudaEventDestroy(e1);
-        return med;
-}
-
-
-/* Medians of reps runs of fa and of fb, timed in turn (fa, fb, fa, ...)
- * after three warm-ups of each, rotating over copies: both meet the same
- * clocks. Returns 0, or -1 when one fails. */
-static int time_pair(runfn fa, void *a, runfn fb, void *b, uint32_t copies, int reps, float *ma, float *mb)
-{
-        cudaEvent_t e0, e1;
-        float *ms = malloc(2 * (size_t)reps * sizeof(float));
-        uint32_t c = 0;
-        int rc = 0;
-
-        if (!ms)
-                return -1;
-        CK(cudaEventCreate(&e0));
-        CK(cudaEventCreate(&e1));
-        for (int i = 0; i < 3 && !rc; i++, c = (c + 1) % copies)
-                rc = fa(a, c) || fb(b, c);
-        CK(cudaDeviceSynchronize());
-        for (int i = 0; i < 2 * reps && !rc; i++) {
-                CK(cudaEventRecord(e0, NULL));
-                rc = i % 2 ? fb(b, c) : fa(a, c);
-                CK(cudaEventRecord(e1, NULL));
-                CK(cudaEventSynchronize(e1));
-                CK(cudaGetLastError());
-                CK(cudaEventElapsedTime(&ms[(i % 2) * reps + i / 2], e0, e1));
-                if (i % 2)
+                CK(cudaEventElapsedTime(&ms[j * reps + i / nf], e0, e1));
+                if (j == nf - 1)
                         c = (c + 1) % copies;
         }
-        if (!rc) {
-                qsort(ms, reps, sizeof(float), cmpf);
-                qsort(ms + reps, reps, sizeof(float), cmpf);
-                *ma = ms[reps / 2];
-                *mb = ms[reps + reps / 2];
+        for (int j = 0; j < nf && !rc; j++) {
+                qsort(ms + j * reps, reps, sizeof(float), cmpf);
+                med[j] = ms[j * reps + reps / 2];
         }
         free(ms);
         cudaEventDestroy(e0);
         cudaEventDestroy(e1);
         return rc ? -1 : 0;
+}
+
+float time_median(runfn fn, void *arg, uint32_t copies, int reps)
+{
+        float med;
+
+        return time_turns(&fn, &arg, 1, copies, reps, &med) ? -1 : med;
 }
 
 int grun_fn(void *arg, uint32_t c)
@@ -1235,9 +1211,15 @@ static void bench_workload(cublasHandle_t h, const struct workload *w, int modes
                         float ms, pms = -1;
                         if (kbench_paired && best_p >= 0) {
                                 struct prun pr = {h, &s, &gr, (enum peer)best_p};
-                                if (time_pair(grun_fn, &r, prun_fn, &pr, s.copies, reps, &ms, &pms))
-                                        ms = -1;
-                                else if (!json)
+                                const runfn fns[2] = {grun_fn, prun_fn};
+                                void *const args[2] = {&r, &pr};
+                                float med[2];
+                                ms = -1;
+                                if (!time_turns(fns, args, 2, s.copies, reps, med)) {
+                                        ms = med[0];
+                                        pms = med[1];
+                                }
+                                if (ms > 0 && !json)
                                         printf("# %s %s %s paired with %s, in turn: %.1f TF/s\n", w->name,
                                                cfg_name(s.dtype, s.tf32), mname, peer_names[best_p], gf / pms);
                         } else {

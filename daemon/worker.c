@@ -570,7 +570,6 @@ static void finish_group(struct worker *w, struct group *g)
         w->st.run_ns += g->t_done_ns - g->t_launch_ns;
         w->st.tiles += g->tiles;
         w->st.wide_groups += g->cfg.shape.tn != w->be->shape(w->be, g->key).tn;
-        w->st.split_groups += g->plan.mode == SCHED_SPLIT;
         w->st.resident_groups += g->resident != 0;
         if (g->status == GEMMD_EDEVICE && w->be->recover)
                 w->recover_pending = 1;
@@ -652,6 +651,7 @@ static int launch_group(struct worker *w, struct group *g, uint64_t *launch_ns)
                         (unsigned long long)g->id, gemmd_strerror(rc));
                 return rc;
         }
+        w->st.split_groups += g->plan.mode == SCHED_SPLIT; /* its plan built just now */
         g->t_launch_ns = now_ns();
         g->b2b = w->inflight > 0;
         if (w->inflight++ == 0) {

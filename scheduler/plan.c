@@ -420,6 +420,7 @@ static void deal_rr(struct build *b, int predict_only)
         memset(b->loads, 0, b->ctas * sizeof(double));
         b->nentries = predict_only ? 0 : (uint32_t)b->tiles;
         b->nsplit = 0;
+        b->ws_chunks = 0; /* (auto deals sorted again after a split plan) */
         layout_blob(b);
         per = (uint32_t)(b->tiles / b->ctas);
         rem = (uint32_t)(b->tiles % b->ctas);
@@ -900,6 +901,20 @@ keep_lpt:
         emit(b, NULL, 0);
 }
 
+/* lpt's plan, and with `split` the tail split after it (split_tail). */
+static void deal_lpt_plan(struct build *b, int split)
+{
+        order_problems(b, 2);
+        deal_lpt(b);
+        if (split && b->tiles > 0) {
+                split_tail(b);
+                return;
+        }
+        b->nentries = (uint32_t)b->tiles;
+        layout_blob(b);
+        emit(b, NULL, 0);
+}
+
 /*
  * auto: sorted, which ran fastest on the GPU on every 16-bit workload
  * measured (docs/performance.md), unless the group has more than one wave,
@@ -908,33 +923,26 @@ keep_lpt:
  * The margin stands for what the model leaves out and favours sorted on the
  * GPU: the tiles of one problem running side by side share its operands in
  * L2. A single wave stays sorted (the worker then launches only its tiles'
- * CTAs), so one small request costs one plan build.
+ * CTAs), so one small request costs one plan. Both candidates are dealt in
+ * the one build (sorted's again when split's loses). Returns the mode whose
+ * plan b holds.
  */
-static int build_auto(struct sched_plan *plan, const struct sched_problem *probs, uint32_t n,
-                      const struct sched_config *cfg, const struct sched_cost *cost)
+static enum sched_mode deal_auto(struct build *b)
 {
-        const double t0 = now_us();
-        struct sched_config c = *cfg;
-        struct sched_plan alt;
-        int rc;
+        const double gain = b->cost->auto_gain;
+        double sorted;
 
-        c.mode = SCHED_SORTED;
-        rc = sched_plan_build_cost(plan, probs, n, &c, cost);
-        if (rc != 0 || plan->tiles <= c.ctas || plan->makespan <= plan->lower_bound * (1 + cost->auto_gain))
-                goto out;
-        sched_plan_init(&alt);
-        c.mode = SCHED_SPLIT;
-        if (sched_plan_build_cost(&alt, probs, n, &c, cost) == 0 &&
-            alt.makespan <= plan->makespan * (1 - cost->auto_gain)) {
-                struct sched_plan t = *plan;
-
-                *plan = alt;
-                alt = t;
-        }
-        sched_plan_deinit(&alt);
-out:
-        plan->build_us = now_us() - t0;
-        return rc;
+        order_problems(b, 1);
+        deal_rr(b, 0);
+        sorted = b->makespan;
+        if (b->tiles <= b->ctas || sorted <= b->lower_bound * (1 + gain))
+                return SCHED_SORTED;
+        deal_lpt_plan(b, 1);
+        if (b->makespan <= sorted * (1 - gain))
+                return SCHED_SPLIT;
+        order_problems(b, 1);
+        deal_rr(b, 0);
+        return SCHED_SORTED;
 }
 
 int sched_plan_build_cost(struct sched_plan *plan, const struct sched_problem *probs, uint32_t n,
@@ -944,8 +952,6 @@ int sched_plan_build_cost(struct sched_plan *plan, const struct sched_problem *p
         struct build b;
         int rc;
 
-        if (cfg->mode == SCHED_AUTO) /* its sorted build checks the request */
-                return build_auto(plan, probs, n, cfg, cost);
 
         memset(&b, 0, sizeof(b));
         b.plan = plan;
@@ -957,7 +963,8 @@ int sched_plan_build_cost(struct sched_plan *plan, const struct sched_problem *p
         rc = check(&b, cfg);
         if (rc != 0)
                 return rc;
-        rc = reserve(&b, cfg->mode);
+        /* auto may end in split's plan: room for it */
+        rc = reserve(&b, cfg->mode == SCHED_AUTO ? SCHED_SPLIT : cfg->mode);
         if (rc != 0)
                 return rc;
         measure(&b);
@@ -975,21 +982,17 @@ int sched_plan_build_cost(struct sched_plan *plan, const struct sched_problem *p
                 break;
         case SCHED_LPT:
         case SCHED_SPLIT:
-                order_problems(&b, 2);
-                deal_lpt(&b);
-                if (cfg->mode == SCHED_SPLIT && b.tiles > 0) {
-                        split_tail(&b);
-                } else {
-                        b.nentries = (uint32_t)b.tiles;
-                        layout_blob(&b);
-                        emit(&b, NULL, 0);
-                }
+                deal_lpt_plan(&b, cfg->mode == SCHED_SPLIT);
+                break;
+        case SCHED_AUTO:
+                plan->mode = deal_auto(&b);
                 break;
         default:
                 return -EINVAL;
         }
 
-        plan->mode = cfg->mode;
+        if (cfg->mode != SCHED_AUTO)
+                plan->mode = cfg->mode;
         plan->nctas = b.ctas;
         plan->nproblems = n;
         plan->nentries = b.nentries;
