@@ -14,13 +14,17 @@
  * for).
  *
  * Tile 128 x 128, 8 warps as 2 (m) x 4 (n), 64 x 32 outputs each: 64
- * accumulators a thread. K steps of 32 in 3 stages on the sm_90a image,
- * software-pipelined (PIPE 1, dmainloop); K steps of 16 in 3 stages on the
- * sm_80 one (its smaller shared memory). mma.sync has the f64 shape m8n8k4
- * on sm_80 and from sm_90 also m16n8k4/k8/k16; the config's MK picks one
- * (4 is m8n8k4); k16 ran fastest on the H100 (docs/performance.md). Every
- * tile of one device runs the same mma in the same K order, so bits never
- * depend on the plan.
+ * accumulators a thread. The sm_90a image (CfgF64h) runs m16n8k4 mmas
+ * with double-buffered fragments (PIPE 2, dmainloop2): the fragments of
+ * the next k-slice are read while the mmas of this one run, in K steps of
+ * 16 over 4 stages. Its copies keep one address per operand rather than
+ * one per vector and zero-fill what lies outside the matrix, so that
+ * both fragment buffers fit in registers beside the accumulators (a
+ * config that spills there loses what the pipelining gains; m16n8k8 did,
+ * see docs/performance.md). The sm_80 image (CfgF64) runs m8n8k4 with
+ * one k-tile's reads, then its mmas (PIPE 0, dmainloop). Every tile of
+ * one device runs the same mma in the same K order, so bits never depend
+ * on the plan; on the H100 they are cuBLAS's.
  * ldmatrix moves 16-bit elements only, so fragments are read element by
  * element from shared memory: lane (g = lane / 4, t = lane % 4) reads row
  * g (+ 8) and k t (+ 4 j). Rows of a K-major stage are BK + 4 doubles
@@ -33,18 +37,18 @@
 #endif
 
 /*
- * MK: k of one mma (4: m8n8k4; 8 or 16: m16n8kMK). BK_H, STAGES_H: the K
- * step and stages of the sm_90a image (227 KB of shared memory a block);
- * the sm_80 image takes K steps of 16 and 3 stages (its 163 KB). Tile 128
- * x 128 either way, 8 warps as 2 (m) x 4 (n) of 64 x 32 outputs. PIPE 1:
- * the software-pipelined mainloop (fragments of the next k-slice read
- * while the mmas of this one run); 0: one k-tile's loads, then its mmas.
+ * MK, MR: k and rows of one mma (m8n8k4, or m16n8kMK from sm_90). BK_H,
+ * STAGES_H: the K step and stages of the sm_90a image (227 KB of shared
+ * memory a block); the sm_80 image takes K steps of 16 and 3 stages (its
+ * 163 KB). Tile 128 x 128 either way, 8 warps as 2 (m) x 4 (n) of 64 x 32
+ * outputs. PIPE 2: double-buffered fragments (dmainloop2); 0: one
+ * k-tile's reads, then its mmas (dmainloop).
  */
-template <int MK_, int BK_H_, int STAGES_H_, int PIPE_ = 0> struct DCfg {
+template <int MK_, int BK_H_, int STAGES_H_, int PIPE_ = 0, int MR_ = (MK_ == 4 ? 8 : 16)> struct DCfg {
         static constexpr bool F64 = true;
         static constexpr int MK = MK_;
         static constexpr int PIPE = PIPE_;
-        static constexpr int MR = MK == 4 ? 8 : 16; /* rows of one mma */
+        static constexpr int MR = MR_; /* rows of one mma: 8 (m8n8k4) or 16 */
         static constexpr int BM = 128, BN = 128, BK_H = BK_H_, BK_L = 16;
         static constexpr int BK = GEMMD_SMEM_H ? BK_H : BK_L;
         static constexpr int STAGES_H = STAGES_H_, STAGES_L = 3;
@@ -77,21 +81,21 @@ template <int MK_, int BK_H_, int STAGES_H_, int PIPE_ = 0> struct DCfg {
 };
 
 using CfgF64 = DCfg<4, 16, GEMMD_F64_STAGES>; /* sm_80 image */
-using CfgF64k16 = DCfg<16, 32, 3, 1>;          /* sm_90a image */
+using CfgF64h = DCfg<4, 16, 4, 2, 16>;         /* sm_90a image: m16n8k4, pipelined */
 
 /* d += a b for one f64 mma of k MK (fragments as in the PTX ISA). The
  * m16n8 shapes exist from sm_90 on; the host never launches them on an
  * older device (device_sm90), where they trap. */
-template <int MK> __device__ __forceinline__ void dmma(double *d, const double *a, const double *b);
+template <int MK, int MR> __device__ __forceinline__ void dmma(double *d, const double *a, const double *b);
 
-template <> __device__ __forceinline__ void dmma<4>(double *d, const double *a, const double *b)
+template <> __device__ __forceinline__ void dmma<4, 8>(double *d, const double *a, const double *b)
 {
         asm("mma.sync.aligned.m8n8k4.row.col.f64.f64.f64.f64 {%0,%1}, {%2}, {%3}, {%0,%1};\n"
             : "+d"(d[0]), "+d"(d[1])
             : "d"(a[0]), "d"(b[0]));
 }
 
-template <> __device__ __forceinline__ void dmma<8>(double *d, const double *a, const double *b)
+template <> __device__ __forceinline__ void dmma<8, 16>(double *d, const double *a, const double *b)
 {
 #if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 900
         asm("mma.sync.aligned.m16n8k8.row.col.f64.f64.f64.f64 {%0,%1,%2,%3}, "
@@ -103,7 +107,18 @@ template <> __device__ __forceinline__ void dmma<8>(double *d, const double *a, 
 #endif
 }
 
-template <> __device__ __forceinline__ void dmma<16>(double *d, const double *a, const double *b)
+template <> __device__ __forceinline__ void dmma<4, 16>(double *d, const double *a, const double *b)
+{
+#if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 900
+        asm("mma.sync.aligned.m16n8k4.row.col.f64.f64.f64.f64 {%0,%1,%2,%3}, {%4,%5}, {%6}, {%0,%1,%2,%3};\n"
+            : "+d"(d[0]), "+d"(d[1]), "+d"(d[2]), "+d"(d[3])
+            : "d"(a[0]), "d"(a[1]), "d"(b[0]));
+#else
+        __trap();
+#endif
+}
+
+template <> __device__ __forceinline__ void dmma<16, 16>(double *d, const double *a, const double *b)
 {
 #if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 900
         asm("mma.sync.aligned.m16n8k16.row.col.f64.f64.f64.f64 {%0,%1,%2,%3}, "
@@ -228,7 +243,7 @@ __device__ __forceinline__ void dcompute_stage(const double *sx, const double *s
                 for (int mi = 0; mi < D::MT; mi++)
 #pragma unroll
                         for (int ni = 0; ni < D::NT; ni++)
-                                dmma<D::MK>(acc + (mi * D::NT + ni) * D::CV, a[mi], b[ni]);
+                                dmma<D::MK, D::MR>(acc + (mi * D::NT + ni) * D::CV, a[mi], b[ni]);
         }
 }
 
@@ -268,6 +283,207 @@ template <class D> __device__ __forceinline__ void dacc_pos(int i, uint32_t &row
         const int e = i % D::CV, mn = i / D::CV, mi = mn / D::NT, ni = mn % D::NT;
         row = wm * D::WM + mi * D::MR + (lane >> 2) + 8 * (e >> 1);
         col = wn * D::WN + ni * 8 + 2 * (lane & 3) + (e & 1);
+}
+
+/* Every A and B fragment of k-slice kb of the warp's tile. */
+template <class D, bool XK, bool YK>
+__device__ __forceinline__ void dload_frags(const double *sx, int kb, double (&a)[D::MT][D::MA],
+                                            double (&b)[D::NT][D::MB])
+{
+#pragma unroll
+        for (int ni = 0; ni < D::NT; ni++)
+                dload_b1<D, YK>(sx + D::X_ELEMS, kb, ni, b[ni]);
+#pragma unroll
+        for (int mi = 0; mi < D::MT; mi++)
+                dload_a<D, XK>(sx, kb, mi, a[mi]);
+}
+
+/* The mmas of one k-slice, row block by row block; odd row blocks walk
+ * the columns backwards so that consecutive mmas share a fragment. */
+template <class D>
+__device__ __forceinline__ void dmma_slice(double *acc, const double (&a)[D::MT][D::MA],
+                                           const double (&b)[D::NT][D::MB])
+{
+#pragma unroll
+        for (int mi = 0; mi < D::MT; mi++)
+#pragma unroll
+                for (int j = 0; j < D::NT; j++) {
+                        const int ni = (mi & 1) ? D::NT - 1 - j : j;
+                        dmma<D::MK, D::MR>(acc + (mi * D::NT + ni) * D::CV, a[mi], b[ni]);
+                }
+}
+
+
+/* cp.async of a B-byte vector (B 16 or 8) of which only the first `bytes`
+ * are read, the rest of it zero-filled; nothing is read when bytes is 0. */
+template <int B> __device__ __forceinline__ void cp_async_zfill(uint32_t sdst, const void *g, uint32_t bytes);
+
+template <> __device__ __forceinline__ void cp_async_zfill<16>(uint32_t sdst, const void *g, uint32_t bytes)
+{
+        asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(sdst), "l"(g), "r"(bytes));
+}
+
+template <> __device__ __forceinline__ void cp_async_zfill<8>(uint32_t sdst, const void *g, uint32_t bytes)
+{
+        asm volatile("cp.async.ca.shared.global [%0], [%1], 8, %2;\n" ::"r"(sdst), "l"(g), "r"(bytes));
+}
+
+/* One double at byte address p, which may be misaligned, read by ordered
+ * byte loads: a copy by bytes then holds one double's bytes at a time in
+ * registers rather than a whole k-tile's, which the mainloop has no room
+ * for. */
+__device__ __forceinline__ double load_bytes(const char *p)
+{
+        uint64_t v = 0;
+#pragma unroll
+        for (int i = 0; i < 8; i++) {
+                uint32_t b;
+                asm volatile("ld.global.u8 %0, [%1];\n" : "=r"(b) : "l"(p + i));
+                v |= (uint64_t)b << (8 * i);
+        }
+        return __longlong_as_double((long long)v);
+}
+
+/*
+ * One operand's copies in the pipelined mainloop (dmainloop2): the ROWS x
+ * BK k-tiles of an operand whose rows start at r0, by vectors of VW
+ * doubles (VW 2 needs 16-byte alignment, 1 needs 8; 0: one double at a
+ * time from an operand at an odd byte offset, read by bytes and stored by
+ * the thread itself, which the stage barrier orders as it does the
+ * copies). A thread copies the
+ * vectors v = tid + i * THREADS of a k-tile; along the contiguous
+ * dimension its position is the same for every i, along the other its
+ * vectors are STEP apart. So a k-tile's copies take the address of the
+ * thread's first vector, ld, and how many rows and k are left past it:
+ * what lies outside the matrix is zero-filled by the copy itself instead
+ * of a slower path, and no address is kept per vector (the registers go
+ * to the fragments).
+ */
+template <class D, int ROWS, bool KMAJ, int VW_> struct DCopy {
+        static constexpr int VW = VW_ ? VW_ : 1; /* doubles a vector */
+        static constexpr int VPR = (KMAJ ? D::BK : ROWS) / VW; /* vectors along the contiguous dimension */
+        static constexpr int PER = ROWS * D::BK / VW / D::THREADS;
+        static constexpr int STEP = D::THREADS / VPR;
+        static constexpr int SR = KMAJ ? D::SK : ROWS + D::PAD;
+        static_assert(D::THREADS % VPR == 0 && PER * VW * D::THREADS == ROWS * D::BK, "whole vectors a thread");
+        const double *p; /* the thread's first vector of the next k-tile */
+        int64_t ld;
+        int32_t rrem, krem; /* rows and k of the matrix from that vector on */
+        uint32_t soff;      /* that vector's byte offset in a stage */
+
+        __device__ __forceinline__ void init(const char *g, int64_t ld_, uint32_t r0, uint32_t rext, uint32_t kext)
+        {
+                const int c = ((int)threadIdx.x % VPR) * VW, o = (int)threadIdx.x / VPR;
+                const int r = KMAJ ? o : c, kk = KMAJ ? c : o;
+                ld = ld_;
+                p = (const double *)g + (KMAJ ? (int64_t)(r0 + r) * ld + kk : (int64_t)(r0 + r) + (int64_t)kk * ld);
+                rrem = (int32_t)(rext - r0) - r;
+                krem = (int32_t)kext - kk;
+                soff = (uint32_t)(KMAJ ? r * SR + kk : kk * SR + r) * 8;
+        }
+
+        /* Copies the next k-tile into the stage at shared address sst. */
+        __device__ __forceinline__ void issue(uint32_t sst)
+        {
+                const double *q = p;
+                const int32_t along = KMAJ ? krem : rrem, across = KMAJ ? rrem : krem;
+                const uint32_t vbytes = along >= VW ? VW * 8 : along > 0 ? (uint32_t)along * 8 : 0;
+#pragma unroll
+                for (int i = 0; i < PER; i++) {
+                        const uint32_t bytes = across > i * STEP ? vbytes : 0;
+                        const uint32_t dst = sst + soff + (uint32_t)(i * STEP * SR * 8);
+                        if (VW_ == 0) {
+                                const double v = bytes ? load_bytes((const char *)q) : 0.0;
+                                asm volatile("st.shared.f64 [%0], %1;\n" ::"r"(dst), "d"(v));
+                        } else {
+                                cp_async_zfill<VW * 8>(dst, q, bytes);
+                        }
+                        q += STEP * ld;
+                        /* Opaque to the optimizer, so that it computes each
+                         * vector's address from the last rather than keeping
+                         * one per vector in registers across the mainloop. */
+                        asm("" : "+l"(q));
+                }
+                p += KMAJ ? D::BK : D::BK * ld;
+                krem -= D::BK;
+        }
+};
+
+/*
+ * The whole-K sum of the tile at (m0, n0) of problem *pp into acc, from
+ * zero, with double-buffered fragments (PIPE 2): the fragments of the
+ * next k-slice are read while the mmas of this one run, so no mma waits
+ * on shared memory. All STAGES stages are filled up front. The barrier of
+ * k-tile it comes once the reads of its last slice are issued: past it
+ * no warp reads that stage again, so it is refilled at once (k-tile it +
+ * STAGES), and k-tile it + 1 is complete for the reads of its first
+ * slice. Operands 16-byte (VW 2) or 8-byte (VW 1) aligned, or read by
+ * bytes (VW 0). The sum's order is dmainloop's: all of the first term's
+ * K, then (SYR2K) all of the second's, whose X and Y are the first's
+ * swapped; they are read from the problem when it begins, so that
+ * nothing of the problem stays in registers beside the fragments.
+ */
+template <class D, bool XK, bool YK, int VW>
+__device__ __forceinline__ void dmainloop2(const struct gemmd_kproblem *pp, uint32_t m0, uint32_t n0,
+                                           uint32_t m, uint32_t n, uint32_t k, int nterms, double *acc,
+                                           unsigned char *smem)
+{
+        constexpr int SPS = D::BK / D::MK;
+        static_assert(SPS >= 2 && SPS % 2 == 0, "an even number of k-slices a k-tile");
+        constexpr uint32_t SB = D::STAGE_ELEMS * 8, XB = D::X_ELEMS * 8;
+        const double *sbase = (const double *)smem;
+        const uint32_t s0 = smem_u32(smem);
+        const int ktiles = (int)((k + D::BK - 1) / D::BK);
+        const int niter = ktiles * nterms;
+        DCopy<D, D::BM, XK, VW> cx;
+        DCopy<D, D::BN, YK, VW> cy;
+        cx.init((const char *)(uintptr_t)pp->a, pp->lda, m0, m, k);
+        cy.init((const char *)(uintptr_t)pp->b, pp->ldb, n0, n, k);
+        int left = ktiles; /* k-tiles of the current term still to copy */
+        uint32_t wst = s0;
+        auto issue = [&](int it) {
+                if (it < niter) {
+                        if (left == 0) {
+                                cx.init((const char *)(uintptr_t)pp->b, pp->ldb, m0, m, k);
+                                cy.init((const char *)(uintptr_t)pp->a, pp->lda, n0, n, k);
+                                left = ktiles;
+                        }
+                        cx.issue(wst);
+                        cy.issue(wst + XB);
+                        left--;
+                        wst = wst + SB == s0 + D::STAGES * SB ? s0 : wst + SB;
+                }
+                cp_async_commit();
+        };
+#pragma unroll
+        for (int s = 0; s < D::STAGES; s++)
+                issue(s);
+        cp_async_wait<D::STAGES - 1>();
+        __syncthreads();
+        double a[2][D::MT][D::MA], b[2][D::NT][D::MB];
+        dload_frags<D, XK, YK>(sbase, 0, a[0], b[0]);
+        int cstage = 0;
+        for (int it = 0; it < niter; it++) {
+                const double *sx = sbase + cstage * D::STAGE_ELEMS;
+                const int nstage = cstage + 1 == D::STAGES ? 0 : cstage + 1;
+#pragma unroll
+                for (int ks = 0; ks < SPS; ks++) {
+                        const int cur = ks & 1, nxt = cur ^ 1;
+                        if (ks < SPS - 1)
+                                dload_frags<D, XK, YK>(sx, (ks + 1) * D::MK, a[nxt], b[nxt]);
+                        if (ks == SPS - 2) {
+                                cp_async_wait<D::STAGES - 2>();
+                                __syncthreads();
+                                issue(it + D::STAGES);
+                        }
+                        if (ks == SPS - 1 && it + 1 < niter)
+                                dload_frags<D, XK, YK>(sbase + nstage * D::STAGE_ELEMS, 0, a[nxt], b[nxt]);
+                        dmma_slice<D>(acc, a[cur], b[cur]);
+                }
+                cstage = nstage;
+        }
+        cp_async_wait<0>();
+        __syncthreads();
 }
 
 /*
@@ -312,71 +528,13 @@ __device__ __forceinline__ void dmainloop(const Prob &pr, uint32_t m0, uint32_t 
                 issue(s);
 
         int cstage = 0;
-        if constexpr (D::PIPE == 1) {
-                /* The barrier that frees a stage comes before the last
-                 * row block's mmas of the k-tile rather than after them,
-                 * and the next slice's B fragments are read while those
-                 * mmas run, so the tensor cores do not idle through the
-                 * barrier and the first loads of the next stage. A row
-                 * block's A fragment is read just before its mmas, so few
-                 * fragment registers are live beside the accumulators. */
-                constexpr int SPS = D::BK / D::MK;
+        for (int it = 0; it < niter; it++) {
                 cp_async_wait<D::STAGES - 2>();
                 __syncthreads();
-                issue(D::STAGES - 1);
-                double bc[D::NT][D::MB];
-#pragma unroll
-                for (int ni = 0; ni < D::NT; ni++)
-                        dload_b1<D, YK>(sbase + D::X_ELEMS, 0, ni, bc[ni]);
-                for (int it = 0; it < niter; it++) {
-                        const double *sx = sbase + cstage * D::STAGE_ELEMS, *sy = sx + D::X_ELEMS;
-                        const int nstage = cstage + 1 == D::STAGES ? 0 : cstage + 1;
-#pragma unroll
-                        for (int ks = 0; ks < SPS; ks++) {
-                                const int kb = ks * D::MK;
-                                const bool last = ks + 1 == SPS;
-#pragma unroll
-                                for (int mi = 0; mi < D::MT; mi++) {
-                                        double a[D::MA];
-                                        dload_a<D, XK>(sx, kb, mi, a);
-                                        if (mi < D::MT - 1) {
-#pragma unroll
-                                                for (int ni = 0; ni < D::NT; ni++)
-                                                        dmma<D::MK>(acc + (mi * D::NT + ni) * D::CV, a, bc[ni]);
-                                                continue;
-                                        }
-                                        const bool more = !last || it + 1 < niter;
-                                        if (last && more) {
-                                                cp_async_wait<D::STAGES - 2>();
-                                                __syncthreads();
-                                        }
-                                        /* Each B fragment, once its last mma of the slice
-                                         * is issued, is replaced by the next slice's. */
-                                        const double *syn = last ? sbase + nstage * D::STAGE_ELEMS + D::X_ELEMS : sy;
-                                        const int kbn = last ? 0 : kb + D::MK;
-#pragma unroll
-                                        for (int ni = 0; ni < D::NT; ni++) {
-                                                dmma<D::MK>(acc + (mi * D::NT + ni) * D::CV, a, bc[ni]);
-                                                if (more)
-                                                        dload_b1<D, YK>(syn, kbn, ni, bc[ni]);
-                                        }
-                                        /* Into the stage just read: every warp is past
-                                         * the barrier, so past its last read of it. */
-                                        if (last && more)
-                                                issue(it + D::STAGES);
-                                }
-                        }
-                        cstage = nstage;
-                }
-        } else {
-                for (int it = 0; it < niter; it++) {
-                        cp_async_wait<D::STAGES - 2>();
-                        __syncthreads();
-                        issue(it + D::STAGES - 1);
-                        const double *sx = sbase + cstage * D::STAGE_ELEMS;
-                        dcompute_stage<D, XK, YK>(sx, sx + D::X_ELEMS, acc);
-                        cstage = cstage + 1 == D::STAGES ? 0 : cstage + 1;
-                }
+                issue(it + D::STAGES - 1);
+                const double *sx = sbase + cstage * D::STAGE_ELEMS;
+                dcompute_stage<D, XK, YK>(sx, sx + D::X_ELEMS, acc);
+                cstage = cstage + 1 == D::STAGES ? 0 : cstage + 1;
         }
         cp_async_wait<0>();
         __syncthreads();
@@ -413,24 +571,11 @@ __device__ __forceinline__ void depilogue(const struct gemmd_kproblem &p, uint32
                 store(std::false_type{});
 }
 
-/* run_entry for the f64 configs: the whole of tile `tile` of problem pi
- * (f64 entries always cover all of K: the launcher refuses split plans). */
+/* dmainloop for the tile's layout (lay: X K-major 2, Y K-major 1). */
 template <class D>
-__device__ __forceinline__ void drun_entry(const KParams &kp, uint32_t pi, uint32_t tile, unsigned char *smem)
+__device__ __forceinline__ void dmainloop_any(const Prob &pr, int lay, uint32_t m0, uint32_t n0, double *acc,
+                                              unsigned char *smem)
 {
-        const struct gemmd_kproblem p = kp.probs[pi];
-        const struct sched_problem sp = to_sched(p);
-        const struct sched_shape shape = {D::BM, D::BN, D::BK};
-        uint32_t row = 0, col = 0;
-        if (!sched_tile_coord(&sp, shape, tile, &row, &col))
-                return;
-        const uint32_t m0 = row * D::BM, n0 = col * D::BN;
-        const Prob pr = make_prob<D>(p);
-        double acc[D::NACC];
-#pragma unroll
-        for (int i = 0; i < D::NACC; i++)
-                acc[i] = 0.0;
-        const int lay = (pr.xk ? 2 : 0) | (pr.yk ? 1 : 0);
         switch (lay) {
         case 0:
                 dmainloop<D, false, false>(pr, m0, n0, acc, smem);
@@ -445,6 +590,70 @@ __device__ __forceinline__ void drun_entry(const KParams &kp, uint32_t pi, uint3
                 dmainloop<D, true, true>(pr, m0, n0, acc, smem);
                 break;
         }
+}
+
+/*
+ * The tile at (m0, n0) of problem pi by the pipelined mainloop
+ * (dmainloop2) with vectors of VW doubles, and its epilogue.
+ */
+template <class D, int VW>
+__device__ __forceinline__ void dtile2(const struct gemmd_kproblem *probs, uint32_t pi, uint32_t m0, uint32_t n0,
+                                       unsigned char *smem)
+{
+        const struct gemmd_kproblem *pp = probs + pi;
+        const Prob pr = make_prob<D>(*pp);
+        double acc[D::NACC];
+#pragma unroll
+        for (int i = 0; i < D::NACC; i++)
+                acc[i] = 0.0;
+        switch ((pr.xk ? 2 : 0) | (pr.yk ? 1 : 0)) {
+        case 0:
+                dmainloop2<D, false, false, VW>(pp, m0, n0, pr.m, pr.n, pr.k, pr.nterms, acc, smem);
+                break;
+        case 1:
+                dmainloop2<D, false, true, VW>(pp, m0, n0, pr.m, pr.n, pr.k, pr.nterms, acc, smem);
+                break;
+        case 2:
+                dmainloop2<D, true, false, VW>(pp, m0, n0, pr.m, pr.n, pr.k, pr.nterms, acc, smem);
+                break;
+        default:
+                dmainloop2<D, true, true, VW>(pp, m0, n0, pr.m, pr.n, pr.k, pr.nterms, acc, smem);
+                break;
+        }
+        const struct gemmd_kproblem pe = *pp; /* as in drun_entry */
+        depilogue<D>(pe, m0, n0, acc);
+}
+
+/* run_entry for the f64 configs: the whole of tile `tile` of problem pi
+ * (f64 entries always cover all of K: the launcher refuses split plans). */
+template <class D>
+__device__ __forceinline__ void drun_entry(const KParams &kp, uint32_t pi, uint32_t tile, unsigned char *smem)
+{
+        const struct gemmd_kproblem p = kp.probs[pi];
+        const struct sched_problem sp = to_sched(p);
+        const struct sched_shape shape = {D::BM, D::BN, D::BK};
+        uint32_t row = 0, col = 0;
+        if (!sched_tile_coord(&sp, shape, tile, &row, &col))
+                return;
+        const uint32_t m0 = row * D::BM, n0 = col * D::BN;
+        if constexpr (D::PIPE == 2) {
+                /* By 16-byte vectors where both operands allow them, else by
+                 * doubles, else (an operand at an odd byte offset) by bytes. */
+                const void *a = (const void *)(uintptr_t)p.a, *b = (const void *)(uintptr_t)p.b;
+                if (((p.a | p.b) & 7) != 0)
+                        dtile2<D, 0>(kp.probs, pi, m0, n0, smem);
+                else if (vec_ok<D>(a, p.lda) && vec_ok<D>(b, p.ldb))
+                        dtile2<D, 2>(kp.probs, pi, m0, n0, smem);
+                else
+                        dtile2<D, 1>(kp.probs, pi, m0, n0, smem);
+                return;
+        }
+        const Prob pr = make_prob<D>(p);
+        double acc[D::NACC];
+#pragma unroll
+        for (int i = 0; i < D::NACC; i++)
+                acc[i] = 0.0;
+        dmainloop_any<D>(pr, (pr.xk ? 2 : 0) | (pr.yk ? 1 : 0), m0, n0, acc, smem);
         /* Read again rather than kept in registers across the mainloop,
          * which needs them all; into a local copy, since stores to C
          * could alias the problem array and would force a reload of each

@@ -943,10 +943,10 @@ template <class C> int launch(const struct cuda_group *g, const KParams &kp, uin
         return err == cudaSuccess ? 0 : -EIO;
 }
 
-/* f64 on m16n8k16 from sm_90 (device_sm90), m8n8k4 before. */
+/* f64 on m16n8k4 from sm_90 (device_sm90), m8n8k4 before. */
 int launch_f64(const struct cuda_group *g, const KParams &kp, uint32_t grid, cudaStream_t st)
 {
-        return device_sm90() ? launch<CfgF64k16>(g, kp, grid, st) : launch<CfgF64>(g, kp, grid, st);
+        return device_sm90() ? launch<CfgF64h>(g, kp, grid, st) : launch<CfgF64>(g, kp, grid, st);
 }
 
 } /* namespace */
@@ -955,7 +955,7 @@ int launch_f64(const struct cuda_group *g, const KParams &kp, uint32_t grid, cud
 
 extern "C" struct sched_shape cuda_gemm_shape(int dtype, int tf32)
 {
-        static_assert(CfgF64::BM == CfgF64k16::BM && CfgF64::BN == CfgF64k16::BN, "one f64 tile");
+        static_assert(CfgF64::BM == CfgF64h::BM && CfgF64::BN == CfgF64h::BN, "one f64 tile");
         struct sched_shape s;
         if (dtype == GEMMD_F64)
                 s = {CfgF64::BM, CfgF64::BN, CfgF64::BK_L}; /* tk: the cost model's unit */
