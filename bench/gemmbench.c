@@ -316,6 +316,7 @@ void set_init(struct set *s, const struct workload *w, int dtype, int tf32, size
                 exit(1);
         }
         s->dkp = malloc(s->copies * sizeof(*s->dkp));
+        s->hkp = calloc(s->copies, sizeof(*s->hkp));
         s->dtm = malloc(s->copies * sizeof(*s->dtm));
         s->dtm_wide = calloc(s->copies, sizeof(*s->dtm_wide));
         const struct sched_shape base_shape = cuda_gemm_shape(dtype, tf32), wide = cuda_gemm_shape_wide(dtype, tf32);
@@ -345,6 +346,12 @@ void set_init(struct set *s, const struct workload *w, int dtype, int tf32, size
                 }
                 CK(cudaMalloc((void **)&s->dkp[c], s->n * sizeof(*kp)));
                 CK(cudaMemcpy(s->dkp[c], kp, s->n * sizeof(*kp), cudaMemcpyHostToDevice));
+                s->hkp[c] = malloc(s->n * sizeof(*kp));
+                if (!s->hkp[c]) {
+                        fprintf(stderr, "gemmbench: out of memory\n");
+                        exit(1);
+                }
+                memcpy(s->hkp[c], kp, s->n * sizeof(*kp));
                 s->dtm[c] = NULL;
                 if (dtype != GEMMD_F64) { /* no Hopper kernel takes f64 */
                         size_t tb = cuda_gemm_tmaps_bytes(s->n);
@@ -383,11 +390,13 @@ void set_free(struct set *s)
         if (s->n) {
                 for (uint32_t c = 0; c < s->copies; c++) {
                         cudaFree(s->dkp[c]);
+                        free(s->hkp[c]);
                         cudaFree(s->dtm[c]);
                         cudaFree(s->dtm_wide[c]);
                 }
                 cudaFree(s->dbuf);
                 free(s->dkp);
+                free(s->hkp);
                 free(s->dtm);
                 free(s->dtm_wide);
                 free(s->aoff);
@@ -447,7 +456,7 @@ void gplan_free(struct gplan *g)
 
 void kern_run(const struct set *s, const struct gplan *g, uint32_t copy)
 {
-        struct cuda_group grp = {.problems = s->dkp[copy], .nproblems = s->n, .dtype = s->dtype,
+        struct cuda_group grp = {.problems = s->dkp[copy], .problems_host = s->hkp[copy], .nproblems = s->n, .dtype = s->dtype,
                                  .tf32 = s->tf32, .plan_blob = g->blob, .plan = &g->plan,
                                  .cfg = g->cfg, .ws = g->ws, .arrivals = g->arr,
                                  .tmaps = g->sm80 ? NULL : g->wide ? s->dtm_wide[copy] : s->dtm[copy],

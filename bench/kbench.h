@@ -58,6 +58,7 @@ struct set {
         size_t elems;               /* elements of one copy */
         char *dbuf;                 /* copies * elems elements */
         struct gemmd_kproblem **dkp; /* per copy, device */
+        struct gemmd_kproblem **hkp; /* per copy, host (cuda_group.problems_host) */
         void **dtm;                  /* per copy: tensor maps (cuda_gemm_tmaps_build), device */
         void **dtm_wide;             /* per copy: the maps of the wide tile, or NULL */
         int nfast;                   /* problems on the sm_90 fast path */

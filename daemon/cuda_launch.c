@@ -408,6 +408,7 @@ static int fill_cuda_group(struct cuda_backend *cb, struct cuda_slot *s, const s
                 cg->inline_bytes = (uint32_t)st->blob;
         }
         cg->problems = s->d_blob;
+        cg->problems_host = (const struct gemmd_kproblem *)s->h_blob; /* the blob starts with them */
         cg->nproblems = g->nops;
         cg->dtype = (int)(g->key & 3);
         cg->tf32 = (int)(g->key >> 2) & 1;

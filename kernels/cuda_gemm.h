@@ -63,6 +63,11 @@ const char *cuda_gemm_kernel_name(int dtype, int tf32);
 /* One launch: every problem shares the config (dtype, tf32). */
 struct cuda_group {
         const struct gemmd_kproblem *problems; /* device copy, nproblems */
+        /* Host copy of problems, or NULL. With it, an f64 group whose
+         * problems share one layout and alignment runs a kernel built for
+         * that one (each such kernel holds one copy of the f64 mainloop,
+         * whose registers several copies in one kernel crowd). */
+        const struct gemmd_kproblem *problems_host;
         uint32_t nproblems;
         int dtype; /* enum gemmd_dtype of every problem */
         int tf32;  /* f32 only: TF32 tensor cores allowed */

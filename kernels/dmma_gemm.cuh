@@ -44,8 +44,13 @@
  * outputs. PIPE 2: double-buffered fragments (dmainloop2); 0: one
  * k-tile's reads, then its mmas (dmainloop).
  */
-template <int MK_, int BK_H_, int STAGES_H_, int PIPE_ = 0, int MR_ = (MK_ == 4 ? 8 : 16)> struct DCfg {
+template <int MK_, int BK_H_, int STAGES_H_, int PIPE_ = 0, int MR_ = (MK_ == 4 ? 8 : 16), int LAY_ = -1,
+          int VWC_ = -1>
+struct DCfg {
         static constexpr bool F64 = true;
+        /* PIPE 2 only: LAY (X K-major 2, Y K-major 1) and VWC (dtile2's
+         * VW) when every problem of the launch has them, else -1. */
+        static constexpr int LAY = LAY_, VWC = VWC_;
         static constexpr int MK = MK_;
         static constexpr int PIPE = PIPE_;
         static constexpr int MR = MR_; /* rows of one mma: 8 (m8n8k4) or 16 */
@@ -82,6 +87,8 @@ template <int MK_, int BK_H_, int STAGES_H_, int PIPE_ = 0, int MR_ = (MK_ == 4 
 
 using CfgF64 = DCfg<4, 16, GEMMD_F64_STAGES>; /* sm_80 image */
 using CfgF64h = DCfg<4, 16, 4, 2, 16>;         /* sm_90a image: m16n8k4, pipelined */
+/* CfgF64h for launches whose problems share layout L and VW class V. */
+template <int L, int V> using CfgF64hLV = DCfg<4, 16, 4, 2, 16, L, V>;
 
 /* d += a b for one f64 mma of k MK (fragments as in the PTX ISA). The
  * m16n8 shapes exist from sm_90 on; the host never launches them on an
@@ -487,6 +494,93 @@ __device__ __forceinline__ void dmainloop2(const struct gemmd_kproblem *pp, uint
 }
 
 /*
+ * One term's whole-K sum (X rows m0.. of m, Y rows n0.. of n) added into
+ * acc with double-buffered fragments (PIPE 2): the fragments of the next
+ * k-slice are read while the mmas of this one run, so no mma waits on
+ * shared memory. All STAGES stages are filled up front. The barrier of
+ * k-tile kt comes once the reads of its last slice are issued: past it
+ * no warp reads that stage again, so it is refilled at once (k-tile kt +
+ * STAGES), and k-tile kt + 1 is complete for the reads of its first
+ * slice. Operands 16-byte (VW 2) or 8-byte (VW 1) aligned, or read by
+ * bytes (VW 0). No branch in the loop but its own, so the compiler can
+ * predicate the copies and spread them between the mmas.
+ */
+template <class D, bool XK, bool YK, int VW>
+__device__ __forceinline__ void dterm2(const char *gx, int64_t ldx, const char *gy, int64_t ldy, uint32_t m0,
+                                       uint32_t n0, uint32_t m, uint32_t n, uint32_t k, double *acc,
+                                       unsigned char *smem)
+{
+        constexpr int SPS = D::BK / D::MK;
+        static_assert(SPS >= 2 && SPS % 2 == 0, "an even number of k-slices a k-tile");
+        constexpr uint32_t SB = D::STAGE_ELEMS * 8, XB = D::X_ELEMS * 8;
+        const double *sbase = (const double *)smem;
+        const uint32_t s0 = smem_u32(smem);
+        const int ktiles = (int)((k + D::BK - 1) / D::BK);
+        DCopy<D, D::BM, XK, VW> cx;
+        DCopy<D, D::BN, YK, VW> cy;
+        cx.init(gx, ldx, m0, m, k);
+        cy.init(gy, ldy, n0, n, k);
+        uint32_t wst = s0;
+        auto issue = [&](int kt) {
+                if (kt < ktiles) {
+                        cx.issue(wst);
+                        cy.issue(wst + XB);
+                        wst = wst + SB == s0 + D::STAGES * SB ? s0 : wst + SB;
+                }
+                cp_async_commit();
+        };
+#pragma unroll
+        for (int s = 0; s < D::STAGES; s++)
+                issue(s);
+        cp_async_wait<D::STAGES - 1>();
+        __syncthreads();
+        double a[2][D::MT][D::MA], b[2][D::NT][D::MB];
+        dload_frags<D, XK, YK>(sbase, 0, a[0], b[0]);
+        int cstage = 0;
+        for (int kt = 0; kt < ktiles; kt++) {
+                const double *sx = sbase + cstage * D::STAGE_ELEMS;
+                const int nstage = cstage + 1 == D::STAGES ? 0 : cstage + 1;
+#pragma unroll
+                for (int ks = 0; ks < SPS; ks++) {
+                        const int cur = ks & 1, nxt = cur ^ 1;
+                        if (ks < SPS - 1)
+                                dload_frags<D, XK, YK>(sx, (ks + 1) * D::MK, a[nxt], b[nxt]);
+                        if (ks == SPS - 2) {
+                                cp_async_wait<D::STAGES - 2>();
+                                __syncthreads();
+                                issue(kt + D::STAGES);
+                        }
+                        if (ks == SPS - 1 && kt + 1 < ktiles)
+                                dload_frags<D, XK, YK>(sbase + nstage * D::STAGE_ELEMS, 0, a[nxt], b[nxt]);
+                        dmma_slice<D>(acc, a[cur], b[cur]);
+                }
+                cstage = nstage;
+        }
+        cp_async_wait<0>();
+        __syncthreads();
+}
+
+/*
+ * dmainloop2 for launches of one layout and alignment (CfgF64hLV): one
+ * dterm2 a term, in dmainloop's order (all of the first term's
+ * K, then a SYR2K's second, whose X and Y are the first's swapped). Each
+ * term's operands are read from the problem as it begins, so that none of
+ * it stays in registers beside the fragments.
+ */
+template <class D, bool XK, bool YK, int VW>
+__device__ __forceinline__ void dmainloop2f(const struct gemmd_kproblem *pp, uint32_t m0, uint32_t n0,
+                                           uint32_t m, uint32_t n, uint32_t k, int nterms, double *acc,
+                                           unsigned char *smem)
+{
+        for (int t = 0; t < nterms; t++) {
+                const char *a = (const char *)(uintptr_t)pp->a, *b = (const char *)(uintptr_t)pp->b;
+                const int64_t lda = pp->lda, ldb = pp->ldb;
+                dterm2<D, XK, YK, VW>(t ? b : a, t ? ldb : lda, t ? a : b, t ? lda : ldb, m0, n0, m, n, k, acc,
+                                      smem);
+        }
+}
+
+/*
  * The whole-K sum of the tile at (m0, n0) into acc, from zero: every
  * k-tile of term 0 in K order, then (SYR2K) every k-tile of term 1, each
  * k-tile its mmas in K order. K is never cut (the planner leaves f64
@@ -592,6 +686,27 @@ __device__ __forceinline__ void dmainloop_any(const Prob &pr, int lay, uint32_t 
         }
 }
 
+/* dmainloop2 for the problem's layout. */
+template <class D, int VW>
+__device__ __forceinline__ void dtile2_any_layout(const struct gemmd_kproblem *pp, const Prob &pr, uint32_t m0,
+                                                  uint32_t n0, double *acc, unsigned char *smem)
+{
+        switch ((pr.xk ? 2 : 0) | (pr.yk ? 1 : 0)) {
+        case 0:
+                dmainloop2<D, false, false, VW>(pp, m0, n0, pr.m, pr.n, pr.k, pr.nterms, acc, smem);
+                break;
+        case 1:
+                dmainloop2<D, false, true, VW>(pp, m0, n0, pr.m, pr.n, pr.k, pr.nterms, acc, smem);
+                break;
+        case 2:
+                dmainloop2<D, true, false, VW>(pp, m0, n0, pr.m, pr.n, pr.k, pr.nterms, acc, smem);
+                break;
+        default:
+                dmainloop2<D, true, true, VW>(pp, m0, n0, pr.m, pr.n, pr.k, pr.nterms, acc, smem);
+                break;
+        }
+}
+
 /*
  * The tile at (m0, n0) of problem pi by the pipelined mainloop
  * (dmainloop2) with vectors of VW doubles, and its epilogue.
@@ -606,19 +721,11 @@ __device__ __forceinline__ void dtile2(const struct gemmd_kproblem *probs, uint3
 #pragma unroll
         for (int i = 0; i < D::NACC; i++)
                 acc[i] = 0.0;
-        switch ((pr.xk ? 2 : 0) | (pr.yk ? 1 : 0)) {
-        case 0:
-                dmainloop2<D, false, false, VW>(pp, m0, n0, pr.m, pr.n, pr.k, pr.nterms, acc, smem);
-                break;
-        case 1:
-                dmainloop2<D, false, true, VW>(pp, m0, n0, pr.m, pr.n, pr.k, pr.nterms, acc, smem);
-                break;
-        case 2:
-                dmainloop2<D, true, false, VW>(pp, m0, n0, pr.m, pr.n, pr.k, pr.nterms, acc, smem);
-                break;
-        default:
-                dmainloop2<D, true, true, VW>(pp, m0, n0, pr.m, pr.n, pr.k, pr.nterms, acc, smem);
-                break;
+        if constexpr (D::LAY >= 0) {
+                dmainloop2f<D, (D::LAY & 2) != 0, (D::LAY & 1) != 0, VW>(pp, m0, n0, pr.m, pr.n, pr.k, pr.nterms,
+                                                                        acc, smem);
+        } else {
+                dtile2_any_layout<D, VW>(pp, pr, m0, n0, acc, smem);
         }
         const struct gemmd_kproblem pe = *pp; /* as in drun_entry */
         depilogue<D>(pe, m0, n0, acc);
@@ -640,6 +747,10 @@ __device__ __forceinline__ void drun_entry(const KParams &kp, uint32_t pi, uint3
                 /* By 16-byte vectors where both operands allow them, else by
                  * doubles, else (an operand at an odd byte offset) by bytes. */
                 const void *a = (const void *)(uintptr_t)p.a, *b = (const void *)(uintptr_t)p.b;
+                if constexpr (D::VWC >= 0) {
+                        dtile2<D, D::VWC>(kp.probs, pi, m0, n0, smem);
+                        return;
+                }
                 if (((p.a | p.b) & 7) != 0)
                         dtile2<D, 0>(kp.probs, pi, m0, n0, smem);
                 else if (vec_ok<D>(a, p.lda) && vec_ok<D>(b, p.ldb))

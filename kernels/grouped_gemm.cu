@@ -76,6 +76,7 @@ constexpr int cmax(int a, int b) { return a > b ? a : b; }
 
 template <int MODE_, typename T_> struct Cfg {
         static constexpr bool F64 = false; /* f64 configs: DCfg (dmma_gemm.cuh) */
+        static constexpr int LAY = -1;     /* DCfg only */
         using T = T_;
         static constexpr int MODE = MODE_;
         static constexpr int BM = 128, BN = 128;
@@ -853,12 +854,60 @@ __device__ __forceinline__ void run_entry(const KParams &kp, uint32_t pi, uint32
                 run_entry_f32<C>(kp, pi, tile, kc0, kc1, split, smem, s_flag);
 }
 
+/*
+ * The tile walk of an f64 launch of one layout and alignment (CfgF64hLV):
+ * the plan's entries for this CTA or, in device mode, tiles b, b + grid,
+ * ... (warp_map_tile), through one call of the tile's code rather than one
+ * for each walk, so that the kernel holds one copy of the mainloop.
+ */
+template <class C>
+__device__ __forceinline__ void run_f64_tiles(const KParams &kp, unsigned char *smem, uint32_t *s_map)
+{
+        const bool plan = kp.cta_begin != nullptr; /* the same in every thread */
+        uint32_t e = plan ? kp.cta_begin[blockIdx.x] : 0, e1 = plan ? kp.cta_begin[blockIdx.x + 1] : 0;
+        const struct sched_shape shape = {C::BM, C::BN, C::BK};
+        uint32_t t = blockIdx.x, pbase = 0, tbase = 0;
+        for (;;) {
+                uint32_t prob, tile;
+                if (plan) {
+                        if (e >= e1)
+                                break;
+                        const struct sched_entry en = kp.entries[e++];
+                        prob = en.problem;
+                        tile = en.tile;
+                } else {
+                        if (threadIdx.x < 32) {
+                                uint32_t local = 0;
+                                const uint32_t pr = warp_map_tile(kp, shape, t, pbase, tbase, local);
+                                if ((threadIdx.x & 31) == 0) {
+                                        s_map[0] = pr;
+                                        s_map[1] = local;
+                                }
+                        }
+                        __syncthreads();
+                        prob = s_map[0];
+                        tile = s_map[1];
+                        __syncthreads();
+                        if (prob == UINT32_MAX)
+                                break;
+                        t += gridDim.x;
+                }
+                if (kp.fast && (kp.fast[prob] != 0) != kp.want_fast)
+                        continue;
+                drun_entry<C>(kp, prob, tile, smem);
+        }
+}
+
 template <class C> __global__ void __launch_bounds__(C::THREADS, 1) grouped_kernel(const KParams kp)
 {
         extern __shared__ __align__(128) unsigned char smem[];
         __shared__ uint32_t s_map[2];
         __shared__ uint32_t s_flag;
 
+        if constexpr (C::F64 && C::LAY >= 0) {
+                run_f64_tiles<C>(kp, smem, s_map);
+                return;
+        }
         if (kp.cta_begin) {
                 const uint32_t e0 = kp.cta_begin[blockIdx.x], e1 = kp.cta_begin[blockIdx.x + 1];
                 for (uint32_t e = e0; e < e1; e++) {
@@ -943,10 +992,45 @@ template <class C> int launch(const struct cuda_group *g, const KParams &kp, uin
         return err == cudaSuccess ? 0 : -EIO;
 }
 
-/* f64 on m16n8k4 from sm_90 (device_sm90), m8n8k4 before. */
+/*
+ * The layout (X K-major 2, Y K-major 1) and copy width (2: 16-byte
+ * vectors, 1: doubles, 0: bytes) that every problem of g shares, as
+ * drun_entry would pick them for each, or -1 when they differ or g has no
+ * host copy of its problems.
+ */
+static int f64_class(const struct cuda_group *g)
+{
+        const struct gemmd_kproblem *p = g->problems_host;
+        int cls = -1;
+        for (uint32_t i = 0; p && i < g->nproblems; i++) {
+                const bool syr2k = p[i].kind == SCHED_SYR2K;
+                const int xk = p[i].trans_a != 0, yk = syr2k ? xk : p[i].trans_b == 0;
+                const bool a16 = ((p[i].a | p[i].b) & 15) == 0 && p[i].lda % 2 == 0 && p[i].ldb % 2 == 0;
+                const int vw = ((p[i].a | p[i].b) & 7) != 0 ? 0 : a16 ? 2 : 1;
+                const int c = (xk ? 2 : 0) + (yk ? 1 : 0) + 4 * vw;
+                if (i > 0 && c != cls)
+                        return -1;
+                cls = c;
+        }
+        return cls;
+}
+
+/* f64 on m16n8k4 from sm_90 (device_sm90), by a kernel built for the
+ * group's one layout and aligned copy width where it has one; m8n8k4
+ * before. */
 int launch_f64(const struct cuda_group *g, const KParams &kp, uint32_t grid, cudaStream_t st)
 {
-        return device_sm90() ? launch<CfgF64h>(g, kp, grid, st) : launch<CfgF64>(g, kp, grid, st);
+        if (!device_sm90())
+                return launch<CfgF64>(g, kp, grid, st);
+        switch (f64_class(g)) {
+#define LV(L, V)                                                                                   \
+        case L + 4 * V:                                                                            \
+                return launch<CfgF64hLV<L, V>>(g, kp, grid, st);
+                LV(0, 1) LV(1, 1) LV(2, 1) LV(3, 1) LV(0, 2) LV(1, 2) LV(2, 2) LV(3, 2)
+#undef LV
+        default:
+                return launch<CfgF64h>(g, kp, grid, st);
+        }
 }
 
 } /* namespace */

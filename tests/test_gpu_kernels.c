@@ -326,7 +326,7 @@ static int launch_part(const struct gemmd_kproblem *kp, uint32_t np, int par, en
                                 CK(cudaMalloc((void **)&arr, ab));
                                 CK(cudaMemset(arr, 0, ab));
                         }
-                        struct cuda_group g = {.problems = dsub, .nproblems = n, .dtype = dtype, .plan_blob = blob,
+                        struct cuda_group g = {.problems = dsub, .problems_host = sub, .nproblems = n, .dtype = dtype, .plan_blob = blob,
                                                .plan = &plan, .cfg = cfg, .ws = ws, .arrivals = arr};
                         rc = cuda_gemm_launch(&g, NULL);
                         CK(cudaDeviceSynchronize());
@@ -498,7 +498,7 @@ static void run_group(const char *name, int dtype, int tf32, struct tprob *tp, u
                                 CK(cudaMalloc((void **)&arr, ab));
                                 CK(cudaMemset(arr, 0, ab));
                         }
-                        struct cuda_group g = {.problems = dp, .nproblems = np, .dtype = dtype,
+                        struct cuda_group g = {.problems = dp, .problems_host = kp, .nproblems = np, .dtype = dtype,
                                                .tf32 = tf32, .plan_blob = blob, .plan = &plan,
                                                .cfg = cfg, .ws = ws, .arrivals = arr,
                                                .tmaps = ctm, .nfast = (uint32_t)nfast,
