@@ -21,7 +21,11 @@
  * one per vector and zero-fill what lies outside the matrix, so that
  * both fragment buffers fit in registers beside the accumulators (a
  * config that spills there loses what the pipelining gains; m16n8k8 did,
- * see docs/performance.md). The sm_80 image (CfgF64) runs m8n8k4 with
+ * see docs/performance.md). A launch whose problems share one layout and
+ * copy width runs CfgF64hLV, which holds one copy of the mainloop: ptxas
+ * allocates registers for the whole kernel, and CfgF64h's 24 inlined
+ * copies (layouts x copy widths x tile walks) cost it 15%. The sm_80
+ * image (CfgF64) runs m8n8k4 with
  * one k-tile's reads, then its mmas (PIPE 0, dmainloop). Every tile of
  * one device runs the same mma in the same K order, so bits never depend
  * on the plan; on the H100 they are cuBLAS's.
