@@ -421,51 +421,21 @@ template <class D, int ROWS, bool KMAJ, int VW_> struct DCopy {
 };
 
 /*
- * The whole-K sum of the tile at (m0, n0) of problem *pp into acc, from
- * zero, with double-buffered fragments (PIPE 2): the fragments of the
- * next k-slice are read while the mmas of this one run, so no mma waits
- * on shared memory. All STAGES stages are filled up front. The barrier of
- * k-tile it comes once the reads of its last slice are issued: past it
- * no warp reads that stage again, so it is refilled at once (k-tile it +
- * STAGES), and k-tile it + 1 is complete for the reads of its first
- * slice. Operands 16-byte (VW 2) or 8-byte (VW 1) aligned, or read by
- * bytes (VW 0). The sum's order is dmainloop's: all of the first term's
- * K, then (SYR2K) all of the second's, whose X and Y are the first's
- * swapped; they are read from the problem when it begins, so that
- * nothing of the problem stays in registers beside the fragments.
+ * The pipelined mainloop of dmainloop2 and dterm2 over niter k-tiles: acc
+ * += each k-tile's mmas with double-buffered fragments (the next k-slice's
+ * fragments read while this one's mmas run). issue(i) stages k-tile i
+ * (nothing past the last) and commits a copy group. All STAGES stages are
+ * filled up front. The barrier of k-tile it comes once the reads of its
+ * last slice are issued: past it no warp reads that stage again, so it is
+ * refilled at once (k-tile it + STAGES), and k-tile it + 1 is complete for
+ * the reads of its first slice.
  */
-template <class D, bool XK, bool YK, int VW>
-__device__ __forceinline__ void dmainloop2(const struct gemmd_kproblem *pp, uint32_t m0, uint32_t n0,
-                                           uint32_t m, uint32_t n, uint32_t k, int nterms, double *acc,
-                                           unsigned char *smem)
+template <class D, bool XK, bool YK, class Issue>
+__device__ __forceinline__ void dpipeline(Issue &issue, int niter, double *acc, unsigned char *smem)
 {
         constexpr int SPS = D::BK / D::MK;
         static_assert(SPS >= 2 && SPS % 2 == 0, "an even number of k-slices a k-tile");
-        constexpr uint32_t SB = D::STAGE_ELEMS * 8, XB = D::X_ELEMS * 8;
         const double *sbase = (const double *)smem;
-        const uint32_t s0 = smem_u32(smem);
-        const int ktiles = (int)((k + D::BK - 1) / D::BK);
-        const int niter = ktiles * nterms;
-        DCopy<D, D::BM, XK, VW> cx;
-        DCopy<D, D::BN, YK, VW> cy;
-        cx.init((const char *)(uintptr_t)pp->a, pp->lda, m0, m, k);
-        cy.init((const char *)(uintptr_t)pp->b, pp->ldb, n0, n, k);
-        int left = ktiles; /* k-tiles of the current term still to copy */
-        uint32_t wst = s0;
-        auto issue = [&](int it) {
-                if (it < niter) {
-                        if (left == 0) {
-                                cx.init((const char *)(uintptr_t)pp->b, pp->ldb, m0, m, k);
-                                cy.init((const char *)(uintptr_t)pp->a, pp->lda, n0, n, k);
-                                left = ktiles;
-                        }
-                        cx.issue(wst);
-                        cy.issue(wst + XB);
-                        left--;
-                        wst = wst + SB == s0 + D::STAGES * SB ? s0 : wst + SB;
-                }
-                cp_async_commit();
-        };
 #pragma unroll
         for (int s = 0; s < D::STAGES; s++)
                 issue(s);
@@ -498,26 +468,57 @@ __device__ __forceinline__ void dmainloop2(const struct gemmd_kproblem *pp, uint
 }
 
 /*
+ * The whole-K sum of the tile at (m0, n0) of problem *pp into acc, from
+ * zero, by dpipeline (PIPE 2), its terms one continuous pipeline: the
+ * second term's copies follow the first's. Operands 16-byte (VW 2) or
+ * 8-byte (VW 1) aligned, or read by bytes (VW 0). The sum's order is dmainloop's: all of the first term's
+ * K, then (SYR2K) all of the second's, whose X and Y are the first's
+ * swapped; they are read from the problem when it begins, so that
+ * nothing of the problem stays in registers beside the fragments.
+ */
+template <class D, bool XK, bool YK, int VW>
+__device__ __forceinline__ void dmainloop2(const struct gemmd_kproblem *pp, uint32_t m0, uint32_t n0,
+                                           uint32_t m, uint32_t n, uint32_t k, int nterms, double *acc,
+                                           unsigned char *smem)
+{
+        constexpr uint32_t SB = D::STAGE_ELEMS * 8, XB = D::X_ELEMS * 8;
+        const uint32_t s0 = smem_u32(smem);
+        const int ktiles = (int)((k + D::BK - 1) / D::BK);
+        const int niter = ktiles * nterms;
+        DCopy<D, D::BM, XK, VW> cx;
+        DCopy<D, D::BN, YK, VW> cy;
+        cx.init((const char *)(uintptr_t)pp->a, pp->lda, m0, m, k);
+        cy.init((const char *)(uintptr_t)pp->b, pp->ldb, n0, n, k);
+        int left = ktiles; /* k-tiles of the current term still to copy */
+        uint32_t wst = s0;
+        auto issue = [&](int it) {
+                if (it < niter) {
+                        if (left == 0) {
+                                cx.init((const char *)(uintptr_t)pp->b, pp->ldb, m0, m, k);
+                                cy.init((const char *)(uintptr_t)pp->a, pp->lda, n0, n, k);
+                                left = ktiles;
+                        }
+                        cx.issue(wst);
+                        cy.issue(wst + XB);
+                        left--;
+                        wst = wst + SB == s0 + D::STAGES * SB ? s0 : wst + SB;
+                }
+                cp_async_commit();
+        };
+        dpipeline<D, XK, YK>(issue, niter, acc, smem);
+}
+
+/*
  * One term's whole-K sum (X rows m0.. of m, Y rows n0.. of n) added into
- * acc with double-buffered fragments (PIPE 2): the fragments of the next
- * k-slice are read while the mmas of this one run, so no mma waits on
- * shared memory. All STAGES stages are filled up front. The barrier of
- * k-tile kt comes once the reads of its last slice are issued: past it
- * no warp reads that stage again, so it is refilled at once (k-tile kt +
- * STAGES), and k-tile kt + 1 is complete for the reads of its first
- * slice. Operands 16-byte (VW 2) or 8-byte (VW 1) aligned, or read by
- * bytes (VW 0). No branch in the loop but its own, so the compiler can
- * predicate the copies and spread them between the mmas.
+ * acc by dpipeline, with no term switch in its copies (dmainloop2f), so
+ * the compiler can predicate them and spread them between the mmas.
  */
 template <class D, bool XK, bool YK, int VW>
 __device__ __forceinline__ void dterm2(const char *gx, int64_t ldx, const char *gy, int64_t ldy, uint32_t m0,
                                        uint32_t n0, uint32_t m, uint32_t n, uint32_t k, double *acc,
                                        unsigned char *smem)
 {
-        constexpr int SPS = D::BK / D::MK;
-        static_assert(SPS >= 2 && SPS % 2 == 0, "an even number of k-slices a k-tile");
         constexpr uint32_t SB = D::STAGE_ELEMS * 8, XB = D::X_ELEMS * 8;
-        const double *sbase = (const double *)smem;
         const uint32_t s0 = smem_u32(smem);
         const int ktiles = (int)((k + D::BK - 1) / D::BK);
         DCopy<D, D::BM, XK, VW> cx;
@@ -533,35 +534,7 @@ __device__ __forceinline__ void dterm2(const char *gx, int64_t ldx, const char *
                 }
                 cp_async_commit();
         };
-#pragma unroll
-        for (int s = 0; s < D::STAGES; s++)
-                issue(s);
-        cp_async_wait<D::STAGES - 1>();
-        __syncthreads();
-        double a[2][D::MT][D::MA], b[2][D::NT][D::MB];
-        dload_frags<D, XK, YK>(sbase, 0, a[0], b[0]);
-        int cstage = 0;
-        for (int kt = 0; kt < ktiles; kt++) {
-                const double *sx = sbase + cstage * D::STAGE_ELEMS;
-                const int nstage = cstage + 1 == D::STAGES ? 0 : cstage + 1;
-#pragma unroll
-                for (int ks = 0; ks < SPS; ks++) {
-                        const int cur = ks & 1, nxt = cur ^ 1;
-                        if (ks < SPS - 1)
-                                dload_frags<D, XK, YK>(sx, (ks + 1) * D::MK, a[nxt], b[nxt]);
-                        if (ks == SPS - 2) {
-                                cp_async_wait<D::STAGES - 2>();
-                                __syncthreads();
-                                issue(kt + D::STAGES);
-                        }
-                        if (ks == SPS - 1 && kt + 1 < ktiles)
-                                dload_frags<D, XK, YK>(sbase + nstage * D::STAGE_ELEMS, 0, a[nxt], b[nxt]);
-                        dmma_slice<D>(acc, a[cur], b[cur]);
-                }
-                cstage = nstage;
-        }
-        cp_async_wait<0>();
-        __syncthreads();
+        dpipeline<D, XK, YK>(issue, ktiles, acc, smem);
 }
 
 /*
@@ -669,6 +642,25 @@ __device__ __forceinline__ void depilogue(const struct gemmd_kproblem &p, uint32
                 store(std::false_type{});
 }
 
+/* A problem's layout as the f64 kernels take it: X K-major 2, Y K-major
+ * 1 (make_prob's xk, yk). Host and device, so that the launcher's choice
+ * of kernel (f64_class) and the kernel agree. */
+__host__ __device__ inline int f64_layout(const struct gemmd_kproblem &p)
+{
+        const bool xk = p.trans_a != 0, yk = p.kind == SCHED_SYR2K ? xk : p.trans_b == 0;
+        return (xk ? 2 : 0) | (yk ? 1 : 0);
+}
+
+/* Its copy width in dmainloop2: 2 (16-byte vectors: both operands and
+ * their leading dimensions allow them), 1 (doubles), 0 (an operand at an
+ * odd byte offset: bytes). */
+__host__ __device__ inline int f64_copy_width(const struct gemmd_kproblem &p)
+{
+        if (((p.a | p.b) & 7) != 0)
+                return 0;
+        return ((p.a | p.b) & 15) == 0 && p.lda % 2 == 0 && p.ldb % 2 == 0 ? 2 : 1;
+}
+
 /* dmainloop for the tile's layout (lay: X K-major 2, Y K-major 1). */
 template <class D>
 __device__ __forceinline__ void dmainloop_any(const Prob &pr, int lay, uint32_t m0, uint32_t n0, double *acc,
@@ -750,14 +742,14 @@ __device__ __forceinline__ void drun_entry(const KParams &kp, uint32_t pi, uint3
         if constexpr (D::PIPE == 2) {
                 /* By 16-byte vectors where both operands allow them, else by
                  * doubles, else (an operand at an odd byte offset) by bytes. */
-                const void *a = (const void *)(uintptr_t)p.a, *b = (const void *)(uintptr_t)p.b;
                 if constexpr (D::VWC >= 0) {
                         dtile2<D, D::VWC>(kp.probs, pi, m0, n0, smem);
                         return;
                 }
-                if (((p.a | p.b) & 7) != 0)
+                const int vw = f64_copy_width(p);
+                if (vw == 0)
                         dtile2<D, 0>(kp.probs, pi, m0, n0, smem);
-                else if (vec_ok<D>(a, p.lda) && vec_ok<D>(b, p.ldb))
+                else if (vw == 2)
                         dtile2<D, 2>(kp.probs, pi, m0, n0, smem);
                 else
                         dtile2<D, 1>(kp.probs, pi, m0, n0, smem);

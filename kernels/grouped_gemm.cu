@@ -854,6 +854,27 @@ __device__ __forceinline__ void run_entry(const KParams &kp, uint32_t pi, uint32
                 run_entry_f32<C>(kp, pi, tile, kc0, kc1, split, smem, s_flag);
 }
 
+/* warp_map_tile for the whole block: warp 0 maps linear tile t and
+ * shares (problem, local tile) through s_map; UINT32_MAX past the end. */
+__device__ __forceinline__ uint32_t block_map_tile(const KParams &kp, struct sched_shape shape, uint32_t t,
+                                                   uint32_t &pbase, uint32_t &tbase, uint32_t *s_map,
+                                                   uint32_t &local)
+{
+        if (threadIdx.x < 32) {
+                uint32_t l = 0;
+                const uint32_t prob = warp_map_tile(kp, shape, t, pbase, tbase, l);
+                if ((threadIdx.x & 31) == 0) {
+                        s_map[0] = prob;
+                        s_map[1] = l;
+                }
+        }
+        __syncthreads();
+        const uint32_t prob = s_map[0];
+        local = s_map[1];
+        __syncthreads();
+        return prob;
+}
+
 /*
  * The tile walk of an f64 launch of one layout and alignment (CfgF64hLV):
  * the plan's entries for this CTA or, in device mode, tiles b, b + grid,
@@ -876,18 +897,7 @@ __device__ __forceinline__ void run_f64_tiles(const KParams &kp, unsigned char *
                         prob = en.problem;
                         tile = en.tile;
                 } else {
-                        if (threadIdx.x < 32) {
-                                uint32_t local = 0;
-                                const uint32_t pr = warp_map_tile(kp, shape, t, pbase, tbase, local);
-                                if ((threadIdx.x & 31) == 0) {
-                                        s_map[0] = pr;
-                                        s_map[1] = local;
-                                }
-                        }
-                        __syncthreads();
-                        prob = s_map[0];
-                        tile = s_map[1];
-                        __syncthreads();
+                        prob = block_map_tile(kp, shape, t, pbase, tbase, s_map, tile);
                         if (prob == UINT32_MAX)
                                 break;
                         t += gridDim.x;
@@ -925,18 +935,8 @@ template <class C> __global__ void __launch_bounds__(C::THREADS, 1) grouped_kern
         const struct sched_shape shape = {C::BM, C::BN, C::BK};
         uint32_t pbase = 0, tbase = 0;
         for (uint32_t t = blockIdx.x;; t += gridDim.x) {
-                if (threadIdx.x < 32) {
-                        uint32_t local = 0;
-                        const uint32_t prob = warp_map_tile(kp, shape, t, pbase, tbase, local);
-
-                        if ((threadIdx.x & 31) == 0) {
-                                s_map[0] = prob;
-                                s_map[1] = local;
-                        }
-                }
-                __syncthreads();
-                const uint32_t prob = s_map[0], local = s_map[1];
-                __syncthreads();
+                uint32_t local = 0;
+                const uint32_t prob = block_map_tile(kp, shape, t, pbase, tbase, s_map, local);
                 if (prob == UINT32_MAX)
                         break;
                 if (kp.fast && (kp.fast[prob] != 0) != kp.want_fast)
@@ -1003,11 +1003,7 @@ static int f64_class(const struct cuda_group *g)
         const struct gemmd_kproblem *p = g->problems_host;
         int cls = -1;
         for (uint32_t i = 0; p && i < g->nproblems; i++) {
-                const bool syr2k = p[i].kind == SCHED_SYR2K;
-                const int xk = p[i].trans_a != 0, yk = syr2k ? xk : p[i].trans_b == 0;
-                const bool a16 = ((p[i].a | p[i].b) & 15) == 0 && p[i].lda % 2 == 0 && p[i].ldb % 2 == 0;
-                const int vw = ((p[i].a | p[i].b) & 7) != 0 ? 0 : a16 ? 2 : 1;
-                const int c = (xk ? 2 : 0) + (yk ? 1 : 0) + 4 * vw;
+                const int c = f64_layout(p[i]) + 4 * f64_copy_width(p[i]);
                 if (i > 0 && c != cls)
                         return -1;
                 cls = c;
