@@ -2,7 +2,7 @@
  * gemmbench.c - times gemmd's grouped kernels against cuBLAS in one process.
  *
  *   gemmbench kernels [--mode MODE|all] [--workload NAME|all|FILE] [--json] [--reps N]
- *                     [--cost SPEC] [--queued] [--paired]
+ *                     [--cost SPEC] [--queued] [--paired] [--f64-general]
  *   gemmbench calibrate [--reps N] [--json]
  *   gemmbench list [NAME|FILE]
  *
@@ -64,6 +64,11 @@
  * at clocks that move within seconds, so a peer timed before the rows can
  * meet other clocks than the rows do. A "#" line gives the paired peer's
  * TF/s.
+ *
+ * --f64-general runs f64 sets on the general f64 kernel, the one groups
+ * mixing layouts or alignments take, rather than the one built for the
+ * set's single layout and alignment (the launcher is not told the
+ * problems: cuda_group.problems_host NULL).
  */
 #include <cublas_v2.h>
 #include <cuda_runtime_api.h>
@@ -454,9 +459,13 @@ void gplan_free(struct gplan *g)
         sched_plan_deinit(&g->plan);
 }
 
+static int kbench_f64_general; /* --f64-general */
+
 void kern_run(const struct set *s, const struct gplan *g, uint32_t copy)
 {
-        struct cuda_group grp = {.problems = s->dkp[copy], .problems_host = s->hkp[copy], .nproblems = s->n, .dtype = s->dtype,
+        struct cuda_group grp = {.problems = s->dkp[copy],
+                                 .problems_host = kbench_f64_general ? NULL : s->hkp[copy],
+                                 .nproblems = s->n, .dtype = s->dtype,
                                  .tf32 = s->tf32, .plan_blob = g->blob, .plan = &g->plan,
                                  .cfg = g->cfg, .ws = g->ws, .arrivals = g->arr,
                                  .tmaps = g->sm80 ? NULL : g->wide ? s->dtm_wide[copy] : s->dtm[copy],
@@ -1075,7 +1084,7 @@ static const char *num_or_dash(char *buf, size_t len, int ok, const char *fmt, d
 static void usage(FILE *f)
 {
         fprintf(f, "usage: gemmbench kernels [--mode MODE|all] [--workload NAME|all|FILE] [--json] "
-                   "[--reps N] [--cost SPEC] [--queued] [--paired]\n"
+                   "[--reps N] [--cost SPEC] [--queued] [--paired] [--f64-general]\n"
                    "       gemmbench calibrate [--reps N] [--json]   (the cost model measured here)\n"
                    "       gemmbench list [NAME|FILE]   (a workload's problem list, `gemmctl plan` format)\n"
                    "       gemmbench clients [options]  (--help lists them)\n"
@@ -1310,6 +1319,8 @@ int main(int argc, char **argv)
                         kbench_queued = 1;
                 else if (!strcmp(argv[i], "--paired"))
                         kbench_paired = 1;
+                else if (!strcmp(argv[i], "--f64-general"))
+                        kbench_f64_general = 1;
                 else if (!strcmp(argv[i], "--reps") && i + 1 < argc)
                         reps = atoi(argv[++i]);
                 else if (!strcmp(argv[i], "--cost") && i + 1 < argc) {

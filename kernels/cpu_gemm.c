@@ -294,20 +294,35 @@ static int blk_init(const struct tile *t, uint32_t i0, uint32_t j0, struct blk *
         return blk_live(t->kp, b->i0, b->mb, b->j0, b->nb);
 }
 
+/* Sets *t to the elements of the tile at (row, col) of the problem. */
+static void tile_at(const struct gemmd_kproblem *kp, const struct sched_problem *sp,
+                    const struct sched_config *cfg, uint32_t row, uint32_t col, struct tile *t)
+{
+        struct sched_span span = sched_tile_span(sp, cfg->shape, row, col);
+
+        *t = (struct tile){.kp = kp, .tm = cfg->shape.tm, .tn = cfg->shape.tn};
+        t->i0 = span.row0;
+        t->i1 = span.row0 + span.rows;
+        t->j0 = span.col0;
+        t->j1 = span.col0 + span.cols;
+}
+
 /* Sets *t to the elements of tile `tile` of the problem (none when the
- * plan names a tile the problem does not have). */
+ * plan names a tile the problem does not have), and *nblocks (unless
+ * NULL) to the diagonal tiles it stands for (sched_tile_blocks: an f64
+ * SYR2K pairs them); *t is the first of them. */
 static void tile_of(const struct gemmd_kproblem *kp, const struct sched_problem *sp,
-                    const struct sched_config *cfg, uint32_t tile, struct tile *t)
+                    const struct sched_config *cfg, uint32_t tile, struct tile *t, uint32_t *nblocks)
 {
         uint32_t row, col;
 
         *t = (struct tile){.kp = kp, .tm = cfg->shape.tm, .tn = cfg->shape.tn};
+        if (nblocks)
+                *nblocks = 1;
         if (sched_tile_coord(sp, cfg->shape, tile, &row, &col)) {
-                struct sched_span span = sched_tile_span(sp, cfg->shape, row, col);
-                t->i0 = span.row0;
-                t->i1 = span.row0 + span.rows;
-                t->j0 = span.col0;
-                t->j1 = span.col0 + span.cols;
+                tile_at(kp, sp, cfg, row, col, t);
+                if (nblocks)
+                        *nblocks = sched_tile_blocks(sp, cfg->shape, row, col);
         }
 }
 

@@ -67,8 +67,11 @@ struct DCfg {
         static constexpr int V = 2; /* doubles per 16-byte vector */
         static constexpr int PAD = 4;
         static constexpr int SK = BK + PAD; /* K-major row stride */
+        /* Row stride of a tile's sum in shared memory (depilogue's mirror):
+         * pair writes and transposed reads both free of bank conflicts. */
+        static constexpr int MS = BN + 4;
         static constexpr int WARPS_M = 2, WM = BM / WARPS_M, WN = BN / (THREADS / 32 / WARPS_M);
-        static constexpr int stage_elems(int bk)
+        __host__ __device__ static constexpr int stage_elems(int bk)
         {
                 return cmax(BM * (bk + PAD), bk * (BM + PAD)) + cmax(BN * (bk + PAD), bk * (BN + PAD));
         }
@@ -80,7 +83,7 @@ struct DCfg {
         static constexpr int CV = MR / 4;       /* accumulators per mma per lane */
         static constexpr int MA = MR * MK / 32; /* A elements per mma per lane */
         static constexpr int MB = MK / 4;       /* B elements */
-        static constexpr int smem_bytes(bool h)
+        __host__ __device__ static constexpr int smem_bytes(bool h)
         {
                 return (h ? STAGES_H : STAGES_L) * stage_elems(h ? BK_H : BK_L) * ESZ;
         }
@@ -611,10 +614,11 @@ __device__ __forceinline__ void dmainloop(const Prob &pr, uint32_t m0, uint32_t 
         __syncthreads();
 }
 
-/* C = alpha * acc (+ beta * C), each operation rounded on its own; with
- * beta == 0 C is not read. SYR2K: the stored triangle only. */
-template <class D>
-__device__ __forceinline__ void depilogue(const struct gemmd_kproblem &p, uint32_t m0, uint32_t n0, const double *acc)
+/* C = alpha * sum(i, row, col) (+ beta * C) over the thread's accumulator
+ * positions, each operation rounded on its own; with beta == 0 C is not
+ * read. SYR2K: the stored triangle only (sum is not called elsewhere). */
+template <class D, class Sum>
+__device__ __forceinline__ void dstore(const struct gemmd_kproblem &p, uint32_t m0, uint32_t n0, Sum sum)
 {
         double *cptr = (double *)(uintptr_t)p.c;
         const double alpha = p.alpha_f64, beta = p.beta_f64;
@@ -630,7 +634,7 @@ __device__ __forceinline__ void depilogue(const struct gemmd_kproblem &p, uint32
                         if (syr2k && (lower ? gi < gj : gi > gj))
                                 continue;
                         double *dst = cptr + gi + (int64_t)gj * p.ldc;
-                        double v = __dmul_rn(alpha, acc[i]);
+                        double v = __dmul_rn(alpha, sum(i, r, c));
                         if (decltype(with_beta)::value)
                                 v = __dadd_rn(v, __dmul_rn(beta, *dst));
                         *dst = v;
@@ -640,6 +644,91 @@ __device__ __forceinline__ void depilogue(const struct gemmd_kproblem &p, uint32
                 store(std::true_type{});
         else
                 store(std::false_type{});
+}
+
+/*
+ * A SYR2K tile on the diagonal (m0 == n0) sums its first term alone: the
+ * second term's tile is the first's transpose (B A^T = (A B^T)^T), so the
+ * tile costs one term's K instead of two. Every f64 path takes it, so a
+ * problem's bits never depend on which kernel ran it.
+ */
+__device__ __forceinline__ bool dmirror(const Prob &pr, uint32_t m0, uint32_t n0)
+{
+        return pr.nterms == 2 && m0 == n0; /* nterms 2: a SYR2K */
+}
+
+/*
+ * depilogue of a dmirror tile where shared memory holds half of D (the
+ * sm_80 image): 64 rows of D at a time, written by the warps that hold
+ * them, then read by the warps whose columns are those rows.
+ */
+template <class D>
+__device__ __forceinline__ void depilogue_mirror_halves(const struct gemmd_kproblem &p, uint32_t m0, const double *acc,
+                                                 unsigned char *smem)
+{
+        constexpr int H = D::BM / 2, S = D::MS;
+        static_assert(D::WM == H && H % D::WN == 0 && D::CV % 2 == 0, "a warp's rows and columns in one half");
+        static_assert(H * S * 8 <= D::smem_bytes(false) && D::BM * S * 8 <= D::smem_bytes(true), "D fits (sm_90: all of it)");
+        double *sd = (double *)smem;
+        const int warp = threadIdx.x >> 5, wm = warp % D::WARPS_M, wn = warp / D::WARPS_M;
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+                if (wm == h) {
+#pragma unroll
+                        for (int i = 0; i < D::NACC; i += 2) {
+                                uint32_t r, c;
+                                dacc_pos<D>(i, r, c);
+                                *(double2 *)(sd + (r - h * H) * S + c) = make_double2(acc[i], acc[i + 1]);
+                        }
+                }
+                __syncthreads();
+                if (wn * D::WN / H == h)
+                        dstore<D>(p, m0, m0, [&](int i, uint32_t r, uint32_t c) {
+                                return __dadd_rn(acc[i], sd[(c - h * H) * S + r]);
+                        });
+                __syncthreads();
+        }
+}
+
+/*
+ * The tile's epilogue: C = alpha * acc (+ beta * C) or, for a dmirror tile
+ * (acc the first term's sum D), C = alpha * (D + D^T) (+ beta * C): D goes
+ * through shared memory and D^T is added into acc, so both take the one
+ * store loop (a second copy of it made the mixed kernel spill). The stages
+ * must be idle (the mainloops end on a barrier), and are again at the
+ * stores.
+ */
+template <class D>
+__device__ __forceinline__ void depilogue(const struct gemmd_kproblem &p, uint32_t m0, uint32_t n0, double *acc,
+                                          bool mirror, unsigned char *smem)
+{
+        static_assert(D::CV % 2 == 0, "pairs of columns a thread");
+        double *sd = (double *)smem;
+        if (!GEMMD_SMEM_H && mirror) {
+                depilogue_mirror_halves<D>(p, m0, acc, smem);
+                return;
+        }
+        if (mirror) {
+#pragma unroll
+                for (int i = 0; i < D::NACC; i += 2) {
+                        uint32_t r, c;
+                        dacc_pos<D>(i, r, c);
+                        *(double2 *)(sd + r * D::MS + c) = make_double2(acc[i], acc[i + 1]);
+                }
+                __syncthreads();
+#pragma unroll
+                for (int i = 0; i < D::NACC; i++) {
+                        uint32_t r, c;
+                        dacc_pos<D>(i, r, c);
+                        double t;
+                        /* volatile: one load at a time, not all 64 hoisted
+                         * into registers the mixed kernel does not have. */
+                        asm volatile("ld.shared.f64 %0, [%1];" : "=d"(t) : "r"(smem_u32(sd + c * D::MS + r)));
+                        acc[i] = __dadd_rn(acc[i], t);
+                }
+                __syncthreads();
+        }
+        dstore<D>(p, m0, n0, [&](int i, uint32_t, uint32_t) { return acc[i]; });
 }
 
 /* A problem's layout as the f64 kernels take it: X K-major 2, Y K-major
@@ -684,87 +773,98 @@ __device__ __forceinline__ void dmainloop_any(const Prob &pr, int lay, uint32_t 
 
 /* dmainloop2 for the problem's layout. */
 template <class D, int VW>
-__device__ __forceinline__ void dtile2_any_layout(const struct gemmd_kproblem *pp, const Prob &pr, uint32_t m0,
-                                                  uint32_t n0, double *acc, unsigned char *smem)
+__device__ __forceinline__ void dtile2_any_layout(const struct gemmd_kproblem *pp, const Prob &pr, int nterms,
+                                                  uint32_t m0, uint32_t n0, double *acc, unsigned char *smem)
 {
         switch ((pr.xk ? 2 : 0) | (pr.yk ? 1 : 0)) {
         case 0:
-                dmainloop2<D, false, false, VW>(pp, m0, n0, pr.m, pr.n, pr.k, pr.nterms, acc, smem);
+                dmainloop2<D, false, false, VW>(pp, m0, n0, pr.m, pr.n, pr.k, nterms, acc, smem);
                 break;
         case 1:
-                dmainloop2<D, false, true, VW>(pp, m0, n0, pr.m, pr.n, pr.k, pr.nterms, acc, smem);
+                dmainloop2<D, false, true, VW>(pp, m0, n0, pr.m, pr.n, pr.k, nterms, acc, smem);
                 break;
         case 2:
-                dmainloop2<D, true, false, VW>(pp, m0, n0, pr.m, pr.n, pr.k, pr.nterms, acc, smem);
+                dmainloop2<D, true, false, VW>(pp, m0, n0, pr.m, pr.n, pr.k, nterms, acc, smem);
                 break;
         default:
-                dmainloop2<D, true, true, VW>(pp, m0, n0, pr.m, pr.n, pr.k, pr.nterms, acc, smem);
+                dmainloop2<D, true, true, VW>(pp, m0, n0, pr.m, pr.n, pr.k, nterms, acc, smem);
                 break;
         }
 }
 
 /*
- * The tile at (m0, n0) of problem pi by the pipelined mainloop
- * (dmainloop2) with vectors of VW doubles, and its epilogue.
+ * The sum of nterms terms of the tile at (m0, n0) of problem *pp into acc
+ * by the pipelined mainloop, with vectors of VW doubles: the launch's one
+ * layout (CfgF64hLV) or the problem's.
  */
 template <class D, int VW>
-__device__ __forceinline__ void dtile2(const struct gemmd_kproblem *probs, uint32_t pi, uint32_t m0, uint32_t n0,
-                                       unsigned char *smem)
+__device__ __forceinline__ void dsum2(const struct gemmd_kproblem *pp, const Prob &pr, int nterms, uint32_t m0,
+                                      uint32_t n0, double *acc, unsigned char *smem)
 {
-        const struct gemmd_kproblem *pp = probs + pi;
-        const Prob pr = make_prob<D>(*pp);
-        double acc[D::NACC];
-#pragma unroll
-        for (int i = 0; i < D::NACC; i++)
-                acc[i] = 0.0;
-        if constexpr (D::LAY >= 0) {
-                dmainloop2f<D, (D::LAY & 2) != 0, (D::LAY & 1) != 0, VW>(pp, m0, n0, pr.m, pr.n, pr.k, pr.nterms,
-                                                                        acc, smem);
-        } else {
-                dtile2_any_layout<D, VW>(pp, pr, m0, n0, acc, smem);
-        }
-        const struct gemmd_kproblem pe = *pp; /* as in drun_entry */
-        depilogue<D>(pe, m0, n0, acc);
+        if constexpr (D::LAY >= 0)
+                dmainloop2f<D, (D::LAY & 2) != 0, (D::LAY & 1) != 0, VW>(pp, m0, n0, pr.m, pr.n, pr.k, nterms, acc,
+                                                                        smem);
+        else
+                dtile2_any_layout<D, VW>(pp, pr, nterms, m0, n0, acc, smem);
 }
 
-/* run_entry for the f64 configs: the whole of tile `tile` of problem pi
- * (f64 entries always cover all of K: the launcher refuses split plans). */
+/* dsum2 by 16-byte vectors where both operands allow them, else by
+ * doubles, else (an operand at an odd byte offset) by bytes; the launch's
+ * one width where it has one (CfgF64hLV). */
 template <class D>
-__device__ __forceinline__ void drun_entry(const KParams &kp, uint32_t pi, uint32_t tile, unsigned char *smem)
+__device__ __forceinline__ void dsum2_any(const struct gemmd_kproblem *pp, const Prob &pr, int nterms, int vw,
+                                          uint32_t m0, uint32_t n0, double *acc, unsigned char *smem)
+{
+        if constexpr (D::VWC >= 0) {
+                dsum2<D, D::VWC>(pp, pr, nterms, m0, n0, acc, smem);
+        } else {
+                if (vw == 0)
+                        dsum2<D, 0>(pp, pr, nterms, m0, n0, acc, smem);
+                else if (vw == 2)
+                        dsum2<D, 2>(pp, pr, nterms, m0, n0, acc, smem);
+                else
+                        dsum2<D, 1>(pp, pr, nterms, m0, n0, acc, smem);
+        }
+}
+
+/* The tile at (m0, n0) of problem pi, one epilogue after whichever
+ * mainloop summed it. */
+template <class D>
+__device__ __forceinline__ void dtile(const KParams &kp, uint32_t pi, uint32_t m0, uint32_t n0, unsigned char *smem)
 {
         const struct gemmd_kproblem p = kp.probs[pi];
-        const struct sched_problem sp = to_sched(p);
-        const struct sched_shape shape = {D::BM, D::BN, D::BK};
-        uint32_t row = 0, col = 0;
-        if (!sched_tile_coord(&sp, shape, tile, &row, &col))
-                return;
-        const uint32_t m0 = row * D::BM, n0 = col * D::BN;
-        if constexpr (D::PIPE == 2) {
-                /* By 16-byte vectors where both operands allow them, else by
-                 * doubles, else (an operand at an odd byte offset) by bytes. */
-                if constexpr (D::VWC >= 0) {
-                        dtile2<D, D::VWC>(kp.probs, pi, m0, n0, smem);
-                        return;
-                }
-                const int vw = f64_copy_width(p);
-                if (vw == 0)
-                        dtile2<D, 0>(kp.probs, pi, m0, n0, smem);
-                else if (vw == 2)
-                        dtile2<D, 2>(kp.probs, pi, m0, n0, smem);
-                else
-                        dtile2<D, 1>(kp.probs, pi, m0, n0, smem);
-                return;
-        }
-        const Prob pr = make_prob<D>(p);
+        Prob pr = make_prob<D>(p);
+        if (dmirror(pr, m0, n0))
+                pr.nterms = 1;
         double acc[D::NACC];
 #pragma unroll
         for (int i = 0; i < D::NACC; i++)
                 acc[i] = 0.0;
-        dmainloop_any<D>(pr, (pr.xk ? 2 : 0) | (pr.yk ? 1 : 0), m0, n0, acc, smem);
+        if constexpr (D::PIPE == 2)
+                dsum2_any<D>(kp.probs + pi, pr, pr.nterms, f64_copy_width(p), m0, n0, acc, smem);
+        else
+                dmainloop_any<D>(pr, (pr.xk ? 2 : 0) | (pr.yk ? 1 : 0), m0, n0, acc, smem);
         /* Read again rather than kept in registers across the mainloop,
          * which needs them all; into a local copy, since stores to C
          * could alias the problem array and would force a reload of each
          * field after every store. */
         const struct gemmd_kproblem pe = kp.probs[pi];
-        depilogue<D>(pe, m0, n0, acc);
+        /* dmirror again rather than a flag kept across the mainloop. */
+        depilogue<D>(pe, m0, n0, acc, pe.kind == SCHED_SYR2K && m0 == n0, smem);
+}
+
+/* run_entry for the f64 configs: the whole of tile `tile` of problem pi
+ * (f64 entries always cover all of K: the launcher refuses split plans);
+ * an f64 SYR2K's paired diagonal tile is two dtile calls, one a block. */
+template <class D>
+__device__ __forceinline__ void drun_entry(const KParams &kp, uint32_t pi, uint32_t tile, unsigned char *smem)
+{
+        const struct sched_problem sp = to_sched(kp.probs[pi]);
+        const struct sched_shape shape = {D::BM, D::BN, D::BK};
+        uint32_t row = 0, col = 0;
+        if (!sched_tile_coord(&sp, shape, tile, &row, &col))
+                return;
+        const uint32_t nb = sched_tile_blocks(&sp, shape, row, col);
+        for (uint32_t d = 0; d < nb; d++)
+                dtile<D>(kp, pi, (row + d) * D::BM, (col + d) * D::BN, smem);
 }

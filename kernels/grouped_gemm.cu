@@ -72,7 +72,7 @@ enum { MODE_MMA16 = 0, MODE_TF32 = 1, MODE_FFMA = 2 };
 #define GEMMD_SMEM_H 1
 #endif
 
-constexpr int cmax(int a, int b) { return a > b ? a : b; }
+__host__ __device__ constexpr int cmax(int a, int b) { return a > b ? a : b; }
 
 template <int MODE_, typename T_> struct Cfg {
         static constexpr bool F64 = false; /* f64 configs: DCfg (dmma_gemm.cuh) */

@@ -51,6 +51,8 @@
 #include "scheduler/cost.h"
 #include "scheduler/plan.h"
 
+_Static_assert(SCHED_DTYPE_F64 == GEMMD_F64, "tiles.h pairs f64 diagonal tiles by this code");
+
 /* Largest CTA count a plan takes. */
 #define MAX_CTAS 65536u
 /* Sizes m and n stay below this, so tile spans never overflow 32 bits. */
@@ -206,7 +208,8 @@ static int check_problem(const struct sched_problem *p, struct sched_shape s, ui
         }
         if (t > UINT32_MAX)
                 return -EINVAL;
-        *tiles = t;
+        /* No more than the triangle's (paired diagonal tiles are fewer). */
+        *tiles = sched_diag_paired(p, s) ? sched_tile_count(p, s) : t;
         return 0;
 }
 

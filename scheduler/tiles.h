@@ -50,6 +50,14 @@
  * is the transpose of a lower one with shape (tn, tm): the same numbering
  * with row and col swapped.
  *
+ * f64 SYR2K (square tiles): a tile on the diagonal costs the f64 kernels
+ * one term instead of two (its second term is its first's transpose), so
+ * those go two to a tile and every tile of the problem costs the same,
+ * which is what the planner assumes. The T(T-1)/2 tiles below the diagonal
+ * come first, row by row ((1,0), (2,0), (2,1), ...), then ceil(T/2) paired
+ * tiles (j, j) for j = 0, 2, 4, ..., each standing for diagonal tiles j and
+ * j + 1 (the last alone when T is odd): sched_tile_blocks.
+ *
  * Ranges: sizes and tile indices fit in 32 bits (the planner rejects groups
  * whose tile counts do not; m and n are below 2^31).
  */
@@ -75,6 +83,9 @@
 #define SCHED_BAND_ROWS 8u
 
 enum sched_kind { SCHED_GEMM = 0, SCHED_SYR2K = 1 };
+
+/* GEMMD_F64 (enum gemmd_dtype), which this header cannot include. */
+#define SCHED_DTYPE_F64 3u
 
 /* A problem as the scheduler sees it (normalized, column-major). For SYR2K
  * m == n and `uplo` is 0 (lower) or 1 (upper). dtype is enum gemmd_dtype. */
@@ -224,6 +235,22 @@ SCHED_HD void sched_tri_tile(uint32_t n, uint32_t tm, uint32_t tn, uint32_t t, u
         *col = t / last;
 }
 
+/* Whether p's diagonal tiles go two to a tile (see the top of the file). */
+SCHED_HD int sched_diag_paired(const struct sched_problem *p, struct sched_shape s)
+{
+        return p->kind == SCHED_SYR2K && p->dtype == SCHED_DTYPE_F64 && s.tm == s.tn;
+}
+
+/* Diagonal tiles that tile (row, col) of p stands for, from (row, col) on
+ * along the diagonal: 2 for a paired tile whose second exists, else 1. */
+SCHED_HD uint32_t sched_tile_blocks(const struct sched_problem *p, struct sched_shape s, uint32_t row,
+                                    uint32_t col)
+{
+        if (!sched_diag_paired(p, s) || row != col)
+                return 1;
+        return row + 1 < sched_cdiv(p->n, s.tm) ? 2 : 1;
+}
+
 /* Number of tiles of problem p: GEMM cdiv(m,tm)*cdiv(n,tn); SYR2K only the
  * tiles of the stored triangle (macro tiles for tm != tn, see above; every
  * one of them holds work, so there are no padding tiles). */
@@ -239,6 +266,10 @@ SCHED_HD uint32_t sched_tile_count(const struct sched_problem *p, struct sched_s
 {
         uint32_t ntm, ntn;
 
+        if (sched_diag_paired(p, s)) {
+                const uint32_t T = sched_cdiv(p->n, s.tm);
+                return (uint32_t)((uint64_t)T * (T - 1) / 2 + (T + 1) / 2);
+        }
         if (p->kind == SCHED_SYR2K)
                 return (uint32_t)(p->uplo ? sched_tri_tiles64(p->n, s.tn, s.tm)
                                           : sched_tri_tiles64(p->n, s.tm, s.tn));
@@ -256,6 +287,19 @@ SCHED_HD int sched_tile_coord(const struct sched_problem *p, struct sched_shape 
         *col = 0;
         if (t >= sched_tile_count(p, s))
                 return 0;
+        if (sched_diag_paired(p, s)) {
+                const uint32_t T = sched_cdiv(p->n, s.tm);
+                const uint64_t below = (uint64_t)T * (T - 1) / 2;
+                uint32_t i, j;
+                if (t >= below) {
+                        *row = *col = 2 * (uint32_t)(t - below);
+                        return 1;
+                }
+                sched_tri_coord(t, &i, &j); /* the triangle below, one row up */
+                *row = p->uplo ? j : i + 1;
+                *col = p->uplo ? i + 1 : j;
+                return 1;
+        }
         if (p->kind == SCHED_SYR2K) {
                 if (p->uplo)
                         sched_tri_tile(p->n, s.tn, s.tm, t, col, row);

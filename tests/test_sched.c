@@ -229,6 +229,65 @@ Test(tiles, syr2k_spans_cover_triangle)
         }
 }
 
+/* f64 SYR2K on square tiles: the tiles below the diagonal one each, then
+ * the diagonal ones two to a tile (sched_tile_blocks); together they cover
+ * the stored triangle exactly once. Other dtypes and non-square shapes keep
+ * one diagonal tile a tile. */
+Test(tiles, f64_syr2k_pairs_diagonal_tiles)
+{
+        static const uint32_t ns[] = {1, 7, 64, 65, 129, 191, 256, 300, 384};
+        static const struct sched_shape sq[] = {{64, 64, 32}, {128, 128, 16}, {96, 96, 32}};
+        uint32_t i, si, u, t, r, c, a, b, d;
+
+        for (si = 0; si < sizeof(sq) / sizeof(sq[0]); si++) {
+                struct sched_shape s = sq[si];
+
+                for (i = 0; i < sizeof(ns) / sizeof(ns[0]); i++) {
+                        for (u = 0; u < 2; u++) {
+                                uint32_t n = ns[i], T = sched_cdiv(n, s.tm), pairs = 0;
+                                struct sched_problem p = syr2k(n, 1, (uint8_t)u, GEMMD_F64);
+                                struct sched_problem q = syr2k(n, 1, (uint8_t)u, GEMMD_F32);
+                                uint8_t *cov = calloc((size_t)n * n, 1);
+
+                                cr_assert_not_null(cov);
+                                cr_assert(sched_diag_paired(&p, s) && !sched_diag_paired(&q, s));
+                                cr_assert_eq(sched_tile_count(&p, s), T * (T - 1) / 2 + (T + 1) / 2);
+                                cr_assert_eq(sched_tile_count(&q, s), T * (T + 1) / 2);
+                                for (t = 0; t < sched_tile_count(&p, s); t++) {
+                                        uint32_t nb;
+
+                                        cr_assert_eq(sched_tile_coord(&p, s, t, &r, &c), 1);
+                                        nb = sched_tile_blocks(&p, s, r, c);
+                                        cr_assert(nb == 1 || (r == c && r % 2 == 0 && r + 1 < T),
+                                                  "n %u t %u (%u,%u): %u blocks", n, t, r, c, nb);
+                                        pairs += r == c;
+                                        for (d = 0; d < nb; d++) {
+                                                struct sched_span sp = sched_tile_span(&p, s, r + d, c + d);
+
+                                                for (a = sp.row0; a < sp.row0 + sp.rows; a++)
+                                                        for (b = sp.col0; b < sp.col0 + sp.cols; b++)
+                                                                cov[(size_t)a * n + b] += sched_stored(u, a, b);
+                                        }
+                                }
+                                cr_assert_eq(pairs, (T + 1) / 2, "n %u: %u diagonal entries", n, pairs);
+                                cr_assert_eq(sched_tile_coord(&p, s, t, &r, &c), 0);
+                                for (a = 0; a < n; a++)
+                                        for (b = 0; b < n; b++)
+                                                cr_assert_eq(cov[(size_t)a * n + b], sched_stored(u, a, b) ? 1 : 0,
+                                                             "n %u tile %u uplo %u (%u,%u)", n, s.tm, u, a, b);
+                                free(cov);
+                        }
+                }
+        }
+        {
+                struct sched_problem p = syr2k(1000, 1, 0, GEMMD_F64);
+                struct sched_shape s = {128, 64, 32};
+
+                cr_assert(!sched_diag_paired(&p, s));
+                cr_assert_eq(sched_tile_count(&p, s), (uint32_t)sched_tri_tiles64(1000, 128, 64));
+        }
+}
+
 /* GEMM: a bijection onto the tile grid, in bands of SCHED_BAND_ROWS rows,
  * and the spans tile C exactly. */
 Test(tiles, gemm_order_and_spans)
