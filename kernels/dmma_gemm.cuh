@@ -808,9 +808,11 @@ __device__ __forceinline__ void dsum2(const struct gemmd_kproblem *pp, const Pro
                 dtile2_any_layout<D, VW>(pp, pr, nterms, m0, n0, acc, smem);
 }
 
-/* dsum2 by 16-byte vectors where both operands allow them, else by
- * doubles, else (an operand at an odd byte offset) by bytes; the launch's
- * one width where it has one (CfgF64hLV). */
+/* dsum2 with the launch's one copy width (CfgF64hLV), or, in the kernel
+ * for mixed groups, by doubles, or by bytes for an operand at an odd byte
+ * offset: that kernel holds a mainloop for each layout and width, and
+ * with 16-byte copies as well its twelve spilled 3 KB beside depilogue's
+ * mirror, which cost more than the wider copies gain. */
 template <class D>
 __device__ __forceinline__ void dsum2_any(const struct gemmd_kproblem *pp, const Prob &pr, int nterms, int vw,
                                           uint32_t m0, uint32_t n0, double *acc, unsigned char *smem)
@@ -820,8 +822,6 @@ __device__ __forceinline__ void dsum2_any(const struct gemmd_kproblem *pp, const
         } else {
                 if (vw == 0)
                         dsum2<D, 0>(pp, pr, nterms, m0, n0, acc, smem);
-                else if (vw == 2)
-                        dsum2<D, 2>(pp, pr, nterms, m0, n0, acc, smem);
                 else
                         dsum2<D, 1>(pp, pr, nterms, m0, n0, acc, smem);
         }
