@@ -663,12 +663,12 @@ __device__ __forceinline__ bool dmirror(const Prob &pr, uint32_t m0, uint32_t n0
  * them, then read by the warps whose columns are those rows.
  */
 template <class D>
-__device__ __forceinline__ void depilogue_mirror_halves(const struct gemmd_kproblem &p, uint32_t m0, const double *acc,
-                                                 unsigned char *smem)
+__device__ __forceinline__ void depilogue_mirror_halves(const struct gemmd_kproblem &p, uint32_t m0,
+                                                        const double *acc, unsigned char *smem)
 {
         constexpr int H = D::BM / 2, S = D::MS;
         static_assert(D::WM == H && H % D::WN == 0 && D::CV % 2 == 0, "a warp's rows and columns in one half");
-        static_assert(H * S * 8 <= D::smem_bytes(false) && D::BM * S * 8 <= D::smem_bytes(true), "D fits (sm_90: all of it)");
+        static_assert(H * S * 8 <= D::smem_bytes(false), "half of D fits the sm_80 image's stages");
         double *sd = (double *)smem;
         const int warp = threadIdx.x >> 5, wm = warp % D::WARPS_M, wn = warp / D::WARPS_M;
 #pragma unroll
@@ -694,15 +694,15 @@ __device__ __forceinline__ void depilogue_mirror_halves(const struct gemmd_kprob
  * The tile's epilogue: C = alpha * acc (+ beta * C) or, for a dmirror tile
  * (acc the first term's sum D), C = alpha * (D + D^T) (+ beta * C): D goes
  * through shared memory and D^T is added into acc, so both take the one
- * store loop (a second copy of it made the mixed kernel spill). The stages
- * must be idle (the mainloops end on a barrier), and are again at the
- * stores.
+ * store loop, one copy of it a kernel. The stages must be idle (the
+ * mainloops end on a barrier), and are again at the stores.
  */
 template <class D>
 __device__ __forceinline__ void depilogue(const struct gemmd_kproblem &p, uint32_t m0, uint32_t n0, double *acc,
                                           bool mirror, unsigned char *smem)
 {
         static_assert(D::CV % 2 == 0, "pairs of columns a thread");
+        static_assert(D::BM * D::MS * 8 <= D::smem_bytes(true), "all of D fits the sm_90 image's stages");
         double *sd = (double *)smem;
         if (!GEMMD_SMEM_H && mirror) {
                 depilogue_mirror_halves<D>(p, m0, acc, smem);
@@ -721,8 +721,8 @@ __device__ __forceinline__ void depilogue(const struct gemmd_kproblem &p, uint32
                         uint32_t r, c;
                         dacc_pos<D>(i, r, c);
                         double t;
-                        /* volatile: one load at a time, not all 64 hoisted
-                         * into registers the mixed kernel does not have. */
+                        /* Each load where its add needs it, not hoisted
+                         * ahead: registers are tight beside acc. */
                         asm volatile("ld.shared.f64 %0, [%1];" : "=d"(t) : "r"(smem_u32(sd + c * D::MS + r)));
                         acc[i] = __dadd_rn(acc[i], t);
                 }
