@@ -308,22 +308,15 @@ static void tile_at(const struct gemmd_kproblem *kp, const struct sched_problem 
 }
 
 /* Sets *t to the elements of tile `tile` of the problem (none when the
- * plan names a tile the problem does not have), and *nblocks (unless
- * NULL) to the diagonal tiles it stands for (sched_tile_blocks: an f64
- * SYR2K pairs them); *t is the first of them. */
+ * plan names a tile the problem does not have). */
 static void tile_of(const struct gemmd_kproblem *kp, const struct sched_problem *sp,
-                    const struct sched_config *cfg, uint32_t tile, struct tile *t, uint32_t *nblocks)
+                    const struct sched_config *cfg, uint32_t tile, struct tile *t)
 {
         uint32_t row, col;
 
         *t = (struct tile){.kp = kp, .tm = cfg->shape.tm, .tn = cfg->shape.tn};
-        if (nblocks)
-                *nblocks = 1;
-        if (sched_tile_coord(sp, cfg->shape, tile, &row, &col)) {
+        if (sched_tile_coord(sp, cfg->shape, tile, &row, &col))
                 tile_at(kp, sp, cfg, row, col, t);
-                if (nblocks)
-                        *nblocks = sched_tile_blocks(sp, cfg->shape, row, col);
-        }
 }
 
 /* Counts a split entry's arrival at its tile; returns 1 for the last of the

@@ -132,14 +132,15 @@ static void SFX(run_whole)(const struct gemmd_kproblem *kp, const struct sched_p
 {
         struct tile t;
         struct blk b;
-        uint32_t nb;
+        uint32_t row, col;
 
         if (e->split != SCHED_NO_SPLIT && e->kc_begin != 0)
                 return;
-        tile_of(kp, sp, cfg, e->tile, &t, &nb);
-        for (uint32_t d = 0; d < nb; d++) {
-                if (d > 0) /* the next diagonal tile of a pair */
-                        tile_at(kp, sp, cfg, t.i0 / t.tm + 1, t.j0 / t.tn + 1, &t);
+        if (!sched_tile_coord(sp, cfg->shape, e->tile, &row, &col))
+                return;
+        /* An f64 SYR2K's paired diagonal tile is two tiles (sched_tile_blocks). */
+        for (uint32_t d = 0; d < sched_tile_blocks(sp, cfg->shape, row, col); d++) {
+                tile_at(kp, sp, cfg, row + d, col + d, &t);
                 FOR_EACH_BLOCK (&t, b) {
                         SFX(chunk_sum)(kp, &b, 0, kp->k, s->tot, s);
                         SFX(epilogue)(kp, &b, s->tot);
@@ -165,7 +166,7 @@ static void SFX(run_entry)(const struct gemmd_kproblem *kp, const struct sched_p
                 SFX(run_whole)(kp, sp, cfg, e, s);
                 return;
         }
-        tile_of(kp, sp, cfg, e->tile, &t, NULL); /* only f64 pairs diagonal tiles */
+        tile_of(kp, sp, cfg, e->tile, &t);
         FOR_EACH_BLOCK (&t, b) {
                 for (uint32_t c = kcb; c < kce; c++) {
                         uint32_t k0, klen, k1;

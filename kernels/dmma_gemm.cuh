@@ -98,8 +98,8 @@ using CfgF64h = DCfg<4, 16, 4, 2, 16>;         /* sm_90a image: m16n8k4, pipelin
 template <int L, int V> using CfgF64hLV = DCfg<4, 16, 4, 2, 16, L, V>;
 
 /* d += a b for one f64 mma of k MK (fragments as in the PTX ISA). The
- * m16n8 shapes exist from sm_90 on; the host never launches them on an
- * older device (device_sm90), where they trap. */
+ * m16n8 shape exists from sm_90 on; the host never launches it on an
+ * older device (device_sm90), where it traps. */
 template <int MK, int MR> __device__ __forceinline__ void dmma(double *d, const double *a, const double *b);
 
 template <> __device__ __forceinline__ void dmma<4, 8>(double *d, const double *a, const double *b)
@@ -107,18 +107,6 @@ template <> __device__ __forceinline__ void dmma<4, 8>(double *d, const double *
         asm("mma.sync.aligned.m8n8k4.row.col.f64.f64.f64.f64 {%0,%1}, {%2}, {%3}, {%0,%1};\n"
             : "+d"(d[0]), "+d"(d[1])
             : "d"(a[0]), "d"(b[0]));
-}
-
-template <> __device__ __forceinline__ void dmma<8, 16>(double *d, const double *a, const double *b)
-{
-#if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 900
-        asm("mma.sync.aligned.m16n8k8.row.col.f64.f64.f64.f64 {%0,%1,%2,%3}, "
-            "{%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
-            : "+d"(d[0]), "+d"(d[1]), "+d"(d[2]), "+d"(d[3])
-            : "d"(a[0]), "d"(a[1]), "d"(a[2]), "d"(a[3]), "d"(b[0]), "d"(b[1]));
-#else
-        __trap();
-#endif
 }
 
 template <> __device__ __forceinline__ void dmma<4, 16>(double *d, const double *a, const double *b)
@@ -132,32 +120,25 @@ template <> __device__ __forceinline__ void dmma<4, 16>(double *d, const double 
 #endif
 }
 
-template <> __device__ __forceinline__ void dmma<16, 16>(double *d, const double *a, const double *b)
-{
-#if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 900
-        asm("mma.sync.aligned.m16n8k16.row.col.f64.f64.f64.f64 {%0,%1,%2,%3}, "
-            "{%4,%5,%6,%7,%8,%9,%10,%11}, {%12,%13,%14,%15}, {%0,%1,%2,%3};\n"
-            : "+d"(d[0]), "+d"(d[1]), "+d"(d[2]), "+d"(d[3])
-            : "d"(a[0]), "d"(a[1]), "d"(a[2]), "d"(a[3]), "d"(a[4]), "d"(a[5]), "d"(a[6]), "d"(a[7]),
-              "d"(b[0]), "d"(b[1]), "d"(b[2]), "d"(b[3]));
-#else
-        __trap();
-#endif
-}
-
 __device__ __forceinline__ void cp_async8(void *sdst, const void *gsrc)
 {
         asm volatile("cp.async.ca.shared.global [%0], [%1], 8;\n" ::"r"(smem_u32(sdst)), "l"(gsrc));
 }
 
 /* One double at byte address p, which may be misaligned (an f64 operand
- * at an offset that is only a multiple of a smaller element). */
-__device__ __forceinline__ double load_unaligned(const char *p)
+ * at an offset that is only a multiple of a smaller element), read by
+ * ordered byte loads: a copy by bytes then holds one double's bytes at a
+ * time in registers rather than a whole k-tile's, which the mainloop has
+ * no room for. */
+__device__ __forceinline__ double load_bytes(const char *p)
 {
         uint64_t v = 0;
 #pragma unroll
-        for (int i = 0; i < 8; i++)
-                v |= (uint64_t)(unsigned char)p[i] << (8 * i);
+        for (int i = 0; i < 8; i++) {
+                uint32_t b;
+                asm volatile("ld.global.u8 %0, [%1];\n" : "=r"(b) : "l"(p + i));
+                v |= (uint64_t)b << (8 * i);
+        }
         return __longlong_as_double((long long)v);
 }
 
@@ -219,7 +200,7 @@ __device__ __forceinline__ void dload_tile(double *s, const char *g, int64_t ld,
                         else if (a8)
                                 cp_async8(dst + e, gd + off + e);
                         else
-                                dst[e] = load_unaligned(g + (off + e) * 8);
+                                dst[e] = load_bytes(g + (off + e) * 8);
                 }
         }
 }
@@ -327,7 +308,6 @@ __device__ __forceinline__ void dmma_slice(double *acc, const double (&a)[D::MT]
                 }
 }
 
-
 /* cp.async of a B-byte vector (B 16 or 8) of which only the first `bytes`
  * are read, the rest of it zero-filled; nothing is read when bytes is 0. */
 template <int B> __device__ __forceinline__ void cp_async_zfill(uint32_t sdst, const void *g, uint32_t bytes);
@@ -342,21 +322,6 @@ template <> __device__ __forceinline__ void cp_async_zfill<8>(uint32_t sdst, con
         asm volatile("cp.async.ca.shared.global [%0], [%1], 8, %2;\n" ::"r"(sdst), "l"(g), "r"(bytes));
 }
 
-/* One double at byte address p, which may be misaligned, read by ordered
- * byte loads: a copy by bytes then holds one double's bytes at a time in
- * registers rather than a whole k-tile's, which the mainloop has no room
- * for. */
-__device__ __forceinline__ double load_bytes(const char *p)
-{
-        uint64_t v = 0;
-#pragma unroll
-        for (int i = 0; i < 8; i++) {
-                uint32_t b;
-                asm volatile("ld.global.u8 %0, [%1];\n" : "=r"(b) : "l"(p + i));
-                v |= (uint64_t)b << (8 * i);
-        }
-        return __longlong_as_double((long long)v);
-}
 
 /*
  * One operand's copies in the pipelined mainloop (dmainloop2): the ROWS x
@@ -652,9 +617,9 @@ __device__ __forceinline__ void dstore(const struct gemmd_kproblem &p, uint32_t 
  * tile costs one term's K instead of two. Every f64 path takes it, so a
  * problem's bits never depend on which kernel ran it.
  */
-__device__ __forceinline__ bool dmirror(const Prob &pr, uint32_t m0, uint32_t n0)
+__device__ __forceinline__ bool dmirror(const struct gemmd_kproblem &p, uint32_t m0, uint32_t n0)
 {
-        return pr.nterms == 2 && m0 == n0; /* nterms 2: a SYR2K */
+        return p.kind == SCHED_SYR2K && m0 == n0;
 }
 
 /*
@@ -773,39 +738,39 @@ __device__ __forceinline__ void dmainloop_any(const Prob &pr, int lay, uint32_t 
 
 /* dmainloop2 for the problem's layout. */
 template <class D, int VW>
-__device__ __forceinline__ void dtile2_any_layout(const struct gemmd_kproblem *pp, const Prob &pr, int nterms,
-                                                  uint32_t m0, uint32_t n0, double *acc, unsigned char *smem)
+__device__ __forceinline__ void dtile2_any_layout(const struct gemmd_kproblem *pp, const Prob &pr, uint32_t m0,
+                                                  uint32_t n0, double *acc, unsigned char *smem)
 {
         switch ((pr.xk ? 2 : 0) | (pr.yk ? 1 : 0)) {
         case 0:
-                dmainloop2<D, false, false, VW>(pp, m0, n0, pr.m, pr.n, pr.k, nterms, acc, smem);
+                dmainloop2<D, false, false, VW>(pp, m0, n0, pr.m, pr.n, pr.k, pr.nterms, acc, smem);
                 break;
         case 1:
-                dmainloop2<D, false, true, VW>(pp, m0, n0, pr.m, pr.n, pr.k, nterms, acc, smem);
+                dmainloop2<D, false, true, VW>(pp, m0, n0, pr.m, pr.n, pr.k, pr.nterms, acc, smem);
                 break;
         case 2:
-                dmainloop2<D, true, false, VW>(pp, m0, n0, pr.m, pr.n, pr.k, nterms, acc, smem);
+                dmainloop2<D, true, false, VW>(pp, m0, n0, pr.m, pr.n, pr.k, pr.nterms, acc, smem);
                 break;
         default:
-                dmainloop2<D, true, true, VW>(pp, m0, n0, pr.m, pr.n, pr.k, nterms, acc, smem);
+                dmainloop2<D, true, true, VW>(pp, m0, n0, pr.m, pr.n, pr.k, pr.nterms, acc, smem);
                 break;
         }
 }
 
 /*
- * The sum of nterms terms of the tile at (m0, n0) of problem *pp into acc
- * by the pipelined mainloop, with vectors of VW doubles: the launch's one
- * layout (CfgF64hLV) or the problem's.
+ * The sum of pr's terms (pr.nterms) of the tile at (m0, n0) of problem *pp
+ * into acc by the pipelined mainloop, with vectors of VW doubles: the
+ * launch's one layout (CfgF64hLV) or the problem's.
  */
 template <class D, int VW>
-__device__ __forceinline__ void dsum2(const struct gemmd_kproblem *pp, const Prob &pr, int nterms, uint32_t m0,
-                                      uint32_t n0, double *acc, unsigned char *smem)
+__device__ __forceinline__ void dsum2(const struct gemmd_kproblem *pp, const Prob &pr, uint32_t m0, uint32_t n0,
+                                      double *acc, unsigned char *smem)
 {
         if constexpr (D::LAY >= 0)
-                dmainloop2f<D, (D::LAY & 2) != 0, (D::LAY & 1) != 0, VW>(pp, m0, n0, pr.m, pr.n, pr.k, nterms, acc,
-                                                                        smem);
+                dmainloop2f<D, (D::LAY & 2) != 0, (D::LAY & 1) != 0, VW>(pp, m0, n0, pr.m, pr.n, pr.k, pr.nterms,
+                                                                        acc, smem);
         else
-                dtile2_any_layout<D, VW>(pp, pr, nterms, m0, n0, acc, smem);
+                dtile2_any_layout<D, VW>(pp, pr, m0, n0, acc, smem);
 }
 
 /* dsum2 with the launch's one copy width (CfgF64hLV), or, in the kernel
@@ -814,16 +779,16 @@ __device__ __forceinline__ void dsum2(const struct gemmd_kproblem *pp, const Pro
  * with 16-byte copies as well its twelve spilled 3 KB beside depilogue's
  * mirror, which cost more than the wider copies gain. */
 template <class D>
-__device__ __forceinline__ void dsum2_any(const struct gemmd_kproblem *pp, const Prob &pr, int nterms, int vw,
-                                          uint32_t m0, uint32_t n0, double *acc, unsigned char *smem)
+__device__ __forceinline__ void dsum2_any(const struct gemmd_kproblem *pp, const Prob &pr, int vw, uint32_t m0,
+                                          uint32_t n0, double *acc, unsigned char *smem)
 {
         if constexpr (D::VWC >= 0) {
-                dsum2<D, D::VWC>(pp, pr, nterms, m0, n0, acc, smem);
+                dsum2<D, D::VWC>(pp, pr, m0, n0, acc, smem);
         } else {
                 if (vw == 0)
-                        dsum2<D, 0>(pp, pr, nterms, m0, n0, acc, smem);
+                        dsum2<D, 0>(pp, pr, m0, n0, acc, smem);
                 else
-                        dsum2<D, 1>(pp, pr, nterms, m0, n0, acc, smem);
+                        dsum2<D, 1>(pp, pr, m0, n0, acc, smem);
         }
 }
 
@@ -834,14 +799,14 @@ __device__ __forceinline__ void dtile(const KParams &kp, uint32_t pi, uint32_t m
 {
         const struct gemmd_kproblem p = kp.probs[pi];
         Prob pr = make_prob<D>(p);
-        if (dmirror(pr, m0, n0))
+        if (dmirror(p, m0, n0))
                 pr.nterms = 1;
         double acc[D::NACC];
 #pragma unroll
         for (int i = 0; i < D::NACC; i++)
                 acc[i] = 0.0;
         if constexpr (D::PIPE == 2)
-                dsum2_any<D>(kp.probs + pi, pr, pr.nterms, f64_copy_width(p), m0, n0, acc, smem);
+                dsum2_any<D>(kp.probs + pi, pr, f64_copy_width(p), m0, n0, acc, smem);
         else
                 dmainloop_any<D>(pr, (pr.xk ? 2 : 0) | (pr.yk ? 1 : 0), m0, n0, acc, smem);
         /* Read again rather than kept in registers across the mainloop,
@@ -850,7 +815,7 @@ __device__ __forceinline__ void dtile(const KParams &kp, uint32_t pi, uint32_t m
          * field after every store. */
         const struct gemmd_kproblem pe = kp.probs[pi];
         /* dmirror again rather than a flag kept across the mainloop. */
-        depilogue<D>(pe, m0, n0, acc, pe.kind == SCHED_SYR2K && m0 == n0, smem);
+        depilogue<D>(pe, m0, n0, acc, dmirror(pe, m0, n0), smem);
 }
 
 /* run_entry for the f64 configs: the whole of tile `tile` of problem pi

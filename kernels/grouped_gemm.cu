@@ -902,9 +902,7 @@ __device__ __forceinline__ void run_f64_tiles(const KParams &kp, unsigned char *
                                 break;
                         t += gridDim.x;
                 }
-                if (kp.fast && (kp.fast[prob] != 0) != kp.want_fast)
-                        continue;
-                drun_entry<C>(kp, prob, tile, smem);
+                drun_entry<C>(kp, prob, tile, smem); /* (f64 never takes the fast path's kp.fast) */
         }
 }
 

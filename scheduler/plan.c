@@ -208,8 +208,7 @@ static int check_problem(const struct sched_problem *p, struct sched_shape s, ui
         }
         if (t > UINT32_MAX)
                 return -EINVAL;
-        /* No more than the triangle's (paired diagonal tiles are fewer). */
-        *tiles = sched_diag_paired(p, s) ? sched_tile_count(p, s) : t;
+        *tiles = sched_tile_count(p, s); /* t or fewer (paired f64 diagonal tiles) */
         return 0;
 }
 
