@@ -52,7 +52,7 @@ template <int MK_, int BK_H_, int STAGES_H_, int PIPE_ = 0, int MR_ = (MK_ == 4 
           int VWC_ = -1>
 struct DCfg {
         static constexpr bool F64 = true;
-        /* PIPE 2 only: LAY (X K-major 2, Y K-major 1) and VWC (dtile2's
+        /* PIPE 2 only: LAY (X K-major 2, Y K-major 1) and VWC (dsum2's
          * VW) when every problem of the launch has them, else -1. */
         static constexpr int LAY = LAY_, VWC = VWC_;
         static constexpr int MK = MK_;
