@@ -66,7 +66,10 @@ struct cuda_group {
         /* Host copy of problems, or NULL. With it, an f64 group whose
          * problems share one layout and alignment runs a kernel built for
          * that one (each such kernel holds one copy of the f64 mainloop,
-         * whose registers several copies in one kernel crowd). */
+         * whose registers several copies in one kernel crowd), and a
+         * 16-bit group whose problems off the Hopper kernel hold 1/64 of
+         * its products or more runs whole on the sm_80 kernel, in one
+         * launch rather than two. */
         const struct gemmd_kproblem *problems_host;
         uint32_t nproblems;
         int dtype; /* enum gemmd_dtype of every problem */

@@ -381,13 +381,130 @@ template <class C> __device__ __forceinline__ Prob make_prob(const struct gemmd_
 /* ---- global -> shared ---------------------------------------------------- */
 
 /*
+ * Where a staged tile's rows lie. A K-major operand's smem row i is tile row
+ * r0 + i, its elements k0.. of K; an MN-major one's row i is k0 + i, its
+ * elements r0.. of the tile's rows. Each smem row has 16 bytes of slack
+ * (SK, SM), room for the 16-byte blocks that cover a row at any 2-byte
+ * offset.
+ */
+template <class C, bool KMAJ> struct Rows {
+        static constexpr int N = KMAJ ? C::BM : C::BK;        /* smem rows */
+        static constexpr int LEN = KMAJ ? C::BK : C::BM;      /* elements a row */
+        static constexpr int STRIDE = KMAJ ? C::SK : C::SM;   /* elements */
+        static constexpr int BLOCKS = LEN * C::ESZ / 16 + 1;  /* 16-byte blocks covering a row */
+        static constexpr int PIECES = LEN * C::ESZ / 16;      /* 16-byte pieces of a placed row */
+        static_assert(STRIDE * C::ESZ >= BLOCKS * 16, "a row's slot holds its covering blocks");
+        static_assert(32 % PIECES == 0, "one warp places whole rows");
+};
+
+/* Row i of a staged tile: its first element's address and how many of its
+ * elements lie in the matrix (0: none). */
+template <class C, bool KMAJ>
+__device__ __forceinline__ const char *staged_row(const char *g, int64_t ld, uint32_t r0, uint32_t rext,
+                                                  uint32_t k0, uint32_t kext, int i, uint32_t *nvalid)
+{
+        using R = Rows<C, KMAJ>;
+        const uint32_t outer = (KMAJ ? r0 : k0) + i, oext = KMAJ ? rext : kext;
+        const uint32_t inner = KMAJ ? k0 : r0, iext = KMAJ ? kext : rext;
+        *nvalid = outer < oext && inner < iext ? min((uint32_t)R::LEN, iext - inner) : 0;
+        return g + ((int64_t)inner + (int64_t)outer * ld) * C::ESZ;
+}
+
+/* What place_tile needs of each row of a tile staged by blocks, per stage
+ * and operand: the row's offset within 16 bytes, and its element count in
+ * the matrix (times 16). */
+template <class C> __device__ __forceinline__ uint16_t *row_info(int stage, int operand)
+{
+        if constexpr (C::ESZ == 2) {
+                __shared__ uint16_t info[C::STAGES * 2 * C::BM];
+                static_assert(C::BM >= C::BK, "a stage's rows of either layout fit");
+                return info + (stage * 2 + operand) * C::BM;
+        } else {
+                return nullptr; /* f32 tiles are never staged by blocks */
+        }
+}
+
+/*
+ * A 16-bit operand tile that cp.async cannot take in whole aligned
+ * vectors (its pointer or leading dimension is off the 16-byte grid, or
+ * the tile crosses the matrix edge), still copied asynchronously: each
+ * row's elements are fetched as the 16-byte aligned blocks that cover
+ * them, into the row's slot at their offset within 16 bytes, and the row's
+ * offset and length go to `info`; place_tile() moves them into place once
+ * they have landed. Blocks holding no element of the matrix are not read
+ * (an aligned block with one byte of the matrix lies within the matrix's
+ * pages, so no read can fault); place_tile zeroes what they would hold.
+ * Not inlined: only such tiles pay for its registers.
+ */
+template <class C, bool KMAJ>
+__device__ __noinline__ void load_tile_blocks(typename C::T *s, uint16_t *info, const char *g, int64_t ld,
+                                              uint32_t r0, uint32_t rext, uint32_t k0, uint32_t kext)
+{
+        using R = Rows<C, KMAJ>;
+        constexpr int TOTAL = R::N * R::BLOCKS, PER = (TOTAL + C::THREADS - 1) / C::THREADS;
+#pragma unroll
+        for (int j = 0; j < PER; j++) {
+                const int v = threadIdx.x + j * C::THREADS, i = v / R::BLOCKS, b = v % R::BLOCKS;
+                uint32_t nvalid;
+                if (v >= TOTAL)
+                        break;
+                const char *row = staged_row<C, KMAJ>(g, ld, r0, rext, k0, kext, i, &nvalid);
+                const uintptr_t blk = ((uintptr_t)row & ~(uintptr_t)15) + 16u * b;
+                if (b == 0)
+                        info[i] = (uint16_t)(((uintptr_t)row & 15) | nvalid << 4);
+                if (nvalid > 0 && blk < (uintptr_t)row + nvalid * C::ESZ)
+                        cp_async16((char *)(s + i * R::STRIDE) + 16 * b, (const void *)blk);
+        }
+}
+
+/*
+ * Moves each row of a tile staged by load_tile_blocks to the start of its
+ * slot and zeroes the elements outside the matrix. The PIECES threads of a
+ * row (one warp) each read the 16 bytes they place, then all write.
+ */
+template <class C, bool KMAJ>
+__device__ __noinline__ void place_tile(typename C::T *s, const uint16_t *info)
+{
+        using R = Rows<C, KMAJ>;
+        constexpr int PER_PASS = C::THREADS / R::PIECES;
+        static_assert(R::N % PER_PASS == 0, "every thread runs every pass");
+        const int piece = threadIdx.x % R::PIECES;
+#pragma unroll
+        for (int pass = 0; pass < R::N / PER_PASS; pass++) {
+                const int i = threadIdx.x / R::PIECES + pass * PER_PASS;
+                const uint32_t in = info[i], nvalid = in >> 4;
+                const uint32_t *w = (const uint32_t *)(s + i * R::STRIDE);
+                const int byte = 16 * piece + (int)(in & 15), wi = byte >> 2, sh = (byte & 3) * 8;
+                uint32_t o[4];
+#pragma unroll
+                for (int e = 0; e < 4; e++)
+                        o[e] = __funnelshift_r(w[wi + e], w[wi + e + 1], sh);
+                if (nvalid < (uint32_t)R::LEN) {
+                        /* element q of the piece is bits 16 (q & 1) of word q / 2 */
+                        const int first = 8 * piece;
+#pragma unroll
+                        for (int q = 0; q < 8; q++)
+                                if ((uint32_t)(first + q) >= nvalid)
+                                        o[q >> 1] &= (q & 1) ? 0x0000ffffu : 0xffff0000u;
+                }
+                __syncwarp();
+                *(uint4 *)(s + i * R::STRIDE + 8 * piece) = make_uint4(o[0], o[1], o[2], o[3]);
+        }
+        __syncwarp();
+}
+
+/*
  * Stages the BM x BK tile of an operand whose rows start at r0 (rows < rext)
  * and whose k start at k0 (k < kext) into `s`. KMAJ: element (r, kk) at
  * g[kk + r * ld], stored s[r * SK + kk]; else at g[r + kk * ld], stored
- * s[kk * SM + r].
+ * s[kk * SM + r]. Aligned operands go by 16-byte cp.async vectors, with
+ * zeros for the vectors outside the matrix; other 16-bit tiles (off the
+ * grid, or a vector cut by the matrix edge) by blocks (load_tile_blocks,
+ * with `info`), and then true is returned: place_tile is due before the
+ * tile is read. Other f32 tiles go element by element.
  */
 template <class C, bool KMAJ>
-__device__ __forceinline__ void load_tile(typename C::T *s, const char *g, int64_t ld, bool al,
+__device__ __forceinline__ bool load_tile(typename C::T *s, uint16_t *info, const char *g, int64_t ld, bool al,
                                           uint32_t r0, uint32_t rext, uint32_t k0, uint32_t kext)
 {
         using S = typename std::conditional<C::ESZ == 2, uint16_t, uint32_t>::type;
@@ -407,49 +524,73 @@ __device__ __forceinline__ void load_tile(typename C::T *s, const char *g, int64
                                 cp_async16((S *)s + kk * C::SM + r, gs + (r0 + r) + (int64_t)(k0 + kk) * ld);
                         }
                 }
-                return;
+                return false;
         }
-#pragma unroll
-        for (int i = 0; i < PER; i++) {
-                int v = threadIdx.x + i * C::THREADS;
-                uint32_t r, kk, gr, gk;
-                S *dst;
-                bool none, full;
-                int64_t off;
-                if (KMAJ) {
-                        r = v / (C::BK / V);
-                        kk = (v % (C::BK / V)) * V;
-                        dst = (S *)s + r * C::SK + kk;
-                        gr = r0 + r;
-                        gk = k0 + kk;
-                        none = gr >= rext || gk >= kext;
-                        full = !none && gk + V <= kext;
-                        off = (int64_t)gk + (int64_t)gr * ld;
-                } else {
-                        kk = v / (C::BM / V);
-                        r = (v % (C::BM / V)) * V;
-                        dst = (S *)s + kk * C::SM + r;
-                        gr = r0 + r;
-                        gk = k0 + kk;
-                        none = gr >= rext || gk >= kext;
-                        full = !none && gr + V <= rext;
-                        off = (int64_t)gr + (int64_t)gk * ld;
+        if constexpr (C::ESZ == 2) {
+                /* Blocks unless every vector is whole, or wholly outside
+                 * the matrix (zeros), on the 16-byte grid. */
+                const uint32_t inner = KMAJ ? kext - k0 : rext - r0;
+                if (!al || (inner < (uint32_t)Rows<C, KMAJ>::LEN && inner % V != 0)) {
+                        load_tile_blocks<C, KMAJ>(s, info, g, ld, r0, rext, k0, kext);
+                        return true;
                 }
-                if (full && al) {
-                        cp_async16(dst, gs + off);
-                } else if (none) {
-                        *(uint4 *)dst = make_uint4(0, 0, 0, 0);
-                } else {
-                        union {
-                                S e[V];
-                                uint4 u;
-                        } tmp;
-                        uint32_t lim = KMAJ ? kext - gk : rext - gr;
 #pragma unroll
-                        for (int e = 0; e < V; e++)
-                                tmp.e[e] = (uint32_t)e < lim ? gs[off + e] : (S)0;
-                        *(uint4 *)dst = tmp.u;
+                for (int i = 0; i < PER; i++) {
+                        const int v = threadIdx.x + i * C::THREADS;
+                        const int r = KMAJ ? v / (C::BK / V) : (v % (C::BM / V)) * V;
+                        const int kk = KMAJ ? (v % (C::BK / V)) * V : v / (C::BM / V);
+                        S *dst = (S *)s + (KMAJ ? r * C::SK + kk : kk * C::SM + r);
+                        if (r0 + r < rext && k0 + kk < kext)
+                                cp_async16(dst, gs + (KMAJ ? (k0 + kk) + (int64_t)(r0 + r) * ld
+                                                           : (r0 + r) + (int64_t)(k0 + kk) * ld));
+                        else
+                                *(uint4 *)dst = make_uint4(0, 0, 0, 0);
                 }
+                return false;
+        } else {
+#pragma unroll
+                for (int i = 0; i < PER; i++) {
+                        int v = threadIdx.x + i * C::THREADS;
+                        uint32_t r, kk, gr, gk;
+                        S *dst;
+                        bool none, full;
+                        int64_t off;
+                        if (KMAJ) {
+                                r = v / (C::BK / V);
+                                kk = (v % (C::BK / V)) * V;
+                                dst = (S *)s + r * C::SK + kk;
+                                gr = r0 + r;
+                                gk = k0 + kk;
+                                none = gr >= rext || gk >= kext;
+                                full = !none && gk + V <= kext;
+                                off = (int64_t)gk + (int64_t)gr * ld;
+                        } else {
+                                kk = v / (C::BM / V);
+                                r = (v % (C::BM / V)) * V;
+                                dst = (S *)s + kk * C::SM + r;
+                                gr = r0 + r;
+                                gk = k0 + kk;
+                                none = gr >= rext || gk >= kext;
+                                full = !none && gr + V <= rext;
+                                off = (int64_t)gr + (int64_t)gk * ld;
+                        }
+                        if (full && al) {
+                                cp_async16(dst, gs + off);
+                        } else if (none) {
+                                *(uint4 *)dst = make_uint4(0, 0, 0, 0);
+                        } else {
+                                union {
+                                        S e[V];
+                                        uint4 u;
+                                } tmp;
+                                uint32_t lim = KMAJ ? kext - gk : rext - gr;
+#pragma unroll
+                                for (int e = 0; e < V; e++)
+                                        tmp.e[e] = (uint32_t)e < lim ? gs[off + e] : (S)0;
+                                *(uint4 *)dst = tmp.u;
+                        }
+                }
+                return false;
         }
 }
 
@@ -684,6 +825,8 @@ __device__ __forceinline__ void mainloop(const Prob &pr, uint32_t m0, uint32_t n
 
         KPos lp = {kc0, 0, 0};
         int lstage = 0;
+        /* Two bits a stage: operand X, Y staged by blocks (load_tile). */
+        uint32_t blocks = 0;
         auto issue = [&](int it) {
                 if (it < niter) {
                         /* Field by field: a reference to one of the two
@@ -697,8 +840,13 @@ __device__ __forceinline__ void mainloop(const Prob &pr, uint32_t m0, uint32_t n
                         const bool yal = t1 ? pr.term[1].yal : pr.term[0].yal;
                         const uint32_t k0 = lp.c * SCHED_KCHUNK + lp.kt * C::BK;
                         T *sx = sbase + lstage * 2 * C::OP_ELEMS, *sy = sx + C::OP_ELEMS;
-                        load_tile<C, XK>(sx, gx, ldx, xal, m0, pr.m, k0, pr.k);
-                        load_tile<C, YK>(sy, gy, ldy, yal, n0, pr.n, k0, pr.k);
+                        const uint32_t f =
+                                (uint32_t)load_tile<C, XK>(sx, row_info<C>(lstage, 0), gx, ldx, xal, m0, pr.m, k0,
+                                                           pr.k) |
+                                (uint32_t)load_tile<C, YK>(sy, row_info<C>(lstage, 1), gy, ldy, yal, n0, pr.n, k0,
+                                                           pr.k)
+                                        << 1;
+                        blocks = (blocks & ~(3u << 2 * lstage)) | f << 2 * lstage;
                         kpos_next<C>(lp, pr.k, pr.nterms);
                         lstage = lstage + 1 == C::STAGES ? 0 : lstage + 1;
                 }
@@ -708,11 +856,41 @@ __device__ __forceinline__ void mainloop(const Prob &pr, uint32_t m0, uint32_t n
         for (int s = 0; s < C::STAGES - 1; s++)
                 issue(s);
 
+        /* Places the operands of stage st that load_tile staged by blocks
+         * (16-bit tiles off the vector grid or cut by an edge). */
+        auto place = [&](int st) {
+                if constexpr (C::ESZ == 2) {
+                        const uint32_t f = blocks >> 2 * st & 3u;
+                        T *sx = sbase + st * 2 * C::OP_ELEMS;
+                        if (f & 1u)
+                                place_tile<C, XK>(sx, row_info<C>(st, 0));
+                        if (f & 2u)
+                                place_tile<C, YK>(sx + C::OP_ELEMS, row_info<C>(st, 1));
+                }
+        };
+        static_assert(C::STAGES >= 3, "a stage is placed while the one before it is computed");
+        if (C::ESZ == 2 && (blocks & 3u)) {
+                cp_async_wait<C::STAGES - 2>();
+                __syncthreads();
+                place(0);
+        }
+
         KPos cp = {kc0, 0, 0};
         int cstage = 0;
         for (int it = 0; it < niter; it++) {
-                cp_async_wait<C::STAGES - 2>();
-                __syncthreads();
+                /* A stage staged by blocks is placed one iteration early,
+                 * while this one is computed: it waits for one stage more
+                 * to land, and the next iteration's barrier orders the
+                 * placing before its reads. */
+                const int nstage = cstage + 1 == C::STAGES ? 0 : cstage + 1;
+                if (C::ESZ == 2 && it + 1 < niter && (blocks >> 2 * nstage & 3u)) {
+                        cp_async_wait<C::STAGES - 3>();
+                        __syncthreads();
+                        place(nstage);
+                } else {
+                        cp_async_wait<C::STAGES - 2>();
+                        __syncthreads();
+                }
                 issue(it + C::STAGES - 1);
                 const T *sx = sbase + cstage * 2 * C::OP_ELEMS;
                 compute_stage<C, XK, YK>(sx, sx + C::OP_ELEMS, acc);
@@ -1301,6 +1479,36 @@ static void ktrace_print(void)
 }
 #endif
 
+#if GEMMD_WGMMA
+/*
+ * Whether a 16-bit group that the two kernels would share (nfast of its
+ * problems on the Hopper kernel, the rest on the sm_80 one after it) runs
+ * whole on the sm_80 kernel instead: when the problems the Hopper kernel
+ * cannot take hold at least 1/64 of the group's products (m n k). The
+ * second launch reruns the plan for those problems alone, whose tiles
+ * the plan did not balance by themselves, and its tail costs more than
+ * the Hopper kernel saves: measured from 2% to 89% of the products
+ * (bench/results/odd-sizes.txt). Needs the host copy of the problems;
+ * groups that must stay on the Hopper kernel (the wide tile, launch data
+ * carried, early completion) do.
+ */
+static bool whole_on_sm80(const struct cuda_group *g, bool is_wide)
+{
+        double slow = 0, all = 0;
+        if ((g->dtype != GEMMD_F16 && g->dtype != GEMMD_BF16) || g->nfast >= g->nproblems || !g->problems_host ||
+            is_wide || g->inline_bytes || g->early_cnt)
+                return false;
+        for (uint32_t i = 0; i < g->nproblems; i++) {
+                const struct gemmd_kproblem &p = g->problems_host[i];
+                const double w = (double)p.m * p.n * p.k;
+                all += w;
+                if (!wgmma_qualifies(p))
+                        slow += w;
+        }
+        return 64 * slow >= all;
+}
+#endif
+
 extern "C" int cuda_gemm_launch(const struct cuda_group *g, void *stream)
 {
         if (!g || g->dtype < GEMMD_F32 || g->dtype > GEMMD_F64)
@@ -1365,7 +1573,7 @@ extern "C" int cuda_gemm_launch(const struct cuda_group *g, void *stream)
 #if GEMMD_WGMMA
         /* wgmma has no f64: those groups never take the Hopper kernel. */
         fast = g->dtype != GEMMD_F64 && g->tmaps && g->nfast > 0 && ((uintptr_t)g->tmaps & 63) == 0 &&
-               device_sm90();
+               device_sm90() && !whole_on_sm80(g, is_wide);
 #endif
         /* Launch data carried with the launch: the Hopper kernel only (the
          * sm_80 kernels read device memory). */
