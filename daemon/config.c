@@ -25,15 +25,12 @@ void config_defaults(struct gemmd_config *cfg)
         cfg->socket_path = env && *env ? env : GEMMD_DEFAULT_SOCKET;
         cfg->backend = BACKEND_AUTO;
         cfg->threads = ncpu > 0 ? (int)ncpu : 1;
-        /* sorted is the best or near-best mode on every 16-bit workload,
-         * while lpt's runs of one problem per CTA spread the CTAs of a
-         * large problem over it and lose L2 reuse. auto, which takes split
-         * where the model predicts it well ahead, is faster on such groups
-         * alone but not the default: building split's plan on every
-         * group halved 8 x 8 service throughput when it cost the worker
-         * 29 us for a service group of 430 tiles (sorted: 1 us); it costs
-         * 8 us now, not yet measured on the service (docs/performance.md). */
-        cfg->mode = SCHED_SORTED;
+        /* auto: sorted, the best or near-best mode on groups of short
+         * tiles (every 16-bit service group: lpt's runs of one problem per
+         * CTA lose L2 reuse there), and split where the tiles are long and
+         * the model predicts it well ahead (long K, f64, exact f32), where
+         * the GPU runs it as predicted (docs/performance.md). */
+        cfg->mode = SCHED_AUTO;
         cfg->max_groups_inflight = 0; /* the backend's (struct backend) */
         cfg->batch_window_us = 0;
         /* A lone request crosses three of the daemon's threads (loop,

@@ -39,7 +39,8 @@ static const struct sched_cost cost_defaults = {
         .split_store = 2.0,
         .split_reduce = 1.0,
         .split_min_gain = 0.02,
-        .auto_gain = 0.10,
+        .auto_gain = 0.05,
+        .auto_min_tile = 24.0,
         .wide = 1.4,
 };
 
@@ -62,6 +63,7 @@ static const struct {
         {"split_reduce", offsetof(struct sched_cost, split_reduce)},
         {"split_min_gain", offsetof(struct sched_cost, split_min_gain)},
         {"auto_gain", offsetof(struct sched_cost, auto_gain)},
+        {"auto_min_tile", offsetof(struct sched_cost, auto_min_tile)},
         {"wide", offsetof(struct sched_cost, wide)},
 };
 

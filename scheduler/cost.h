@@ -56,7 +56,11 @@ struct sched_cost {
                                 * fraction (0.02 = 2%) */
         double auto_gain;      /* auto mode takes split's plan over sorted's
                                 * only when it is predicted shorter by this
-                                * fraction (0.1 = 10%) */
+                                * fraction (0.05 = 5%) */
+        double auto_min_tile;  /* ... and only for groups whose tiles cost
+                                * this much on average: long enough that
+                                * the k-loop the model counts outweighs the
+                                * memory traffic and fixed costs it does not */
         double wide;           /* an entry of the wide tile (a backend's
                                 * second shape, e.g. 128x192 against
                                 * 128x128) against the same entry of the

@@ -918,13 +918,16 @@ static void deal_lpt_plan(struct build *b, int split)
 }
 
 /*
- * auto: sorted, which ran fastest on the GPU on every 16-bit workload
- * measured (docs/performance.md), unless the group has more than one wave,
- * its sorted plan is more than auto_gain above the bound, and split's plan
- * (lpt with the tail split) is predicted shorter by at least auto_gain.
- * The margin stands for what the model leaves out and favours sorted on the
- * GPU: the tiles of one problem running side by side share its operands in
- * L2. A single wave stays sorted (the worker then launches only its tiles'
+ * auto: sorted, which ran fastest on the GPU on every 16-bit workload of
+ * short tiles measured (docs/performance.md), unless the group has more
+ * than one wave, its tiles cost auto_min_tile on average, its sorted plan
+ * is more than auto_gain above the bound, and split's plan (lpt with the
+ * tail split) is predicted shorter by at least auto_gain. The model counts
+ * k-loop iterations; on short tiles what it leaves out (operand traffic,
+ * fixed costs) decides, and there sorted, whose tiles of one problem run
+ * side by side and share its operands in L2, won where the model said
+ * otherwise; long tiles (large K, f64, exact f32) ran as it predicts. A
+ * single wave stays sorted (the worker then launches only its tiles'
  * CTAs), so one small request costs one plan. Both candidates are dealt in
  * the one build (sorted's again when split's loses). Returns the mode whose
  * plan b holds.
@@ -937,7 +940,8 @@ static enum sched_mode deal_auto(struct build *b)
         order_problems(b, 1);
         deal_rr(b, 0);
         sorted = b->makespan;
-        if (b->tiles <= b->ctas || sorted <= b->lower_bound * (1 + gain))
+        if (b->tiles <= b->ctas || b->total < b->cost->auto_min_tile * (double)b->tiles ||
+            sorted <= b->lower_bound * (1 + gain))
                 return SCHED_SORTED;
         deal_lpt_plan(b, 1);
         if (b->makespan <= sorted * (1 - gain))

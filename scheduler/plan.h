@@ -33,7 +33,8 @@ enum sched_mode {
                            * the quick problems' C are whole first, which
                            * early completion answers at once */
         SCHED_AUTO = 6,   /* the choice per group: sorted, unless the group
-                           * has more than one wave and the cost model
+                           * has more than one wave of tiles that cost
+                           * auto_min_tile on average and the cost model
                            * predicts split (lpt with a split tail) shorter
                            * by at least its auto_gain (cost.h) */
         SCHED_NMODES = 7

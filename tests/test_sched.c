@@ -438,10 +438,12 @@ Test(cost, parse_and_set)
         cr_assert_eq(sched_cost_parse(&c, "tile_fixed"), -EINVAL);
         cr_assert_eq(sched_cost_parse(&c, "auto_gain=1"), -EINVAL);
         cr_assert_eq(sched_cost_parse(&c, "auto_gain=-0.1"), -EINVAL);
+        cr_assert_eq(sched_cost_parse(&c, "auto_min_tile=-1"), -EINVAL);
         cr_assert_eq(memcmp(&c, &d, sizeof(c)), 0, "a failed parse changes nothing");
         cr_assert_eq(sched_cost_parse(&c, ""), 0);
-        cr_assert_eq(sched_cost_parse(&c, "auto_gain=0.25"), 0);
+        cr_assert_eq(sched_cost_parse(&c, "auto_gain=0.25,auto_min_tile=40"), 0);
         cr_assert_float_eq(c.auto_gain, 0.25, 0);
+        cr_assert_float_eq(c.auto_min_tile, 40, 0);
 
         /* format then parse gives the model back */
         cr_assert(sched_cost_format(&c, buf, sizeof(buf)) < (int)sizeof(buf));
@@ -1109,13 +1111,29 @@ static double build_mode(struct sched_plan *pl, const struct sched_problem *prob
         return pl->makespan;
 }
 
+/* The mean cost of a group's tiles on shape sh (unsplit, the default model). */
+static double mean_tile_cost(const struct sched_problem *probs, uint32_t n, struct sched_shape sh)
+{
+        double total = 0, tiles = 0;
+        uint32_t i;
+
+        for (i = 0; i < n; i++) {
+                const double t = sched_tile_count(&probs[i], sh);
+
+                total += t * sched_cost_entry(sched_cost_get(), &probs[i], sh, 0, sched_kchunks(probs[i].k), 0);
+                tiles += t;
+        }
+        return tiles > 0 ? total / tiles : 0;
+}
+
 /* auto follows its rule on random groups: it takes split's plan exactly
- * when the group has more than one wave, sorted's plan is above the bound
- * by more than auto_gain and split's is shorter than sorted's by at least
- * auto_gain, and then its plan is split's, byte for byte; else sorted's. */
+ * when the group has more than one wave, its tiles cost auto_min_tile on
+ * average, sorted's plan is above the bound by more than auto_gain and
+ * split's is shorter than sorted's by at least auto_gain, and then its
+ * plan is split's, byte for byte; else sorted's. */
 Test(plan, auto_follows_its_rule)
 {
-        const double gain = sched_cost_get()->auto_gain;
+        const double gain = sched_cost_get()->auto_gain, min_tile = sched_cost_get()->auto_min_tile;
         static const uint32_t ctas[] = {3, 7, 64, 132};
         struct sched_problem probs[48];
         struct sched_plan pa, ps, px;
@@ -1132,8 +1150,9 @@ Test(plan, auto_follows_its_rule)
                         const double ma = build_mode(&pa, probs, n, SCHED_AUTO, sh, ctas[ci]);
                         const double ms = build_mode(&ps, probs, n, SCHED_SORTED, sh, ctas[ci]);
                         const double mx = build_mode(&px, probs, n, SCHED_SPLIT, sh, ctas[ci]);
-                        const int want_split = ps.tiles > ctas[ci] && ms > ps.lower_bound * (1 + gain) &&
-                                               mx <= ms * (1 - gain);
+                        const int want_split = ps.tiles > ctas[ci] &&
+                                               mean_tile_cost(probs, n, sh) >= min_tile &&
+                                               ms > ps.lower_bound * (1 + gain) && mx <= ms * (1 - gain);
                         const struct sched_plan *want = want_split ? &px : &ps;
 
                         cr_assert_eq(pa.mode, want_split ? SCHED_SPLIT : SCHED_SORTED,
@@ -1159,7 +1178,8 @@ static void varied512(struct sched_problem *probs);
  * CTAs, as longk_tail.txt, which split would nearly halve) stays sorted; the wide-K
  * mix, where sorted deals the longest problems' tiles to the same CTAs
  * round after round (1.48 of the bound), takes split; varied512, sorted
- * within 2% of the bound, stays sorted; a larger auto_gain keeps sorted. */
+ * within 2% of the bound, stays sorted; a larger auto_gain keeps sorted;
+ * so do short tiles; an f64 SYR2K group takes lpt's plan. */
 Test(plan, auto_examples)
 {
         struct sched_problem probs[64];
@@ -1197,6 +1217,44 @@ Test(plan, auto_examples)
                 varied512(v);
                 build_mode(&pl, v, 512, SCHED_AUTO, sh, 132);
                 cr_assert_eq(pl.mode, SCHED_SORTED);
+        }
+
+        /* Short tiles (K 64 to 1024) stay sorted however unbalanced the
+         * model finds sorted's plan; without auto_min_tile they would not. */
+        for (i = 0; i < 64; i++)
+                probs[i] = gemm(256, 256, 64 + (i * 61 % 64) * 15, GEMMD_BF16);
+        {
+                const double sorted = build_mode(&pl, probs, 64, SCHED_SORTED, sh, 132), bound = pl.lower_bound;
+
+                cr_assert(mean_tile_cost(probs, 64, sh) < sched_cost_get()->auto_min_tile);
+                cr_assert(sorted > bound * (1 + sched_cost_get()->auto_gain));
+                cr_assert(build_mode(&pl, probs, 64, SCHED_SPLIT, sh, 132) <=
+                          sorted * (1 - sched_cost_get()->auto_gain));
+        }
+        build_mode(&pl, probs, 64, SCHED_AUTO, sh, 132);
+        cr_assert_eq(pl.mode, SCHED_SORTED);
+        c = sched_cost_default();
+        c.auto_min_tile = 0;
+        cr_assert_eq(sched_cost_set(&c), 0);
+        build_mode(&pl, probs, 64, SCHED_AUTO, sh, 132);
+        cr_assert_eq(pl.mode, SCHED_SPLIT);
+        cr_assert_eq(sched_cost_set(NULL), 0);
+
+        /* gemmbench's syr2k-f64 group: long f64 tiles on the f64 tile,
+         * sorted 1.15 of the bound, lpt's plan (f64 is never cut) 9% shorter. */
+        {
+                static const uint32_t nk[16][3] = {
+                        {2048, 256, 1}, {1792, 768, 1}, {768, 512, 1},   {1792, 256, 1},
+                        {1024, 768, 0}, {1536, 768, 0}, {1536, 768, 0},  {1536, 1024, 1},
+                        {768, 768, 1},  {1024, 1024, 0}, {512, 1024, 0}, {1536, 768, 0},
+                        {1792, 768, 1}, {1024, 1024, 0}, {1280, 1024, 1}, {1024, 768, 1}};
+                const struct sched_shape f64 = {128, 128, 16};
+
+                for (i = 0; i < 16; i++)
+                        probs[i] = syr2k(nk[i][0], nk[i][1], (uint8_t)nk[i][2], GEMMD_F64);
+                build_mode(&pl, probs, 16, SCHED_AUTO, f64, 132);
+                cr_assert_eq(pl.mode, SCHED_SPLIT);
+                cr_assert_eq(pl.nsplit, 0);
         }
         sched_plan_deinit(&pl);
 }
