@@ -351,15 +351,16 @@ static long long split_groups(gemmd_client *c)
 }
 
 /* One group whose sorted plan leaves a CTA two tiles where the bound is
- * one: a GEMM of K 8192 and eight of K 2048 (one 64 x 64 tile each) on the
- * 8 CTAs of --threads 2. --mode auto runs it on a split plan (lpt gives
- * the long tile a CTA of its own), the default (sorted) does not, and both
- * give every result right. */
+ * one: a GEMM of K 8192 and eight of K 2048 (one 64 x 64 tile each, long
+ * exact-f32 tiles) on the 8 CTAs of --threads 2. --mode auto, which is
+ * also the default, runs it on a split plan (lpt gives the long tile a CTA
+ * of its own), --mode sorted does not, and all give every result right. */
 Test(e2e, auto_mode_takes_split_where_sorted_is_unbalanced)
 {
-        static const char *const modes[] = {"auto", NULL};
+        /* NULL: the default */
+        static const char *const modes[] = {"auto", "sorted", NULL};
 
-        for (int m = 0; m < 2; m++) {
+        for (int m = 0; m < 3; m++) {
                 struct e2e_daemon d;
                 struct e2e_arena ar;
                 struct e2e_prob p[9];
@@ -367,6 +368,7 @@ Test(e2e, auto_mode_takes_split_where_sorted_is_unbalanced)
                 uint64_t seed = 5;
                 gemmd_client *c;
                 char why[256];
+                const int sorted = modes[m] && !strcmp(modes[m], "sorted");
 
                 if (modes[m])
                         START(&d, "--threads", "2", "--mode", modes[m], NULL);
@@ -383,10 +385,8 @@ Test(e2e, auto_mode_takes_split_where_sorted_is_unbalanced)
                 }
                 cr_assert_eq(e2e_run_checked(c, p, 9, 9, r, why, sizeof(why)), 0, "%s", why);
                 cr_assert_eq(r[0].group_size, 9, "the nine ops did not share a group");
-                if (modes[m])
-                        cr_assert_eq(split_groups(c), 1, "auto kept sorted's unbalanced plan");
-                else
-                        cr_assert_eq(split_groups(c), 0, "the default ran a split plan");
+                cr_assert_eq(split_groups(c), sorted ? 0 : 1, "--mode %s: %s", modes[m] ? modes[m] : "(default)",
+                             sorted ? "ran a split plan" : "kept sorted's unbalanced plan");
                 gemmd_disconnect(c);
                 STOP(&d);
         }
