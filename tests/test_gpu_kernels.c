@@ -372,8 +372,12 @@ static void check_regrouped(const char *name, const struct gemmd_kproblem *kp, u
 }
 
 /* Runs one group under every mode and CTA count; returns nothing, counts
- * failures. */
-static void run_group(const char *name, int dtype, int tf32, struct tprob *tp, uint32_t np, int nsm, int kmaj)
+ * failures. With `both_kernels` the launch gets no host copy of the
+ * problems, so it cannot run the group whole on the sm_80 kernel: a group
+ * mixing problems the Hopper kernel takes with others then runs on both
+ * kernels, sharing one plan. */
+static void run_group(const char *name, int dtype, int tf32, struct tprob *tp, uint32_t np, int nsm, int kmaj,
+                      int both_kernels)
 {
         size_t es = esize(dtype);
         size_t total = 0;
@@ -498,12 +502,8 @@ static void run_group(const char *name, int dtype, int tf32, struct tprob *tp, u
                                 CK(cudaMalloc((void **)&arr, ab));
                                 CK(cudaMemset(arr, 0, ab));
                         }
-                        /* The mixed groups keep the host copy of their
-                         * problems to themselves, so that the launch
-                         * cannot run them whole on the sm_80 kernel: the
-                         * two kernels sharing one plan stay tested. */
                         struct cuda_group g = {.problems = dp,
-                                               .problems_host = strstr(name, "/mixed") ? NULL : kp,
+                                               .problems_host = both_kernels ? NULL : kp,
                                                .nproblems = np, .dtype = dtype,
                                                .tf32 = tf32, .plan_blob = blob, .plan = &plan,
                                                .cfg = cfg, .ws = ws, .arrivals = arr,
@@ -672,7 +672,7 @@ int main(int argc, char **argv)
                                 for (uint32_t i = 0; i < np; i++)
                                         draw(&tp[i], dts[c], tfs[c], 0, 1);
                                 snprintf(name, sizeof(name), "%s/kmaj-small", names[c]);
-                                run_group(name, dts[c], tfs[c], tp, np, nsm, 1);
+                                run_group(name, dts[c], tfs[c], tp, np, nsm, 1, 0);
                                 continue;
                         }
                         if (grp >= 9) {
@@ -684,7 +684,7 @@ int main(int argc, char **argv)
                                         draw(&tp[i], dts[c], tfs[c], grp == 10, 1);
                                 gemm_only = 0;
                                 snprintf(name, sizeof(name), "%s/gemm-%s", names[c], grp == 9 ? "edge" : "longk");
-                                run_group(name, dts[c], tfs[c], tp, np, nsm, 1);
+                                run_group(name, dts[c], tfs[c], tp, np, nsm, 1, 0);
                                 continue;
                         }
                         if (grp < 3 || grp == 4 || grp == 5) {
@@ -706,7 +706,7 @@ int main(int argc, char **argv)
                                         draw(&tp[i], dts[c], tfs[c], 1, kmaj);
                                 snprintf(name, sizeof(name), "%s/%s", names[c], kmaj ? "kmaj-longk" : "longk");
                         }
-                        run_group(name, dts[c], tfs[c], tp, np, nsm, kmaj);
+                        run_group(name, dts[c], tfs[c], tp, np, nsm, kmaj, grp == 7);
                 }
         }
         printf("launches with their data as a kernel parameter: %d\n", inline_runs);
