@@ -2,7 +2,7 @@
  * gemmbench.c - times gemmd's grouped kernels against cuBLAS in one process.
  *
  *   gemmbench kernels [--mode MODE|all] [--workload NAME|all|FILE] [--json] [--reps N]
- *                     [--cost SPEC] [--queued] [--paired] [--f64-general]
+ *                     [--cost SPEC] [--queued] [--paired] [--f64-general] [--narrow]
  *   gemmbench calibrate [--reps N] [--json]
  *   gemmbench list [NAME|FILE]
  *
@@ -50,7 +50,8 @@
  * split into two TF32 parts); one more row per such set, "lpt-80", times
  * lpt with the maps left off (the sm_80 kernel; exact f32: fused
  * multiply-adds) for comparison. Sets whose every problem can take the
- * wide tile (cuda_gemm_shape_wide) run each mode again on it ("rr-w", ...),
+ * wide tile (cuda_gemm_shape_wide; with --narrow the narrow one,
+ * cuda_gemm_shape_narrow, "rr-n") run each mode again on it ("rr-w", ...),
  * print how many elements of C differ in bits between the two tiles (0:
  * they sum the same chunks) and which tile the daemon would choose
  * (sched_prefer_wide). Exact f32 sets also print how far both
@@ -273,6 +274,15 @@ static void set_lda(const struct bprob *p, int64_t *lda, int64_t *ldb, int64_t *
         *ldc = p->m;
 }
 
+int kbench_narrow;
+
+/* The second tile that "-w" rows run on: the wide one, or with --narrow
+ * the narrow one ("-n" rows). */
+static struct sched_shape alt_shape(int dtype, int tf32)
+{
+        return kbench_narrow ? cuda_gemm_shape_narrow(dtype, tf32) : cuda_gemm_shape_wide(dtype, tf32);
+}
+
 void set_init(struct set *s, const struct workload *w, int dtype, int tf32, size_t l2, int shared_ab)
 {
         memset(s, 0, sizeof(*s));
@@ -331,7 +341,7 @@ void set_init(struct set *s, const struct workload *w, int dtype, int tf32, size
         s->hkp = calloc(s->copies, sizeof(*s->hkp));
         s->dtm = malloc(s->copies * sizeof(*s->dtm));
         s->dtm_wide = calloc(s->copies, sizeof(*s->dtm_wide));
-        const struct sched_shape base_shape = cuda_gemm_shape(dtype, tf32), wide = cuda_gemm_shape_wide(dtype, tf32);
+        const struct sched_shape base_shape = cuda_gemm_shape(dtype, tf32), wide = alt_shape(dtype, tf32);
         struct gemmd_kproblem *kp = malloc(s->n * sizeof(*kp));
         for (uint32_t c = 0; c < s->copies; c++) {
                 char *base = s->dbuf + c * bytes;
@@ -428,7 +438,7 @@ static int plan_with(struct gplan *g, const struct set *s, enum sched_mode mode,
         sched_plan_init(&g->plan);
         g->wide = wide;
         g->cfg = (struct sched_config){.mode = mode,
-                                       .shape = wide ? cuda_gemm_shape_wide(s->dtype, s->tf32)
+                                       .shape = wide ? alt_shape(s->dtype, s->tf32)
                                                      : cuda_gemm_shape(s->dtype, s->tf32),
                                        .ctas = ctas};
         int rc = sched_plan_build(&g->plan, s->sp, s->n, &g->cfg);
@@ -1091,7 +1101,7 @@ static const char *num_or_dash(char *buf, size_t len, int ok, const char *fmt, d
 static void usage(FILE *f)
 {
         fprintf(f, "usage: gemmbench kernels [--mode MODE|all] [--workload NAME|all|FILE] [--json] "
-                   "[--reps N] [--cost SPEC] [--queued] [--paired] [--f64-general]\n"
+                   "[--reps N] [--cost SPEC] [--queued] [--paired] [--f64-general] [--narrow]\n"
                    "       gemmbench calibrate [--reps N] [--json]   (the cost model measured here)\n"
                    "       gemmbench list [NAME|FILE]   (a workload's problem list, `gemmctl plan` format)\n"
                    "       gemmbench clients [options]  (--help lists them)\n"
@@ -1186,13 +1196,16 @@ static void bench_workload(cublasHandle_t h, const struct workload *w, int modes
                                 printf("{\"workload\":\"%s\",\"config\":\"%s\",\"wide_bits_differ\":%ld}\n",
                                        w->name, cfg_name(s.dtype, s.tf32), wdiff);
                         else
-                                printf("# %s %s: elements of C whose bits differ between the wide tile and "
+                                printf("# %s %s: elements of C whose bits differ between the %s tile and "
                                        "the usual one: %ld; the daemon would run it on the %s tile "
-                                       "(sched_prefer_wide)\n",
-                                       w->name, cfg_name(s.dtype, s.tf32), wdiff,
+                                       "(sched_prefer_wide, sched_prefer_narrow)\n",
+                                       w->name, cfg_name(s.dtype, s.tf32), kbench_narrow ? "narrow" : "wide", wdiff,
                                        sched_prefer_wide(sched_cost_get(), s.sp, s.n, cuda_gemm_shape(s.dtype, s.tf32),
                                                          cuda_gemm_shape_wide(s.dtype, s.tf32), nsm)
                                                ? "wide"
+                                       : sched_prefer_narrow(s.sp, s.n, cuda_gemm_shape(s.dtype, s.tf32),
+                                                             cuda_gemm_shape_narrow(s.dtype, s.tf32), nsm)
+                                               ? "narrow"
                                                : "usual");
                 }
                 float peer_ms[NPEERS];
@@ -1230,7 +1243,7 @@ static void bench_workload(cublasHandle_t h, const struct workload *w, int modes
                         const int chose = gp.plan.mode != (enum sched_mode)mode;
                         char mbuf[32];
                         snprintf(mbuf, sizeof(mbuf), "%s%s%s%s", sched_mode_name((enum sched_mode)mode),
-                                 chose ? ">" : "", chose ? sched_mode_name(gp.plan.mode) : "", is_w ? "-w" : "");
+                                 chose ? ">" : "", chose ? sched_mode_name(gp.plan.mode) : "", is_w ? (kbench_narrow ? "-n" : "-w") : "");
                         const char *mname = gp.sm80 ? "lpt-80" : mbuf;
                         struct grun r = {&s, &gp};
                         float ms, pms = -1;
@@ -1324,6 +1337,8 @@ int main(int argc, char **argv)
                         json = 1;
                 else if (!strcmp(argv[i], "--queued"))
                         kbench_queued = 1;
+                else if (!strcmp(argv[i], "--narrow"))
+                        kbench_narrow = 1;
                 else if (!strcmp(argv[i], "--paired"))
                         kbench_paired = 1;
                 else if (!strcmp(argv[i], "--f64-general"))
@@ -1372,8 +1387,9 @@ int main(int argc, char **argv)
                        prop.name, prop.multiProcessorCount, l2 >> 20, reps,
                        kbench_queued ? "; each run queued behind a spin kernel (--queued): device time only" : "");
                 printf("# sm_90 fast path (TMA + wgmma; exact f32 split into TF32 parts) for K-major problems: %s; "
-                       "lpt-80 = lpt on the sm_80 kernel (exact f32: FFMA); MODE-w = the wide tile (128x192)\n",
-                       cuda_gemm_fast_available() ? "on" : "off");
+                       "lpt-80 = lpt on the sm_80 kernel (exact f32: FFMA); %s\n",
+                       cuda_gemm_fast_available() ? "on" : "off",
+                       kbench_narrow ? "MODE-n = the narrow tile (128x64)" : "MODE-w = the wide tile (128x192)");
                 printf("%-12s %-5s %-13s %9s %8s %8s %8s %8s %7s %7s %9s\n", "workload", "cfg", "mode", "gemmd_ms",
                        "TF/s", "loop", "grouped", "strided", "x_grp", "x_best", "max_err");
         }

@@ -62,7 +62,7 @@ struct set {
         void **dtm;                  /* per copy: tensor maps (cuda_gemm_tmaps_build), device */
         void **dtm_wide;             /* per copy: the maps of the wide tile, or NULL */
         int nfast;                   /* problems on the sm_90 fast path */
-        int wide_ok;                 /* every problem takes the wide tile (cuda_gemm_shape_wide) */
+        int wide_ok;                 /* every problem takes the second tile (wide, or narrow: --narrow) */
         double tmaps_us;             /* host time of cuda_gemm_tmaps_build for the set */
         uint32_t nfast_syr2k;        /* of which SYR2Ks */
         struct sched_problem *sp;
@@ -92,7 +92,7 @@ struct gplan {
 /* Builds s's plan in `mode` for `ctas` CTAs, on the device. Returns 0 or
  * sched_plan_build's code. */
 int gplan_build(struct gplan *g, const struct set *s, enum sched_mode mode, uint32_t ctas);
-/* The same with the wide tile (needs s->wide_ok). */
+/* The same with the second tile, wide or narrow (needs s->wide_ok). */
 int gplan_build_wide(struct gplan *g, const struct set *s, enum sched_mode mode, uint32_t ctas);
 void gplan_free(struct gplan *g);
 /* Launches the plan on copy `copy` of the set's operands (default stream). */
@@ -106,6 +106,7 @@ void kern_run(const struct set *s, const struct gplan *g, uint32_t copy);
 typedef int (*runfn)(void *arg, uint32_t copy);
 float time_median(runfn fn, void *arg, uint32_t copies, int reps);
 extern int kbench_queued;
+extern int kbench_narrow; /* "-w" rows run the narrow tile instead ("-n") */
 
 /* A gemmd launch as a runfn. */
 struct grun {

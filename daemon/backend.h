@@ -41,6 +41,10 @@ struct backend {
          * are already on the device, and sched_prefer_wide predicts it
          * faster; launch() then gets a plan built with it. */
         struct sched_shape (*wide_shape)(struct backend *b, uint32_t key);
+        /* Optional: a narrower tile for ops of `key`, all zero when there
+         * is none, taken under the same conditions as the wide one when
+         * sched_prefer_narrow says so (a group that would leave SMs idle). */
+        struct sched_shape (*narrow_shape)(struct backend *b, uint32_t key);
         /* Name of the kernel that runs ops of `key` (static string). */
         const char *(*kernel_name)(struct backend *b, uint32_t key);
         /* Starts g (its plan is built). Returns 0, after which exactly one

@@ -38,6 +38,11 @@ static struct sched_shape wide_shape(struct backend *b, uint32_t key)
         return ((struct cuda_backend *)b)->wide[key & 7];
 }
 
+static struct sched_shape narrow_shape(struct backend *b, uint32_t key)
+{
+        return ((struct cuda_backend *)b)->narrow[key & 7];
+}
+
 static const char *kernel_name(struct backend *b, uint32_t key)
 {
         const struct cuda_backend *cb = (const struct cuda_backend *)b;
@@ -303,8 +308,10 @@ int backend_cuda_new(int ordinal, const struct gemmd_config *cfg, struct backend
                          ordinal);
         if (cb->res_on)
                 res_init(cb);
-        for (uint32_t k = 0; k < 8; k++)
+        for (uint32_t k = 0; k < 8; k++) {
                 cb->wide[k] = cuda_gemm_shape_wide((int)(k & 3), (int)(k >> 2) & 1);
+                cb->narrow[k] = cuda_gemm_shape_narrow((int)(k & 3), (int)(k >> 2) & 1);
+        }
         lock_init(&cb->done_lock);
         pthread_cond_init(&cb->done_cond, NULL);
         pthread_mutex_init(&cb->pin_lock, NULL);
@@ -345,6 +352,7 @@ int backend_cuda_new(int ordinal, const struct gemmd_config *cfg, struct backend
         cb->b.groups_inflight = 4;
         cb->b.shape = shape;
         cb->b.wide_shape = wide_shape;
+        cb->b.narrow_shape = narrow_shape;
         cb->b.kernel_name = kernel_name;
         cb->b.launch = launch;
         cb->b.collect = collect;

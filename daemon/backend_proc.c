@@ -99,6 +99,7 @@ struct proc_backend {
         struct pmem *mems; /* worker thread only */
         struct sched_shape shapes[XKEYS];
         struct sched_shape wide[XKEYS];
+        struct sched_shape narrow[XKEYS];
         char kernels[XKEYS][48];
         uint64_t restarts;
 };
@@ -487,6 +488,11 @@ static struct sched_shape shape(struct backend *b, uint32_t key)
 static struct sched_shape wide_shape(struct backend *b, uint32_t key)
 {
         return ((struct proc_backend *)b)->wide[key % XKEYS];
+}
+
+static struct sched_shape narrow_shape(struct backend *b, uint32_t key)
+{
+        return ((struct proc_backend *)b)->narrow[key % XKEYS];
 }
 
 static const char *kernel_name(struct backend *b, uint32_t key)
@@ -951,11 +957,13 @@ int backend_proc_new(int kind, int ordinal, const struct gemmd_config *cfg, stru
         p->b.dtypes = r.dtypes;
         memcpy(p->shapes, r.shapes, sizeof(p->shapes));
         memcpy(p->wide, r.wide, sizeof(p->wide));
+        memcpy(p->narrow, r.narrow, sizeof(p->narrow));
         memcpy(p->kernels, r.kernels, sizeof(p->kernels));
         for (int k = 0; k < XKEYS; k++)
                 p->kernels[k][sizeof(p->kernels[k]) - 1] = 0;
         p->b.shape = shape;
         p->b.wide_shape = wide_shape;
+        p->b.narrow_shape = narrow_shape;
         p->b.kernel_name = kernel_name;
         p->b.launch = launch;
         p->b.slot_init = slot_init;

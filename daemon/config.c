@@ -48,6 +48,7 @@ void config_defaults(struct gemmd_config *cfg)
          * idle gap between them) and the stats report the sample. */
         cfg->timing_every = 16;
         cfg->wide_tiles = 1;
+        cfg->narrow_tiles = 1;
         cfg->rings = 1;
         /* 2048 tiles of 128 x 128 are some 15 waves of an H100: a larger
          * group fills the device no better, and under a backlog larger
@@ -150,6 +151,7 @@ enum {
         OPT_LOOPS,
         OPT_DEVPROC,
         OPT_WIDE,
+        OPT_NARROW,
         OPT_RINGS,
         OPT_RESIDENT,
         OPT_CLIENT_POLL,
@@ -208,6 +210,7 @@ static const struct option options[] = {
         {"loops", required_argument, NULL, OPT_LOOPS},
         {"device-process", required_argument, NULL, OPT_DEVPROC},
         {"wide-tiles", required_argument, NULL, OPT_WIDE},
+        {"narrow-tiles", required_argument, NULL, OPT_NARROW},
         {"rings", required_argument, NULL, OPT_RINGS},
         {"resident", required_argument, NULL, OPT_RESIDENT},
         {"client-poll-max", required_argument, NULL, OPT_CLIENT_POLL},
@@ -270,6 +273,9 @@ static void usage(FILE *f, const struct gemmd_config *d)
                 "                               fault its context cannot survive (default: no)\n"
                 "      --wide-tiles yes|no      let a group of large GEMMs take the GPU's wide tile (128x192 on\n"
                 "                               an sm_90 GPU) where the cost model predicts it faster (default: yes)\n"
+                "      --narrow-tiles yes|no    let a group of GEMMs too small to fill an otherwise idle GPU take\n"
+                "                               its narrow tile (128x64 on an sm_90 GPU) where those still fit\n"
+                "                               one wave (default: yes)\n"
                 "      --rings yes|no           let clients submit and take completions through rings in\n"
                 "                               shared memory beside the socket (default: yes)\n"
                 "      --resident yes|no        a GPU keeps its 16-bit GEMM kernel running between groups and\n"
@@ -708,6 +714,9 @@ static int parse_args(struct gemmd_config *cfg, int argc, char **argv)
                         break;
                 case OPT_WIDE:
                         bad = parse_yes_no(optarg, &cfg->wide_tiles) != 0;
+                        break;
+                case OPT_NARROW:
+                        bad = parse_yes_no(optarg, &cfg->narrow_tiles) != 0;
                         break;
                 case OPT_RINGS:
                         bad = parse_yes_no(optarg, &cfg->rings) != 0;

@@ -67,6 +67,9 @@ struct gemmd_config {
         /* A group may take a backend's wide tile (backend.h, wide_shape)
          * where the cost model predicts it faster (sched_prefer_wide). */
         int wide_tiles;
+        /* ... or its narrow tile, where a group's usual tiles would leave
+         * SMs idle and its narrow ones fit one wave (sched_prefer_narrow). */
+        int narrow_tiles;
         int rings;                    /* sessions may attach shared-memory rings (proto/ring.h) */
         /* A GPU keeps its 16-bit GEMM kernel resident between groups
          * (cuda_gemm_res_launch) instead of launching one per group. */

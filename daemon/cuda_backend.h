@@ -89,6 +89,7 @@ struct cuda_backend {
          * (they carry tensor maps); else on fused multiply-adds. */
         int f32_split;
         struct sched_shape wide[8]; /* by key; all zero: no wide tile */
+        struct sched_shape narrow[8]; /* by key; all zero: no narrow tile */
         /* Interprocess events recorded after each launch, with their IPC
          * handles, for clients that wait on the device (Launched). A client
          * that waits on a later recording of the same event only waits

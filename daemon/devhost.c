@@ -349,6 +349,8 @@ static int start(void)
                         r.shapes[k] = be->shape(be, k);
                         if (be->wide_shape)
                                 r.wide[k] = be->wide_shape(be, k);
+                        if (be->narrow_shape)
+                                r.narrow[k] = be->narrow_shape(be, k);
                         snprintf(r.kernels[k], sizeof(r.kernels[k]), "%s", be->kernel_name(be, k));
                 }
                 H.w.be = be;

@@ -159,6 +159,7 @@ struct xready {
         uint8_t has_ipc, has_alloc, has_collect, has_recover;
         struct sched_shape shapes[XKEYS];
         struct sched_shape wide[XKEYS]; /* all zero: none */
+        struct sched_shape narrow[XKEYS]; /* all zero: none */
         char kernels[XKEYS][48];
         uint32_t dtypes; /* struct backend's */
 };

@@ -459,6 +459,9 @@ static void render_devices(FILE *f, struct server *srv, double up_s)
         PER_DEVICE("gemmd_device_wide_groups_total", "counter",
                    "Groups run on the device's wide tile (--wide-tiles)", "%llu",
                    (unsigned long long)st[i].wide_groups);
+        PER_DEVICE("gemmd_device_narrow_groups_total", "counter",
+                   "Groups run on the device's narrow tile (--narrow-tiles)", "%llu",
+                   (unsigned long long)st[i].narrow_groups);
         PER_DEVICE("gemmd_device_split_groups_total", "counter",
                    "Groups run on a split plan (--mode split, or auto's choice)", "%llu",
                    (unsigned long long)st[i].split_groups);

@@ -569,7 +569,8 @@ static void finish_group(struct worker *w, struct group *g)
         w->st.run_us_hist[hist_bucket(run_us)]++;
         w->st.run_ns += g->t_done_ns - g->t_launch_ns;
         w->st.tiles += g->tiles;
-        w->st.wide_groups += g->cfg.shape.tn != w->be->shape(w->be, g->key).tn;
+        w->st.wide_groups += g->cfg.shape.tn > w->be->shape(w->be, g->key).tn;
+        w->st.narrow_groups += g->cfg.shape.tn < w->be->shape(w->be, g->key).tn;
         w->st.resident_groups += g->resident != 0;
         if (g->status == GEMMD_EDEVICE && w->be->recover)
                 w->recover_pending = 1;
@@ -591,31 +592,59 @@ static void finish_group(struct worker *w, struct group *g)
 }
 
 /*
- * Gives g the backend's wide tile when every op can take it and the cost
- * model predicts it faster (sched_prefer_wide: a wide tile loads a third
- * less per product, which pays on groups of many large tiles). Every op
- * must have the layout of the Hopper kernel's tensor maps with A and B
- * 16-byte aligned: operands already in device memory are checked here;
- * host operands are staged at 256-byte offsets. The kernels sum the same
- * chunks on either tile, so no result depends on the choice.
+ * Whether every op of g can run on a tile of the Hopper kernel's own (wide
+ * or narrow): GEMMs with the layout of its tensor maps, A and B 16-byte
+ * aligned. Operands already in device memory are checked here; host
+ * operands are staged at 256-byte offsets.
  */
-static void take_wide(struct worker *w, struct group *g)
+static int hopper_tiles_fit(const struct group *g)
 {
-        const struct sched_shape ws = w->be->wide_shape(w->be, g->key);
-
-        if (!ws.tn)
-                return;
         for (uint32_t i = 0; i < g->nops; i++) {
                 const struct op *o = g->ops[i];
 
                 if (o->kp.kind != SCHED_GEMM || !kproblem_tma_layout(&o->kp))
-                        return;
+                        return 0;
                 for (int j = 0; j < 2; j++)
                         if (o->buf[j]->kind == GBUF_CUDA && (gbuf_addr(o->buf[j]) + o->off[j]) % 16)
-                                return;
+                                return 0;
         }
-        if (sched_prefer_wide(sched_cost_get(), g->sp, g->nops, g->cfg.shape, ws, g->cfg.ctas))
+        return 1;
+}
+
+/*
+ * Gives g the backend's wide tile when the cost model predicts it faster
+ * (sched_prefer_wide: a wide tile loads a third less per product, which
+ * pays on groups of many large tiles), or its narrow tile when g's usual
+ * tiles would leave SMs idle and its narrow ones fit one wave
+ * (sched_prefer_narrow: a lone small GEMM on twice the SMs). Only a group
+ * with the device to itself takes the narrow tile: beside groups in
+ * flight, the SMs its usual tiles leave idle are theirs, as for the wide
+ * tile's threshold; and not with the resident kernel, which runs small
+ * groups on the usual tile without a launch. The kernels sum the same
+ * chunks on every tile, so no result depends on the choice.
+ * Returns g's tiles on the shape it takes (g->tiles counts usual ones).
+ */
+static uint64_t take_tile(struct worker *w, struct group *g)
+{
+        const struct sched_shape ws = w->cfg->wide_tiles && w->be->wide_shape ? w->be->wide_shape(w->be, g->key)
+                                                                               : (struct sched_shape){0, 0, 0};
+        const struct sched_shape ns = w->cfg->narrow_tiles && w->be->narrow_shape && g->alone && !w->cfg->resident
+                                              ? w->be->narrow_shape(w->be, g->key)
+                                              : (struct sched_shape){0, 0, 0};
+
+        uint64_t tiles = 0;
+
+        if ((!ws.tn && !ns.tn) || !hopper_tiles_fit(g))
+                return g->tiles;
+        if (ws.tn && sched_prefer_wide(sched_cost_get(), g->sp, g->nops, g->cfg.shape, ws, g->cfg.ctas))
                 g->cfg.shape = ws;
+        else if (ns.tn && sched_prefer_narrow(g->sp, g->nops, g->cfg.shape, ns, g->cfg.ctas))
+                g->cfg.shape = ns;
+        else
+                return g->tiles;
+        for (uint32_t i = 0; i < g->nops; i++)
+                tiles += sched_tile_count(&g->sp[i], g->cfg.shape);
+        return tiles;
 }
 
 /* Builds g's plan and launches it. Called with the lock released; sets
@@ -625,7 +654,7 @@ static void take_wide(struct worker *w, struct group *g)
  * (worker_launch_status: memory that ran out is not the device's). */
 static int launch_group(struct worker *w, struct group *g, uint64_t *launch_ns)
 {
-        uint64_t t0 = now_ns();
+        uint64_t t0 = now_ns(), tiles;
         int rc;
 
         *launch_ns = 0;
@@ -634,13 +663,12 @@ static int launch_group(struct worker *w, struct group *g, uint64_t *launch_ns)
         g->cfg.mode = w->cfg->mode;
         g->cfg.shape = w->be->shape(w->be, g->key);
         g->cfg.ctas = w->be->ctas;
-        if (w->cfg->wide_tiles && w->be->wide_shape)
-                take_wide(w, g);
+        tiles = take_tile(w, g);
         /* No more CTAs than tiles: the idle ones would only take SMs that
          * the next group, on another stream, can use. Split mode keeps them
          * all: it cuts K to give every CTA work. */
-        if (g->cfg.mode != SCHED_SPLIT && g->cfg.mode != SCHED_DEVICE && g->tiles < g->cfg.ctas)
-                g->cfg.ctas = g->tiles ? (uint32_t)g->tiles : 1;
+        if (g->cfg.mode != SCHED_SPLIT && g->cfg.mode != SCHED_DEVICE && tiles < g->cfg.ctas)
+                g->cfg.ctas = tiles ? (uint32_t)tiles : 1;
         rc = group_alloc_fault(g, ALLOC_PLAN) ? -ENOMEM
                                               : sched_plan_build(&g->plan, g->sp, g->nops, &g->cfg);
         pthread_mutex_lock(&w->lock);
@@ -884,6 +912,7 @@ static void *worker_main(void *arg)
 
                                 g->busy = 1;
                                 g->id = ++w->next_group_id;
+                                g->alone = w->inflight == 0;
                                 form_group(w, g, &refused);
                                 if (refused.head) {
                                         pthread_mutex_unlock(&w->lock);

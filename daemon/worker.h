@@ -71,6 +71,7 @@ struct group {
         int status;
         int busy;
         int b2b; /* launched while another group was in flight */
+        int alone; /* formed while no other group was in flight: the device is its own */
         /* Set by launch() when the backend times this group on the device
          * (backend.collect): only those go back to the worker thread. */
         int timed;
@@ -94,6 +95,7 @@ struct worker_stats {
         uint64_t device_ns;      /* device time of the timed groups (if the backend measures it) */
         uint64_t timed_groups;   /* groups whose device time was measured */
         uint64_t wide_groups;    /* groups on the backend's wide tile */
+        uint64_t narrow_groups;  /* groups on the backend's narrow tile */
         uint64_t split_groups;   /* groups on a split plan (--mode split, or auto's choice) */
         uint64_t resident_groups; /* groups its resident kernel took (--resident) */
         uint64_t ops_early; /* ops answered before their group ended (--early-completion) */

@@ -57,6 +57,14 @@ struct sched_shape cuda_gemm_shape(int dtype, int tf32);
  * are too (test_gpu_kernels checks it). */
 struct sched_shape cuda_gemm_shape_wide(int dtype, int tf32);
 
+/* The narrow tile of config (dtype, tf32): 128 x 64 on an sm_90a device
+ * for f16, bf16 and TF32, else all zero. Taken, under the same conditions
+ * as the wide tile, by a group whose usual tiles would leave SMs idle and
+ * whose narrow ones still fit one wave (sched_prefer_narrow): a lone small
+ * GEMM then spreads over twice the SMs, each loading a quarter less per
+ * k-step and storing half the C. The same sums, so the same bits. */
+struct sched_shape cuda_gemm_shape_narrow(int dtype, int tf32);
+
 /* A short name for the config ("bf16-mma", "f32-ffma", ...), static. */
 const char *cuda_gemm_kernel_name(int dtype, int tf32);
 

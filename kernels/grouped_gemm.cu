@@ -1236,6 +1236,18 @@ extern "C" struct sched_shape cuda_gemm_shape_wide(int dtype, int tf32)
         return s;
 }
 
+extern "C" struct sched_shape cuda_gemm_shape_narrow(int dtype, int tf32)
+{
+        struct sched_shape s = {0, 0, 0};
+#if GEMMD_WGMMA
+        if (dtype != GEMMD_F64 && (dtype != GEMMD_F32 || tf32) && device_sm90()) {
+                s = cuda_gemm_shape(dtype, tf32);
+                s.tn = NARROW_BN;
+        }
+#endif
+        return s;
+}
+
 extern "C" const char *cuda_gemm_kernel_name(int dtype, int tf32)
 {
         switch (dtype) {
@@ -1389,7 +1401,7 @@ extern "C" int cuda_gemm_tmaps_build(const struct gemmd_kproblem *probs, uint32_
         static_assert(sizeof(CUtensorMap) == 128, "a tensor map is 128 bytes");
         if ((!probs || !out) && n > 0)
                 return -EINVAL;
-        if (shape.tm != WCfg::BM || (shape.tn != 128 && shape.tn != WIDE_BN))
+        if (shape.tm != WCfg::BM || (shape.tn != 128 && shape.tn != WIDE_BN && shape.tn != NARROW_BN))
                 return -EINVAL;
         if (((uintptr_t)out & 63) != 0)
                 return -EINVAL;
@@ -1489,14 +1501,14 @@ static void ktrace_print(void)
  * the plan did not balance by themselves, and its tail costs more than
  * the Hopper kernel saves: measured from 2% to 89% of the products
  * (bench/results/odd-sizes.txt). Needs the host copy of the problems;
- * groups that must stay on the Hopper kernel (the wide tile, launch data
+ * groups that must stay on the Hopper kernel (its own tiles, launch data
  * carried, early completion) do.
  */
-static bool whole_on_sm80(const struct cuda_group *g, bool is_wide)
+static bool whole_on_sm80(const struct cuda_group *g, bool own_tile)
 {
         double slow = 0, all = 0;
         if ((g->dtype != GEMMD_F16 && g->dtype != GEMMD_BF16) || g->nfast >= g->nproblems || !g->problems_host ||
-            is_wide || g->inline_bytes || g->early_cnt)
+            own_tile || g->inline_bytes || g->early_cnt)
                 return false;
         for (uint32_t i = 0; i < g->nproblems; i++) {
                 const struct gemmd_kproblem &p = g->problems_host[i];
@@ -1509,6 +1521,24 @@ static bool whole_on_sm80(const struct cuda_group *g, bool is_wide)
 }
 #endif
 
+/* Which of the Hopper kernel's own tiles g's plan uses: WIDE_BN or
+ * NARROW_BN, 0 for the usual tile (which every kernel runs), -1 for a
+ * shape no kernel runs. */
+static int hopper_tile_bn(const struct cuda_group *g)
+{
+        const struct sched_shape want = cuda_gemm_shape(g->dtype, g->tf32);
+        const struct sched_shape have = g->cfg.shape;
+        const struct sched_shape alt[2] = {cuda_gemm_shape_wide(g->dtype, g->tf32),
+                                           cuda_gemm_shape_narrow(g->dtype, g->tf32)};
+
+        if (have.tm == want.tm && have.tn == want.tn && have.tk == want.tk)
+                return 0;
+        for (int i = 0; i < 2; i++)
+                if (alt[i].tn && have.tm == alt[i].tm && have.tn == alt[i].tn && have.tk == alt[i].tk)
+                        return (int)alt[i].tn;
+        return -1;
+}
+
 extern "C" int cuda_gemm_launch(const struct cuda_group *g, void *stream)
 {
         if (!g || g->dtype < GEMMD_F32 || g->dtype > GEMMD_F64)
@@ -1520,14 +1550,12 @@ extern "C" int cuda_gemm_launch(const struct cuda_group *g, void *stream)
         if (!kt_once.exchange(1))
                 atexit(ktrace_print);
 #endif
-        const struct sched_shape want = cuda_gemm_shape(g->dtype, g->tf32);
-        const struct sched_shape wide = cuda_gemm_shape_wide(g->dtype, g->tf32);
-        const struct sched_shape have = g->cfg.shape;
-        const bool is_wide = wide.tn && have.tm == wide.tm && have.tn == wide.tn && have.tk == wide.tk;
-        if ((!is_wide && (have.tm != want.tm || have.tn != want.tn || have.tk != want.tk)) || !g->problems)
+        const int bn = hopper_tile_bn(g);
+        if (bn < 0 || !g->problems)
                 return -EINVAL;
-        /* The wide tile has only the Hopper kernel: every problem on it. */
-        if (is_wide && (!g->tmaps || g->nfast != g->nproblems || g->nfast_syr2k))
+        /* The wide and narrow tiles are the Hopper kernel's alone: every problem on it. */
+        const bool own_tile = bn != 0;
+        if (own_tile && (!g->tmaps || g->nfast != g->nproblems || g->nfast_syr2k))
                 return -EINVAL;
 
         if (g->inline_bytes > CUDA_GEMM_INLINE_MAX ||
@@ -1573,7 +1601,7 @@ extern "C" int cuda_gemm_launch(const struct cuda_group *g, void *stream)
 #if GEMMD_WGMMA
         /* wgmma has no f64: those groups never take the Hopper kernel. */
         fast = g->dtype != GEMMD_F64 && g->tmaps && g->nfast > 0 && ((uintptr_t)g->tmaps & 63) == 0 &&
-               device_sm90() && !whole_on_sm80(g, is_wide);
+               device_sm90() && !whole_on_sm80(g, own_tile);
 #endif
         /* Launch data carried with the launch: the Hopper kernel only (the
          * sm_80 kernels read device memory). */
@@ -1597,15 +1625,15 @@ extern "C" int cuda_gemm_launch(const struct cuda_group *g, void *stream)
                 }
                 const bool syrk = g->nfast_syr2k > 0;
                 args.tmaps = tm;
-                int rc = g->dtype == GEMMD_F16    ? launch_wgmma<__half>(args, grid, st, syrk, false, is_wide)
-                         : g->dtype == GEMMD_BF16 ? launch_wgmma<__nv_bfloat16>(args, grid, st, syrk, false, is_wide)
-                                                  : launch_wgmma<float>(args, grid, st, syrk, !g->tf32, is_wide);
+                int rc = g->dtype == GEMMD_F16    ? launch_wgmma<__half>(args, grid, st, syrk, false, bn)
+                         : g->dtype == GEMMD_BF16 ? launch_wgmma<__nv_bfloat16>(args, grid, st, syrk, false, bn)
+                                                  : launch_wgmma<float>(args, grid, st, syrk, !g->tf32, bn);
                 if (rc || g->nfast == g->nproblems)
                         return rc;
                 kp.want_fast = 0; /* the rest of the group on the sm_80 kernel */
         }
 #endif
-        if (is_wide)
+        if (own_tile)
                 return -EINVAL; /* no sm_90a device, or a build without its kernel */
         if (g->dtype == GEMMD_F64)
                 return launch_f64(g, kp, grid, st);

@@ -95,9 +95,11 @@ template <int BN_> struct WCfgT {
         static constexpr int TMAP_BYTES = 384; /* A's map, B's, C's (f32 GEMMs with beta 0) */
         static_assert(BN % 16 == 0 && BN <= 256, "a wgmma's N");
 };
-/* The usual tile; WIDE_BN the wide one (cuda_gemm_shape_wide). */
+/* The usual tile; WIDE_BN the wide one (cuda_gemm_shape_wide), NARROW_BN
+ * the narrow one (cuda_gemm_shape_narrow). */
 using WCfg = WCfgT<128>;
 constexpr int WIDE_BN = 192;
+constexpr int NARROW_BN = 64;
 
 /*
  * Shared memory of one kernel, from a 1024-byte aligned base: the stage
@@ -113,8 +115,9 @@ constexpr int WIDE_BN = 192;
 template <bool X3, int BN = 128, bool F32C = false> struct WLay {
         using W = WCfgT<BN>;
         static constexpr int F32C_BYTES = 64 * BN * 4; /* per consumer warpgroup */
-        /* As many stages as fit: 5 of 32 KiB, 4 of 40 KiB (wide), X3 3. */
-        static constexpr int STAGES = X3 ? 3 : BN > 128 ? 4 : 5;
+        /* As many stages as fit: 5 of 32 KiB, 4 of 40 KiB (wide), 8 of 24
+         * KiB (narrow: a lone tile keeps more of its K in flight), X3 3. */
+        static constexpr int STAGES = X3 ? 3 : BN > 128 ? 4 : BN < 128 ? 8 : 5;
         static constexpr int SMALL_OFF = STAGES * W::STAGE_BYTES;
         static constexpr int EPI_OFF = SMALL_OFF + (X3 ? STAGES * W::STAGE_BYTES : 0);
         static constexpr int BAR_OFF = EPI_OFF + (X3 ? 0 : 2 * (F32C ? F32C_BYTES : W::EPI_BYTES));
@@ -510,6 +513,33 @@ __device__ __forceinline__ void wgmma_192_tf32(float *d, uint64_t da, uint64_t d
                      : "l"(da), "l"(db), "r"(scale_d));
 }
 
+__device__ __forceinline__ void wgmma_64_bf16(float *d, uint64_t da, uint64_t db, uint32_t scale_d)
+{
+        asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+                     "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 "
+                     "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, %32, %33, p, 1, 1, 0, 0;\n}\n"
+                     : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+                     : "l"(da), "l"(db), "r"(scale_d));
+}
+
+__device__ __forceinline__ void wgmma_64_f16(float *d, uint64_t da, uint64_t db, uint32_t scale_d)
+{
+        asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+                     "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 "
+                     "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, %32, %33, p, 1, 1, 0, 0;\n}\n"
+                     : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+                     : "l"(da), "l"(db), "r"(scale_d));
+}
+
+__device__ __forceinline__ void wgmma_64_tf32(float *d, uint64_t da, uint64_t db, uint32_t scale_d)
+{
+        asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+                     "wgmma.mma_async.sync.aligned.m64n64k8.f32.tf32.tf32 "
+                     "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, %32, %33, p, 1, 1;\n}\n"
+                     : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+                     : "l"(da), "l"(db), "r"(scale_d));
+}
+
 template <typename T> __device__ __forceinline__ void wgmma_128(float *d, uint64_t da, uint64_t db, uint32_t scale_d);
 template <> __device__ __forceinline__ void wgmma_128<__nv_bfloat16>(float *d, uint64_t da, uint64_t db, uint32_t s)
 {
@@ -575,23 +605,58 @@ __device__ __forceinline__ void wgmma_192_tf32_z(float *d, uint64_t da, uint64_t
                      : "l"(da), "l"(db));
 }
 
-/* m64nBNk(32 bytes) with scale-d 0: d = A B, write only. */
-template <typename T, int BN> __device__ __forceinline__ void wgmma_n_z(float *d, uint64_t da, uint64_t db)
+__device__ __forceinline__ void wgmma_64_bf16_z(float *d, uint64_t da, uint64_t db)
 {
-        static_assert(BN == 128 || BN == 192, "no wgmma wrapper for this N");
-        if constexpr (std::is_same<T, __nv_bfloat16>::value)
-                BN == 128 ? wgmma_128_bf16_z(d, da, db) : wgmma_192_bf16_z(d, da, db);
-        else if constexpr (std::is_same<T, __half>::value)
-                BN == 128 ? wgmma_128_f16_z(d, da, db) : wgmma_192_f16_z(d, da, db);
-        else
-                BN == 128 ? wgmma_128_tf32_z(d, da, db) : wgmma_192_tf32_z(d, da, db);
+        asm volatile("wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 "
+                     "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, %32, %33, 0, 1, 1, 0, 0;\n"
+                     : "=f"(d[0]), "=f"(d[1]), "=f"(d[2]), "=f"(d[3]), "=f"(d[4]), "=f"(d[5]), "=f"(d[6]), "=f"(d[7]), "=f"(d[8]), "=f"(d[9]), "=f"(d[10]), "=f"(d[11]), "=f"(d[12]), "=f"(d[13]), "=f"(d[14]), "=f"(d[15]), "=f"(d[16]), "=f"(d[17]), "=f"(d[18]), "=f"(d[19]), "=f"(d[20]), "=f"(d[21]), "=f"(d[22]), "=f"(d[23]), "=f"(d[24]), "=f"(d[25]), "=f"(d[26]), "=f"(d[27]), "=f"(d[28]), "=f"(d[29]), "=f"(d[30]), "=f"(d[31])
+                     : "l"(da), "l"(db));
 }
 
-/* m64nBNk(32 bytes): BN 128 or WIDE_BN. */
+__device__ __forceinline__ void wgmma_64_f16_z(float *d, uint64_t da, uint64_t db)
+{
+        asm volatile("wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 "
+                     "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, %32, %33, 0, 1, 1, 0, 0;\n"
+                     : "=f"(d[0]), "=f"(d[1]), "=f"(d[2]), "=f"(d[3]), "=f"(d[4]), "=f"(d[5]), "=f"(d[6]), "=f"(d[7]), "=f"(d[8]), "=f"(d[9]), "=f"(d[10]), "=f"(d[11]), "=f"(d[12]), "=f"(d[13]), "=f"(d[14]), "=f"(d[15]), "=f"(d[16]), "=f"(d[17]), "=f"(d[18]), "=f"(d[19]), "=f"(d[20]), "=f"(d[21]), "=f"(d[22]), "=f"(d[23]), "=f"(d[24]), "=f"(d[25]), "=f"(d[26]), "=f"(d[27]), "=f"(d[28]), "=f"(d[29]), "=f"(d[30]), "=f"(d[31])
+                     : "l"(da), "l"(db));
+}
+
+__device__ __forceinline__ void wgmma_64_tf32_z(float *d, uint64_t da, uint64_t db)
+{
+        asm volatile("wgmma.mma_async.sync.aligned.m64n64k8.f32.tf32.tf32 "
+                     "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, %32, %33, 0, 1, 1;\n"
+                     : "=f"(d[0]), "=f"(d[1]), "=f"(d[2]), "=f"(d[3]), "=f"(d[4]), "=f"(d[5]), "=f"(d[6]), "=f"(d[7]), "=f"(d[8]), "=f"(d[9]), "=f"(d[10]), "=f"(d[11]), "=f"(d[12]), "=f"(d[13]), "=f"(d[14]), "=f"(d[15]), "=f"(d[16]), "=f"(d[17]), "=f"(d[18]), "=f"(d[19]), "=f"(d[20]), "=f"(d[21]), "=f"(d[22]), "=f"(d[23]), "=f"(d[24]), "=f"(d[25]), "=f"(d[26]), "=f"(d[27]), "=f"(d[28]), "=f"(d[29]), "=f"(d[30]), "=f"(d[31])
+                     : "l"(da), "l"(db));
+}
+
+/* m64nBNk(32 bytes) with scale-d 0: d = A B, write only. BN: NARROW_BN,
+ * 128 or WIDE_BN. */
+template <typename T, int BN> __device__ __forceinline__ void wgmma_n_z(float *d, uint64_t da, uint64_t db)
+{
+        static_assert(BN == 64 || BN == 128 || BN == 192, "no wgmma wrapper for this N");
+        if constexpr (std::is_same<T, __nv_bfloat16>::value)
+                BN == 64 ? wgmma_64_bf16_z(d, da, db)
+                         : BN == 128 ? wgmma_128_bf16_z(d, da, db) : wgmma_192_bf16_z(d, da, db);
+        else if constexpr (std::is_same<T, __half>::value)
+                BN == 64 ? wgmma_64_f16_z(d, da, db)
+                         : BN == 128 ? wgmma_128_f16_z(d, da, db) : wgmma_192_f16_z(d, da, db);
+        else
+                BN == 64 ? wgmma_64_tf32_z(d, da, db)
+                         : BN == 128 ? wgmma_128_tf32_z(d, da, db) : wgmma_192_tf32_z(d, da, db);
+}
+
+/* m64nBNk(32 bytes): BN NARROW_BN, 128 or WIDE_BN. */
 template <typename T, int BN> __device__ __forceinline__ void wgmma_n(float *d, uint64_t da, uint64_t db, uint32_t s)
 {
         if constexpr (BN == 128) {
                 wgmma_128<T>(d, da, db, s);
+        } else if constexpr (BN == 64) {
+                if constexpr (std::is_same<T, __nv_bfloat16>::value)
+                        wgmma_64_bf16(d, da, db, s);
+                else if constexpr (std::is_same<T, __half>::value)
+                        wgmma_64_f16(d, da, db, s);
+                else
+                        wgmma_64_tf32(d, da, db, s);
         } else {
                 static_assert(BN == 192, "no wgmma wrapper for this N");
                 if constexpr (std::is_same<T, __nv_bfloat16>::value)
@@ -1575,13 +1640,17 @@ int launch_wgmma(const KArgs &args, uint32_t grid, cudaStream_t st)
         return err == cudaSuccess ? 0 : -EIO;
 }
 
-/* x3: f32 split in two TF32 parts (exact f32 problems; T = float); wide:
- * the 128 x WIDE_BN tile (GEMM only, not x3). */
+/* x3: f32 split in two TF32 parts (exact f32 problems; T = float); bn:
+ * 0 for the usual tile, else the Hopper kernel's own 128 x WIDE_BN or
+ * 128 x NARROW_BN tile (GEMM only, not x3). */
 template <typename T>
-int launch_wgmma(const KArgs &args, uint32_t grid, cudaStream_t st, bool syrk, bool x3, bool wide)
+int launch_wgmma(const KArgs &args, uint32_t grid, cudaStream_t st, bool syrk, bool x3, int bn)
 {
-        if (wide)
-                return syrk || x3 ? -EINVAL : launch_wgmma<T, false, false, WIDE_BN>(args, grid, st);
+        if (bn)
+                return syrk || x3                ? -EINVAL
+                       : bn == WIDE_BN   ? launch_wgmma<T, false, false, WIDE_BN>(args, grid, st)
+                       : bn == NARROW_BN ? launch_wgmma<T, false, false, NARROW_BN>(args, grid, st)
+                                         : -EINVAL;
         if constexpr (sizeof(T) == 4) {
                 if (x3)
                         return syrk ? launch_wgmma<T, true, true>(args, grid, st)

@@ -233,3 +233,17 @@ int sched_prefer_wide(const struct sched_cost *c, const struct sched_problem *pr
                 return 0;
         return wave_cost(c, probs, n, wide, ctas, c->wide, NULL) < cost;
 }
+
+int sched_prefer_narrow(const struct sched_problem *probs, uint32_t n, struct sched_shape usual,
+                        struct sched_shape narrow, uint32_t ctas)
+{
+        double usual_tiles = 0, narrow_tiles = 0;
+
+        if (n == 0 || ctas == 0 || narrow.tn == 0)
+                return 0;
+        for (uint32_t i = 0; i < n; i++) {
+                usual_tiles += (double)sched_tile_count(&probs[i], usual);
+                narrow_tiles += (double)sched_tile_count(&probs[i], narrow);
+        }
+        return narrow_tiles <= ctas && narrow_tiles > usual_tiles;
+}

@@ -121,6 +121,18 @@ double sched_cost_reduce(const struct sched_cost *c, const struct sched_problem 
 int sched_prefer_wide(const struct sched_cost *c, const struct sched_problem *probs, uint32_t n,
                       struct sched_shape usual, struct sched_shape wide, uint32_t ctas);
 
+/*
+ * Whether a group of n problems should take a backend's narrow tile
+ * (same tm and tk as usual, a smaller tn) instead of its usual one: only
+ * when the narrow tiles still fit one wave of ctas CTAs and are more than
+ * the usual ones. Such a group's time is one tile's, and a narrow tile
+ * loads less per k-step and stores less C, on more SMs; a group of more
+ * waves gains nothing from more, smaller tiles. Returns 1 (narrow) or 0
+ * (usual; also for n == 0, ctas == 0 or a narrow shape of all zero).
+ */
+int sched_prefer_narrow(const struct sched_problem *probs, uint32_t n, struct sched_shape usual,
+                        struct sched_shape narrow, uint32_t ctas);
+
 /* sched_plan_build with an explicit cost model instead of sched_cost_get().
  * Same contract; -EINVAL also for a model failing sched_cost_validate.
  *

@@ -694,6 +694,90 @@ Test(gpu_e2e, wide_tile_same_bits_as_the_usual_one)
 }
 
 /*
+ * The narrow tile, end to end: one synchronous call at a time, as a
+ * library is most often called. Each GEMM below is a group of its own
+ * whose 128 x 128 tiles leave SMs idle and whose 128 x 64 ones fit one
+ * wave, so the daemon runs it on the narrow tile; each result must match
+ * a long double reference (C poisoned first), and a daemon with
+ * --narrow-tiles no must give the same bits and count no narrow group.
+ * Sizes off the tile (edges in m and n), k off the chunk, beta 0 and not,
+ * f16 and bf16.
+ */
+#define NARROW_OPS 6
+
+static void narrow_run(const char *narrow, void *out[NARROW_OPS], uint64_t bytes[NARROW_OPS],
+                       long long *narrow_groups)
+{
+        static const struct e2e_spec specs[NARROW_OPS] = {
+                {.kind = GEMMD_GEMM, .dtype = GEMMD_BF16, .ta = GEMMD_OP_T, .tb = GEMMD_OP_N, .m = 544, .n = 544,
+                 .k = 544, .alpha = 1.0, .beta = 0.0},
+                {.kind = GEMMD_GEMM, .dtype = GEMMD_F16, .ta = GEMMD_OP_T, .tb = GEMMD_OP_N, .m = 1000, .n = 1000,
+                 .k = 1104, .alpha = 0.5, .beta = 0.25},
+                {.kind = GEMMD_GEMM, .dtype = GEMMD_BF16, .ta = GEMMD_OP_T, .tb = GEMMD_OP_N, .m = 130, .n = 70,
+                 .k = 64, .alpha = -1.0, .beta = 1.0},
+                {.kind = GEMMD_GEMM, .dtype = GEMMD_F16, .ta = GEMMD_OP_T, .tb = GEMMD_OP_N, .m = 64, .n = 1000,
+                 .k = 520, .alpha = 1.0, .beta = 0.0, .pad = 8},
+                {.kind = GEMMD_GEMM, .dtype = GEMMD_BF16, .ta = GEMMD_OP_T, .tb = GEMMD_OP_N, .m = 777, .n = 333,
+                 .k = 4000, .alpha = 2.0, .beta = -0.5},
+                {.kind = GEMMD_GEMM, .dtype = GEMMD_F16, .ta = GEMMD_OP_T, .tb = GEMMD_OP_N, .m = 1024, .n = 1024,
+                 .k = 1024, .alpha = 1.0, .beta = 0.0},
+        };
+        struct e2e_daemon d;
+        gemmd_client *c;
+        struct e2e_arena ar;
+        uint64_t seed = 11;
+        char *json = NULL;
+
+        cr_assert_eq(e2e_daemon_start(&d, "--backend", "cuda", "--narrow-tiles", narrow, NULL), 0);
+        c = e2e_connect(&d);
+        cr_assert_not_null(c);
+        cr_assert_eq(e2e_arena_init(&ar, c, 64u << 20), 0);
+        for (int i = 0; i < NARROW_OPS; i++) {
+                struct e2e_prob p;
+                struct gemmd_result res;
+                gemmd_ticket t;
+                double err;
+                char why[200];
+
+                cr_assert_eq(e2e_prob_place(&p, &specs[i], &ar, &seed), 0);
+                cr_assert_eq(gemmd_submit(c, &p.op, 1, GEMMD_PRIO_NORMAL, &t), 0);
+                cr_assert_eq(gemmd_wait(c, t, 60000, &res, 1), 0);
+                cr_assert_eq(res.status, 0, "op %d: %s", i, gemmd_strerror(res.status));
+                cr_assert_eq(e2e_prob_check(&p, &err, why, sizeof(why)), 0, "op %d (narrow %s): %s", i, narrow,
+                             why);
+                out[i] = malloc(p.cbytes);
+                cr_assert_not_null(out[i]);
+                memcpy(out[i], p.c, p.cbytes);
+                bytes[i] = p.cbytes;
+                free(p.c0);
+        }
+        cr_assert_eq(gemmd_stats(c, 1, &json), 0);
+        *narrow_groups = device_number(json, "narrow_groups");
+        free(json);
+        gemmd_disconnect(c);
+        cr_assert_eq(e2e_daemon_stop(&d), 0);
+}
+
+Test(gpu_e2e, narrow_tile_for_lone_calls_same_bits_as_the_usual_one)
+{
+        void *nw[NARROW_OPS], *us[NARROW_OPS];
+        uint64_t nwb[NARROW_OPS], usb[NARROW_OPS];
+        long long nn = -1, nu = -1;
+
+        SKIP_WITHOUT_GPU();
+        narrow_run("yes", nw, nwb, &nn);
+        narrow_run("no", us, usb, &nu);
+        cr_expect_eq(nn, NARROW_OPS, "every lone GEMM should take the narrow tile");
+        cr_expect_eq(nu, 0, "--narrow-tiles no still took it");
+        for (int i = 0; i < NARROW_OPS; i++) {
+                cr_assert_eq(nwb[i], usb[i]);
+                cr_assert_eq(memcmp(nw[i], us[i], nwb[i]), 0, "op %d: bits differ between the tiles", i);
+                free(nw[i]);
+                free(us[i]);
+        }
+}
+
+/*
  * The resident kernel (--resident yes) against a launch per group. One
  * client process keeps its operands in one device allocation (CUDA IPC)
  * and submits rounds of problems, several in flight: mostly 16-bit GEMMs

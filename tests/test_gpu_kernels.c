@@ -12,8 +12,9 @@
  * one pass, never split), and every element
  * of C's storage that the op must not write (padding rows, the other
  * triangle of a SYR2K) must keep its bits. Groups whose every problem
- * takes the wide tile (cuda_gemm_shape_wide: GEMMs only, K-major) run every
- * mode again on it, and must match the first run bit for bit too. f64
+ * takes the wide and narrow tiles (cuda_gemm_shape_wide, _narrow: GEMMs
+ * only, K-major) run every mode again on each, and must match the first
+ * run bit for bit too. f64
  * groups take full 53-bit random inputs, are checked against a long double
  * reference, and are run again cut into two groups of their own, which
  * must give the same bits (a problem's result never depends on its group).
@@ -264,7 +265,7 @@ static const char *pdesc(const struct gemmd_kproblem *p, char *buf, size_t n)
 
 static int failures;
 static int inline_runs; /* launches whose data went as a kernel parameter */
-static int wide_groups; /* groups that also ran on the wide tile */
+static int tile_groups[3]; /* groups that also ran on the wide [1] and narrow [2] tiles */
 
 /* Encodes the problems' tensor maps for tile `shape` into new host memory
  * *host and copies them to new device memory *dev; returns what
@@ -449,17 +450,22 @@ static void run_group(const char *name, int dtype, int tf32, struct tprob *tp, u
                 nfast = nfast < 0 ? 0 : nfast;
         }
         printf("  %-22s %d of %u problems qualify for the fast path\n", name, nfast, np);
-        /* The wide tile, where the whole group takes it: every mode again
-         * with it, each run bit for bit the first (usual tile) run. */
-        void *tmw = NULL, *htmw = NULL;
-        const struct sched_shape wide = cuda_gemm_shape_wide(dtype, tf32);
-        if (wide.tn) {
-                if (build_maps(kp, np, wide, &htmw, &tmw) == (int)np) {
-                        wide_groups++;
+        /* The wide and narrow tiles, where the whole group takes them:
+         * every mode again on each, each run bit for bit the first (usual
+         * tile) run. Variant 0 is the usual tile. */
+        static const char *const vname[3] = {"", " (wide)", " (narrow)"};
+        struct sched_shape vshape[3] = {cuda_gemm_shape(dtype, tf32), cuda_gemm_shape_wide(dtype, tf32),
+                                        cuda_gemm_shape_narrow(dtype, tf32)};
+        void *vtm[3] = {tm, NULL, NULL}, *vhtm[3] = {htm, NULL, NULL};
+        for (int v = 1; v < 3; v++) {
+                if (!vshape[v].tn)
+                        continue;
+                if (build_maps(kp, np, vshape[v], &vhtm[v], &vtm[v]) == (int)np) {
+                        tile_groups[v]++;
                 } else {
-                        cudaFree(tmw);
-                        free(htmw);
-                        tmw = htmw = NULL;
+                        cudaFree(vtm[v]);
+                        free(vhtm[v]);
+                        vtm[v] = vhtm[v] = NULL;
                 }
         }
 
@@ -472,12 +478,14 @@ static void run_group(const char *name, int dtype, int tf32, struct tprob *tp, u
         sched_plan_init(&plan);
         int have_first = 0;
         const uint32_t ctas_list[2] = {(uint32_t)nsm, 5};
-        for (int mi = 0; mi < SCHED_NMODES * (tmw ? 2 : 1); mi++) {
-                const int mode = mi % SCHED_NMODES, is_w = mi >= SCHED_NMODES;
-                void *ctm = is_w ? tmw : tm, *chtm = is_w ? htmw : htm;
+        for (int mi = 0; mi < SCHED_NMODES * 3; mi++) {
+                const int mode = mi % SCHED_NMODES, var = mi / SCHED_NMODES;
+                void *ctm = vtm[var], *chtm = vhtm[var];
+                if (var > 0 && !ctm)
+                        continue;
                 for (int ci = 0; ci < 2; ci++) {
                         struct sched_config cfg = {.mode = (enum sched_mode)mode,
-                                                   .shape = is_w ? wide : cuda_gemm_shape(dtype, tf32),
+                                                   .shape = vshape[var],
                                                    .ctas = ctas_list[ci]};
                         int rc = sched_plan_build(&plan, sp, np, &cfg);
                         if (rc) {
@@ -577,7 +585,7 @@ static void run_group(const char *name, int dtype, int tf32, struct tprob *tp, u
                                                 i++;
                                         printf("FAIL %s %s%s ctas=%u rep %d: bits differ from the first run "
                                                "(element %zu, %g vs %g, nsplit=%u)\n",
-                                               name, sched_mode_name(cfg.mode), is_w ? " (wide)" : "", cfg.ctas, rep, i,
+                                               name, sched_mode_name(cfg.mode), vname[var], cfg.ctas, rep, i,
                                                getv(out, dtype, i), getv(first, dtype, i), plan.nsplit);
                                         failures++;
                                         break;
@@ -614,8 +622,10 @@ static void run_group(const char *name, int dtype, int tf32, struct tprob *tp, u
                 check_regrouped(name, kp, np, d, c0, first, out, total * es);
         cudaFree(tm);
         free(htm);
-        cudaFree(tmw);
-        free(htmw);
+        for (int v = 1; v < 3; v++) {
+                cudaFree(vtm[v]);
+                free(vhtm[v]);
+        }
         CK(cudaFree(d));
         if (dab_alloc)
                 CK(cudaFree(dab_alloc));
@@ -710,9 +720,9 @@ int main(int argc, char **argv)
                 }
         }
         printf("launches with their data as a kernel parameter: %d\n", inline_runs);
-        printf("groups also run on the wide tile: %d\n", wide_groups);
-        if (cuda_gemm_fast_available() && wide_groups == 0 && !only) {
-                printf("FAIL: no group ran on the wide tile\n");
+        printf("groups also run on the wide tile: %d, on the narrow tile: %d\n", tile_groups[1], tile_groups[2]);
+        if (cuda_gemm_fast_available() && (tile_groups[1] == 0 || tile_groups[2] == 0) && !only) {
+                printf("FAIL: no group ran on the wide or on the narrow tile\n");
                 failures++;
         }
         if (cuda_gemm_fast_available() && inline_runs == 0 && !only) {

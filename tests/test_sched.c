@@ -501,6 +501,34 @@ Test(cost, prefer_wide)
         }
 }
 
+/* The narrow tile (128 x 64) only where a group's usual tiles leave SMs
+ * idle and its narrow tiles still fit one wave: a lone 544^3 GEMM (25
+ * usual tiles, 45 narrow), one 1024^3 (64, 128), but not three of them
+ * (384 narrow tiles: three waves), nor a problem whose n fits in 64 (no
+ * more tiles on the narrow shape). */
+Test(cost, prefer_narrow)
+{
+        const struct sched_shape u = {128, 128, 64}, nw = {128, 64, 64}, none = {0, 0, 0};
+        struct sched_problem p[4];
+
+        p[0] = gemm(544, 544, 544, GEMMD_BF16);
+        cr_assert_eq(sched_prefer_narrow(p, 1, u, nw, 132), 1, "a lone 544^3 GEMM");
+        cr_assert_eq(sched_prefer_narrow(p, 1, u, none, 132), 0, "no narrow tile");
+        cr_assert_eq(sched_prefer_narrow(p, 0, u, nw, 132), 0, "an empty group");
+        cr_assert_eq(sched_prefer_narrow(p, 1, u, nw, 0), 0, "no CTAs");
+        cr_assert_eq(sched_prefer_narrow(p, 1, u, nw, 44), 0, "45 narrow tiles on 44 CTAs: two waves");
+        cr_assert_eq(sched_prefer_narrow(p, 1, u, nw, 45), 1, "45 narrow tiles on 45 CTAs");
+        p[0] = gemm(1024, 1024, 1024, GEMMD_BF16);
+        cr_assert_eq(sched_prefer_narrow(p, 1, u, nw, 132), 1, "a lone 1024^3 GEMM: 128 narrow tiles");
+        p[1] = p[2] = p[0];
+        cr_assert_eq(sched_prefer_narrow(p, 3, u, nw, 132), 0, "three: 384 narrow tiles");
+        p[0] = gemm(4096, 64, 4096, GEMMD_BF16);
+        cr_assert_eq(sched_prefer_narrow(p, 1, u, nw, 132), 0, "n = 64: as many tiles either way");
+        p[0] = gemm(300, 100, 2000, GEMMD_F16);
+        p[1] = gemm(70, 700, 64, GEMMD_F16);
+        cr_assert_eq(sched_prefer_narrow(p, 2, u, nw, 132), 1, "3 x 2 + 1 x 11 narrow tiles");
+}
+
 /* ---- plans ------------------------------------------------------------ */
 
 static double entry_cost(const struct sched_cost *cm, const struct sched_problem *probs,
