@@ -698,8 +698,9 @@ Test(gpu_e2e, wide_tile_same_bits_as_the_usual_one)
  * library is most often called. Each GEMM below is a group of its own
  * whose 128 x 128 tiles leave SMs idle and whose 128 x 64 ones fit one
  * wave, so the daemon runs it on the narrow tile; each result must match
- * a long double reference (C poisoned first), and a daemon with
- * --narrow-tiles no must give the same bits and count no narrow group.
+ * a long double reference (C poisoned first, untouched elements checked),
+ * and a daemon with --narrow-tiles no must give the same bits and count
+ * no narrow group.
  * Sizes off the tile (edges in m and n), k off the chunk, beta 0 and not,
  * f16 and bf16.
  */
@@ -711,16 +712,16 @@ static void narrow_run(const char *narrow, void *out[NARROW_OPS], uint64_t bytes
         static const struct e2e_spec specs[NARROW_OPS] = {
                 {.kind = GEMMD_GEMM, .dtype = GEMMD_BF16, .ta = GEMMD_OP_T, .tb = GEMMD_OP_N, .m = 544, .n = 544,
                  .k = 544, .alpha = 1.0, .beta = 0.0},
-                {.kind = GEMMD_GEMM, .dtype = GEMMD_F16, .ta = GEMMD_OP_T, .tb = GEMMD_OP_N, .m = 1000, .n = 1000,
+                {.kind = GEMMD_GEMM, .dtype = GEMMD_F16, .ta = GEMMD_OP_T, .tb = GEMMD_OP_N, .m = 600, .n = 520,
                  .k = 1104, .alpha = 0.5, .beta = 0.25},
                 {.kind = GEMMD_GEMM, .dtype = GEMMD_BF16, .ta = GEMMD_OP_T, .tb = GEMMD_OP_N, .m = 130, .n = 70,
                  .k = 64, .alpha = -1.0, .beta = 1.0},
                 {.kind = GEMMD_GEMM, .dtype = GEMMD_F16, .ta = GEMMD_OP_T, .tb = GEMMD_OP_N, .m = 64, .n = 1000,
                  .k = 520, .alpha = 1.0, .beta = 0.0, .pad = 8},
                 {.kind = GEMMD_GEMM, .dtype = GEMMD_BF16, .ta = GEMMD_OP_T, .tb = GEMMD_OP_N, .m = 777, .n = 333,
-                 .k = 4000, .alpha = 2.0, .beta = -0.5},
+                 .k = 600, .alpha = 2.0, .beta = -0.5},
                 {.kind = GEMMD_GEMM, .dtype = GEMMD_F16, .ta = GEMMD_OP_T, .tb = GEMMD_OP_N, .m = 1024, .n = 1024,
-                 .k = 1024, .alpha = 1.0, .beta = 0.0},
+                 .k = 128, .alpha = 1.0, .beta = 0.0},
         };
         struct e2e_daemon d;
         gemmd_client *c;
@@ -743,8 +744,9 @@ static void narrow_run(const char *narrow, void *out[NARROW_OPS], uint64_t bytes
                 cr_assert_eq(gemmd_submit(c, &p.op, 1, GEMMD_PRIO_NORMAL, &t), 0);
                 cr_assert_eq(gemmd_wait(c, t, 60000, &res, 1), 0);
                 cr_assert_eq(res.status, 0, "op %d: %s", i, gemmd_strerror(res.status));
-                cr_assert_eq(e2e_prob_check(&p, &err, why, sizeof(why)), 0, "op %d (narrow %s): %s", i, narrow,
-                             why);
+                /* The reference once; the other daemon's bits must equal these. */
+                if (!strcmp(narrow, "yes"))
+                        cr_assert_eq(e2e_prob_check(&p, &err, why, sizeof(why)), 0, "op %d: %s", i, why);
                 out[i] = malloc(p.cbytes);
                 cr_assert_not_null(out[i]);
                 memcpy(out[i], p.c, p.cbytes);
