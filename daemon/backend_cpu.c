@@ -45,10 +45,22 @@ struct cpu_backend {
 };
 
 static const struct sched_shape cpu_shape = {64, 64, 64};
+/* With --cpu-alt-tiles: the same tm and tk, as a GPU's wide and narrow tiles. */
+static const struct sched_shape cpu_wide = {64, 96, 64}, cpu_narrow = {64, 32, 64};
 
 static struct sched_shape shape(struct backend *b, uint32_t key)
 {
         return cpu_shape;
+}
+
+static struct sched_shape wide_shape(struct backend *b, uint32_t key)
+{
+        return cpu_wide;
+}
+
+static struct sched_shape narrow_shape(struct backend *b, uint32_t key)
+{
+        return cpu_narrow;
 }
 
 static const char *kernel_name(struct backend *b, uint32_t key)
@@ -242,7 +254,7 @@ static void destroy(struct backend *be)
         free(cb);
 }
 
-int backend_cpu_new(int threads, struct backend **out)
+int backend_cpu_new(int threads, int alt_tiles, struct backend **out)
 {
         struct cpu_backend *cb = calloc(1, sizeof(*cb));
         int rc;
@@ -262,6 +274,10 @@ int backend_cpu_new(int threads, struct backend **out)
          * split the same threads. */
         cb->b.groups_inflight = 2;
         cb->b.shape = shape;
+        if (alt_tiles) {
+                cb->b.wide_shape = wide_shape;
+                cb->b.narrow_shape = narrow_shape;
+        }
         cb->b.kernel_name = kernel_name;
         cb->b.launch = launch;
         cb->b.slot_init = slot_init;

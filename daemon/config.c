@@ -157,6 +157,7 @@ enum {
         OPT_CLIENT_POLL,
         OPT_EARLY,
         OPT_ONE_KERNEL,
+        OPT_CPU_ALT_TILES,
         OPT_COST,
         OPT_ADMIN_GID,
         OPT_USER_BUFFERS,
@@ -216,6 +217,7 @@ static const struct option options[] = {
         {"client-poll-max", required_argument, NULL, OPT_CLIENT_POLL},
         {"early-completion", required_argument, NULL, OPT_EARLY},
         {"one-kernel-groups", required_argument, NULL, OPT_ONE_KERNEL},
+        {"cpu-alt-tiles", required_argument, NULL, OPT_CPU_ALT_TILES},
         {"cost", required_argument, NULL, OPT_COST},
         {"max-user-buffers", required_argument, NULL, OPT_USER_BUFFERS},
         {"max-mappings", required_argument, NULL, OPT_MAPPINGS},
@@ -285,6 +287,8 @@ static void usage(FILE *f, const struct gemmd_config *d)
                 "                               tiles are done, before the whole group is (default: yes)\n"
                 "      --one-kernel-groups yes|no  groups hold ops of one kernel configuration on the CPU backend\n"
                 "                               too, as on a GPU (default: no; a GPU always does)\n"
+                "      --cpu-alt-tiles yes|no   the CPU backend offers a wide (64x96) and a narrow (64x32) tile\n"
+                "                               beside its 64x64, as a GPU does (default: no)\n"
                 "      --cost SPEC              the scheduler's cost model, name=value,... (what `gemmbench\n"
                 "                               calibrate` measures; default: the built-in H100 figures)\n"
                 "      --f32-kernel split|ffma  exact f32 on an sm_90 GPU: each operand split into two TF32\n"
@@ -726,6 +730,9 @@ static int parse_args(struct gemmd_config *cfg, int argc, char **argv)
                         break;
                 case OPT_EARLY:
                         bad = parse_yes_no(optarg, &cfg->early_completion) != 0;
+                        break;
+                case OPT_CPU_ALT_TILES:
+                        bad = parse_yes_no(optarg, &cfg->cpu_alt_tiles) != 0;
                         break;
                 case OPT_ONE_KERNEL:
                         bad = parse_yes_no(optarg, &cfg->one_kernel_groups) != 0;

@@ -81,6 +81,9 @@ struct gemmd_config {
          * whose kernel can mix them (the CPU's): it then batches as a GPU
          * does, which is how the tests see that batching without one. */
         int one_kernel_groups;
+        /* The CPU backend offers a wide and a narrow tile beside its usual
+         * one, as a GPU does: how the tests see the choice of tile. */
+        int cpu_alt_tiles;
         const char *cost;             /* --cost: the cost model installed (sched_cost_set), or NULL */
         /* Clients are asked to sleep rather than poll while more sessions
          * than this have work in flight (proto/ring.h, cq.no_poll). */

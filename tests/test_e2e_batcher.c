@@ -1,8 +1,8 @@
 /*
  * test_e2e_batcher.c - the batcher seen through the real daemon: a lone
  * request is not delayed, the batch window, a session's interleaved types
- * batched by type, bursts served in groups,
- * result bits independent of the group and of the plan mode, admission
+ * batched by type, bursts served in groups, auto's and the narrow tile's
+ * choices, result bits independent of the group and of the plan mode, admission
  * rejections, priorities, and fairness between a flooding session and a
  * light one.
  *
@@ -390,6 +390,112 @@ Test(e2e, auto_mode_takes_split_where_sorted_is_unbalanced)
                 gemmd_disconnect(c);
                 STOP(&d);
         }
+}
+
+/* ---- (b3) the narrow tile ------------------------------------------------ */
+
+/* Lone GEMMs in the layout a GPU's own tiles read (A m x k and B n x k
+ * along K), whose 64 x 32 tiles fit the 8 CTAs of --threads 2 and
+ * outnumber their 64 x 64 ones. */
+static const struct e2e_spec narrow_specs[] = {
+        {.kind = GEMMD_GEMM, .dtype = GEMMD_F16, .ta = GEMMD_OP_T, .m = 128, .n = 96, .k = 600,
+         .alpha = 1.0f, .beta = 0.0f},
+        {.kind = GEMMD_GEMM, .dtype = GEMMD_BF16, .ta = GEMMD_OP_T, .m = 100, .n = 64, .k = 1032,
+         .pad = 8, .alpha = -0.5f, .beta = 1.0f},
+        {.kind = GEMMD_GEMM, .dtype = GEMMD_F32, .ta = GEMMD_OP_T, .m = 64, .n = 130, .k = 200,
+         .alpha = 2.0f, .beta = 0.25f},
+        {.kind = GEMMD_GEMM, .dtype = GEMMD_F16, .ta = GEMMD_OP_T, .m = 70, .n = 33, .k = 64,
+         .alpha = 1.0f, .beta = -1.0f},
+};
+#define NNARROW (sizeof(narrow_specs) / sizeof(narrow_specs[0]))
+
+/* The "narrow_groups" count of the daemon's JSON stats. */
+static long long narrow_groups(gemmd_client *c)
+{
+        char *json = NULL;
+        long long v;
+
+        cr_assert_eq(gemmd_stats(c, 1, &json), 0);
+        v = hard_json_number(json, "narrow_groups");
+        cr_assert_geq(v, 0, "no narrow_groups in %s", json);
+        free(json);
+        return v;
+}
+
+/*
+ * A backend with a narrow tile (the CPU's, --cpu-alt-tiles) runs a group
+ * on it only when the group is alone on the device and its narrow tiles
+ * fit one wave: each lone call below takes it; an op that arrives while a
+ * long one runs does not, though it would fit; --narrow-tiles no never
+ * takes it. The same through a device process, which reports its
+ * backend's tiles to the daemon. Every result is checked against the
+ * reference, and the lone calls' results are the same bits on either tile.
+ */
+Test(e2e, narrow_tile_only_for_a_group_alone_on_the_device)
+{
+        static const char *const flags[] = {"yes", "no", "yes"};
+        static const char *const devproc[] = {"no", "no", "yes"};
+        uint8_t *first[NNARROW] = {0};
+
+        for (int f = 0; f < 3; f++) {
+                const int narrow = !strcmp(flags[f], "yes");
+                struct e2e_daemon d;
+                struct e2e_arena ar;
+                struct e2e_prob p[NNARROW], lp, bp;
+                struct gemmd_result r;
+                gemmd_ticket lt, bt;
+                uint64_t seed = 41;
+                gemmd_client *c;
+                double err;
+                char why[256];
+
+                START(&d, "--threads", "2", "--cpu-alt-tiles", "yes", "--narrow-tiles", flags[f],
+                      "--one-kernel-groups", "yes", "--device-process", devproc[f], NULL);
+                c = e2e_connect(&d);
+                cr_assert_not_null(c);
+                cr_assert_eq(e2e_arena_init(&ar, c, 64u << 20), 0);
+                for (size_t i = 0; i < NNARROW; i++) {
+                        cr_assert_eq(e2e_prob_place(&p[i], &narrow_specs[i], &ar, &seed), 0);
+                        wait1(c, submit1(c, &p[i].op, GEMMD_PRIO_NORMAL), &r);
+                        cr_assert_eq(r.status, 0, "op %zu: %s", i, gemmd_strerror(r.status));
+                        cr_assert_eq(r.group_size, 1);
+                        cr_assert_eq(e2e_prob_check(&p[i], &err, why, sizeof(why)), 0, "op %zu: %s", i, why);
+                        if (!first[i]) {
+                                first[i] = malloc(p[i].cbytes);
+                                cr_assert_not_null(first[i]);
+                                memcpy(first[i], p[i].c, p[i].cbytes);
+                        } else {
+                                cr_assert_eq(memcmp(first[i], p[i].c, p[i].cbytes), 0,
+                                             "op %zu: bits differ between the narrow and the usual tile", i);
+                        }
+                }
+                cr_assert_eq(narrow_groups(c), narrow ? (long long)NNARROW : 0,
+                             "--narrow-tiles %s, --device-process %s: lone calls", flags[f], devproc[f]);
+                /* A long f32 op holds the device; the f16 op after it (a
+                 * group of its own: one kernel configuration a group) is
+                 * formed while it runs. */
+                cr_assert_eq(e2e_prob_place(&lp, &long_f32, &ar, &seed), 0);
+                cr_assert_eq(e2e_prob_place(&bp, &narrow_specs[0], &ar, &seed), 0);
+                lt = submit1(c, &lp.op, GEMMD_PRIO_NORMAL);
+                bt = submit1(c, &bp.op, GEMMD_PRIO_NORMAL);
+                wait1(c, bt, &r);
+                cr_assert_eq(r.status, 0);
+                cr_assert_eq(e2e_prob_check(&bp, &err, why, sizeof(why)), 0, "%s", why);
+                wait1(c, lt, &r);
+                cr_assert_eq(r.status, 0);
+                cr_assert_eq(narrow_groups(c), narrow ? (long long)NNARROW : 0,
+                             "--narrow-tiles %s, --device-process %s: a group formed beside a running one "
+                             "took the narrow tile",
+                             flags[f], devproc[f]);
+                for (size_t i = 0; i < NNARROW; i++)
+                        free(p[i].c0);
+                free(lp.c0);
+                free(bp.c0);
+                gemmd_disconnect(c);
+                STOP(&d);
+        }
+        for (size_t i = 0; i < NNARROW; i++)
+                free(first[i]);
 }
 
 /* ---- (c) result bits independent of the group and of the mode ---------- */
