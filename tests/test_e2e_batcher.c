@@ -498,6 +498,58 @@ Test(e2e, narrow_tile_only_for_a_group_alone_on_the_device)
                 free(first[i]);
 }
 
+/*
+ * The wide tile (the CPU's 64 x 96, --cpu-alt-tiles) for a group of many
+ * waves where the cost model predicts it faster: eight GEMMs of 256 x 768
+ * make 384 usual tiles (48 waves of the 8 CTAs of --threads 2) and 256
+ * wide ones. With --wide-tiles no the same group stays on the usual tile;
+ * the results are right and the same bits either way.
+ */
+Test(e2e, wide_tile_for_a_group_of_many_waves)
+{
+        static const struct e2e_spec ws = {.kind = GEMMD_GEMM, .dtype = GEMMD_BF16, .ta = GEMMD_OP_T, .m = 256,
+                                           .n = 768, .k = 136, .alpha = 1.0f, .beta = 0.5f};
+        static const char *const flags[] = {"yes", "no"};
+        uint8_t *first[8] = {0};
+
+        for (int f = 0; f < 2; f++) {
+                struct e2e_daemon d;
+                struct e2e_arena ar;
+                struct e2e_prob p[8];
+                struct gemmd_result r[8];
+                uint64_t seed = 43;
+                gemmd_client *c;
+                char why[256], *json = NULL;
+
+                START(&d, "--threads", "2", "--cpu-alt-tiles", "yes", "--wide-tiles", flags[f], NULL);
+                c = e2e_connect(&d);
+                cr_assert_not_null(c);
+                cr_assert_eq(e2e_arena_init(&ar, c, 64u << 20), 0);
+                for (int i = 0; i < 8; i++)
+                        cr_assert_eq(e2e_prob_place(&p[i], &ws, &ar, &seed), 0);
+                cr_assert_eq(e2e_run_checked(c, p, 8, 8, r, why, sizeof(why)), 0, "%s", why);
+                cr_assert_eq(r[0].group_size, 8, "the eight ops did not share a group");
+                cr_assert_eq(gemmd_stats(c, 1, &json), 0);
+                cr_assert_eq(hard_json_number(json, "wide_groups"), f == 0 ? 1 : 0, "--wide-tiles %s", flags[f]);
+                free(json);
+                for (int i = 0; i < 8; i++) {
+                        if (!first[i]) {
+                                first[i] = malloc(p[i].cbytes);
+                                cr_assert_not_null(first[i]);
+                                memcpy(first[i], p[i].c, p[i].cbytes);
+                        } else {
+                                cr_assert_eq(memcmp(first[i], p[i].c, p[i].cbytes), 0,
+                                             "op %d: bits differ between the wide and the usual tile", i);
+                        }
+                        free(p[i].c0);
+                }
+                gemmd_disconnect(c);
+                STOP(&d);
+        }
+        for (int i = 0; i < 8; i++)
+                free(first[i]);
+}
+
 /* ---- (c) result bits independent of the group and of the mode ---------- */
 
 /* Problems whose bits must not depend on company: K spanning several
