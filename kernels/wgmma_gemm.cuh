@@ -37,7 +37,11 @@
  * Wide tile (GEMMs only, not X3): 128 x WIDE_BN (192), each consumer
  * computing 64 x 192 with m64n192 wgmmas, four stages of 40 KiB; a third
  * more products per byte loaded, for large groups (cuda_gemm_shape_wide).
- * Its chunk sums are the usual tile's, so are its bits.
+ * Narrow tile (GEMMs only, not X3): 128 x NARROW_BN (64), each consumer
+ * computing 64 x 64 with m64n64 wgmmas, eight stages of 24 KiB; twice the
+ * tiles of the usual one, for a lone group too small to fill the SMs
+ * (cuda_gemm_shape_narrow). Both tiles' chunk sums are the usual tile's,
+ * so are their bits.
  *
  * CTA: 384 threads. Warpgroup 0 is the producer (setmaxnreg lowers it to
  * 56 registers, 72 with SYR2Ks; warp 0 walks the CTA's work, reading plan
