@@ -1224,28 +1224,29 @@ extern "C" struct sched_shape cuda_gemm_shape(int dtype, int tf32)
         return s;
 }
 
-extern "C" struct sched_shape cuda_gemm_shape_wide(int dtype, int tf32)
+/* The Hopper kernel's own tile bn wide for config (dtype, tf32): the usual
+ * tile's tm and tk, on an sm_90a device for f16, bf16 and TF32; else all
+ * zero (exact f32 and f64 have no such tile, and other devices no kernel). */
+static struct sched_shape hopper_shape(int dtype, int tf32, uint32_t bn)
 {
         struct sched_shape s = {0, 0, 0};
 #if GEMMD_WGMMA
         if (dtype != GEMMD_F64 && (dtype != GEMMD_F32 || tf32) && device_sm90()) {
                 s = cuda_gemm_shape(dtype, tf32);
-                s.tn = WIDE_BN;
+                s.tn = bn;
         }
 #endif
         return s;
 }
 
+extern "C" struct sched_shape cuda_gemm_shape_wide(int dtype, int tf32)
+{
+        return hopper_shape(dtype, tf32, WIDE_BN);
+}
+
 extern "C" struct sched_shape cuda_gemm_shape_narrow(int dtype, int tf32)
 {
-        struct sched_shape s = {0, 0, 0};
-#if GEMMD_WGMMA
-        if (dtype != GEMMD_F64 && (dtype != GEMMD_F32 || tf32) && device_sm90()) {
-                s = cuda_gemm_shape(dtype, tf32);
-                s.tn = NARROW_BN;
-        }
-#endif
-        return s;
+        return hopper_shape(dtype, tf32, NARROW_BN);
 }
 
 extern "C" const char *cuda_gemm_kernel_name(int dtype, int tf32)
@@ -1526,17 +1527,15 @@ static bool whole_on_sm80(const struct cuda_group *g, bool own_tile)
  * shape no kernel runs. */
 static int hopper_tile_bn(const struct cuda_group *g)
 {
-        const struct sched_shape want = cuda_gemm_shape(g->dtype, g->tf32);
-        const struct sched_shape have = g->cfg.shape;
-        const struct sched_shape alt[2] = {cuda_gemm_shape_wide(g->dtype, g->tf32),
-                                           cuda_gemm_shape_narrow(g->dtype, g->tf32)};
+        const struct sched_shape want = cuda_gemm_shape(g->dtype, g->tf32), have = g->cfg.shape;
 
-        if (have.tm == want.tm && have.tn == want.tn && have.tk == want.tk)
+        if (have.tm != want.tm || have.tk != want.tk)
+                return -1;
+        if (have.tn == want.tn)
                 return 0;
-        for (int i = 0; i < 2; i++)
-                if (alt[i].tn && have.tm == alt[i].tm && have.tn == alt[i].tn && have.tk == alt[i].tk)
-                        return (int)alt[i].tn;
-        return -1;
+        if (have.tn != WIDE_BN && have.tn != NARROW_BN)
+                return -1;
+        return hopper_shape(g->dtype, g->tf32, have.tn).tn ? (int)have.tn : -1;
 }
 
 extern "C" int cuda_gemm_launch(const struct cuda_group *g, void *stream)

@@ -337,17 +337,29 @@ Test(e2e, burst_from_eight_processes_is_served_in_groups)
 
 /* ---- (b2) auto mode ------------------------------------------------------ */
 
-/* The "split_groups" count of the daemon's JSON stats (-1: absent). */
-static long long split_groups(gemmd_client *c)
+/* A count of the daemon's JSON stats ("split_groups", ...), asserted present. */
+static long long stats_count(gemmd_client *c, const char *key)
 {
         char *json = NULL;
         long long v;
 
         cr_assert_eq(gemmd_stats(c, 1, &json), 0);
-        v = hard_json_number(json, "split_groups");
-        cr_assert_geq(v, 0, "no split_groups in %s", json);
+        v = hard_json_number(json, key);
+        cr_assert_geq(v, 0, "no %s in %s", key, json);
         free(json);
         return v;
+}
+
+/* The bits of p's result the first time a test sees it (kept in *first),
+ * which the same problem's later runs must equal. */
+static const uint8_t *first_bits(uint8_t **first, const struct e2e_prob *p)
+{
+        if (!*first) {
+                *first = malloc(p->cbytes);
+                cr_assert_not_null(*first);
+                memcpy(*first, p->c, p->cbytes);
+        }
+        return *first;
 }
 
 /* One group whose sorted plan leaves a CTA two tiles where the bound is
@@ -385,7 +397,7 @@ Test(e2e, auto_mode_takes_split_where_sorted_is_unbalanced)
                 }
                 cr_assert_eq(e2e_run_checked(c, p, 9, 9, r, why, sizeof(why)), 0, "%s", why);
                 cr_assert_eq(r[0].group_size, 9, "the nine ops did not share a group");
-                cr_assert_eq(split_groups(c), sorted ? 0 : 1, "--mode %s: %s", modes[m] ? modes[m] : "(default)",
+                cr_assert_eq(stats_count(c, "split_groups"), sorted ? 0 : 1, "--mode %s: %s", modes[m] ? modes[m] : "(default)",
                              sorted ? "ran a split plan" : "kept sorted's unbalanced plan");
                 gemmd_disconnect(c);
                 STOP(&d);
@@ -408,19 +420,6 @@ static const struct e2e_spec narrow_specs[] = {
          .alpha = 1.0f, .beta = -1.0f},
 };
 #define NNARROW (sizeof(narrow_specs) / sizeof(narrow_specs[0]))
-
-/* The "narrow_groups" count of the daemon's JSON stats. */
-static long long narrow_groups(gemmd_client *c)
-{
-        char *json = NULL;
-        long long v;
-
-        cr_assert_eq(gemmd_stats(c, 1, &json), 0);
-        v = hard_json_number(json, "narrow_groups");
-        cr_assert_geq(v, 0, "no narrow_groups in %s", json);
-        free(json);
-        return v;
-}
 
 /*
  * A backend with a narrow tile (the CPU's, --cpu-alt-tiles) runs a group
@@ -460,16 +459,10 @@ Test(e2e, narrow_tile_only_for_a_group_alone_on_the_device)
                         cr_assert_eq(r.status, 0, "op %zu: %s", i, gemmd_strerror(r.status));
                         cr_assert_eq(r.group_size, 1);
                         cr_assert_eq(e2e_prob_check(&p[i], &err, why, sizeof(why)), 0, "op %zu: %s", i, why);
-                        if (!first[i]) {
-                                first[i] = malloc(p[i].cbytes);
-                                cr_assert_not_null(first[i]);
-                                memcpy(first[i], p[i].c, p[i].cbytes);
-                        } else {
-                                cr_assert_eq(memcmp(first[i], p[i].c, p[i].cbytes), 0,
-                                             "op %zu: bits differ between the narrow and the usual tile", i);
-                        }
+                        cr_assert_eq(memcmp(first_bits(&first[i], &p[i]), p[i].c, p[i].cbytes), 0,
+                                     "op %zu: bits differ between the narrow and the usual tile", i);
                 }
-                cr_assert_eq(narrow_groups(c), narrow ? (long long)NNARROW : 0,
+                cr_assert_eq(stats_count(c, "narrow_groups"), narrow ? (long long)NNARROW : 0,
                              "--narrow-tiles %s, --device-process %s: lone calls", flags[f], devproc[f]);
                 /* A long f32 op holds the device; the f16 op after it (a
                  * group of its own: one kernel configuration a group) is
@@ -483,7 +476,7 @@ Test(e2e, narrow_tile_only_for_a_group_alone_on_the_device)
                 cr_assert_eq(e2e_prob_check(&bp, &err, why, sizeof(why)), 0, "%s", why);
                 wait1(c, lt, &r);
                 cr_assert_eq(r.status, 0);
-                cr_assert_eq(narrow_groups(c), narrow ? (long long)NNARROW : 0,
+                cr_assert_eq(stats_count(c, "narrow_groups"), narrow ? (long long)NNARROW : 0,
                              "--narrow-tiles %s, --device-process %s: a group formed beside a running one "
                              "took the narrow tile",
                              flags[f], devproc[f]);
@@ -519,7 +512,7 @@ Test(e2e, wide_tile_for_a_group_of_many_waves)
                 struct gemmd_result r[8];
                 uint64_t seed = 43;
                 gemmd_client *c;
-                char why[256], *json = NULL;
+                char why[256];
 
                 START(&d, "--threads", "2", "--cpu-alt-tiles", "yes", "--wide-tiles", flags[f], NULL);
                 c = e2e_connect(&d);
@@ -529,18 +522,10 @@ Test(e2e, wide_tile_for_a_group_of_many_waves)
                         cr_assert_eq(e2e_prob_place(&p[i], &ws, &ar, &seed), 0);
                 cr_assert_eq(e2e_run_checked(c, p, 8, 8, r, why, sizeof(why)), 0, "%s", why);
                 cr_assert_eq(r[0].group_size, 8, "the eight ops did not share a group");
-                cr_assert_eq(gemmd_stats(c, 1, &json), 0);
-                cr_assert_eq(hard_json_number(json, "wide_groups"), f == 0 ? 1 : 0, "--wide-tiles %s", flags[f]);
-                free(json);
+                cr_assert_eq(stats_count(c, "wide_groups"), f == 0 ? 1 : 0, "--wide-tiles %s", flags[f]);
                 for (int i = 0; i < 8; i++) {
-                        if (!first[i]) {
-                                first[i] = malloc(p[i].cbytes);
-                                cr_assert_not_null(first[i]);
-                                memcpy(first[i], p[i].c, p[i].cbytes);
-                        } else {
-                                cr_assert_eq(memcmp(first[i], p[i].c, p[i].cbytes), 0,
-                                             "op %d: bits differ between the wide and the usual tile", i);
-                        }
+                        cr_assert_eq(memcmp(first_bits(&first[i], &p[i]), p[i].c, p[i].cbytes), 0,
+                                     "op %d: bits differ between the wide and the usual tile", i);
                         free(p[i].c0);
                 }
                 gemmd_disconnect(c);
@@ -602,14 +587,8 @@ Test(e2e, result_bits_do_not_depend_on_group_or_plan_mode)
                         cr_assert_eq(e2e_run_checked(c, &p[i], 1, 1, &r, why, sizeof(why)), 0,
                                      "%s: %s", modes[m], why);
                         cr_assert_eq(r.group_size, 1, "%s: not alone", modes[m]);
-                        if (!first[i]) {
-                                first[i] = malloc(p[i].cbytes);
-                                cr_assert_not_null(first[i]);
-                                memcpy(first[i], p[i].c, p[i].cbytes);
-                        }
-                        cr_assert_eq(memcmp(first[i], p[i].c, p[i].cbytes), 0,
-                                     "problem %zu: bits under %s and %s differ", i, modes[0],
-                                     modes[m]);
+                        cr_assert_eq(memcmp(first_bits(&first[i], &p[i]), p[i].c, p[i].cbytes), 0,
+                                     "problem %zu: bits under %s and %s differ", i, modes[0], modes[m]);
                 }
 
                 /* Again, in the middle of other work from another session:
