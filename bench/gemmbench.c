@@ -4,6 +4,7 @@
  *   gemmbench kernels [--mode MODE|all] [--workload NAME|all|FILE] [--json] [--reps N]
  *                     [--cost SPEC] [--queued] [--paired] [--f64-general] [--narrow]
  *   gemmbench calibrate [--reps N] [--json]
+ *   gemmbench floor [--reps N]
  *   gemmbench list [NAME|FILE]
  *
  * `calibrate` (calibrate.c) measures the scheduler's cost model on this
@@ -1103,6 +1104,7 @@ static void usage(FILE *f)
         fprintf(f, "usage: gemmbench kernels [--mode MODE|all] [--workload NAME|all|FILE] [--json] "
                    "[--reps N] [--cost SPEC] [--queued] [--paired] [--f64-general] [--narrow]\n"
                    "       gemmbench calibrate [--reps N] [--json]   (the cost model measured here)\n"
+                   "       gemmbench floor [--reps N]   (a kernel's device time before any work, beside cuBLAS)\n"
                    "       gemmbench list [NAME|FILE]   (a workload's problem list, `gemmctl plan` format)\n"
                    "       gemmbench clients [options]  (--help lists them)\n"
                    "       gemmbench [COMMAND] --help   (this text; clients: its own)\n"
@@ -1312,6 +1314,8 @@ int main(int argc, char **argv)
                 return list_main(argc - 1, argv + 1);
         if (argc >= 2 && !strcmp(argv[1], "calibrate"))
                 return calibrate_main(argc - 1, argv + 1);
+        if (argc >= 2 && !strcmp(argv[1], "floor"))
+                return launch_floor_main(argc - 1, argv + 1);
         if (argc >= 2 && is_help(argv[1])) {
                 usage(stdout);
                 return 0;

@@ -117,5 +117,7 @@ int grun_fn(void *arg, uint32_t c);
 
 /* gemmbench calibrate (calibrate.c). */
 int calibrate_main(int argc, char **argv);
+/* `gemmbench floor` (launch_floor.cu). */
+int launch_floor_main(int argc, char **argv);
 
 #endif

@@ -3,7 +3,7 @@
 ifeq ($(WITH_CUDA),1)
 ifneq ($(wildcard $(CUDA_HOME)/lib64/libcublas.so),)
 BENCH_OBJS := $(BUILD)/bench/gemmbench.o $(BUILD)/bench/calibrate.o $(BUILD)/bench/bench_fill.o \
-              $(BUILD)/kernels/grouped_gemm.o
+              $(BUILD)/bench/launch_floor.o $(BUILD)/kernels/grouped_gemm.o
 
 $(BUILD)/gemmbench: $(BENCH_OBJS) $(SCHED_OBJS)
 	$(call say,LD,$@)
