@@ -138,6 +138,10 @@ struct cuda_group {
  * lone request's problem, plan and tensor maps, or a few small ones. */
 #define CUDA_GEMM_INLINE_MAX 4096
 
+/* Launches so far, in this process, of the Hopper kernel whose stages
+ * hold 64 rows of A (16-bit groups of GEMMs of at most 64 rows). */
+uint64_t cuda_gemm_skinny_launches(void);
+
 /*
  * Enqueues the group's kernel on `stream` (a cudaStream_t, NULL for the
  * legacy default stream) on the current device. Returns 0, -EINVAL (config

@@ -1396,6 +1396,14 @@ extern "C" size_t cuda_gemm_tmaps_bytes(uint32_t nproblems)
         return (size_t)nproblems * WCfg::TMAP_BYTES + ((size_t)nproblems + 63) / 64 * 64;
 }
 
+/* Whether p on tiles of shape takes the third map of 64 rows of A: a
+ * 16-bit GEMM of at most 64 rows on the usual or the wide tile. */
+static bool skinny_shape(const struct gemmd_kproblem &p, struct sched_shape shape)
+{
+        return (shape.tn == WIDE_BN || shape.tn == 128) && p.kind == SCHED_GEMM &&
+               (p.dtype == GEMMD_F16 || p.dtype == GEMMD_BF16) && p.m <= 64;
+}
+
 extern "C" int cuda_gemm_tmaps_build(const struct gemmd_kproblem *probs, uint32_t n, struct sched_shape shape,
                                      void *out)
 {
@@ -1424,6 +1432,12 @@ extern "C" int cuda_gemm_tmaps_build(const struct gemmd_kproblem *probs, uint32_
                     !encode_kmajor(fn, &m[1], p.dtype, p.b, p.n, p.k, p.ldb, shape.tn))
                         continue;
                 flags[i] = p.kind == SCHED_SYR2K ? 2 : 1;
+                /* A 16-bit GEMM of at most 64 rows: A again, 64 rows a
+                 * box, in the third slot (which only f32 uses, for C), for
+                 * the kernel whose stages hold only those rows of A
+                 * (skinny_group). */
+                if (skinny_shape(p, shape))
+                        encode_kmajor(fn, &m[2], p.dtype, p.a, p.m, p.k, p.lda, 64);
                 /* An f32 GEMM that only writes C (beta 0) can store it
                  * through a map (bit 4), where C's layout allows. */
                 if (p.kind == SCHED_GEMM && p.dtype == GEMMD_F32 && p.beta == 0.f && shape.tn == 128 &&
@@ -1538,6 +1552,32 @@ static int hopper_tile_bn(const struct cuda_group *g)
         return hopper_shape(g->dtype, g->tf32, have.tn).tn ? (int)have.tn : -1;
 }
 
+static std::atomic<uint64_t> skinny_launches{0};
+
+extern "C" uint64_t cuda_gemm_skinny_launches(void) { return skinny_launches.load(); }
+
+/*
+ * Whether g runs on the Hopper kernel whose stages hold 64 rows of A
+ * (WCfgT's BMA): a 16-bit group of GEMMs on the usual or the wide tile,
+ * all of at most 64 rows, none split (so every tile is a half tile, which
+ * one consumer computes from rows 0-63 of its stages), with their third
+ * maps (cuda_gemm_tmaps_build, by the same rule: skinny_shape). A stage
+ * then takes 8 KiB less and more of them fit (7 of 24 KiB where 5 of 32
+ * did, 5 of 32 where 4 of 40), so more of B, nearly all that a
+ * decode-like GEMM reads, is in flight. Needs the host copy of the
+ * problems.
+ */
+static bool skinny_group(const struct cuda_group *g, int bn)
+{
+        if ((bn != WIDE_BN && bn != 0) || !g->problems_host || g->nfast != g->nproblems || g->nfast_syr2k ||
+            (g->plan && g->plan->nsplit > 0))
+                return false;
+        for (uint32_t i = 0; i < g->nproblems; i++)
+                if (!skinny_shape(g->problems_host[i], g->cfg.shape))
+                        return false;
+        return true;
+}
+
 extern "C" int cuda_gemm_launch(const struct cuda_group *g, void *stream)
 {
         if (!g || g->dtype < GEMMD_F32 || g->dtype > GEMMD_F64)
@@ -1624,9 +1664,11 @@ extern "C" int cuda_gemm_launch(const struct cuda_group *g, void *stream)
                 }
                 const bool syrk = g->nfast_syr2k > 0;
                 args.tmaps = tm;
-                int rc = g->dtype == GEMMD_F16    ? launch_wgmma<__half>(args, grid, st, syrk, false, bn)
-                         : g->dtype == GEMMD_BF16 ? launch_wgmma<__nv_bfloat16>(args, grid, st, syrk, false, bn)
-                                                  : launch_wgmma<float>(args, grid, st, syrk, !g->tf32, bn);
+                const bool skinny = skinny_group(g, bn);
+                skinny_launches += skinny;
+                int rc = g->dtype == GEMMD_F16    ? launch_wgmma<__half>(args, grid, st, syrk, false, bn, skinny)
+                         : g->dtype == GEMMD_BF16 ? launch_wgmma<__nv_bfloat16>(args, grid, st, syrk, false, bn, skinny)
+                                                  : launch_wgmma<float>(args, grid, st, syrk, !g->tf32, bn, false);
                 if (rc || g->nfast == g->nproblems)
                         return rc;
                 kp.want_fast = 0; /* the rest of the group on the sm_80 kernel */

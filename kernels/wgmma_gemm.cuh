@@ -42,6 +42,12 @@
  * tiles of the usual one, for a lone group too small to fill the SMs
  * (cuda_gemm_shape_narrow). Both tiles' chunk sums are the usual tile's,
  * so are their bits.
+ * With 64 rows of A (BMA): for 16-bit groups of GEMMs of at most 64 rows
+ * (decode-like: a few rows against a large B), on the usual or the wide
+ * tile, every tile a half tile; stages hold only A's first 64 rows (a
+ * third map, 64 rows a box), so 7 (usual) or 5 (wide) fit where 5 or 4
+ * did, and more of B is in flight. Same wgmmas on the same rows, so the
+ * same bits.
  *
  * CTA: 384 threads. Warpgroup 0 is the producer (setmaxnreg lowers it to
  * 56 registers, 72 with SYR2Ks; warp 0 walks the CTA's work, reading plan
@@ -77,8 +83,11 @@
 #define GEMMD_SM90A 1
 #endif
 
-template <int BN_> struct WCfgT {
-        static constexpr int BM = 128, BN = BN_;
+/* BMA: A rows a stage holds: 128, or 64 for groups whose every tile is a
+ * half tile (m <= 64: one consumer a tile), whose smaller stages then
+ * keep more of B in flight (the host's skinny_group). */
+template <int BN_, int BMA_ = 128> struct WCfgT {
+        static constexpr int BM = 128, BN = BN_, BMA = BMA_;
         static constexpr int ROW_BYTES = 128; /* bytes of K per k-tile row */
         static constexpr int THREADS = 384;
         /* setmaxnreg: what the producer's walk needs without spilling (the
@@ -90,7 +99,7 @@ template <int BN_> struct WCfgT {
         {
                 return (384 * 168 - 128 * producer_regs(syrk)) / 256 / 8 * 8;
         }
-        static constexpr int A_BYTES = BM * ROW_BYTES, B_BYTES = BN * ROW_BYTES;
+        static constexpr int A_BYTES = BMA * ROW_BYTES, B_BYTES = BN * ROW_BYTES;
         static constexpr int STAGE_BYTES = A_BYTES + B_BYTES;
         static constexpr int EPI_LD = 72; /* staged column stride, elements */
         static constexpr int EPI_BYTES = BN * EPI_LD * 2; /* per consumer warpgroup */
@@ -98,6 +107,7 @@ template <int BN_> struct WCfgT {
         static constexpr int NACC = BN / 2; /* accumulators per consumer thread (64 x BN / 128) */
         static constexpr int TMAP_BYTES = 384; /* A's map, B's, C's (f32 GEMMs with beta 0) */
         static_assert(BN % 16 == 0 && BN <= 256, "a wgmma's N");
+        static_assert(BMA == 128 || BMA == 64, "a stage holds A's whole tile or its first 64 rows");
 };
 /* The usual tile; WIDE_BN the wide one (cuda_gemm_shape_wide), NARROW_BN
  * the narrow one (cuda_gemm_shape_narrow). */
@@ -116,12 +126,13 @@ constexpr int NARROW_BN = 64;
 /* F32C: the f32 epilogue stages C for TMA stores (c_staged): 32 KiB per
  * consumer warpgroup, which only the usual tile's five TF32 stages leave
  * room for. */
-template <bool X3, int BN = 128, bool F32C = false> struct WLay {
-        using W = WCfgT<BN>;
+template <bool X3, int BN = 128, bool F32C = false, int BMA = 128> struct WLay {
+        using W = WCfgT<BN, BMA>;
         static constexpr int F32C_BYTES = 64 * BN * 4; /* per consumer warpgroup */
         /* As many stages as fit: 5 of 32 KiB, 4 of 40 KiB (wide), 8 of 24
-         * KiB (narrow: a lone tile keeps more of its K in flight), X3 3. */
-        static constexpr int STAGES = X3 ? 3 : BN > 128 ? 4 : BN < 128 ? 8 : 5;
+         * KiB (narrow: a lone tile keeps more of its K in flight), X3 3;
+         * with 64 rows of A, 7 of 24 KiB (usual) and 5 of 32 KiB (wide). */
+        static constexpr int STAGES = X3 ? 3 : BMA < 128 ? (BN > 128 ? 5 : 7) : BN > 128 ? 4 : BN < 128 ? 8 : 5;
         static constexpr int SMALL_OFF = STAGES * W::STAGE_BYTES;
         static constexpr int EPI_OFF = SMALL_OFF + (X3 ? STAGES * W::STAGE_BYTES : 0);
         static constexpr int BAR_OFF = EPI_OFF + (X3 ? 0 : 2 * (F32C ? F32C_BYTES : W::EPI_BYTES));
@@ -131,11 +142,14 @@ template <bool X3, int BN = 128, bool F32C = false> struct WLay {
         static_assert(SMEM <= 227 * 1024, "over the shared memory of an sm_90 CTA");
         static_assert(!X3 || BN == 128, "X3 runs the usual tile only");
         static_assert(!F32C || (!X3 && BN == 128), "no room to stage f32 C");
+        static_assert(BMA == 128 || (!X3 && !F32C && (BN == WIDE_BN || BN == 128)),
+                      "64 rows of A: 16-bit GEMMs on the usual or the wide tile");
         static constexpr bool STAGED_C = F32C;
 };
 
 /* The layout of a kernel: TF32 on the usual tile stages its f32 C. */
-template <typename T, bool X3, int BN> using KLay = WLay<X3, BN, sizeof(T) == 4 && !X3 && BN == 128>;
+template <typename T, bool X3, int BN, int BMA = 128>
+using KLay = WLay<X3, BN, sizeof(T) == 4 && !X3 && BN == 128, BMA>;
 
 /* What depends on the element type: the k-tile depth (128 bytes of K). */
 template <typename T> struct WK {
@@ -805,10 +819,10 @@ struct Pipe {
 /* Issues one k-tile's wgmmas into d (scale-d 0 on the first when FRESH:
  * a chunk starts from zero), waits for the k-tile before and frees its
  * stage. */
-template <typename T, bool FRESH, int BN>
+template <typename T, bool FRESH, int BN, int BMA>
 __device__ __forceinline__ void ktile(Pipe &pp, float (&d)[WCfgT<BN>::NACC])
 {
-        using L = KLay<T, false, BN>; /* the kernel's ring, whatever it stages */
+        using L = KLay<T, false, BN, BMA>; /* the kernel's ring, whatever it stages */
         mbar_wait(pp.bars + 8 * pp.stage, pp.phase);
         const uint64_t da = wg_desc(pp.a_off + pp.stage * L::W::STAGE_BYTES),
                        db = wg_desc(pp.b_off + pp.stage * L::W::STAGE_BYTES);
@@ -895,7 +909,7 @@ template <bool FRESH, bool DRAIN> __device__ __forceinline__ void ktile_x3(Pipe 
 
 /* A chunk's k-tiles: the first (fresh) one and nk - 1 more, into d; X3:
  * GEMMD_X3_FOLD k-tiles at a time into d, and those sums in order into cs. */
-template <typename T, bool X3, int BN>
+template <typename T, bool X3, int BN, int BMA>
 __device__ __forceinline__ void run_chunk(Pipe &pp, float (&d)[WCfgT<BN>::NACC], float (&cs)[WCfgT<BN>::NACC],
                                           uint32_t nk)
 {
@@ -916,9 +930,9 @@ __device__ __forceinline__ void run_chunk(Pipe &pp, float (&d)[WCfgT<BN>::NACC],
                                 cs[r] = j == 0 ? d[r] : cs[r] + d[r];
                 }
         } else {
-                ktile<T, true, BN>(pp, d);
+                ktile<T, true, BN, BMA>(pp, d);
                 for (uint32_t j = 1; j < nk; j++)
-                        ktile<T, false, BN>(pp, d);
+                        ktile<T, false, BN, BMA>(pp, d);
         }
 }
 
@@ -1034,7 +1048,9 @@ __device__ __forceinline__ void c_staged(const float (&tot)[NA], uint32_t stg, i
 /* RES: the resident kernel (cuda_gemm_res_launch): groups one after
  * another from the area's slots, each between a start and an end header,
  * until an exit; kp and tmaps are then the current group's. */
-template <typename T, bool SYRK, bool X3, int BN, bool RES = false>
+/* BMA 64: every tile a half tile (the host's skinny_group), A loaded
+ * through the problem's third map (64 rows a box). */
+template <typename T, bool SYRK, bool X3, int BN, bool RES = false, int BMA = 128>
 __global__ void __launch_bounds__(WCfg::THREADS, 1) wgmma_kernel(const __grid_constant__ KArgs args)
 {
         static_assert(!SYRK || BN == 128, "SYR2K triangles take square tiles");
@@ -1042,9 +1058,9 @@ __global__ void __launch_bounds__(WCfg::THREADS, 1) wgmma_kernel(const __grid_co
         KParams kp = kparams(args);
         const char *tmaps = rebase(args, args.tmaps);
 #ifdef GEMMD_SM90A
-        using L = KLay<T, X3, BN>;
+        using L = KLay<T, X3, BN, BMA>;
         constexpr bool F32C = L::STAGED_C;
-        using W = WCfgT<BN>;
+        using W = WCfgT<BN, BMA>;
         constexpr int NA = W::NACC;
         extern __shared__ unsigned char wsmem[];
         __shared__ uint32_t s_flag;
@@ -1136,7 +1152,7 @@ __global__ void __launch_bounds__(WCfg::THREADS, 1) wgmma_kernel(const __grid_co
                                         asm volatile("fence.proxy.tensormap::generic.acquire.gpu [%0], 128;\n" ::"l"(ta) : "memory");
                                         asm volatile("fence.proxy.tensormap::generic.acquire.gpu [%0], 128;\n" ::"l"(tb) : "memory");
                                 }
-                                tmap_prefetch(ta);
+                                tmap_prefetch(BMA < 128 ? ta + 256 : ta);
                                 tmap_prefetch(tb);
                                 lastp = x.prob;
                         }
@@ -1190,7 +1206,10 @@ __global__ void __launch_bounds__(WCfg::THREADS, 1) wgmma_kernel(const __grid_co
 #endif
                                 mbar_expect_tx(full, W::STAGE_BYTES);
                                 const int32_t k0 = (int32_t)(x.kbeg + (c0 + j) * WK<T>::BK);
-                                tma_load_2d(sa, term ? tb : ta, full, k0, (int32_t)x.m0);
+                                if (BMA < 128)
+                                        tma_load_2d(sa, ta + 256, full, k0, (int32_t)x.m0);
+                                else
+                                        tma_load_2d(sa, term ? tb : ta, full, k0, (int32_t)x.m0);
                                 tma_load_2d(sa + W::A_BYTES, term ? ta : tb, full, k0, (int32_t)x.n0);
                                 if (++stage == L::STAGES) {
                                         stage = 0;
@@ -1438,7 +1457,7 @@ __global__ void __launch_bounds__(WCfg::THREADS, 1) wgmma_kernel(const __grid_co
                 const uint32_t nch = (niter + KPC - 1) / KPC;
                 for (uint32_t c = 0; c < nch; c++) {
                         const uint32_t nk = min(niter - c * KPC, KPC) * ((tri & TRI_SYR2K) ? 2u : 1u);
-                        run_chunk<T, X3, BN>(pp, acc, csum, nk);
+                        run_chunk<T, X3, BN, BMA>(pp, acc, csum, nk);
                         wgmma_wait<0>();
                         fold(X3 ? csum : acc, tot, wsb ? wsb + (size_t)(w.kc0 + c) * W::TILE + ctid : nullptr);
                 }
@@ -1632,14 +1651,14 @@ template <typename T> int launch_wgmma_res(const KArgs &args, uint32_t grid, cud
         return err == cudaSuccess ? 0 : -EIO;
 }
 
-template <typename T, bool SYRK, bool X3, int BN = 128>
+template <typename T, bool SYRK, bool X3, int BN = 128, int BMA = 128>
 int launch_wgmma(const KArgs &args, uint32_t grid, cudaStream_t st)
 {
-        using L = KLay<T, X3, BN>;
+        using L = KLay<T, X3, BN, BMA>;
         static std::atomic<uint32_t> done[64];
-        if (smem_attr_once(done, wgmma_kernel<T, SYRK, X3, BN>, L::SMEM))
+        if (smem_attr_once(done, wgmma_kernel<T, SYRK, X3, BN, false, BMA>, L::SMEM))
                 return -EIO;
-        wgmma_kernel<T, SYRK, X3, BN><<<grid, WCfg::THREADS, L::SMEM, st>>>(args);
+        wgmma_kernel<T, SYRK, X3, BN, false, BMA><<<grid, WCfg::THREADS, L::SMEM, st>>>(args);
         const cudaError_t err = cudaGetLastError();
         return err == cudaSuccess ? 0 : -EIO;
 }
@@ -1648,8 +1667,17 @@ int launch_wgmma(const KArgs &args, uint32_t grid, cudaStream_t st)
  * 0 for the usual tile, else the Hopper kernel's own 128 x WIDE_BN or
  * 128 x NARROW_BN tile (GEMM only, not x3). */
 template <typename T>
-int launch_wgmma(const KArgs &args, uint32_t grid, cudaStream_t st, bool syrk, bool x3, int bn)
+int launch_wgmma(const KArgs &args, uint32_t grid, cudaStream_t st, bool syrk, bool x3, int bn, bool skinny)
 {
+        if constexpr (sizeof(T) == 2) {
+                if (skinny)
+                        return syrk || x3        ? -EINVAL
+                               : bn == WIDE_BN ? launch_wgmma<T, false, false, WIDE_BN, 64>(args, grid, st)
+                               : bn == 0       ? launch_wgmma<T, false, false, 128, 64>(args, grid, st)
+                                               : -EINVAL;
+        }
+        if (skinny)
+                return -EINVAL;
         if (bn)
                 return syrk || x3                ? -EINVAL
                        : bn == WIDE_BN   ? launch_wgmma<T, false, false, WIDE_BN>(args, grid, st)

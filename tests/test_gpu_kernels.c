@@ -127,6 +127,8 @@ static const uint32_t kmajk[] = {1, 2, 8, 63, 64, 65, 127, 129, 200, 511, 512, 5
  * of the sm_90 fast path). */
 /* Set while drawing groups of GEMMs only (the wide tile's groups). */
 static int gemm_only;
+/* draw() gives A at most 64 rows (a group the wide tile's skinny kernel takes). */
+static int skinny_only;
 
 static void draw(struct tprob *t, int dtype, int tf32, int big, int kmaj)
 {
@@ -152,6 +154,8 @@ static void draw(struct tprob *t, int dtype, int tf32, int big, int kmaj)
         }
         if (p->kind == SCHED_SYR2K)
                 p->m = p->n;
+        if (skinny_only) /* decode-like: a few rows of A */
+                p->m = 1 + rndu(64);
         static const float alphas[] = {1.f, -0.5f, 2.f, 0.25f};
         static const float betas[] = {0.f, 1.f, 0.75f, -1.f};
         /* f64: scalars that no float holds, besides 0, 1 and -1. */
@@ -669,7 +673,7 @@ int main(int argc, char **argv)
                 /* Every config also gets groups of K-major problems only
                  * (the sm_90 fast path for 16-bit and tf32, the ldmatrix
                  * fragment path on sm_80) and a mix of both kinds. */
-                const int ngrp = 11;
+                const int ngrp = 12;
                 for (int grp = 0; grp < ngrp; grp++) {
                         struct tprob tp[80];
                         uint32_t np;
@@ -682,6 +686,19 @@ int main(int argc, char **argv)
                                 for (uint32_t i = 0; i < np; i++)
                                         draw(&tp[i], dts[c], tfs[c], 0, 1);
                                 snprintf(name, sizeof(name), "%s/kmaj-small", names[c]);
+                                run_group(name, dts[c], tfs[c], tp, np, nsm, 1, 0);
+                                continue;
+                        }
+                        if (grp == 11) {
+                                /* GEMMs of at most 64 rows, K-major: the
+                                 * kernel whose stages hold 64 rows of A
+                                 * (16-bit), on the usual and wide tiles. */
+                                gemm_only = skinny_only = 1;
+                                np = 20 + rndu(20);
+                                for (uint32_t i = 0; i < np; i++)
+                                        draw(&tp[i], dts[c], tfs[c], (int)(i % 2), 1);
+                                gemm_only = skinny_only = 0;
+                                snprintf(name, sizeof(name), "%s/gemm-skinny", names[c]);
                                 run_group(name, dts[c], tfs[c], tp, np, nsm, 1, 0);
                                 continue;
                         }
@@ -721,6 +738,12 @@ int main(int argc, char **argv)
         }
         printf("launches with their data as a kernel parameter: %d\n", inline_runs);
         printf("groups also run on the wide tile: %d, on the narrow tile: %d\n", tile_groups[1], tile_groups[2]);
+        const uint64_t skinny = cuda_gemm_skinny_launches();
+        printf("launches of the kernel with 64 rows of A: %llu\n", (unsigned long long)skinny);
+        if (cuda_gemm_fast_available() && skinny == 0 && (!only || strstr(only, "f16") || strstr(only, "bf16"))) {
+                printf("FAIL: no 16-bit group ran on the kernel with 64 rows of A\n");
+                failures++;
+        }
         if (cuda_gemm_fast_available() && (tile_groups[1] == 0 || tile_groups[2] == 0) && !only) {
                 printf("FAIL: no group ran on the wide or on the narrow tile\n");
                 failures++;
