@@ -129,6 +129,12 @@ static const uint32_t kmajk[] = {1, 2, 8, 63, 64, 65, 127, 129, 200, 511, 512, 5
 static int gemm_only;
 /* draw() gives A at most 64 rows (a group the wide tile's skinny kernel takes). */
 static int skinny_only;
+/* draw() gives an f32 GEMM whose C columns end inside a 16-byte granule
+ * (m % 4 != 0, ldc a multiple of 4, beta 0: C stored through its tensor
+ * map unless the launch keeps such C off it), and run_group keeps C
+ * 16-byte aligned. */
+static int cpad_only;
+static const uint32_t cpad_m[] = {1, 7, 31, 63, 65, 127, 129, 255};
 
 static void draw(struct tprob *t, int dtype, int tf32, int big, int kmaj)
 {
@@ -156,6 +162,8 @@ static void draw(struct tprob *t, int dtype, int tf32, int big, int kmaj)
                 p->m = p->n;
         if (skinny_only) /* decode-like: a few rows of A */
                 p->m = 1 + rndu(64);
+        if (cpad_only)
+                p->m = cpad_m[rndu(sizeof(cpad_m) / sizeof(cpad_m[0]))];
         static const float alphas[] = {1.f, -0.5f, 2.f, 0.25f};
         static const float betas[] = {0.f, 1.f, 0.75f, -1.f};
         /* f64: scalars that no float holds, besides 0, 1 and -1. */
@@ -184,6 +192,11 @@ static void draw(struct tprob *t, int dtype, int tf32, int big, int kmaj)
         p->lda = aligned ? (ar + round - 1) / round * round + round * rndu(2) : ar + pads[rndu(6)];
         p->ldb = aligned ? (br + round - 1) / round * round : br + pads[rndu(6)];
         p->ldc = p->m + pads[rndu(6)];
+        if (cpad_only) {
+                p->beta = 0.f;
+                p->beta_f64 = 0.0;
+                p->ldc = (p->m + 3) / 4 * 4;
+        }
         t->span[0] = span_of(ar, ac, p->lda);
         t->span[1] = span_of(br, bc, p->ldb);
         t->span[2] = span_of(p->m, p->n, p->ldc);
@@ -389,7 +402,7 @@ static void run_group(const char *name, int dtype, int tf32, struct tprob *tp, u
         for (uint32_t i = 0; i < np; i++)
                 for (int o = 0; o < 3; o++) {
                         total = (total + 127) / 128 * 128;
-                        if (!kmaj || o == 2)
+                        if ((!kmaj || o == 2) && !cpad_only)
                                 total += rndu(2); /* sometimes unaligned */
                         tp[i].off[o] = total;
                         total += tp[i].span[o];
@@ -673,7 +686,7 @@ int main(int argc, char **argv)
                 /* Every config also gets groups of K-major problems only
                  * (the sm_90 fast path for 16-bit and tf32, the ldmatrix
                  * fragment path on sm_80) and a mix of both kinds. */
-                const int ngrp = 12;
+                const int ngrp = 13;
                 for (int grp = 0; grp < ngrp; grp++) {
                         struct tprob tp[80];
                         uint32_t np;
@@ -687,6 +700,27 @@ int main(int argc, char **argv)
                                         draw(&tp[i], dts[c], tfs[c], 0, 1);
                                 snprintf(name, sizeof(name), "%s/kmaj-small", names[c]);
                                 run_group(name, dts[c], tfs[c], tp, np, nsm, 1, 0);
+                                continue;
+                        }
+                        if (grp == 12) {
+                                /* f32 GEMMs whose C columns end inside a
+                                 * 16-byte granule, K-major, beta 0 (exact
+                                 * f32 and TF32 only): nothing past m may
+                                 * change. Drawn from a generator of their
+                                 * own, so the other groups' draws stay. */
+                                if (dts[c] != GEMMD_F32)
+                                        continue;
+                                const uint64_t saved = rng;
+                                rng = 0x243f6a8885a308d3ull;
+                                gemm_only = cpad_only = 1;
+                                np = 8;
+                                for (uint32_t i = 0; i < np; i++)
+                                        draw(&tp[i], dts[c], tfs[c], 0, 1);
+                                gemm_only = 0;
+                                snprintf(name, sizeof(name), "%s/gemm-cpad", names[c]);
+                                run_group(name, dts[c], tfs[c], tp, np, nsm, 1, 0);
+                                cpad_only = 0;
+                                rng = saved;
                                 continue;
                         }
                         if (grp == 11) {
