@@ -74,37 +74,34 @@ template <int N> __global__ void param_read(const __grid_constant__ Param<N> a)
                 sink = 1;
 }
 
-/* Three dependent reads by one thread, as a CTA's first plan entry,
- * problem and tensor map are: through a generic pointer into the
- * parameter (as gemmd's carried launch data are read) or into memory. */
-__global__ void chain_param(const __grid_constant__ Param<BIG_PARAM> a)
+/* Three dependent reads by one thread from p (indices masked by mask), as
+ * a CTA's first plan entry, problem and tensor map are; the value is kept
+ * so that the reads cannot be removed. */
+__device__ __forceinline__ void read_chain(const unsigned *p, unsigned mask, unsigned stride)
 {
         extern __shared__ unsigned char s[];
         __shared__ unsigned v;
         if (threadIdx.x == 0) {
-                const unsigned *p = (const unsigned *)a.b;
                 const unsigned x = p[blockIdx.x];
-                const unsigned y = p[(x & 0xff) + 256];
-                v = p[(y & 0xff) + 512];
+                const unsigned y = p[(x & mask) + stride];
+                v = p[(y & mask) + 2 * stride];
         }
         __syncthreads();
         if (v == 0xdeadbeef)
                 s[threadIdx.x] = 1;
 }
 
+/* Through a generic pointer into the parameter, as gemmd's carried launch
+ * data are read. */
+__global__ void chain_param(const __grid_constant__ Param<BIG_PARAM> a)
+{
+        read_chain((const unsigned *)a.b, 0xff, 256);
+}
+
+/* From memory. */
 __global__ void chain_mem(const __grid_constant__ Small a)
 {
-        extern __shared__ unsigned char s[];
-        __shared__ unsigned v;
-        if (threadIdx.x == 0) {
-                const unsigned *p = a.p + a.off;
-                const unsigned x = p[blockIdx.x];
-                const unsigned y = p[(x & 0xffff) + 1024];
-                v = p[(y & 0xffff) + 2048];
-        }
-        __syncthreads();
-        if (v == 0xdeadbeef)
-                s[threadIdx.x] = 1;
+        read_chain(a.p + a.off, 0xffff, 1024);
 }
 
 /* A pipelined kernel's prologue: 16 mbarriers set up, then a CTA barrier. */

@@ -1396,12 +1396,19 @@ extern "C" size_t cuda_gemm_tmaps_bytes(uint32_t nproblems)
         return (size_t)nproblems * WCfg::TMAP_BYTES + ((size_t)nproblems + 63) / 64 * 64;
 }
 
-/* Whether p on tiles of shape takes the third map of 64 rows of A: a
- * 16-bit GEMM of at most 64 rows on the usual or the wide tile. */
-static bool skinny_shape(const struct gemmd_kproblem &p, struct sched_shape shape)
+/* Whether the n problems on tiles of shape are all 16-bit GEMMs of at
+ * most 64 rows on the usual or the wide tile: a group the kernel whose
+ * stages hold 64 rows of A can take (skinny_group), and whose problems
+ * then get the third map of 64 rows of A. */
+static bool skinny_shape(const struct gemmd_kproblem *probs, uint32_t n, struct sched_shape shape)
 {
-        return (shape.tn == WIDE_BN || shape.tn == 128) && p.kind == SCHED_GEMM &&
-               (p.dtype == GEMMD_F16 || p.dtype == GEMMD_BF16) && p.m <= 64;
+        if (n == 0 || (shape.tn != WIDE_BN && shape.tn != 128))
+                return false;
+        for (uint32_t i = 0; i < n; i++)
+                if (probs[i].kind != SCHED_GEMM || (probs[i].dtype != GEMMD_F16 && probs[i].dtype != GEMMD_BF16) ||
+                    probs[i].m > 64)
+                        return false;
+        return true;
 }
 
 extern "C" int cuda_gemm_tmaps_build(const struct gemmd_kproblem *probs, uint32_t n, struct sched_shape shape,
@@ -1419,6 +1426,8 @@ extern "C" int cuda_gemm_tmaps_build(const struct gemmd_kproblem *probs, uint32_
         PFN_cuTensorMapEncodeTiled_v12000 fn = encode_fn();
         if (!fn)
                 return 0;
+        /* Only a group that can run whole on those stages gets the maps they read. */
+        const bool skinny = skinny_shape(probs, n, shape);
         int nfast = 0;
         for (uint32_t i = 0; i < n; i++) {
                 const struct gemmd_kproblem &p = probs[i];
@@ -1432,11 +1441,10 @@ extern "C" int cuda_gemm_tmaps_build(const struct gemmd_kproblem *probs, uint32_
                     !encode_kmajor(fn, &m[1], p.dtype, p.b, p.n, p.k, p.ldb, shape.tn))
                         continue;
                 flags[i] = p.kind == SCHED_SYR2K ? 2 : 1;
-                /* A 16-bit GEMM of at most 64 rows: A again, 64 rows a
-                 * box, in the third slot (which only f32 uses, for C), for
-                 * the kernel whose stages hold only those rows of A
-                 * (skinny_group). */
-                if (skinny_shape(p, shape))
+                /* A again, 64 rows a box, in the third slot (which only
+                 * f32 uses, for C), for the kernel whose stages hold only
+                 * those rows of A (skinny_group). */
+                if (skinny)
                         encode_kmajor(fn, &m[2], p.dtype, p.a, p.m, p.k, p.lda, 64);
                 /* An f32 GEMM that only writes C (beta 0) can store it
                  * through a map (bit 4), where C's layout allows: columns
@@ -1567,21 +1575,16 @@ extern "C" uint64_t cuda_gemm_skinny_launches(void) { return skinny_launches.loa
  * (WCfgT's BMA): a 16-bit group of GEMMs on the usual or the wide tile,
  * all of at most 64 rows, none split (so every tile is a half tile, which
  * one consumer computes from rows 0-63 of its stages), with their third
- * maps (cuda_gemm_tmaps_build, by the same rule: skinny_shape). A stage
+ * maps (cuda_gemm_tmaps_build builds them for such groups: skinny_shape). A stage
  * then takes 8 KiB less and more of them fit (7 of 24 KiB where 5 of 32
  * did, 5 of 32 where 4 of 40), so more of B, nearly all that a
  * decode-like GEMM reads, is in flight. Needs the host copy of the
  * problems.
  */
-static bool skinny_group(const struct cuda_group *g, int bn)
+static bool skinny_group(const struct cuda_group *g)
 {
-        if ((bn != WIDE_BN && bn != 0) || !g->problems_host || g->nfast != g->nproblems || g->nfast_syr2k ||
-            (g->plan && g->plan->nsplit > 0))
-                return false;
-        for (uint32_t i = 0; i < g->nproblems; i++)
-                if (!skinny_shape(g->problems_host[i], g->cfg.shape))
-                        return false;
-        return true;
+        return g->problems_host && g->nfast == g->nproblems && !(g->plan && g->plan->nsplit > 0) &&
+               skinny_shape(g->problems_host, g->nproblems, g->cfg.shape);
 }
 
 extern "C" int cuda_gemm_launch(const struct cuda_group *g, void *stream)
@@ -1670,7 +1673,7 @@ extern "C" int cuda_gemm_launch(const struct cuda_group *g, void *stream)
                 }
                 const bool syrk = g->nfast_syr2k > 0;
                 args.tmaps = tm;
-                const bool skinny = skinny_group(g, bn);
+                const bool skinny = skinny_group(g);
                 skinny_launches += skinny;
                 int rc = g->dtype == GEMMD_F16    ? launch_wgmma<__half>(args, grid, st, syrk, false, bn, skinny)
                          : g->dtype == GEMMD_BF16 ? launch_wgmma<__nv_bfloat16>(args, grid, st, syrk, false, bn, skinny)

@@ -111,6 +111,7 @@ static double beta_of(const struct gemmd_kproblem *p)
 struct tprob {
         struct gemmd_kproblem kp;
         size_t off[3], span[3];
+        int c_aligned; /* run_group keeps C 16-byte aligned (else sometimes not) */
 };
 
 static size_t span_of(uint32_t rows, uint32_t cols, int64_t ld) { return (size_t)ld * (cols - 1) + rows; }
@@ -125,15 +126,13 @@ static const uint32_t kmajk[] = {1, 2, 8, 63, 64, 65, 127, 129, 200, 511, 512, 5
  * m x k and B stored n x k, or a SYR2K with A and B stored n x k, both
  * contiguous along K, leading dimensions multiples of 16 bytes (the layout
  * of the sm_90 fast path). */
-/* Set while drawing groups of GEMMs only (the wide tile's groups). */
-static int gemm_only;
-/* draw() gives A at most 64 rows (a group the wide tile's skinny kernel takes). */
-static int skinny_only;
-/* draw() gives an f32 GEMM whose C columns end inside a 16-byte granule
- * (m % 4 != 0, ldc a multiple of 4, beta 0: C stored through its tensor
- * map unless the launch keeps such C off it), and run_group keeps C
- * 16-byte aligned. */
-static int cpad_only;
+/* What draw() gives besides: any problem; GEMMs only (the wide tile's
+ * groups); GEMMs whose A has at most 64 rows (the stages holding 64 rows
+ * of A); GEMMs whose C columns end inside a 16-byte granule (m % 4 != 0,
+ * ldc a multiple of 4, beta 0, C kept aligned: C stored through its
+ * tensor map unless the launch keeps such C off it). The last two are
+ * GEMMs only too. */
+static enum { DRAW_ANY, DRAW_GEMM, DRAW_SKINNY, DRAW_CPAD } drawing;
 static const uint32_t cpad_m[] = {1, 7, 31, 63, 65, 127, 129, 255};
 
 static void draw(struct tprob *t, int dtype, int tf32, int big, int kmaj)
@@ -152,7 +151,7 @@ static void draw(struct tprob *t, int dtype, int tf32, int big, int kmaj)
         p->k = big ? 1024 + rndu(3100) : edgek[rndu(sizeof(edgek) / sizeof(edgek[0]) - (rndu(4) ? 3 : 0))];
         if (kmaj) {
                 /* GEMM T,N, or SYR2K with op T: A and B stored n x k. */
-                p->kind = rndu(4) == 0 && !gemm_only ? SCHED_SYR2K : SCHED_GEMM;
+                p->kind = rndu(4) == 0 && drawing == DRAW_ANY ? SCHED_SYR2K : SCHED_GEMM;
                 p->trans_a = 1;
                 p->trans_b = 0;
                 if (!big)
@@ -160,9 +159,9 @@ static void draw(struct tprob *t, int dtype, int tf32, int big, int kmaj)
         }
         if (p->kind == SCHED_SYR2K)
                 p->m = p->n;
-        if (skinny_only) /* decode-like: a few rows of A */
+        if (drawing == DRAW_SKINNY) /* decode-like: a few rows of A */
                 p->m = 1 + rndu(64);
-        if (cpad_only)
+        if (drawing == DRAW_CPAD)
                 p->m = cpad_m[rndu(sizeof(cpad_m) / sizeof(cpad_m[0]))];
         static const float alphas[] = {1.f, -0.5f, 2.f, 0.25f};
         static const float betas[] = {0.f, 1.f, 0.75f, -1.f};
@@ -192,10 +191,11 @@ static void draw(struct tprob *t, int dtype, int tf32, int big, int kmaj)
         p->lda = aligned ? (ar + round - 1) / round * round + round * rndu(2) : ar + pads[rndu(6)];
         p->ldb = aligned ? (br + round - 1) / round * round : br + pads[rndu(6)];
         p->ldc = p->m + pads[rndu(6)];
-        if (cpad_only) {
+        if (drawing == DRAW_CPAD) {
                 p->beta = 0.f;
                 p->beta_f64 = 0.0;
                 p->ldc = (p->m + 3) / 4 * 4;
+                t->c_aligned = 1;
         }
         t->span[0] = span_of(ar, ac, p->lda);
         t->span[1] = span_of(br, bc, p->ldb);
@@ -402,7 +402,7 @@ static void run_group(const char *name, int dtype, int tf32, struct tprob *tp, u
         for (uint32_t i = 0; i < np; i++)
                 for (int o = 0; o < 3; o++) {
                         total = (total + 127) / 128 * 128;
-                        if ((!kmaj || o == 2) && !cpad_only)
+                        if ((!kmaj || o == 2) && !(o == 2 && tp[i].c_aligned))
                                 total += rndu(2); /* sometimes unaligned */
                         tp[i].off[o] = total;
                         total += tp[i].span[o];
@@ -712,14 +712,13 @@ int main(int argc, char **argv)
                                         continue;
                                 const uint64_t saved = rng;
                                 rng = 0x243f6a8885a308d3ull;
-                                gemm_only = cpad_only = 1;
+                                drawing = DRAW_CPAD;
                                 np = 8;
                                 for (uint32_t i = 0; i < np; i++)
                                         draw(&tp[i], dts[c], tfs[c], 0, 1);
-                                gemm_only = 0;
+                                drawing = DRAW_ANY;
                                 snprintf(name, sizeof(name), "%s/gemm-cpad", names[c]);
                                 run_group(name, dts[c], tfs[c], tp, np, nsm, 1, 0);
-                                cpad_only = 0;
                                 rng = saved;
                                 continue;
                         }
@@ -727,11 +726,11 @@ int main(int argc, char **argv)
                                 /* GEMMs of at most 64 rows, K-major: the
                                  * kernel whose stages hold 64 rows of A
                                  * (16-bit), on the usual and wide tiles. */
-                                gemm_only = skinny_only = 1;
+                                drawing = DRAW_SKINNY;
                                 np = 20 + rndu(20);
                                 for (uint32_t i = 0; i < np; i++)
                                         draw(&tp[i], dts[c], tfs[c], (int)(i % 2), 1);
-                                gemm_only = skinny_only = 0;
+                                drawing = DRAW_ANY;
                                 snprintf(name, sizeof(name), "%s/gemm-skinny", names[c]);
                                 run_group(name, dts[c], tfs[c], tp, np, nsm, 1, 0);
                                 continue;
@@ -739,11 +738,11 @@ int main(int argc, char **argv)
                         if (grp >= 9) {
                                 /* GEMMs only, K-major: groups the wide
                                  * tile takes, edge sizes and long K. */
-                                gemm_only = 1;
+                                drawing = DRAW_GEMM;
                                 np = grp == 9 ? 40 + rndu(40) : 3 + rndu(3);
                                 for (uint32_t i = 0; i < np; i++)
                                         draw(&tp[i], dts[c], tfs[c], grp == 10, 1);
-                                gemm_only = 0;
+                                drawing = DRAW_ANY;
                                 snprintf(name, sizeof(name), "%s/gemm-%s", names[c], grp == 9 ? "edge" : "longk");
                                 run_group(name, dts[c], tfs[c], tp, np, nsm, 1, 0);
                                 continue;
