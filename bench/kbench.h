@@ -61,6 +61,7 @@ struct set {
         struct gemmd_kproblem **hkp; /* per copy, host (cuda_group.problems_host) */
         void **dtm;                  /* per copy: tensor maps (cuda_gemm_tmaps_build), device */
         void **dtm_wide;             /* per copy: the maps of the wide tile, or NULL */
+        void **dpack;                /* per copy: packed copies' buffer (cuda_gemm_pack_bytes), or NULL */
         int nfast;                   /* problems on the sm_90 fast path */
         int wide_ok;                 /* every problem takes the second tile (wide, or narrow: --narrow) */
         double tmaps_us;             /* host time of cuda_gemm_tmaps_build for the set */

@@ -101,6 +101,8 @@ static int recover(struct backend *be)
                 s->ws_cap = 0;
                 s->d_arr = NULL;
                 s->arr_cap = 0;
+                s->d_pack = NULL;
+                s->pack_cap = 0;
                 s->d_early_cnt = NULL;
                 s->early_cnt_cap = 0;
                 s->h_early_flag = NULL;
@@ -195,6 +197,7 @@ static void slot_deinit(struct backend *be, struct group *g)
         cudaFreeHost(s->h_bounce);
         cudaFree(s->d_ws);
         cudaFree(s->d_arr);
+        cudaFree(s->d_pack);
         cudaFree(s->d_early_cnt);
         cudaFreeHost(s->h_early_flag);
         cudaStreamDestroy(s->stream);

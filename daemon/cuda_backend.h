@@ -172,6 +172,9 @@ struct cuda_slot {
         size_t ws_cap;
         uint32_t *d_arr;
         size_t arr_cap;
+        /* Packed copies of operands off the 16-byte grid (cuda_gemm_pack_bytes). */
+        void *d_pack;
+        size_t pack_cap;
         /* Its group went to the resident kernel as rseq at host time
          * posted_ns; device clock when handed over and done (res_query). */
         int res;

@@ -83,6 +83,7 @@ struct launch_state {
         size_t stage;    /* staging area: all of it; in_lo on is bounced; in_hi ends the bounced inputs */
         size_t in_lo, in_hi;
         size_t esz;      /* bytes per element */
+        size_t pack;     /* packed copies' bytes (cuda_gemm_pack_bytes), 0: none */
         int dt, notify, early, nfast;
         uint32_t nsyr2k;
         unsigned ring;   /* the launch's events in cb's rings */
@@ -326,13 +327,21 @@ static void fill_plan(struct cuda_slot *s, const struct group *g, const struct l
 
 /* Encodes the tensor maps on the host, from the device addresses just
  * resolved, and counts the problems the Hopper kernel takes (nfast, of
- * them nsyr2k SYR2Ks). A group on the wide tile must be all of them. */
+ * them nsyr2k SYR2Ks). A group on the wide tile must be all of them.
+ * Operands off the 16-byte grid get packed copies in the slot's pack
+ * buffer where cuda_gemm_pack_bytes says they pay (without room for
+ * them, the group runs on the sm_80 kernel as it would have). */
 static int build_tmaps(struct cuda_backend *cb, struct cuda_slot *s, const struct group *g,
                        struct launch_state *st)
 {
+        st->pack = 0;
         if (st->tm_bytes) {
-                st->nfast = cuda_gemm_tmaps_build(s->h_blob, g->nops, g->cfg.shape,
-                                                  (char *)s->h_blob + st->tm_off);
+                st->pack = cuda_gemm_pack_bytes(s->h_blob, g->nops, g->cfg.shape);
+                if (st->pack && grow(cb, &s->d_pack, &s->pack_cap, st->pack, MEM_DEVICE, 0))
+                        st->pack = 0;
+                st->nfast = cuda_gemm_tmaps_build_packed(s->h_blob, g->nops, g->cfg.shape,
+                                                         (char *)s->h_blob + st->tm_off,
+                                                         st->pack ? (uint64_t)(uintptr_t)s->d_pack : 0);
                 if (st->nfast < 0)
                         st->nfast = 0;
                 st->nsyr2k = cuda_gemm_tmaps_syr2k((char *)s->h_blob + st->tm_off, g->nops);
@@ -358,7 +367,8 @@ static int launch_resident(struct cuda_backend *cb, struct cuda_slot *s, struct 
         int rc;
 
         *posted = 0;
-        s->res = cb->res_on && res_takes(cb, g, st->nfast, st->nsyr2k, st->stage, st->blob, st->notify);
+        /* (packed copies are made by a kernel of their own first) */
+        s->res = cb->res_on && !st->pack && res_takes(cb, g, st->nfast, st->nsyr2k, st->stage, st->blob, st->notify);
         if (!s->res)
                 return 0;
         memset(&rp, 0, sizeof(rp));
@@ -396,7 +406,7 @@ static int fill_cuda_group(struct cuda_backend *cb, struct cuda_slot *s, const s
                            const struct launch_state *st, struct cuda_group *cg)
 {
         const struct sched_plan *plan = &g->plan;
-        const int inl = st->blob <= CUDA_GEMM_INLINE_MAX && st->nfast == (int)g->nops &&
+        const int inl = st->blob <= CUDA_GEMM_INLINE_MAX && st->nfast == (int)g->nops && !st->pack &&
                         cuda_gemm_fast_available();
 
         if (!inl)
@@ -420,6 +430,7 @@ static int fill_cuda_group(struct cuda_backend *cb, struct cuda_slot *s, const s
         cg->tmaps = st->nfast ? (char *)s->d_blob + st->tm_off : NULL;
         cg->nfast = (uint32_t)st->nfast;
         cg->nfast_syr2k = st->nsyr2k;
+        cg->pack = st->pack ? s->d_pack : NULL;
         return 0;
 }
 

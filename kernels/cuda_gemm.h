@@ -100,6 +100,9 @@ struct cuda_group {
          * bytes), and that call's return value. */
         const void *tmaps;
         uint32_t nfast;
+        /* The packed copies' buffer whose addresses the maps were built
+         * with (cuda_gemm_tmaps_build_packed), or NULL. */
+        void *pack;
         /* How many of them are SYR2Ks (cuda_gemm_tmaps_syr2k): a group
          * without any runs a fast-path kernel built without their code. */
         uint32_t nfast_syr2k;
@@ -189,6 +192,33 @@ size_t cuda_gemm_tmaps_bytes(uint32_t nproblems);
 int cuda_gemm_fast_available(void);
 int cuda_gemm_tmaps_build(const struct gemmd_kproblem *problems, uint32_t nproblems, struct sched_shape shape,
                           void *out);
+
+/*
+ * Packed copies. A 16-bit GEMM in the fast path's layout whose A or B lies
+ * off the 16-byte grid (an odd leading dimension, an address that is a
+ * multiple of 2 bytes only) cannot be read through a tensor map, so a
+ * group holding one runs on the sm_80 kernel. When every problem of a
+ * group on the usual tile either qualifies or is such a GEMM, and those
+ * hold enough products to outweigh a copy of their operands,
+ * cuda_gemm_pack_bytes returns the bytes of a device buffer for packed
+ * copies of their A and B (rows along K, each row's start on the grid),
+ * else 0:
+ *
+ *   bytes = cuda_gemm_pack_bytes(host_problems, n, shape);
+ *   nfast = cuda_gemm_tmaps_build_packed(host_problems, n, shape, buf, pack);
+ *   (pack: the device address of a buffer of those bytes, 128-byte
+ *   aligned; 0 or bytes == 0: as cuda_gemm_tmaps_build)
+ *
+ * The maps of those problems then point into the buffer, and
+ * cuda_gemm_launch, given it in g.pack, first copies their operands there
+ * on the stream (device-resident maps only: not with inline launch data),
+ * then runs the whole group on the Hopper kernel. The same chunk sums, so
+ * the same bits as on the sm_80 kernel. The buffer is the launch's until
+ * its kernels end.
+ */
+size_t cuda_gemm_pack_bytes(const struct gemmd_kproblem *problems, uint32_t nproblems, struct sched_shape shape);
+int cuda_gemm_tmaps_build_packed(const struct gemmd_kproblem *problems, uint32_t nproblems,
+                                 struct sched_shape shape, void *out, uint64_t pack);
 /* How many of the problems that qualified are SYR2Ks, from the host buffer
  * cuda_gemm_tmaps_build filled for nproblems problems. */
 uint32_t cuda_gemm_tmaps_syr2k(const void *buf, uint32_t nproblems);

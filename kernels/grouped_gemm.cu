@@ -1411,8 +1411,133 @@ static bool skinny_shape(const struct gemmd_kproblem *probs, uint32_t n, struct 
         return true;
 }
 
+/* ---- packed copies (cuda_gemm_pack_bytes) ------------------------------- */
+
+/* A group packs only when its packed problems hold this many products
+ * (m n k): below, the copy kernel's launch and traffic cost about what
+ * the Hopper kernel saves. */
+#define PACK_MIN_PRODUCTS (1ull << 28)
+/* ... and their copies fit this many bytes. */
+#define PACK_MAX_BYTES (256ull << 20)
+/* Flag bit of a problem whose maps point at packed copies. */
+#define FLAG_PACKED 8u
+
+/* Whether p would take the Hopper kernel but for where its A and B lie:
+ * a 16-bit GEMM in its layout (A and B along K) that does not qualify. */
+static bool packable(const struct gemmd_kproblem &p)
+{
+        return p.kind == SCHED_GEMM && (p.dtype == GEMMD_F16 || p.dtype == GEMMD_BF16) && p.trans_a == 1 &&
+               p.trans_b == 0 && p.m > 0 && p.n > 0 && p.k > 0 && p.lda >= (int64_t)p.k &&
+               p.ldb >= (int64_t)p.k && !wgmma_qualifies(p);
+}
+
+/* A packed copy's leading dimension: k rounded up to 16 bytes. */
+static uint64_t pack_ld(const struct gemmd_kproblem &p) { return ((uint64_t)p.k + 7) & ~7ull; }
+
+/* Bytes of a packed copy of `rows` rows of p, each copy 128-byte aligned. */
+static uint64_t pack_size(const struct gemmd_kproblem &p, uint32_t rows)
+{
+        return ((uint64_t)rows * pack_ld(p) * 2 + 127) & ~127ull;
+}
+
+extern "C" size_t cuda_gemm_pack_bytes(const struct gemmd_kproblem *probs, uint32_t n, struct sched_shape shape)
+{
+        uint64_t products = 0, bytes = 0;
+
+        /* The usual tile only (the worker gives the others to groups that
+         * qualify whole), and not a group of the 64-row stages, whose
+         * third map slot packing uses. */
+        if (!probs || n == 0 || shape.tm != WCfg::BM || shape.tn != 128 || skinny_shape(probs, n, shape))
+                return 0;
+        for (uint32_t i = 0; i < n; i++) {
+                const struct gemmd_kproblem &p = probs[i];
+                if (wgmma_qualifies(p))
+                        continue;
+                if (!packable(p))
+                        return 0; /* it runs on the sm_80 kernel whatever we copy */
+                products += (uint64_t)p.m * p.n * p.k;
+                bytes += pack_size(p, p.m) + pack_size(p, p.n);
+        }
+        return products >= PACK_MIN_PRODUCTS && bytes <= PACK_MAX_BYTES ? (size_t)bytes : 0;
+}
+
+/*
+ * Copies each packed problem's A and B (FLAG_PACKED in the maps buffer tm)
+ * to the places its third map slot names (packed A, packed B, leading
+ * dimension): a warp a row, 8 elements a lane, rows of A then of B,
+ * problems along grid y. Reads 2 bytes at a time (the source is off the
+ * 16-byte grid), stores 16; the padding past K is zeroed.
+ */
+__global__ void __launch_bounds__(256) pack_kernel(const struct gemmd_kproblem *probs, const char *tm, uint32_t n)
+{
+        const uint8_t *flags = (const uint8_t *)tm + (size_t)n * WCfg::TMAP_BYTES;
+        const uint32_t warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+
+        for (uint32_t pi = blockIdx.y; pi < n; pi += gridDim.y) {
+                if (!(flags[pi] & FLAG_PACKED))
+                        continue;
+                const uint64_t *d = (const uint64_t *)(tm + (size_t)pi * WCfg::TMAP_BYTES + 256);
+                const struct gemmd_kproblem p = probs[pi];
+                const uint64_t ld = d[2];
+                for (uint32_t r = blockIdx.x * 8 + warp; r < p.m + p.n; r += gridDim.x * 8) {
+                        const bool isa = r < p.m;
+                        const uint32_t rr = isa ? r : r - p.m;
+                        const uint16_t *src = (const uint16_t *)(uintptr_t)(isa ? p.a : p.b) +
+                                              (uint64_t)rr * (uint64_t)(isa ? p.lda : p.ldb);
+                        uint16_t *dst = (uint16_t *)(uintptr_t)(isa ? d[0] : d[1]) + (uint64_t)rr * ld;
+                        for (uint32_t c = lane * 8; c < ld; c += 256) {
+                                uint32_t w[4];
+#pragma unroll
+                                for (int i = 0; i < 4; i++) {
+                                        const uint32_t lo = c + 2 * i < p.k ? __ldg(src + c + 2 * i) : 0;
+                                        const uint32_t hi = c + 2 * i + 1 < p.k ? __ldg(src + c + 2 * i + 1) : 0;
+                                        w[i] = lo | hi << 16;
+                                }
+                                *(uint4 *)(dst + c) = make_uint4(w[0], w[1], w[2], w[3]);
+                        }
+                }
+        }
+}
+
+/* Enqueues pack_kernel for g's packed problems: enough CTAs a problem that
+ * its rows (64 a CTA) spread over the GPU. */
+static int launch_pack(const struct cuda_group *g, const char *tm, cudaStream_t st)
+{
+        uint32_t rows = 0;
+        for (uint32_t i = 0; g->problems_host && i < g->nproblems; i++)
+                rows = max(rows, g->problems_host[i].m + g->problems_host[i].n);
+        const uint32_t per = g->problems_host ? min(128u, max(1u, (rows + 63) / 64)) : 16u;
+        const dim3 grid(per, min(g->nproblems, 65535u));
+        pack_kernel<<<grid, 256, 0, st>>>(g->problems, tm, g->nproblems);
+        return cudaGetLastError() == cudaSuccess ? 0 : -EIO;
+}
+
+/* Encodes the maps of a packable problem p whose copies go to pack + *off
+ * (advancing *off), and names the copies in the third slot for
+ * pack_kernel. */
+static bool encode_packed(PFN_cuTensorMapEncodeTiled_v12000 fn, CUtensorMap *m, const struct gemmd_kproblem &p,
+                          struct sched_shape shape, uint64_t pack, uint64_t *off)
+{
+        const uint64_t pa = pack + *off, pb = pa + pack_size(p, p.m), ld = pack_ld(p);
+        if (!encode_kmajor(fn, &m[0], p.dtype, pa, p.m, p.k, (int64_t)ld, shape.tm) ||
+            !encode_kmajor(fn, &m[1], p.dtype, pb, p.n, p.k, (int64_t)ld, shape.tn))
+                return false;
+        uint64_t *d = (uint64_t *)&m[2];
+        d[0] = pa;
+        d[1] = pb;
+        d[2] = ld;
+        *off += pack_size(p, p.m) + pack_size(p, p.n);
+        return true;
+}
+
 extern "C" int cuda_gemm_tmaps_build(const struct gemmd_kproblem *probs, uint32_t n, struct sched_shape shape,
                                      void *out)
+{
+        return cuda_gemm_tmaps_build_packed(probs, n, shape, out, 0);
+}
+
+extern "C" int cuda_gemm_tmaps_build_packed(const struct gemmd_kproblem *probs, uint32_t n,
+                                            struct sched_shape shape, void *out, uint64_t pack)
 {
         static_assert(sizeof(CUtensorMap) == 128, "a tensor map is 128 bytes");
         if ((!probs || !out) && n > 0)
@@ -1428,12 +1553,19 @@ extern "C" int cuda_gemm_tmaps_build(const struct gemmd_kproblem *probs, uint32_
                 return 0;
         /* Only a group that can run whole on those stages gets the maps they read. */
         const bool skinny = skinny_shape(probs, n, shape);
+        const bool packs = pack != 0 && (pack & 127) == 0 && cuda_gemm_pack_bytes(probs, n, shape) > 0;
+        uint64_t pack_off = 0;
         int nfast = 0;
         for (uint32_t i = 0; i < n; i++) {
                 const struct gemmd_kproblem &p = probs[i];
                 CUtensorMap *m = (CUtensorMap *)((char *)out + (size_t)i * WCfg::TMAP_BYTES);
-                if (!wgmma_qualifies(p))
+                if (!wgmma_qualifies(p)) {
+                        if (packs && packable(p) && encode_packed(fn, m, p, shape, pack, &pack_off)) {
+                                flags[i] = 1 | FLAG_PACKED;
+                                nfast++;
+                        }
                         continue;
+                }
                 /* A wide tile is a GEMM's (a SYR2K's B rows are A rows too). */
                 if (shape.tn != 128 && p.kind != SCHED_GEMM)
                         continue;
@@ -1673,6 +1805,13 @@ extern "C" int cuda_gemm_launch(const struct cuda_group *g, void *stream)
                 }
                 const bool syrk = g->nfast_syr2k > 0;
                 args.tmaps = tm;
+                /* Packed copies first (their maps are on the device). */
+                if (g->pack) {
+                        if (g->inline_bytes)
+                                return -EINVAL;
+                        if (int rc = launch_pack(g, tm, st))
+                                return rc;
+                }
                 const bool skinny = skinny_group(g);
                 skinny_launches += skinny;
                 int rc = g->dtype == GEMMD_F16    ? launch_wgmma<__half>(args, grid, st, syrk, false, bn, skinny)

@@ -132,7 +132,7 @@ static const uint32_t kmajk[] = {1, 2, 8, 63, 64, 65, 127, 129, 200, 511, 512, 5
  * ldc a multiple of 4, beta 0, C kept aligned: C stored through its
  * tensor map unless the launch keeps such C off it). The last two are
  * GEMMs only too. */
-static enum { DRAW_ANY, DRAW_GEMM, DRAW_SKINNY, DRAW_CPAD } drawing;
+static enum { DRAW_ANY, DRAW_GEMM, DRAW_SKINNY, DRAW_CPAD, DRAW_PACK } drawing;
 static const uint32_t cpad_m[] = {1, 7, 31, 63, 65, 127, 129, 255};
 
 static void draw(struct tprob *t, int dtype, int tf32, int big, int kmaj)
@@ -191,6 +191,12 @@ static void draw(struct tprob *t, int dtype, int tf32, int big, int kmaj)
         p->lda = aligned ? (ar + round - 1) / round * round + round * rndu(2) : ar + pads[rndu(6)];
         p->ldb = aligned ? (br + round - 1) / round * round : br + pads[rndu(6)];
         p->ldc = p->m + pads[rndu(6)];
+        if (drawing == DRAW_PACK) {
+                /* K-major, leading dimensions off the 16-byte grid (k odd
+                 * or padded by an odd count): packed copies. */
+                p->lda = ar + 1 + 2 * rndu(3);
+                p->ldb = br + (p->k % 2 ? 2 * rndu(2) : 1);
+        }
         if (drawing == DRAW_CPAD) {
                 p->beta = 0.f;
                 p->beta_f64 = 0.0;
@@ -282,22 +288,30 @@ static const char *pdesc(const struct gemmd_kproblem *p, char *buf, size_t n)
 
 static int failures;
 static int inline_runs; /* launches whose data went as a kernel parameter */
+static int packed_groups; /* groups run with packed copies of their operands */
 static int tile_groups[3]; /* groups that also ran on the wide [1] and narrow [2] tiles */
 
 /* Encodes the problems' tensor maps for tile `shape` into new host memory
  * *host and copies them to new device memory *dev; returns what
- * cuda_gemm_tmaps_build returned. */
+ * cuda_gemm_tmaps_build returned. With `pack`, operands off the 16-byte
+ * grid get packed copies where cuda_gemm_pack_bytes says so, in new
+ * device memory *pack (else NULL). */
 static int build_maps(const struct gemmd_kproblem *kp, uint32_t np, struct sched_shape shape, void **host,
-                      void **dev)
+                      void **dev, void **pack)
 {
-        size_t tb = cuda_gemm_tmaps_bytes(np);
+        size_t tb = cuda_gemm_tmaps_bytes(np), pb = pack ? cuda_gemm_pack_bytes(kp, np, shape) : 0;
         int n;
 
         if (posix_memalign(host, 64, tb)) {
                 fprintf(stderr, "out of memory\n");
                 exit(1);
         }
-        n = cuda_gemm_tmaps_build(kp, np, shape, *host);
+        if (pack) {
+                *pack = NULL;
+                if (pb)
+                        CK(cudaMalloc(pack, pb));
+        }
+        n = cuda_gemm_tmaps_build_packed(kp, np, shape, *host, pb ? (uint64_t)(uintptr_t)*pack : 0);
         CK(cudaMalloc(dev, tb));
         CK(cudaMemcpy(*dev, *host, tb, cudaMemcpyHostToDevice));
         return n;
@@ -459,7 +473,13 @@ static void run_group(const char *name, int dtype, int tf32, struct tprob *tp, u
         /* f64 problems get maps built for the 16-bit tile, which none may
          * take: wgmma has no f64 (nfast must stay 0, and the launch must
          * keep them off the Hopper kernel even with maps given). */
-        int nfast = build_maps(kp, np, cuda_gemm_shape(dtype == GEMMD_F64 ? GEMMD_F16 : dtype, tf32), &htm, &tm);
+        void *pack = NULL;
+        int nfast = build_maps(kp, np, cuda_gemm_shape(dtype == GEMMD_F64 ? GEMMD_F16 : dtype, tf32), &htm, &tm,
+                               &pack);
+        if (pack) {
+                printf("  %-22s packed copies of the operands off the 16-byte grid\n", name);
+                packed_groups++;
+        }
         uint32_t nsyr2k = cuda_gemm_tmaps_syr2k(htm, np);
         if (nfast < 0 || (kmaj && dtype != GEMMD_F64 && nfast != (int)np) || (dtype == GEMMD_F64 && nfast != 0)) {
                 printf("FAIL %s: cuda_gemm_tmaps_build = %d of %u K-major problems\n", name, nfast, np);
@@ -477,7 +497,7 @@ static void run_group(const char *name, int dtype, int tf32, struct tprob *tp, u
         for (int v = 1; v < 3; v++) {
                 if (!vshape[v].tn)
                         continue;
-                if (build_maps(kp, np, vshape[v], &vhtm[v], &vtm[v]) == (int)np) {
+                if (build_maps(kp, np, vshape[v], &vhtm[v], &vtm[v], NULL) == (int)np) {
                         tile_groups[v]++;
                 } else {
                         cudaFree(vtm[v]);
@@ -533,7 +553,7 @@ static void run_group(const char *name, int dtype, int tf32, struct tprob *tp, u
                                                .tf32 = tf32, .plan_blob = blob, .plan = &plan,
                                                .cfg = cfg, .ws = ws, .arrivals = arr,
                                                .tmaps = ctm, .nfast = (uint32_t)nfast,
-                                               .nfast_syr2k = nsyr2k};
+                                               .nfast_syr2k = nsyr2k, .pack = var == 0 ? pack : NULL};
                         /* A third run, where the group fits, sends problems,
                          * plan and tensor maps with the launch
                          * (cuda_group.inline_*): the device range they
@@ -544,7 +564,7 @@ static void run_group(const char *name, int dtype, int tf32, struct tprob *tp, u
                         const size_t o_bl = (np * sizeof(*kp) + 63) & ~(size_t)63;
                         const size_t o_tm = o_bl + ((plan.blob_bytes + 63) & ~(size_t)63);
                         const size_t inl = o_tm + (htm ? cuda_gemm_tmaps_bytes(np) : 0);
-                        const int reps = htm && nfast == (int)np && cuda_gemm_fast_available() &&
+                        const int reps = htm && nfast == (int)np && cuda_gemm_fast_available() && !g.pack &&
                                                          inl <= CUDA_GEMM_INLINE_MAX
                                                  ? 3
                                                  : 2;
@@ -638,6 +658,7 @@ static void run_group(const char *name, int dtype, int tf32, struct tprob *tp, u
         if (dtype == GEMMD_F64 && have_first)
                 check_regrouped(name, kp, np, d, c0, first, out, total * es);
         cudaFree(tm);
+        cudaFree(pack);
         free(htm);
         for (int v = 1; v < 3; v++) {
                 cudaFree(vtm[v]);
@@ -686,7 +707,7 @@ int main(int argc, char **argv)
                 /* Every config also gets groups of K-major problems only
                  * (the sm_90 fast path for 16-bit and tf32, the ldmatrix
                  * fragment path on sm_80) and a mix of both kinds. */
-                const int ngrp = 13;
+                const int ngrp = 14;
                 for (int grp = 0; grp < ngrp; grp++) {
                         struct tprob tp[80];
                         uint32_t np;
@@ -700,6 +721,25 @@ int main(int argc, char **argv)
                                         draw(&tp[i], dts[c], tfs[c], 0, 1);
                                 snprintf(name, sizeof(name), "%s/kmaj-small", names[c]);
                                 run_group(name, dts[c], tfs[c], tp, np, nsm, 1, 0);
+                                continue;
+                        }
+                        if (grp == 13) {
+                                /* 16-bit GEMMs, K-major, leading dimensions
+                                 * off the 16-byte grid, enough products to
+                                 * pack: packed copies, the Hopper kernel.
+                                 * Own generator: the other draws stay. */
+                                if (dts[c] != GEMMD_F16 && dts[c] != GEMMD_BF16)
+                                        continue;
+                                const uint64_t saved = rng;
+                                rng = 0x13198a2e03707344ull;
+                                drawing = DRAW_PACK;
+                                np = 6 + rndu(6);
+                                for (uint32_t i = 0; i < np; i++)
+                                        draw(&tp[i], dts[c], tfs[c], 1, 1);
+                                drawing = DRAW_ANY;
+                                snprintf(name, sizeof(name), "%s/gemm-packed", names[c]);
+                                run_group(name, dts[c], tfs[c], tp, np, nsm, 1, 0);
+                                rng = saved;
                                 continue;
                         }
                         if (grp == 12) {
@@ -770,6 +810,11 @@ int main(int argc, char **argv)
                 }
         }
         printf("launches with their data as a kernel parameter: %d\n", inline_runs);
+        printf("groups with packed copies of their operands: %d\n", packed_groups);
+        if (cuda_gemm_fast_available() && packed_groups == 0 && (!only || strstr(only, "f16") || strstr(only, "bf16"))) {
+                printf("FAIL: no 16-bit group ran with packed copies\n");
+                failures++;
+        }
         printf("groups also run on the wide tile: %d, on the narrow tile: %d\n", tile_groups[1], tile_groups[2]);
         const uint64_t skinny = cuda_gemm_skinny_launches();
         printf("launches of the kernel with 64 rows of A: %llu\n", (unsigned long long)skinny);
