@@ -331,10 +331,11 @@ static void fill_plan(struct cuda_slot *s, const struct group *g, const struct l
  * Operands off the 16-byte grid get packed copies in the slot's pack
  * buffer where cuda_gemm_pack_bytes says they pay (without room for
  * them, the group runs on the sm_80 kernel as it would have). */
-static int build_tmaps(struct cuda_backend *cb, struct cuda_slot *s, const struct group *g,
+static int build_tmaps(struct cuda_backend *cb, struct cuda_slot *s, struct group *g,
                        struct launch_state *st)
 {
         st->pack = 0;
+        g->packed = 0;
         if (st->tm_bytes) {
                 st->pack = cuda_gemm_pack_bytes(s->h_blob, g->nops, g->cfg.shape);
                 if (st->pack && grow(cb, &s->d_pack, &s->pack_cap, st->pack, MEM_DEVICE, 0))
@@ -342,6 +343,7 @@ static int build_tmaps(struct cuda_backend *cb, struct cuda_slot *s, const struc
                 st->nfast = cuda_gemm_tmaps_build_packed(s->h_blob, g->nops, g->cfg.shape,
                                                          (char *)s->h_blob + st->tm_off,
                                                          st->pack ? (uint64_t)(uintptr_t)s->d_pack : 0);
+                g->packed = st->pack != 0 && st->nfast == (int)g->nops && cuda_gemm_fast_available();
                 if (st->nfast < 0)
                         st->nfast = 0;
                 st->nsyr2k = cuda_gemm_tmaps_syr2k((char *)s->h_blob + st->tm_off, g->nops);

@@ -76,6 +76,7 @@ struct group {
          * (backend.collect): only those go back to the worker thread. */
         int timed;
         int resident; /* set by launch() when the backend's resident kernel took it */
+        int packed;   /* set by launch() when it made packed copies of operands */
         struct group *next_done;
         void *bdata; /* the backend's per-slot state */
 };
@@ -98,6 +99,7 @@ struct worker_stats {
         uint64_t narrow_groups;  /* groups on the backend's narrow tile */
         uint64_t split_groups;   /* groups on a split plan (--mode split, or auto's choice) */
         uint64_t resident_groups; /* groups its resident kernel took (--resident) */
+        uint64_t packed_groups;   /* groups run with packed copies of operands off the 16-byte grid */
         uint64_t ops_early; /* ops answered before their group ended (--early-completion) */
         /* An op's queue time in three parts, summed over ops: admitted to
          * handed to the worker (staged by its loop), to taken into a group

@@ -694,6 +694,101 @@ Test(gpu_e2e, wide_tile_same_bits_as_the_usual_one)
 }
 
 /*
+ * Packed copies, end to end. Eight bf16 GEMMs of 512 x 512 x 1023 in the
+ * layout the Hopper kernel reads (A stored m x k, B n x k) but with k, and
+ * so their leading dimensions, odd: no tensor map reads them in place.
+ * Sent together they make one group of enough products for packed copies
+ * (the daemon's stats count it); sent one at a time each is too small to
+ * pack and runs on the sm_80 kernel. The bits must be the same, and
+ * sampled elements must match a double-precision reference.
+ */
+#define PACK_OPS 8
+
+static const struct e2e_spec pack_spec = {.kind = GEMMD_GEMM, .dtype = GEMMD_BF16, .ta = GEMMD_OP_T,
+                                          .tb = GEMMD_OP_N, .m = 512, .n = 512, .k = 1023, .alpha = 1.f,
+                                          .beta = 0.f};
+
+static void pack_run(int together, struct e2e_prob *p, long long *packed_groups)
+{
+        struct e2e_daemon d;
+        gemmd_client *c;
+        struct e2e_arena ar;
+        struct gemmd_result res[PACK_OPS];
+        struct gemmd_op ops[PACK_OPS];
+        gemmd_ticket t;
+        uint64_t seed = 11;
+        char *json = NULL;
+
+        cr_assert_eq(e2e_daemon_start(&d, "--backend", "cuda", NULL), 0);
+        c = e2e_connect(&d);
+        cr_assert_not_null(c);
+        cr_assert_eq(e2e_arena_init(&ar, c, 64u << 20), 0);
+        for (int i = 0; i < PACK_OPS; i++) {
+                cr_assert_eq(e2e_prob_place(&p[i], &pack_spec, &ar, &seed), 0);
+                ops[i] = p[i].op;
+        }
+        if (together) {
+                cr_assert_eq(gemmd_submit(c, ops, PACK_OPS, GEMMD_PRIO_NORMAL, &t), 0);
+                cr_assert_eq(gemmd_wait(c, t, 60000, res, PACK_OPS), 0);
+        } else {
+                for (int i = 0; i < PACK_OPS; i++) {
+                        cr_assert_eq(gemmd_submit(c, &ops[i], 1, GEMMD_PRIO_NORMAL, &t), 0);
+                        cr_assert_eq(gemmd_wait(c, t, 60000, &res[i], 1), 0);
+                }
+        }
+        for (int i = 0; i < PACK_OPS; i++) {
+                cr_assert_eq(res[i].status, 0, "op %d: %s", i, gemmd_strerror(res[i].status));
+                memcpy(p[i].c0, p[i].c, p[i].cbytes);
+                p[i].a = p[i].b = p[i].c = NULL;
+        }
+        cr_assert_eq(gemmd_stats(c, 1, &json), 0);
+        *packed_groups = device_number(json, "packed_groups");
+        free(json);
+        gemmd_disconnect(c);
+        cr_assert_eq(e2e_daemon_stop(&d), 0);
+}
+
+Test(gpu_e2e, packed_copies_same_bits_as_in_place)
+{
+        struct e2e_prob g[PACK_OPS], a[PACK_OPS];
+        long long ng = -1, na = -1;
+
+        SKIP_WITHOUT_GPU();
+        memset(g, 0, sizeof(g));
+        memset(a, 0, sizeof(a));
+        pack_run(1, g, &ng);
+        pack_run(0, a, &na);
+        cr_expect_gt(ng, 0, "the group of eight was not packed");
+        cr_expect_eq(na, 0, "a lone GEMM was packed");
+        for (int i = 0; i < PACK_OPS; i++)
+                cr_assert_eq(memcmp(g[i].c0, a[i].c0, g[i].cbytes), 0, "op %d: bits differ, packed or not", i);
+        {
+                struct e2e_prob r;
+                struct e2e_arena ar = {0};
+                uint64_t fill_seed = 11;
+                const uint64_t per = 8u << 20;
+
+                ar.base = malloc(per);
+                ar.size = per;
+                cr_assert_not_null(ar.base);
+                for (int i = 0; i < PACK_OPS; i++) {
+                        char why[200];
+
+                        ar.used = 0;
+                        cr_assert_eq(e2e_prob_place(&r, &pack_spec, &ar, &fill_seed), 0);
+                        r.c = g[i].c0;
+                        cr_assert_eq(sampled_check(&r, 5 + (uint64_t)i, why, sizeof(why)), 0, "op %d %s", i, why);
+                        free(r.c0);
+                }
+                free(ar.base);
+        }
+        for (int i = 0; i < PACK_OPS; i++) {
+                free(g[i].c0);
+                free(a[i].c0);
+        }
+}
+
+/*
  * The narrow tile, end to end: one synchronous call at a time, as a
  * library is most often called. Each GEMM below is a group of its own
  * whose 128 x 128 tiles leave SMs idle and whose 128 x 64 ones fit one

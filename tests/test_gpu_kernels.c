@@ -655,7 +655,10 @@ static void run_group(const char *name, int dtype, int tf32, struct tprob *tp, u
                 }
         }
         sched_plan_deinit(&plan);
-        if (dtype == GEMMD_F64 && have_first)
+        /* f64, and packed groups: the same bits from the group cut in two
+         * (each part on the sm_80 kernel, which reads the operands where
+         * they lie: packing must not change a result). */
+        if ((dtype == GEMMD_F64 || pack) && have_first)
                 check_regrouped(name, kp, np, d, c0, first, out, total * es);
         cudaFree(tm);
         cudaFree(pack);
@@ -674,6 +677,21 @@ static void run_group(const char *name, int dtype, int tf32, struct tprob *tp, u
         free(c0);
         free(out);
         free(first);
+}
+
+/* Whether the comma list s holds the number v. */
+static int in_list(const char *s, int v)
+{
+        while (*s) {
+                char *end;
+                const long x = strtol(s, &end, 10);
+                if (end == s)
+                        return 0;
+                if (x == v)
+                        return 1;
+                s = *end == ',' ? end + 1 : end;
+        }
+        return 0;
 }
 
 int main(int argc, char **argv)
@@ -700,6 +718,10 @@ int main(int argc, char **argv)
         /* GEMMD_TEST_DTYPES: a comma list of the configs to run (all by
          * default), to check one kernel variant alone. */
         const char *only = getenv("GEMMD_TEST_DTYPES");
+        /* GEMMD_TEST_GROUPS: a comma list of group numbers to run (all by
+         * default; the draws of later groups then differ), e.g. to run
+         * one under compute-sanitizer. */
+        const char *groups = getenv("GEMMD_TEST_GROUPS");
         for (int c = 0; c < 5; c++) {
                 if (only && !strstr(only, names[c]))
                         continue;
@@ -712,6 +734,8 @@ int main(int argc, char **argv)
                         struct tprob tp[80];
                         uint32_t np;
                         char name[64];
+                        if (groups && !in_list(groups, grp))
+                                continue;
                         const int kmaj = grp >= 4 && grp != 7;
                         if (grp == 8) {
                                 /* One or two small K-major problems: a
@@ -811,22 +835,25 @@ int main(int argc, char **argv)
         }
         printf("launches with their data as a kernel parameter: %d\n", inline_runs);
         printf("groups with packed copies of their operands: %d\n", packed_groups);
-        if (cuda_gemm_fast_available() && packed_groups == 0 && (!only || strstr(only, "f16") || strstr(only, "bf16"))) {
+        /* What every group kind must have exercised: not with a chosen
+         * few groups (GEMMD_TEST_GROUPS). */
+        const int all = cuda_gemm_fast_available() && !groups, b16 = !only || strstr(only, "f16") || strstr(only, "bf16");
+        if (all && packed_groups == 0 && b16) {
                 printf("FAIL: no 16-bit group ran with packed copies\n");
                 failures++;
         }
         printf("groups also run on the wide tile: %d, on the narrow tile: %d\n", tile_groups[1], tile_groups[2]);
         const uint64_t skinny = cuda_gemm_skinny_launches();
         printf("launches of the kernel with 64 rows of A: %llu\n", (unsigned long long)skinny);
-        if (cuda_gemm_fast_available() && skinny == 0 && (!only || strstr(only, "f16") || strstr(only, "bf16"))) {
+        if (all && skinny == 0 && b16) {
                 printf("FAIL: no 16-bit group ran on the kernel with 64 rows of A\n");
                 failures++;
         }
-        if (cuda_gemm_fast_available() && (tile_groups[1] == 0 || tile_groups[2] == 0) && !only) {
+        if (all && (tile_groups[1] == 0 || tile_groups[2] == 0) && !only) {
                 printf("FAIL: no group ran on the wide or on the narrow tile\n");
                 failures++;
         }
-        if (cuda_gemm_fast_available() && inline_runs == 0 && !only) {
+        if (all && inline_runs == 0 && !only) {
                 printf("FAIL: no group went with its launch data\n");
                 failures++;
         }
