@@ -2,7 +2,7 @@
  * gemmbench.c - times gemmd's grouped kernels against cuBLAS in one process.
  *
  *   gemmbench kernels [--mode MODE|all] [--workload NAME|all|FILE] [--json] [--reps N]
- *                     [--cost SPEC] [--queued] [--paired] [--f64-general] [--narrow]
+ *                     [--cost SPEC] [--queued] [--paired] [--f64-general] [--narrow] [--a-mn]
  *   gemmbench calibrate [--reps N] [--json]
  *   gemmbench floor [--reps N]
  *   gemmbench list [NAME|FILE]
@@ -73,6 +73,10 @@
  * mixing layouts or alignments take, rather than the one built for the
  * set's single layout and alignment (the launcher is not told the
  * problems: cuda_group.problems_host NULL).
+ *
+ * --a-mn stores each GEMM's A m x k along M (op N, lda m) for gemmd and
+ * its cuBLAS peers alike, 16-bit sets only: the layout the Hopper kernel
+ * reads only from packed copies.
  */
 #include <cublas_v2.h>
 #include <cuda_runtime_api.h>
@@ -268,9 +272,14 @@ static double flops(const struct bprob *p)
 
 /* The device-side state of one config's problems of a workload. */
 
+/* --a-mn: GEMMs' A stored m x k (along M, op N), as column-major callers
+ * most often keep it, for gemmd and its cuBLAS peers alike; 16-bit sets
+ * only (the f32 and f64 references read A along K). */
+int kbench_a_mn;
+
 static void set_lda(const struct bprob *p, int64_t *lda, int64_t *ldb, int64_t *ldc)
 {
-        *lda = p->k;
+        *lda = kbench_a_mn && p->kind == SCHED_GEMM ? p->m : p->k;
         *ldb = p->k;
         *ldc = p->m;
 }
@@ -363,7 +372,7 @@ void set_init(struct set *s, const struct workload *w, int dtype, int tf32, size
                         kp[i].beta_f64 = 0.0;
                         kp[i].kind = (uint8_t)p->kind;
                         kp[i].dtype = (uint8_t)dtype;
-                        kp[i].trans_a = 1;
+                        kp[i].trans_a = kbench_a_mn && p->kind == SCHED_GEMM ? 0 : 1;
                         kp[i].trans_b = 0;
                         kp[i].uplo = (uint8_t)p->uplo;
                         kp[i].tf32 = (uint8_t)tf32;
@@ -548,12 +557,12 @@ static void grouped_init(struct grouped *g, const struct set *s)
         g->dC = malloc(s->copies * sizeof(void **));
         void **h = malloc(n * sizeof(void *));
         for (uint32_t i = 0; i < n; i++) {
-                g->ta[i] = CUBLAS_OP_T;
+                g->ta[i] = kbench_a_mn ? CUBLAS_OP_N : CUBLAS_OP_T;
                 g->tb[i] = CUBLAS_OP_N;
                 g->m[i] = (int)s->p[i].m;
                 g->n[i] = (int)s->p[i].n;
                 g->k[i] = (int)s->p[i].k;
-                g->lda[i] = (int)s->p[i].k;
+                g->lda[i] = kbench_a_mn ? (int)s->p[i].m : (int)s->p[i].k;
                 g->ldb[i] = (int)s->p[i].k;
                 g->ldc[i] = (int)s->p[i].m;
                 g->gsize[i] = 1;
@@ -611,8 +620,9 @@ static int peer_run(cublasHandle_t h, const struct set *s, const struct grouped 
                 }
                 for (uint32_t i = 0; !f64 && i < s->n; i++) {
                         const struct bprob *p = &s->p[i];
-                        CB(cublasGemmEx(h, CUBLAS_OP_T, CUBLAS_OP_N, (int)p->m, (int)p->n, (int)p->k, &one,
-                                        base + s->aoff[i] * es, t, (int)p->k, base + s->boff[i] * es, t,
+                        CB(cublasGemmEx(h, kbench_a_mn ? CUBLAS_OP_N : CUBLAS_OP_T, CUBLAS_OP_N, (int)p->m, (int)p->n,
+                                        (int)p->k, &one, base + s->aoff[i] * es, t,
+                                        kbench_a_mn ? (int)p->m : (int)p->k, base + s->boff[i] * es, t,
                                         (int)p->k, &zero, base + s->coff[i] * es, t, (int)p->m,
                                         compute_type(s), CUBLAS_GEMM_DEFAULT));
                 }
@@ -637,8 +647,9 @@ static int peer_run(cublasHandle_t h, const struct set *s, const struct grouped 
                 if (s->any_syr2k || !s->all_equal || s->n < 2)
                         return -1;
                 const struct bprob *p = &s->p[0];
-                CB(cublasGemmStridedBatchedEx(h, CUBLAS_OP_T, CUBLAS_OP_N, (int)p->m, (int)p->n, (int)p->k,
-                                              onep, base + s->aoff[0] * es, t, (int)p->k,
+                CB(cublasGemmStridedBatchedEx(h, kbench_a_mn ? CUBLAS_OP_N : CUBLAS_OP_T, CUBLAS_OP_N, (int)p->m,
+                                              (int)p->n, (int)p->k, onep, base + s->aoff[0] * es, t,
+                                              kbench_a_mn ? (int)p->m : (int)p->k,
                                               (long long)(s->aoff[1] - s->aoff[0]), base + s->boff[0] * es,
                                               t, (int)p->k, (long long)(s->boff[1] - s->boff[0]), zerop,
                                               base + s->coff[0] * es, t, (int)p->m,
@@ -789,8 +800,9 @@ static void ref_gemmex(cublasHandle_t h, const struct set *s, float *ref)
                 const struct bprob *p = &s->p[i];
                 const char *a = base + s->aoff[i] * es, *b = base + s->boff[i] * es;
                 float *c = ref + (s->coff[i] - s->coff[0]);
-                CB(cublasGemmEx(h, CUBLAS_OP_T, CUBLAS_OP_N, (int)p->m, (int)p->n, (int)p->k, &one, a, t,
-                                (int)p->k, b, t, (int)p->k, &zero, c, CUDA_R_32F, (int)p->m, compute_type(s),
+                CB(cublasGemmEx(h, kbench_a_mn ? CUBLAS_OP_N : CUBLAS_OP_T, CUBLAS_OP_N, (int)p->m, (int)p->n,
+                                (int)p->k, &one, a, t, kbench_a_mn ? (int)p->m : (int)p->k, b, t, (int)p->k, &zero, c,
+                                CUDA_R_32F, (int)p->m, compute_type(s),
                                 CUBLAS_GEMM_DEFAULT));
                 if (p->kind == SCHED_SYR2K)
                         CB(cublasGemmEx(h, CUBLAS_OP_T, CUBLAS_OP_N, (int)p->n, (int)p->n, (int)p->k, &one, b,
@@ -1112,7 +1124,7 @@ static const char *num_or_dash(char *buf, size_t len, int ok, const char *fmt, d
 static void usage(FILE *f)
 {
         fprintf(f, "usage: gemmbench kernels [--mode MODE|all] [--workload NAME|all|FILE] [--json] "
-                   "[--reps N] [--cost SPEC] [--queued] [--paired] [--f64-general] [--narrow]\n"
+                   "[--reps N] [--cost SPEC] [--queued] [--paired] [--f64-general] [--narrow] [--a-mn]\n"
                    "       gemmbench calibrate [--reps N] [--json]   (the cost model measured here)\n"
                    "       gemmbench floor [--reps N]   (a kernel's device time before any work, beside cuBLAS)\n"
                    "       gemmbench list [NAME|FILE]   (a workload's problem list, `gemmctl plan` format)\n"
@@ -1187,6 +1199,8 @@ static void bench_workload(cublasHandle_t h, const struct workload *w, int modes
                 {GEMMD_BF16, 0}, {GEMMD_F16, 0}, {GEMMD_F32, 1}, {GEMMD_F32, 0}, {GEMMD_F64, 0}};
         for (int ci = 0; ci < 5; ci++) {
                 struct set s;
+                if (kbench_a_mn && cfgs[ci][0] != GEMMD_F16 && cfgs[ci][0] != GEMMD_BF16)
+                        continue;
                 set_init(&s, w, cfgs[ci][0], cfgs[ci][1], l2, 0);
                 if (!s.n) {
                         set_free(&s);
@@ -1357,6 +1371,8 @@ int main(int argc, char **argv)
                         kbench_paired = 1;
                 else if (!strcmp(argv[i], "--f64-general"))
                         kbench_f64_general = 1;
+                else if (!strcmp(argv[i], "--a-mn"))
+                        kbench_a_mn = 1;
                 else if (!strcmp(argv[i], "--reps") && i + 1 < argc)
                         reps = atoi(argv[++i]);
                 else if (!strcmp(argv[i], "--cost") && i + 1 < argc) {

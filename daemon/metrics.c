@@ -469,7 +469,7 @@ static void render_devices(FILE *f, struct server *srv, double up_s)
                    "Groups its resident kernel took (--resident)", "%llu",
                    (unsigned long long)st[i].resident_groups);
         PER_DEVICE("gemmd_device_packed_groups_total", "counter",
-                   "Groups run with packed copies of 16-bit operands off the 16-byte grid", "%llu",
+                   "Groups run with packed copies of 16-bit operands the Hopper kernel cannot read in place", "%llu",
                    (unsigned long long)st[i].packed_groups);
         PER_DEVICE("gemmd_device_idle_gaps_total", "counter",
                    "Idle gaps between groups while work was waiting", "%llu",

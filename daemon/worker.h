@@ -99,7 +99,7 @@ struct worker_stats {
         uint64_t narrow_groups;  /* groups on the backend's narrow tile */
         uint64_t split_groups;   /* groups on a split plan (--mode split, or auto's choice) */
         uint64_t resident_groups; /* groups its resident kernel took (--resident) */
-        uint64_t packed_groups;   /* groups run with packed copies of operands off the 16-byte grid */
+        uint64_t packed_groups;   /* groups run with packed copies of operands (cuda_gemm_pack_bytes) */
         uint64_t ops_early; /* ops answered before their group ended (--early-completion) */
         /* An op's queue time in three parts, summed over ops: admitted to
          * handed to the worker (staged by its loop), to taken into a group

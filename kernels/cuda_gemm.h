@@ -194,15 +194,15 @@ int cuda_gemm_tmaps_build(const struct gemmd_kproblem *problems, uint32_t nprobl
                           void *out);
 
 /*
- * Packed copies. A 16-bit GEMM in the fast path's layout whose A or B lies
- * off the 16-byte grid (an odd leading dimension, an address that is a
- * multiple of 2 bytes only) cannot be read through a tensor map, so a
+ * Packed copies. A 16-bit GEMM whose A or B is stored along M or N, or
+ * lies off the 16-byte grid (an odd leading dimension, an address that is
+ * a multiple of 2 bytes only), cannot be read through a tensor map, so a
  * group holding one runs on the sm_80 kernel. When every problem of a
  * group on the usual tile either qualifies or is such a GEMM, and those
  * hold enough products to outweigh a copy of their operands,
  * cuda_gemm_pack_bytes returns the bytes of a device buffer for packed
- * copies of their A and B (rows along K, each row's start on the grid),
- * else 0:
+ * copies of those operands (rows along K, each row's start on the grid;
+ * an operand the map can read where it lies is not copied), else 0:
  *
  *   bytes = cuda_gemm_pack_bytes(host_problems, n, shape);
  *   nfast = cuda_gemm_tmaps_build_packed(host_problems, n, shape, buf, pack);

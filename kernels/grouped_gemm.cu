@@ -1422,22 +1422,33 @@ static bool skinny_shape(const struct gemmd_kproblem *probs, uint32_t n, struct 
 /* Flag bit of a problem whose maps point at packed copies. */
 #define FLAG_PACKED 8u
 
-/* Whether p would take the Hopper kernel but for where its A and B lie:
- * a 16-bit GEMM in its layout (A and B along K) that does not qualify. */
+/* Whether operand j (0: A, 1: B) of a 16-bit GEMM p can be read through
+ * a tensor map where it lies: stored along K, on the 16-byte grid. */
+static bool in_place(const struct gemmd_kproblem &p, int j)
+{
+        const bool kmaj = j == 0 ? p.trans_a == 1 : p.trans_b == 0;
+        const uint64_t addr = j ? p.b : p.a;
+        const int64_t ld = j ? p.ldb : p.lda;
+        return kmaj && (addr & 15) == 0 && ld % 8 == 0 && ld >= (int64_t)p.k && ld < ((int64_t)1 << 37);
+}
+
+/* Whether p would take the Hopper kernel but for how or where its A or B
+ * lies: a 16-bit GEMM that does not qualify (an operand stored along M
+ * or N, an odd leading dimension, an address off the grid). */
 static bool packable(const struct gemmd_kproblem &p)
 {
-        return p.kind == SCHED_GEMM && (p.dtype == GEMMD_F16 || p.dtype == GEMMD_BF16) && p.trans_a == 1 &&
-               p.trans_b == 0 && p.m > 0 && p.n > 0 && p.k > 0 && p.lda >= (int64_t)p.k &&
-               p.ldb >= (int64_t)p.k && !wgmma_qualifies(p);
+        return p.kind == SCHED_GEMM && (p.dtype == GEMMD_F16 || p.dtype == GEMMD_BF16) && p.m > 0 && p.n > 0 &&
+               p.k > 0 && !wgmma_qualifies(p);
 }
 
 /* A packed copy's leading dimension: k rounded up to 16 bytes. */
 static uint64_t pack_ld(const struct gemmd_kproblem &p) { return ((uint64_t)p.k + 7) & ~7ull; }
 
-/* Bytes of a packed copy of `rows` rows of p, each copy 128-byte aligned. */
-static uint64_t pack_size(const struct gemmd_kproblem &p, uint32_t rows)
+/* Bytes of a packed copy of operand j of p (0 when it is read in place),
+ * 128-byte aligned. */
+static uint64_t pack_size(const struct gemmd_kproblem &p, int j)
 {
-        return ((uint64_t)rows * pack_ld(p) * 2 + 127) & ~127ull;
+        return in_place(p, j) ? 0 : ((uint64_t)(j ? p.n : p.m) * pack_ld(p) * 2 + 127) & ~127ull;
 }
 
 extern "C" size_t cuda_gemm_pack_bytes(const struct gemmd_kproblem *probs, uint32_t n, struct sched_shape shape)
@@ -1456,46 +1467,82 @@ extern "C" size_t cuda_gemm_pack_bytes(const struct gemmd_kproblem *probs, uint3
                 if (!packable(p))
                         return 0; /* it runs on the sm_80 kernel whatever we copy */
                 products += (uint64_t)p.m * p.n * p.k;
-                bytes += pack_size(p, p.m) + pack_size(p, p.n);
+                bytes += pack_size(p, 0) + pack_size(p, 1);
         }
         return products >= PACK_MIN_PRODUCTS && bytes <= PACK_MAX_BYTES ? (size_t)bytes : 0;
 }
 
 /*
- * Copies each packed problem's A and B (FLAG_PACKED in the maps buffer tm)
- * to the places its third map slot names (packed A, packed B, leading
- * dimension): a warp a row, 8 elements a lane, rows of A then of B,
- * problems along grid y. Reads 2 bytes at a time (the source is off the
- * 16-byte grid), stores 16; the padding past K is zeroed.
+ * Copies `rows` rows of K (k elements) of an operand to dst, rows along K,
+ * pld apart, the padding past k zeroed. From a source stored along K
+ * (element (r, l) at src[l + r ld]): a warp a row, 8 elements a lane,
+ * read 2 bytes at a time (the source is off the 16-byte grid), stored 16.
+ * From one stored along M or N (at src[r + l ld]): 32 x 32 blocks turned
+ * over in shared memory, read and written 2 bytes a lane along each
+ * side's contiguous direction. The CTA takes every gridDim.x-th row or
+ * block.
+ */
+__device__ void pack_operand(const uint16_t *src, int64_t ld, bool kmaj, uint32_t rows, uint32_t k, uint16_t *dst,
+                             uint64_t pld, uint16_t (*blk)[33])
+{
+        const uint32_t warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+        if (kmaj) {
+                for (uint32_t r = blockIdx.x * 8 + warp; r < rows; r += gridDim.x * 8) {
+                        const uint16_t *s = src + (uint64_t)r * (uint64_t)ld;
+                        uint16_t *d = dst + (uint64_t)r * pld;
+                        for (uint32_t c = lane * 8; c < pld; c += 256) {
+                                uint32_t w[4];
+#pragma unroll
+                                for (int i = 0; i < 4; i++) {
+                                        const uint32_t lo = c + 2 * i < k ? __ldg(s + c + 2 * i) : 0;
+                                        const uint32_t hi = c + 2 * i + 1 < k ? __ldg(s + c + 2 * i + 1) : 0;
+                                        w[i] = lo | hi << 16;
+                                }
+                                *(uint4 *)(d + c) = make_uint4(w[0], w[1], w[2], w[3]);
+                        }
+                }
+                return;
+        }
+        const uint32_t tr = (rows + 31) / 32, tk = (uint32_t)((pld + 31) / 32);
+        for (uint32_t t = blockIdx.x; t < tr * tk; t += gridDim.x) {
+                const uint32_t r0 = (t % tr) * 32, k0 = (t / tr) * 32;
+#pragma unroll
+                for (int i = 0; i < 4; i++) {
+                        const uint32_t l = k0 + warp + 8 * i, r = r0 + lane;
+                        blk[warp + 8 * i][lane] = r < rows && l < k ? __ldg(src + r + (uint64_t)l * (uint64_t)ld) : 0;
+                }
+                __syncthreads();
+#pragma unroll
+                for (int i = 0; i < 4; i++) {
+                        const uint32_t r = r0 + warp + 8 * i, l = k0 + lane;
+                        if (r < rows && l < pld)
+                                dst[l + (uint64_t)r * pld] = blk[lane][warp + 8 * i];
+                }
+                __syncthreads();
+        }
+}
+
+/*
+ * Copies each packed problem's operands (FLAG_PACKED in the maps buffer
+ * tm) to the places its third map slot names (packed A or 0, packed B or
+ * 0, leading dimension), problems along grid y.
  */
 __global__ void __launch_bounds__(256) pack_kernel(const struct gemmd_kproblem *probs, const char *tm, uint32_t n)
 {
+        __shared__ uint16_t blk[32][33];
         const uint8_t *flags = (const uint8_t *)tm + (size_t)n * WCfg::TMAP_BYTES;
-        const uint32_t warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
 
         for (uint32_t pi = blockIdx.y; pi < n; pi += gridDim.y) {
                 if (!(flags[pi] & FLAG_PACKED))
                         continue;
                 const uint64_t *d = (const uint64_t *)(tm + (size_t)pi * WCfg::TMAP_BYTES + 256);
                 const struct gemmd_kproblem p = probs[pi];
-                const uint64_t ld = d[2];
-                for (uint32_t r = blockIdx.x * 8 + warp; r < p.m + p.n; r += gridDim.x * 8) {
-                        const bool isa = r < p.m;
-                        const uint32_t rr = isa ? r : r - p.m;
-                        const uint16_t *src = (const uint16_t *)(uintptr_t)(isa ? p.a : p.b) +
-                                              (uint64_t)rr * (uint64_t)(isa ? p.lda : p.ldb);
-                        uint16_t *dst = (uint16_t *)(uintptr_t)(isa ? d[0] : d[1]) + (uint64_t)rr * ld;
-                        for (uint32_t c = lane * 8; c < ld; c += 256) {
-                                uint32_t w[4];
-#pragma unroll
-                                for (int i = 0; i < 4; i++) {
-                                        const uint32_t lo = c + 2 * i < p.k ? __ldg(src + c + 2 * i) : 0;
-                                        const uint32_t hi = c + 2 * i + 1 < p.k ? __ldg(src + c + 2 * i + 1) : 0;
-                                        w[i] = lo | hi << 16;
-                                }
-                                *(uint4 *)(dst + c) = make_uint4(w[0], w[1], w[2], w[3]);
-                        }
-                }
+                if (d[0])
+                        pack_operand((const uint16_t *)(uintptr_t)p.a, p.lda, p.trans_a == 1, p.m, p.k,
+                                     (uint16_t *)(uintptr_t)d[0], d[2], blk);
+                if (d[1])
+                        pack_operand((const uint16_t *)(uintptr_t)p.b, p.ldb, p.trans_b == 0, p.n, p.k,
+                                     (uint16_t *)(uintptr_t)d[1], d[2], blk);
         }
 }
 
@@ -1512,21 +1559,22 @@ static int launch_pack(const struct cuda_group *g, const char *tm, cudaStream_t 
         return cudaGetLastError() == cudaSuccess ? 0 : -EIO;
 }
 
-/* Encodes the maps of a packable problem p whose copies go to pack + *off
- * (advancing *off), and names the copies in the third slot for
- * pack_kernel. */
+/* Encodes the maps of a packable problem p, each operand from where it
+ * lies or from its packed copy at pack + *off (advancing *off), and names
+ * the copies in the third slot for pack_kernel. */
 static bool encode_packed(PFN_cuTensorMapEncodeTiled_v12000 fn, CUtensorMap *m, const struct gemmd_kproblem &p,
                           struct sched_shape shape, uint64_t pack, uint64_t *off)
 {
-        const uint64_t pa = pack + *off, pb = pa + pack_size(p, p.m), ld = pack_ld(p);
-        if (!encode_kmajor(fn, &m[0], p.dtype, pa, p.m, p.k, (int64_t)ld, shape.tm) ||
-            !encode_kmajor(fn, &m[1], p.dtype, pb, p.n, p.k, (int64_t)ld, shape.tn))
+        const uint64_t ld = pack_ld(p), sa = pack_size(p, 0), sb = pack_size(p, 1);
+        const uint64_t pa = sa ? pack + *off : 0, pb = sb ? pack + *off + sa : 0;
+        if (!encode_kmajor(fn, &m[0], p.dtype, pa ? pa : p.a, p.m, p.k, pa ? (int64_t)ld : p.lda, shape.tm) ||
+            !encode_kmajor(fn, &m[1], p.dtype, pb ? pb : p.b, p.n, p.k, pb ? (int64_t)ld : p.ldb, shape.tn))
                 return false;
         uint64_t *d = (uint64_t *)&m[2];
         d[0] = pa;
         d[1] = pb;
         d[2] = ld;
-        *off += pack_size(p, p.m) + pack_size(p, p.n);
+        *off += sa + sb;
         return true;
 }
 

@@ -192,10 +192,20 @@ static void draw(struct tprob *t, int dtype, int tf32, int big, int kmaj)
         p->ldb = aligned ? (br + round - 1) / round * round : br + pads[rndu(6)];
         p->ldc = p->m + pads[rndu(6)];
         if (drawing == DRAW_PACK) {
-                /* K-major, leading dimensions off the 16-byte grid (k odd
-                 * or padded by an odd count): packed copies. */
-                p->lda = ar + 1 + 2 * rndu(3);
-                p->ldb = br + (p->k % 2 ? 2 * rndu(2) : 1);
+                /* Packed copies: each operand stored along K or along M
+                 * (N), its leading dimension padded by 0-3 (on or off the
+                 * 16-byte grid); at least one operand not readable where
+                 * it lies. */
+                p->trans_a = (uint8_t)rndu(2);
+                p->trans_b = (uint8_t)rndu(2);
+                if (p->trans_a == 1 && p->trans_b == 0 && p->k % 8 == 0)
+                        p->k++;
+                ar = p->trans_a ? p->k : p->m;
+                ac = p->trans_a ? p->m : p->k;
+                br = p->trans_b ? p->n : p->k;
+                bc = p->trans_b ? p->k : p->n;
+                p->lda = ar + rndu(4);
+                p->ldb = br + rndu(4);
         }
         if (drawing == DRAW_CPAD) {
                 p->beta = 0.f;
