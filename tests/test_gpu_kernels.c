@@ -487,7 +487,7 @@ static void run_group(const char *name, int dtype, int tf32, struct tprob *tp, u
         int nfast = build_maps(kp, np, cuda_gemm_shape(dtype == GEMMD_F64 ? GEMMD_F16 : dtype, tf32), &htm, &tm,
                                &pack);
         if (pack) {
-                printf("  %-22s packed copies of the operands off the 16-byte grid\n", name);
+                printf("  %-22s packed copies of operands it cannot read in place\n", name);
                 packed_groups++;
         }
         uint32_t nsyr2k = cuda_gemm_tmaps_syr2k(htm, np);
