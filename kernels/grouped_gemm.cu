@@ -1482,8 +1482,8 @@ extern "C" size_t cuda_gemm_pack_bytes(const struct gemmd_kproblem *probs, uint3
  * side's contiguous direction. The CTA takes every gridDim.x-th row or
  * block.
  */
-__device__ void pack_operand(const uint16_t *src, int64_t ld, bool kmaj, uint32_t rows, uint32_t k, uint16_t *dst,
-                             uint64_t pld, uint16_t (*blk)[33])
+static __device__ void pack_operand(const uint16_t *src, int64_t ld, bool kmaj, uint32_t rows, uint32_t k, uint16_t *dst,
+                                    uint64_t pld, uint16_t (*blk)[33])
 {
         const uint32_t warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
         if (kmaj) {
@@ -1527,7 +1527,7 @@ __device__ void pack_operand(const uint16_t *src, int64_t ld, bool kmaj, uint32_
  * tm) to the places its third map slot names (packed A or 0, packed B or
  * 0, leading dimension), problems along grid y.
  */
-__global__ void __launch_bounds__(256) pack_kernel(const struct gemmd_kproblem *probs, const char *tm, uint32_t n)
+static __global__ void __launch_bounds__(256) pack_kernel(const struct gemmd_kproblem *probs, const char *tm, uint32_t n)
 {
         __shared__ uint16_t blk[32][33];
         const uint8_t *flags = (const uint8_t *)tm + (size_t)n * WCfg::TMAP_BYTES;
