@@ -1546,14 +1546,18 @@ static __global__ void __launch_bounds__(256) pack_kernel(const struct gemmd_kpr
         }
 }
 
-/* Enqueues pack_kernel for g's packed problems: enough CTAs a problem that
- * its rows (64 a CTA) spread over the GPU. */
+/* Enqueues pack_kernel for g's packed problems: enough CTAs a problem
+ * that the largest one's operands spread over the GPU, about eight 32 x
+ * 32 blocks (16 KiB) a CTA; a lone problem would otherwise be copied by a
+ * few SMs. */
 static int launch_pack(const struct cuda_group *g, const char *tm, cudaStream_t st)
 {
-        uint32_t rows = 0;
-        for (uint32_t i = 0; g->problems_host && i < g->nproblems; i++)
-                rows = max(rows, g->problems_host[i].m + g->problems_host[i].n);
-        const uint32_t per = g->problems_host ? min(128u, max(1u, (rows + 63) / 64)) : 16u;
+        uint64_t blocks = 0;
+        for (uint32_t i = 0; g->problems_host && i < g->nproblems; i++) {
+                const struct gemmd_kproblem &p = g->problems_host[i];
+                blocks = max(blocks, (uint64_t)((p.m + p.n + 31) / 32) * ((p.k + 31) / 32));
+        }
+        const uint32_t per = g->problems_host ? (uint32_t)min((uint64_t)1024, max((uint64_t)1, blocks / 8)) : 64u;
         const dim3 grid(per, min(g->nproblems, 65535u));
         pack_kernel<<<grid, 256, 0, st>>>(g->problems, tm, g->nproblems);
         return cudaGetLastError() == cudaSuccess ? 0 : -EIO;
