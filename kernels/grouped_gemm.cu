@@ -1415,8 +1415,10 @@ static bool skinny_shape(const struct gemmd_kproblem *probs, uint32_t n, struct 
 
 /* A group packs only when its packed problems hold this many products
  * (m n k): below, the copy kernel's launch and traffic cost about what
- * the Hopper kernel saves. */
-#define PACK_MIN_PRODUCTS (1ull << 28)
+ * the Hopper kernel saves (on the H100 a lone GEMM with A along M gained
+ * from 384^3 on and lost at 256^3, one with an odd K gained from 255^3 on:
+ * bench/results/packed-layouts.txt). */
+#define PACK_MIN_PRODUCTS (24ull << 20)
 /* ... and their copies fit this many bytes. */
 #define PACK_MAX_BYTES (256ull << 20)
 /* Flag bit of a problem whose maps point at packed copies. */

@@ -694,18 +694,19 @@ Test(gpu_e2e, wide_tile_same_bits_as_the_usual_one)
 }
 
 /*
- * Packed copies, end to end. Eight bf16 GEMMs of 512 x 512 x 1023 in the
+ * Packed copies, end to end. Eight bf16 GEMMs of 256 x 256 x 255 in the
  * layout the Hopper kernel reads (A stored m x k, B n x k) but with k, and
  * so their leading dimensions, odd: no tensor map reads them in place.
- * Sent together they make one group of enough products for packed copies
+ * Sent together they make a group of enough products for packed copies
  * (the daemon's stats count it); sent one at a time each is too small to
- * pack and runs on the sm_80 kernel. The bits must be the same, and
- * sampled elements must match a double-precision reference.
+ * pack (under cuda_gemm_pack_bytes' 24 Mi products) and runs on the sm_80
+ * kernel. The bits must be the same, and sampled elements must match a
+ * double-precision reference.
  */
 #define PACK_OPS 8
 
 static const struct e2e_spec pack_spec = {.kind = GEMMD_GEMM, .dtype = GEMMD_BF16, .ta = GEMMD_OP_T,
-                                          .tb = GEMMD_OP_N, .m = 512, .n = 512, .k = 1023, .alpha = 1.f,
+                                          .tb = GEMMD_OP_N, .m = 256, .n = 256, .k = 255, .alpha = 1.f,
                                           .beta = 0.f};
 
 static void pack_run(int together, struct e2e_prob *p, long long *packed_groups)
