@@ -277,9 +277,16 @@ static double flops(const struct bprob *p)
  * only (the f32 and f64 references read A along K). */
 int kbench_a_mn;
 
+/* Whether p's A lies along M (--a-mn, GEMMs only). */
+static int a_mn(const struct bprob *p) { return kbench_a_mn && p->kind == SCHED_GEMM; }
+
+/* A's op and leading dimension for cuBLAS and gemmd. */
+static cublasOperation_t a_op(const struct bprob *p) { return a_mn(p) ? CUBLAS_OP_N : CUBLAS_OP_T; }
+static int a_ld(const struct bprob *p) { return a_mn(p) ? (int)p->m : (int)p->k; }
+
 static void set_lda(const struct bprob *p, int64_t *lda, int64_t *ldb, int64_t *ldc)
 {
-        *lda = kbench_a_mn && p->kind == SCHED_GEMM ? p->m : p->k;
+        *lda = a_ld(p);
         *ldb = p->k;
         *ldc = p->m;
 }
@@ -372,7 +379,7 @@ void set_init(struct set *s, const struct workload *w, int dtype, int tf32, size
                         kp[i].beta_f64 = 0.0;
                         kp[i].kind = (uint8_t)p->kind;
                         kp[i].dtype = (uint8_t)dtype;
-                        kp[i].trans_a = kbench_a_mn && p->kind == SCHED_GEMM ? 0 : 1;
+                        kp[i].trans_a = a_mn(p) ? 0 : 1;
                         kp[i].trans_b = 0;
                         kp[i].uplo = (uint8_t)p->uplo;
                         kp[i].tf32 = (uint8_t)tf32;
@@ -557,12 +564,12 @@ static void grouped_init(struct grouped *g, const struct set *s)
         g->dC = malloc(s->copies * sizeof(void **));
         void **h = malloc(n * sizeof(void *));
         for (uint32_t i = 0; i < n; i++) {
-                g->ta[i] = kbench_a_mn ? CUBLAS_OP_N : CUBLAS_OP_T;
+                g->ta[i] = a_op(&s->p[i]);
                 g->tb[i] = CUBLAS_OP_N;
                 g->m[i] = (int)s->p[i].m;
                 g->n[i] = (int)s->p[i].n;
                 g->k[i] = (int)s->p[i].k;
-                g->lda[i] = kbench_a_mn ? (int)s->p[i].m : (int)s->p[i].k;
+                g->lda[i] = a_ld(&s->p[i]);
                 g->ldb[i] = (int)s->p[i].k;
                 g->ldc[i] = (int)s->p[i].m;
                 g->gsize[i] = 1;
@@ -620,9 +627,8 @@ static int peer_run(cublasHandle_t h, const struct set *s, const struct grouped 
                 }
                 for (uint32_t i = 0; !f64 && i < s->n; i++) {
                         const struct bprob *p = &s->p[i];
-                        CB(cublasGemmEx(h, kbench_a_mn ? CUBLAS_OP_N : CUBLAS_OP_T, CUBLAS_OP_N, (int)p->m, (int)p->n,
-                                        (int)p->k, &one, base + s->aoff[i] * es, t,
-                                        kbench_a_mn ? (int)p->m : (int)p->k, base + s->boff[i] * es, t,
+                        CB(cublasGemmEx(h, a_op(p), CUBLAS_OP_N, (int)p->m, (int)p->n, (int)p->k, &one,
+                                        base + s->aoff[i] * es, t, a_ld(p), base + s->boff[i] * es, t,
                                         (int)p->k, &zero, base + s->coff[i] * es, t, (int)p->m,
                                         compute_type(s), CUBLAS_GEMM_DEFAULT));
                 }
@@ -647,9 +653,8 @@ static int peer_run(cublasHandle_t h, const struct set *s, const struct grouped 
                 if (s->any_syr2k || !s->all_equal || s->n < 2)
                         return -1;
                 const struct bprob *p = &s->p[0];
-                CB(cublasGemmStridedBatchedEx(h, kbench_a_mn ? CUBLAS_OP_N : CUBLAS_OP_T, CUBLAS_OP_N, (int)p->m,
-                                              (int)p->n, (int)p->k, onep, base + s->aoff[0] * es, t,
-                                              kbench_a_mn ? (int)p->m : (int)p->k,
+                CB(cublasGemmStridedBatchedEx(h, a_op(p), CUBLAS_OP_N, (int)p->m, (int)p->n, (int)p->k,
+                                              onep, base + s->aoff[0] * es, t, a_ld(p),
                                               (long long)(s->aoff[1] - s->aoff[0]), base + s->boff[0] * es,
                                               t, (int)p->k, (long long)(s->boff[1] - s->boff[0]), zerop,
                                               base + s->coff[0] * es, t, (int)p->m,
@@ -800,9 +805,8 @@ static void ref_gemmex(cublasHandle_t h, const struct set *s, float *ref)
                 const struct bprob *p = &s->p[i];
                 const char *a = base + s->aoff[i] * es, *b = base + s->boff[i] * es;
                 float *c = ref + (s->coff[i] - s->coff[0]);
-                CB(cublasGemmEx(h, kbench_a_mn ? CUBLAS_OP_N : CUBLAS_OP_T, CUBLAS_OP_N, (int)p->m, (int)p->n,
-                                (int)p->k, &one, a, t, kbench_a_mn ? (int)p->m : (int)p->k, b, t, (int)p->k, &zero, c,
-                                CUDA_R_32F, (int)p->m, compute_type(s),
+                CB(cublasGemmEx(h, a_op(p), CUBLAS_OP_N, (int)p->m, (int)p->n, (int)p->k, &one, a, t,
+                                a_ld(p), b, t, (int)p->k, &zero, c, CUDA_R_32F, (int)p->m, compute_type(s),
                                 CUBLAS_GEMM_DEFAULT));
                 if (p->kind == SCHED_SYR2K)
                         CB(cublasGemmEx(h, CUBLAS_OP_T, CUBLAS_OP_N, (int)p->n, (int)p->n, (int)p->k, &one, b,

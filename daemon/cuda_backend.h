@@ -172,7 +172,7 @@ struct cuda_slot {
         size_t ws_cap;
         uint32_t *d_arr;
         size_t arr_cap;
-        /* Packed copies of operands off the 16-byte grid (cuda_gemm_pack_bytes). */
+        /* Packed copies of operands the Hopper kernel cannot read in place (cuda_gemm_pack_bytes). */
         void *d_pack;
         size_t pack_cap;
         /* Its group went to the resident kernel as rseq at host time

@@ -328,9 +328,9 @@ static void fill_plan(struct cuda_slot *s, const struct group *g, const struct l
 /* Encodes the tensor maps on the host, from the device addresses just
  * resolved, and counts the problems the Hopper kernel takes (nfast, of
  * them nsyr2k SYR2Ks). A group on the wide tile must be all of them.
- * Operands off the 16-byte grid get packed copies in the slot's pack
- * buffer where cuda_gemm_pack_bytes says they pay (without room for
- * them, the group runs on the sm_80 kernel as it would have). */
+ * Operands the Hopper kernel cannot read in place get packed copies in the
+ * slot's pack buffer where cuda_gemm_pack_bytes says they pay (without
+ * room for them, the group runs on the sm_80 kernel as it would have). */
 static int build_tmaps(struct cuda_backend *cb, struct cuda_slot *s, struct group *g,
                        struct launch_state *st)
 {

@@ -207,7 +207,8 @@ int cuda_gemm_tmaps_build(const struct gemmd_kproblem *problems, uint32_t nprobl
  *   bytes = cuda_gemm_pack_bytes(host_problems, n, shape);
  *   nfast = cuda_gemm_tmaps_build_packed(host_problems, n, shape, buf, pack);
  *   (pack: the device address of a buffer of those bytes, 128-byte
- *   aligned; 0 or bytes == 0: as cuda_gemm_tmaps_build)
+ *   aligned, only where bytes > 0 for these problems and shape; 0: as
+ *   cuda_gemm_tmaps_build)
  *
  * The maps of those problems then point into the buffer, and
  * cuda_gemm_launch, given it in g.pack, first copies their operands there

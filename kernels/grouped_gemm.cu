@@ -1607,7 +1607,9 @@ extern "C" int cuda_gemm_tmaps_build_packed(const struct gemmd_kproblem *probs, 
                 return 0;
         /* Only a group that can run whole on those stages gets the maps they read. */
         const bool skinny = skinny_shape(probs, n, shape);
-        const bool packs = pack != 0 && (pack & 127) == 0 && cuda_gemm_pack_bytes(probs, n, shape) > 0;
+        /* The caller passes a buffer only where cuda_gemm_pack_bytes said
+         * these problems pack (cuda_gemm.h): not judged twice per launch. */
+        const bool packs = pack != 0 && (pack & 127) == 0;
         uint64_t pack_off = 0;
         int nfast = 0;
         for (uint32_t i = 0; i < n; i++) {

@@ -598,6 +598,82 @@ static int sampled_check(const struct e2e_prob *p, uint64_t seed, char *why, siz
 }
 
 /*
+ * Runs n ops of spec s (inputs filled from `seed`) on a CUDA daemon started
+ * with `flags` (NULL-terminated, after "--backend cuda"), in one shared
+ * arena of arena_bytes: submitted together, or one at a time, each waited
+ * for. Keeps each result in p[i].c0 (the arena goes with the connection)
+ * and returns the device counter `key` of the daemon's stats.
+ */
+static long long spec_run(const char *const *flags, const struct e2e_spec *s, int n, uint64_t seed,
+                          uint64_t arena_bytes, int together, struct e2e_prob *p, const char *key)
+{
+        const char *argv[16] = {"--backend", "cuda"};
+        struct e2e_daemon d;
+        gemmd_client *c;
+        struct e2e_arena ar;
+        struct gemmd_result res[16];
+        struct gemmd_op ops[16];
+        gemmd_ticket t;
+        char *json = NULL;
+        int na = 2;
+
+        cr_assert(n <= 16);
+        while (flags && *flags && na < 15)
+                argv[na++] = *flags++;
+        argv[na] = NULL;
+        cr_assert_eq(e2e_daemon_startv(&d, argv), 0);
+        c = e2e_connect(&d);
+        cr_assert_not_null(c);
+        cr_assert_eq(e2e_arena_init(&ar, c, arena_bytes), 0);
+        for (int i = 0; i < n; i++) {
+                cr_assert_eq(e2e_prob_place(&p[i], s, &ar, &seed), 0);
+                ops[i] = p[i].op;
+        }
+        for (int i = 0; i < n; i += together ? n : 1) {
+                const int cnt = together ? n : 1;
+
+                cr_assert_eq(gemmd_submit(c, &ops[i], (size_t)cnt, GEMMD_PRIO_NORMAL, &t), 0);
+                cr_assert_eq(gemmd_wait(c, t, 60000, &res[i], (size_t)cnt), 0);
+        }
+        for (int i = 0; i < n; i++) {
+                cr_assert_eq(res[i].status, 0, "op %d: %s", i, gemmd_strerror(res[i].status));
+                memcpy(p[i].c0, p[i].c, p[i].cbytes);
+                p[i].a = p[i].b = p[i].c = NULL;
+        }
+        cr_assert_eq(gemmd_stats(c, 1, &json), 0);
+        const long long v = device_number(json, key);
+        free(json);
+        gemmd_disconnect(c);
+        cr_assert_eq(e2e_daemon_stop(&d), 0);
+        return v;
+}
+
+/* Checks sampled elements of the n results p[i].c0 of spec_run against a
+ * double-precision reference, from the same inputs regenerated (`seed`,
+ * one problem at a time in a buffer of `per` bytes); the samples of op i
+ * are drawn from check_seed + i. */
+static void spec_check(const struct e2e_spec *s, int n, uint64_t seed, uint64_t per, const struct e2e_prob *p,
+                       uint64_t check_seed)
+{
+        struct e2e_prob r;
+        struct e2e_arena ar = {0};
+
+        ar.base = malloc(per);
+        ar.size = per;
+        cr_assert_not_null(ar.base);
+        for (int i = 0; i < n; i++) {
+                char why[200];
+
+                ar.used = 0;
+                cr_assert_eq(e2e_prob_place(&r, s, &ar, &seed), 0);
+                r.c = p[i].c0; /* the result the daemon gave */
+                cr_assert_eq(sampled_check(&r, check_seed + (uint64_t)i, why, sizeof(why)), 0, "op %d %s", i, why);
+                free(r.c0);
+        }
+        free(ar.base);
+}
+
+/*
  * The wide tile, end to end. Eight bf16 GEMMs of 2048 x 2304 x 256 in the
  * layout the Hopper kernel reads (A stored m x k, B n x k) make one group
  * of 192 wide tiles against 288 usual ones each, which the cost model
@@ -608,85 +684,26 @@ static int sampled_check(const struct e2e_prob *p, uint64_t seed, char *why, siz
  */
 #define WIDE_OPS 8
 
-static void wide_run(const char *wide, struct e2e_prob *p, long long *wide_groups)
-{
-        struct e2e_daemon d;
-        gemmd_client *c;
-        struct e2e_arena ar;
-        struct gemmd_result res[WIDE_OPS];
-        struct gemmd_op ops[WIDE_OPS];
-        gemmd_ticket t;
-        uint64_t seed = 7;
-        char *json = NULL;
-
-        cr_assert_eq(e2e_daemon_start(&d, "--backend", "cuda", "--wide-tiles", wide, "--max-group-tiles",
-                                      "4096", NULL),
-                     0);
-        c = e2e_connect(&d);
-        cr_assert_not_null(c);
-        cr_assert_eq(e2e_arena_init(&ar, c, 128u << 20), 0);
-        for (int i = 0; i < WIDE_OPS; i++) {
-                struct e2e_spec s = {.kind = GEMMD_GEMM, .dtype = GEMMD_BF16, .ta = GEMMD_OP_T, .tb = GEMMD_OP_N,
-                                     .m = 2048, .n = 2304, .k = 256, .alpha = 1.f, .beta = 0.f};
-
-                cr_assert_eq(e2e_prob_place(&p[i], &s, &ar, &seed), 0);
-                ops[i] = p[i].op;
-        }
-        cr_assert_eq(gemmd_submit(c, ops, WIDE_OPS, GEMMD_PRIO_NORMAL, &t), 0);
-        cr_assert_eq(gemmd_wait(c, t, 60000, res, WIDE_OPS), 0);
-        for (int i = 0; i < WIDE_OPS; i++) {
-                cr_assert_eq(res[i].status, 0, "op %d: %s", i, gemmd_strerror(res[i].status));
-                /* Keep the result: the arena goes with the connection. */
-                memcpy(p[i].c0, p[i].c, p[i].cbytes);
-                p[i].a = p[i].b = p[i].c = NULL;
-        }
-        cr_assert_eq(gemmd_stats(c, 1, &json), 0);
-        *wide_groups = device_number(json, "wide_groups");
-        free(json);
-        gemmd_disconnect(c);
-        cr_assert_eq(e2e_daemon_stop(&d), 0);
-}
+static const struct e2e_spec wide_spec = {.kind = GEMMD_GEMM, .dtype = GEMMD_BF16, .ta = GEMMD_OP_T,
+                                          .tb = GEMMD_OP_N, .m = 2048, .n = 2304, .k = 256, .alpha = 1.f,
+                                          .beta = 0.f};
 
 Test(gpu_e2e, wide_tile_same_bits_as_the_usual_one)
 {
+        static const char *const yes[] = {"--wide-tiles", "yes", "--max-group-tiles", "4096", NULL};
+        static const char *const no[] = {"--wide-tiles", "no", "--max-group-tiles", "4096", NULL};
         struct e2e_prob w[WIDE_OPS], u[WIDE_OPS];
-        long long nw = -1, nu = -1;
-        uint64_t seed = 99;
 
         SKIP_WITHOUT_GPU();
         memset(w, 0, sizeof(w));
         memset(u, 0, sizeof(u));
-        wide_run("yes", w, &nw);
-        wide_run("no", u, &nu);
+        const long long nw = spec_run(yes, &wide_spec, WIDE_OPS, 7, 128u << 20, 1, w, "wide_groups");
+        const long long nu = spec_run(no, &wide_spec, WIDE_OPS, 7, 128u << 20, 1, u, "wide_groups");
         cr_expect_gt(nw, 0, "no group took the wide tile");
         cr_expect_eq(nu, 0, "--wide-tiles no still took it");
         for (int i = 0; i < WIDE_OPS; i++)
                 cr_assert_eq(memcmp(w[i].c0, u[i].c0, w[i].cbytes), 0, "op %d: bits differ between the tiles", i);
-        /* Sampled elements against a double-precision reference, from the
-         * same inputs regenerated in a fresh buffer. */
-        {
-                struct e2e_prob r;
-                struct e2e_arena ar = {0};
-                uint64_t fill_seed = 7;
-                struct e2e_spec s = {.kind = GEMMD_GEMM, .dtype = GEMMD_BF16, .ta = GEMMD_OP_T, .tb = GEMMD_OP_N,
-                                     .m = 2048, .n = 2304, .k = 256, .alpha = 1.f, .beta = 0.f};
-                const uint64_t per = 20u << 20;
-
-                ar.base = malloc(per);
-                ar.size = per;
-                cr_assert_not_null(ar.base);
-                for (int i = 0; i < WIDE_OPS; i++) {
-                        char why[200];
-
-                        ar.used = 0;
-                        cr_assert_eq(e2e_prob_place(&r, &s, &ar, &fill_seed), 0);
-                        r.c = w[i].c0; /* the result the daemon gave */
-                        cr_assert_eq(sampled_check(&r, seed + (uint64_t)i, why, sizeof(why)), 0, "op %d %s", i,
-                                     why);
-                        free(r.c0);
-                }
-                free(ar.base);
-        }
+        spec_check(&wide_spec, WIDE_OPS, 7, 20u << 20, w, 99);
         for (int i = 0; i < WIDE_OPS; i++) {
                 free(w[i].c0);
                 free(u[i].c0);
@@ -709,80 +726,20 @@ static const struct e2e_spec pack_spec = {.kind = GEMMD_GEMM, .dtype = GEMMD_BF1
                                           .tb = GEMMD_OP_N, .m = 256, .n = 256, .k = 255, .alpha = 1.f,
                                           .beta = 0.f};
 
-static void pack_run(int together, struct e2e_prob *p, long long *packed_groups)
-{
-        struct e2e_daemon d;
-        gemmd_client *c;
-        struct e2e_arena ar;
-        struct gemmd_result res[PACK_OPS];
-        struct gemmd_op ops[PACK_OPS];
-        gemmd_ticket t;
-        uint64_t seed = 11;
-        char *json = NULL;
-
-        cr_assert_eq(e2e_daemon_start(&d, "--backend", "cuda", NULL), 0);
-        c = e2e_connect(&d);
-        cr_assert_not_null(c);
-        cr_assert_eq(e2e_arena_init(&ar, c, 64u << 20), 0);
-        for (int i = 0; i < PACK_OPS; i++) {
-                cr_assert_eq(e2e_prob_place(&p[i], &pack_spec, &ar, &seed), 0);
-                ops[i] = p[i].op;
-        }
-        if (together) {
-                cr_assert_eq(gemmd_submit(c, ops, PACK_OPS, GEMMD_PRIO_NORMAL, &t), 0);
-                cr_assert_eq(gemmd_wait(c, t, 60000, res, PACK_OPS), 0);
-        } else {
-                for (int i = 0; i < PACK_OPS; i++) {
-                        cr_assert_eq(gemmd_submit(c, &ops[i], 1, GEMMD_PRIO_NORMAL, &t), 0);
-                        cr_assert_eq(gemmd_wait(c, t, 60000, &res[i], 1), 0);
-                }
-        }
-        for (int i = 0; i < PACK_OPS; i++) {
-                cr_assert_eq(res[i].status, 0, "op %d: %s", i, gemmd_strerror(res[i].status));
-                memcpy(p[i].c0, p[i].c, p[i].cbytes);
-                p[i].a = p[i].b = p[i].c = NULL;
-        }
-        cr_assert_eq(gemmd_stats(c, 1, &json), 0);
-        *packed_groups = device_number(json, "packed_groups");
-        free(json);
-        gemmd_disconnect(c);
-        cr_assert_eq(e2e_daemon_stop(&d), 0);
-}
-
 Test(gpu_e2e, packed_copies_same_bits_as_in_place)
 {
         struct e2e_prob g[PACK_OPS], a[PACK_OPS];
-        long long ng = -1, na = -1;
 
         SKIP_WITHOUT_GPU();
         memset(g, 0, sizeof(g));
         memset(a, 0, sizeof(a));
-        pack_run(1, g, &ng);
-        pack_run(0, a, &na);
+        const long long ng = spec_run(NULL, &pack_spec, PACK_OPS, 11, 64u << 20, 1, g, "packed_groups");
+        const long long na = spec_run(NULL, &pack_spec, PACK_OPS, 11, 64u << 20, 0, a, "packed_groups");
         cr_expect_gt(ng, 0, "the group of eight was not packed");
         cr_expect_eq(na, 0, "a lone GEMM was packed");
         for (int i = 0; i < PACK_OPS; i++)
                 cr_assert_eq(memcmp(g[i].c0, a[i].c0, g[i].cbytes), 0, "op %d: bits differ, packed or not", i);
-        {
-                struct e2e_prob r;
-                struct e2e_arena ar = {0};
-                uint64_t fill_seed = 11;
-                const uint64_t per = 8u << 20;
-
-                ar.base = malloc(per);
-                ar.size = per;
-                cr_assert_not_null(ar.base);
-                for (int i = 0; i < PACK_OPS; i++) {
-                        char why[200];
-
-                        ar.used = 0;
-                        cr_assert_eq(e2e_prob_place(&r, &pack_spec, &ar, &fill_seed), 0);
-                        r.c = g[i].c0;
-                        cr_assert_eq(sampled_check(&r, 5 + (uint64_t)i, why, sizeof(why)), 0, "op %d %s", i, why);
-                        free(r.c0);
-                }
-                free(ar.base);
-        }
+        spec_check(&pack_spec, PACK_OPS, 11, 8u << 20, g, 5);
         for (int i = 0; i < PACK_OPS; i++) {
                 free(g[i].c0);
                 free(a[i].c0);

@@ -689,6 +689,28 @@ static void run_group(const char *name, int dtype, int tf32, struct tprob *tp, u
         free(first);
 }
 
+/* Runs group cfg/what of np + rndu(nrand) K-major problems drawn in mode
+ * `mode` (big: the larger sizes), from a generator of its own seeded with
+ * `seed`: the shared generator is left where it was, so every other
+ * group's draws stay those of the runs logged before. */
+static void run_own_draws(const char *cfg, const char *what, int dtype, int tf32, int nsm, int mode, uint64_t seed,
+                          uint32_t np, uint32_t nrand, int big)
+{
+        struct tprob tp[80];
+        char name[64];
+        const uint64_t saved = rng;
+
+        rng = seed;
+        drawing = mode;
+        np += nrand ? rndu(nrand) : 0;
+        for (uint32_t i = 0; i < np; i++)
+                draw(&tp[i], dtype, tf32, big, 1);
+        drawing = DRAW_ANY;
+        snprintf(name, sizeof(name), "%s/%s", cfg, what);
+        run_group(name, dtype, tf32, tp, np, nsm, 1, 0);
+        rng = saved;
+}
+
 /* Whether the comma list s holds the number v. */
 static int in_list(const char *s, int v)
 {
@@ -758,42 +780,23 @@ int main(int argc, char **argv)
                                 continue;
                         }
                         if (grp == 13) {
-                                /* 16-bit GEMMs, K-major, leading dimensions
-                                 * off the 16-byte grid, enough products to
-                                 * pack: packed copies, the Hopper kernel.
-                                 * Own generator: the other draws stay. */
-                                if (dts[c] != GEMMD_F16 && dts[c] != GEMMD_BF16)
-                                        continue;
-                                const uint64_t saved = rng;
-                                rng = 0x13198a2e03707344ull;
-                                drawing = DRAW_PACK;
-                                np = 6 + rndu(6);
-                                for (uint32_t i = 0; i < np; i++)
-                                        draw(&tp[i], dts[c], tfs[c], 1, 1);
-                                drawing = DRAW_ANY;
-                                snprintf(name, sizeof(name), "%s/gemm-packed", names[c]);
-                                run_group(name, dts[c], tfs[c], tp, np, nsm, 1, 0);
-                                rng = saved;
+                                /* 16-bit GEMMs whose operands lie along K or
+                                 * M (N), on or off the 16-byte grid, enough
+                                 * products to pack: packed copies, the
+                                 * Hopper kernel. */
+                                if (dts[c] == GEMMD_F16 || dts[c] == GEMMD_BF16)
+                                        run_own_draws(names[c], "gemm-packed", dts[c], tfs[c], nsm, DRAW_PACK,
+                                                      0x13198a2e03707344ull, 6, 6, 1);
                                 continue;
                         }
                         if (grp == 12) {
                                 /* f32 GEMMs whose C columns end inside a
                                  * 16-byte granule, K-major, beta 0 (exact
                                  * f32 and TF32 only): nothing past m may
-                                 * change. Drawn from a generator of their
-                                 * own, so the other groups' draws stay. */
-                                if (dts[c] != GEMMD_F32)
-                                        continue;
-                                const uint64_t saved = rng;
-                                rng = 0x243f6a8885a308d3ull;
-                                drawing = DRAW_CPAD;
-                                np = 8;
-                                for (uint32_t i = 0; i < np; i++)
-                                        draw(&tp[i], dts[c], tfs[c], 0, 1);
-                                drawing = DRAW_ANY;
-                                snprintf(name, sizeof(name), "%s/gemm-cpad", names[c]);
-                                run_group(name, dts[c], tfs[c], tp, np, nsm, 1, 0);
-                                rng = saved;
+                                 * change. */
+                                if (dts[c] == GEMMD_F32)
+                                        run_own_draws(names[c], "gemm-cpad", dts[c], tfs[c], nsm, DRAW_CPAD,
+                                                      0x243f6a8885a308d3ull, 8, 0, 0);
                                 continue;
                         }
                         if (grp == 11) {
