@@ -7,8 +7,9 @@
 # gemmd-loopN = the others, gemmd-workN, gemmd-doneN), so a table shows
 # which thread is saturated.
 #
-# Variants (AB_VARIANTS, ';'-separated): NAME|GEMMD ARGS|CLIENT ENV[|GEMMD],
-# the last an other daemon binary (default $GEMMD_BIN/gemmd), e.g.
+# Variants (AB_VARIANTS, ';'-separated): NAME|GEMMD ARGS|CLIENT ENV[|GEMMD[|GEMMBENCH]],
+# the last two an other daemon binary (default $GEMMD_BIN/gemmd) and an other
+# client program (default $GEMMD_BIN/gemmbench, which links libgemmd), e.g.
 #   "spin|--spin-us=50|GEMMD_SPIN_US=50;nospin|--spin-us=0|GEMMD_SPIN_US=0"
 # Points (AB_POINTS): CLIENTS:WINDOW:MAXDIM[:MEMORY] ..., MEMORY ipc (the
 # default) or shm, default "1:1:1024 8:1:1024 8:8:1024 64:8:1024". AB_ROUNDS (default 2), AB_SECONDS (default 2),
@@ -70,14 +71,14 @@ print(json.dumps({k: round(100.0 * (b[k] - a.get(k, 0)) / hz / secs, 1) for k in
 EOF
 }
 
-run_point() { # variant round clients window dim memory env mode
-        local v=$1 r=$2 c=$3 w=$4 d=$5 m=$6 env=$7 mode=$8 t0 t1 out cpu='{}' sock=()
+run_point() { # variant round clients window dim memory env mode [gemmbench]
+        local v=$1 r=$2 c=$3 w=$4 d=$5 m=$6 env=$7 mode=$8 gb=${9:-$bin/gemmbench} t0 t1 out cpu='{}' sock=()
         out=$tmp/run.json
         [ "$mode" = gemmd ] && sock=(--socket "$tmp/gemmd.sock" --memory "$m")
         [ -n "$dpid" ] && [ "$mode" = gemmd ] && thread_ticks "$dpid" >"$tmp/t0"
         t0=$(date +%s.%N)
         # shellcheck disable=SC2086
-        env $env "$bin/gemmbench" clients --mode "$mode" "${sock[@]}" --clients $((c * GPUS)) \
+        env $env "$gb" clients --mode "$mode" "${sock[@]}" --clients $((c * GPUS)) \
                 --devices "$GPUS" --window "$w" --max-dim "$d" --seconds "$SECS" --warmup 0.5 --json \
                 >"$out" 2>>"$log"
         local rc=$?
@@ -94,13 +95,13 @@ run_point() { # variant round clients window dim memory env mode
 IFS=';' read -r -a vars <<<"$VARIANTS"
 for r in $(seq 1 "$ROUNDS"); do
         for spec in "${vars[@]}"; do
-                IFS='|' read -r name args env dbin <<<"$spec"
+                IFS='|' read -r name args env dbin cbin <<<"$spec"
                 # shellcheck disable=SC2086
                 start_daemon "${dbin:-$bin/gemmd}" "$log" $args ||
                         echo "service-ab: $name: gemmd did not start" >>"$log"
                 for p in $POINTS; do
                         IFS=: read -r c w d m <<<"$p"
-                        run_point "$name" "$r" "$c" "$w" "$d" "${m:-ipc}" "$env" gemmd
+                        run_point "$name" "$r" "$c" "$w" "$d" "${m:-ipc}" "$env" gemmd "$cbin"
                 done
                 { echo "== $name, round $r"; "$bin/gemmctl" --socket "$tmp/gemmd.sock" stats; } \
                         >>"$OUT/ab-stats.txt" 2>&1
