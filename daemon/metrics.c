@@ -439,6 +439,10 @@ static void render_devices(FILE *f, struct server *srv, double up_s)
                    (unsigned long long)st[i].flops);
         PER_DEVICE("gemmd_device_busy_seconds_total", "counter",
                    "Seconds with at least one group in flight", "%.9g", st[i].busy_ns / 1e9);
+        PER_DEVICE("gemmd_device_loaded_seconds_total", "counter",
+                   "Seconds with ops queued or groups in flight (busy over loaded: the share of the time "
+                   "with work that the device ran some)",
+                   "%.9g", st[i].loaded_ns / 1e9);
         PER_DEVICE("gemmd_device_busy_ratio", "gauge",
                    "Fraction of the uptime with at least one group in flight", "%.9g",
                    up_s > 0 ? st[i].busy_ns / 1e9 / up_s : 0.0);

@@ -187,6 +187,7 @@ static void render_text(struct server *srv, FILE *f, double up_s, long long only
 
                 worker_get_stats(&srv->workers[i], &st, &pending, &inflight);
                 double busy = up_s > 0 ? st.busy_ns / 1e9 / up_s : 0;
+                double busy_loaded = st.loaded_ns ? (double)st.busy_ns / st.loaded_ns : 0;
                 double tfs = st.busy_ns ? st.flops / (st.busy_ns / 1e9) / 1e12 : 0;
 
                 fprintf(f, "device %d (%s, %s):\n", i, b->kind, b->name);
@@ -197,8 +198,12 @@ static void render_text(struct server *srv, FILE *f, double up_s, long long only
                         (unsigned long long)st.groups, (unsigned long long)st.ops,
                         (unsigned long long)st.ops_failed, (unsigned long long)st.tiles,
                         st.groups ? (double)st.ops / st.groups : 0.0);
-                fprintf(f, "  queued %u, groups in flight %u, busy %.1f%%, %.3f TFLOP/s while busy\n",
-                        pending, inflight, 100 * busy, tfs);
+                /* Busy over the time it had work, and over the uptime: a
+                 * run's share of the device, apart from the idle hours. */
+                fprintf(f, "  queued %u, groups in flight %u, busy %.1f%% of the %.3f s it had work "
+                           "(%.1f%% of the time up), %.3f TFLOP/s while busy\n",
+                        pending, inflight, 100 * (busy_loaded > 1 ? 1 : busy_loaded), st.loaded_ns / 1e9,
+                        100 * busy, tfs);
                 /* Where a group's time goes: the worker's plan build and
                  * launch call, the device's time (where the backend measures
                  * it) and launch to done as the worker saw it. */
@@ -316,7 +321,7 @@ static void render_json(struct server *srv, FILE *f, double up_s, long long only
                 worker_get_stats(&srv->workers[i], &st, &pending, &inflight);
                 fprintf(f, "%s{\"index\":%d,\"backend\":\"%s\",\"name\":\"%s\",\"groups\":%llu,"
                            "\"ops\":%llu,\"ops_failed\":%llu,\"tiles\":%llu,\"flops\":%llu,"
-                           "\"busy_s\":%.6f,\"plan_s\":%.6f,\"launch_s\":%.6f,\"device_s\":%.6f,"
+                           "\"busy_s\":%.6f,\"loaded_s\":%.6f,\"plan_s\":%.6f,\"launch_s\":%.6f,\"device_s\":%.6f,"
                            "\"timed_groups\":%llu,\"run_s\":%.6f,\"idle_gaps\":%llu,\"idle_gap_s\":%.6f,"
                            "\"queued\":%u,\"inflight_groups\":%u,\"process_pid\":%d,"
                            "\"process_restarts\":%llu,\"wide_groups\":%llu,\"narrow_groups\":%llu,\"split_groups\":%llu,"
@@ -325,7 +330,7 @@ static void render_json(struct server *srv, FILE *f, double up_s, long long only
                         i ? "," : "", i, b->kind, b->name, (unsigned long long)st.groups,
                         (unsigned long long)st.ops, (unsigned long long)st.ops_failed,
                         (unsigned long long)st.tiles, (unsigned long long)st.flops,
-                        st.busy_ns / 1e9, st.plan_ns / 1e9, st.launch_ns / 1e9, st.device_ns / 1e9,
+                        st.busy_ns / 1e9, st.loaded_ns / 1e9, st.plan_ns / 1e9, st.launch_ns / 1e9, st.device_ns / 1e9,
                         (unsigned long long)st.timed_groups, st.run_ns / 1e9, (unsigned long long)st.idle_gaps,
                         st.idle_gap_ns / 1e9, pending, inflight, backend_proc_pid(b),
                         (unsigned long long)backend_proc_restarts(b), (unsigned long long)st.wide_groups,

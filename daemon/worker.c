@@ -240,6 +240,25 @@ static void refuse_op(struct worker *w, struct op *o, struct done_list *done)
         op_finish(o, done);
 }
 
+
+/* Notes when the device gains or loses work (ops queued or groups in
+ * flight), for worker_stats.loaded_ns: the time it had work, of which
+ * busy_ns is the part it was running some. A group being formed counts
+ * as its ops did (they left the queue for a launch). Lock held. */
+static void loaded_update(struct worker *w)
+{
+        const int loaded = w->pending_ops || w->inflight;
+
+        if (loaded == w->loaded)
+                return;
+        const uint64_t t = now_ns();
+
+        if (loaded)
+                w->loaded_since_ns = t;
+        else
+                w->st.loaded_ns += t - w->loaded_since_ns;
+        w->loaded = loaded;
+}
 /* Called under the lock, after any change the worker thread may have to
  * act on: a spinning worker sees the count move. */
 static void nudge(struct worker *w)
@@ -267,6 +286,7 @@ void worker_enqueue(struct worker *w, struct lane *l, int prio)
         l->tail = l->st_tail;
         l->queued += l->staged;
         w->pending_ops += l->staged;
+        loaded_update(w);
         l->st_head = l->st_tail = NULL;
         l->staged = 0;
         if (!l->linked)
@@ -302,6 +322,7 @@ void worker_cancel(struct worker *w, struct lane *lanes)
                         op_finish(o, &done);
                 }
         }
+        loaded_update(w);
         pthread_mutex_unlock(&w->lock);
         hand_back(w, &done);
 }
@@ -685,6 +706,7 @@ static int launch_group(struct worker *w, struct group *g, uint64_t *launch_ns)
         g->t_launch_ns = now_ns();
         g->b2b = w->inflight > 0;
         if (w->inflight++ == 0) {
+                loaded_update(w); /* a cancel while it formed may have cleared it */
                 w->busy_since_ns = g->t_launch_ns;
                 /* Without device timing, the host's view of an idle device
                  * that had work waiting is the gap. */
@@ -701,6 +723,7 @@ static int launch_group(struct worker *w, struct group *g, uint64_t *launch_ns)
                 pthread_mutex_lock(&w->lock);
                 if (--w->inflight == 0)
                         w->st.busy_ns += now_ns() - w->busy_since_ns;
+                loaded_update(w);
                 pthread_mutex_unlock(&w->lock);
                 log_err("worker %d: launch of group %llu failed: %s", w->index,
                         (unsigned long long)g->id, gemmd_strerror(rc));
@@ -760,6 +783,7 @@ void worker_group_done(struct group *g, int status)
                 w->st.busy_ns += g->t_done_ns - w->busy_since_ns;
                 w->last_done_ns = g->t_done_ns;
         }
+        loaded_update(w);
         atomic_fetch_add_explicit(&w->progress, 1, memory_order_relaxed);
         nudge(w);
         if (w->be->collect && g->timed) {
@@ -923,6 +947,7 @@ static void *worker_main(void *arg)
                                 }
                                 if (g->nops == 0) {
                                         g->busy = 0;
+                                        loaded_update(w); /* every op refused */
                                 } else {
                                         uint64_t launch_ns;
 
@@ -1067,6 +1092,8 @@ void worker_get_stats(struct worker *w, struct worker_stats *st, uint32_t *pendi
         *st = w->st;
         if (w->inflight)
                 st->busy_ns += now_ns() - w->busy_since_ns;
+        if (w->loaded)
+                st->loaded_ns += now_ns() - w->loaded_since_ns;
         *pending = w->pending_ops;
         *inflight = w->inflight;
         pthread_mutex_unlock(&w->lock);

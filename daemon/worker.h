@@ -85,6 +85,8 @@ struct group {
 struct worker_stats {
         uint64_t groups, ops, ops_failed, tiles, flops;
         uint64_t busy_ns;   /* time with at least one group in flight */
+        uint64_t loaded_ns; /* time with ops queued or groups in flight: busy_ns's share of it
+                             * says how much of the time the device had work it ran some */
         uint64_t plan_ns;   /* time spent building plans */
         uint64_t launch_ns; /* host time in the backend's launch() (copies, encoding, launch) */
         uint64_t run_ns;    /* launch to done seen, summed over groups */
@@ -170,6 +172,8 @@ struct worker {
         void (*hosted_done)(struct group *g, int status);
         void (*hosted_launched)(struct group *g, const uint8_t handle[64], int device);
         uint64_t busy_since_ns;
+        int loaded;              /* ops queued or groups in flight (loaded_update) */
+        uint64_t loaded_since_ns;
         uint64_t last_done_ns; /* when the device last became idle */
         struct group *done;    /* finished groups for the worker thread's collect() */
         struct wctl *ctl_head, *ctl_tail;

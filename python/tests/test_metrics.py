@@ -93,6 +93,7 @@ class TestMetricsTcp(DaemonTestCase):
         before, types = self.scrape()
         self.assertEqual(types["gemmd_ops_total"], "counter")
         self.assertEqual(types["gemmd_queue_time_seconds"], "histogram")
+        time.sleep(0.3)  # idle: no work for the device, so not in its loaded time
         rng = np.random.default_rng(11)
         flops = 0
         with gemmd.Client(self.daemon.sock) as c:
@@ -136,6 +137,12 @@ class TestMetricsTcp(DaemonTestCase):
         self.assertEqual(get(after, "gemmd_registered_buffers", kind="shm"), 0)
         self.assertEqual(d("gemmd_sessions_opened_total"), 1)
         self.assertGreater(d("gemmd_device_busy_seconds_total", device="0"), 0)
+        # Loaded: the time with ops queued or groups in flight, which holds
+        # every busy moment and none of the idle 0.3 s above.
+        self.assertEqual(types["gemmd_device_loaded_seconds_total"], "counter")
+        loaded = d("gemmd_device_loaded_seconds_total", device="0")
+        self.assertGreaterEqual(loaded + 1e-6, d("gemmd_device_busy_seconds_total", device="0"))
+        self.assertLess(loaded, get(after, "gemmd_uptime_seconds") - get(before, "gemmd_uptime_seconds") - 0.25)
         # The CPU backend does not measure device time: no group is timed.
         self.assertEqual(types["gemmd_device_timed_groups_total"], "counter")
         self.assertEqual(get(after, "gemmd_device_timed_groups_total", device="0"), 0)
