@@ -412,8 +412,13 @@ void set_init(struct set *s, const struct workload *w, int dtype, int tf32, size
                                 s->nfast = cuda_gemm_tmaps_build_packed(kp, s->n, base_shape, htm,
                                                                         (uint64_t)(uintptr_t)s->dpack[c]);
                                 double us = (bench_now_ns() - t0) * 1e-3;
-                                if (t == 0 || us < s->tmaps_us)
-                                        s->tmaps_us = us;
+                                /* The first build of a copy encodes its
+                                 * maps; the others find them in this
+                                 * thread's memo, as a daemon's launches of
+                                 * operands it saw before do. */
+                                double *best = t == 0 ? &s->tmaps_us : &s->tmaps_memo_us;
+                                if ((c == 0 && t <= 1) || us < *best)
+                                        *best = us;
                         }
                         s->nfast_syr2k = cuda_gemm_tmaps_syr2k(htm, s->n);
                         CK(cudaMalloc(&s->dtm[c], tb));
@@ -1214,8 +1219,10 @@ static void bench_workload(cublasHandle_t h, const struct workload *w, int modes
                 grouped_init(&gr, &s);
                 double err = verify(h, &s, &gr, SCHED_LPT, nsm);
                 if (!json)
-                        printf("# %s %s: tensor maps of %u problems encoded in %.1f us (%.2f us a problem)\n",
-                               w->name, cfg_name(s.dtype, s.tf32), s.n, s.tmaps_us, s.tmaps_us / s.n);
+                        printf("# %s %s: tensor maps of %u problems encoded in %.1f us (%.2f us a problem), "
+                               "found again in the memo in %.1f us\n",
+                               w->name, cfg_name(s.dtype, s.tf32), s.n, s.tmaps_us, s.tmaps_us / s.n,
+                               s.tmaps_memo_us);
                 if (s.dtype == GEMMD_F32 && !s.tf32 && s.nfast > 0)
                         f32_accuracy(h, &s, &gr, nsm, w->name, json);
                 if (s.dtype == GEMMD_F64)

@@ -64,7 +64,8 @@ struct set {
         void **dpack;                /* per copy: packed copies' buffer (cuda_gemm_pack_bytes), or NULL */
         int nfast;                   /* problems on the sm_90 fast path */
         int wide_ok;                 /* every problem takes the second tile (wide, or narrow: --narrow) */
-        double tmaps_us;             /* host time of cuda_gemm_tmaps_build for the set */
+        double tmaps_us;             /* host time of cuda_gemm_tmaps_build for the set, encoding */
+        double tmaps_memo_us;        /* the same again, its maps found in the memo (tmap_memo.h) */
         uint32_t nfast_syr2k;        /* of which SYR2Ks */
         struct sched_problem *sp;
         double flops;

@@ -39,6 +39,7 @@
 #include "include/gemmd.h"
 #include "kernels/cuda_gemm.h"
 #include "kernels/kproblem.h"
+#include "kernels/tmap_memo.h"
 #include "scheduler/plan.h"
 #include "scheduler/tiles.h"
 
@@ -1303,12 +1304,29 @@ bool wgmma_qualifies(const struct gemmd_kproblem &p)
         return kproblem_tma_layout(&p) && (p.a & 15) == 0 && (p.b & 15) == 0;
 }
 
-/* A rows x k matrix stored with consecutive k adjacent, rows ld apart. */
+/* This thread's memo of encoded maps (tmap_memo.h), made on its first
+ * launch and freed with the thread; NULL if memory ran out (every map is
+ * then encoded). */
+static struct tmap_memo *thread_memo()
+{
+        struct Holder {
+                struct tmap_memo *m = (struct tmap_memo *)calloc(1, sizeof(struct tmap_memo));
+                ~Holder() { free(m); }
+        };
+        thread_local Holder h;
+        return h.m;
+}
+
 /* A rows x k matrix stored with consecutive k adjacent, rows ld apart;
- * the box is 128 bytes of K by box_rows rows (the tile's side). */
+ * the box is 128 bytes of K by box_rows rows (the tile's side). Copied
+ * from this thread's memo where the same inputs were encoded before. */
 bool encode_kmajor(PFN_cuTensorMapEncodeTiled_v12000 fn, CUtensorMap *m, int dtype, uint64_t addr, uint32_t rows,
                    uint32_t k, int64_t ld, uint32_t box_rows)
 {
+        const struct tmap_key key = {addr, ld, rows, k, (uint32_t)dtype, box_rows};
+        struct tmap_memo *memo = thread_memo();
+        if (memo && tmap_memo_get(memo, &key, m))
+                return true;
         const uint32_t esz = dtype == GEMMD_F32 ? 4 : 2;
         const cuuint64_t dims[2] = {k, rows};
         const cuuint64_t strides[1] = {(cuuint64_t)ld * esz};
@@ -1317,9 +1335,13 @@ bool encode_kmajor(PFN_cuTensorMapEncodeTiled_v12000 fn, CUtensorMap *m, int dty
         const CUtensorMapDataType dt = dtype == GEMMD_F32    ? CU_TENSOR_MAP_DATA_TYPE_FLOAT32
                                        : dtype == GEMMD_BF16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16
                                                              : CU_TENSOR_MAP_DATA_TYPE_FLOAT16;
-        return fn(m, dt, 2, (void *)(uintptr_t)addr, dims, strides, box, estr, CU_TENSOR_MAP_INTERLEAVE_NONE,
-                  CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
-                  CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
+        if (fn(m, dt, 2, (void *)(uintptr_t)addr, dims, strides, box, estr, CU_TENSOR_MAP_INTERLEAVE_NONE,
+               CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+               CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) != CUDA_SUCCESS)
+                return false;
+        if (memo)
+                tmap_memo_put(memo, &key, m);
+        return true;
 }
 
 /* C of an f32 GEMM, column-major, for the staged epilogue's stores (c_staged):
