@@ -240,7 +240,6 @@ static void refuse_op(struct worker *w, struct op *o, struct done_list *done)
         op_finish(o, done);
 }
 
-
 /* Notes when the device gains or loses work (ops queued or groups in
  * flight), for worker_stats.loaded_ns: the time it had work, of which
  * busy_ns is the part it was running some. A group being formed counts
@@ -259,6 +258,7 @@ static void loaded_update(struct worker *w)
                 w->st.loaded_ns += t - w->loaded_since_ns;
         w->loaded = loaded;
 }
+
 /* Called under the lock, after any change the worker thread may have to
  * act on: a spinning worker sees the count move. */
 static void nudge(struct worker *w)
