@@ -3,10 +3,10 @@
  *
  * A tensor map (CUtensorMap, 128 bytes) is a pure function of what it is
  * encoded from: an operand's address, element type, sizes, row pitch and
- * box. Encoding one costs the launching thread a driver call of about
- * 0.2 us, three per problem, on every launch; clients send the same
- * operands again and again (a training step's weights, a solver's
- * panels), so a launch finds most of its maps here and copies them.
+ * box. Encoding one is a driver call on the launch path, up to three per
+ * problem on every launch; clients send the same operands again and
+ * again (a training step's weights, a solver's panels), so a launch finds
+ * most of its maps here and copies them.
  * Nothing can go stale: a key holds every input, and a new allocation at
  * an old address with the same shape encodes to the same bytes.
  *
