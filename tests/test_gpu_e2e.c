@@ -673,6 +673,40 @@ static void spec_check(const struct e2e_spec *s, int n, uint64_t seed, uint64_t 
         free(ar.base);
 }
 
+/* One way of running a spec's ops (spec_run): the daemon's flags, and
+ * whether the ops go together or one at a time. */
+struct spec_way {
+        const char *const *flags;
+        int together;
+};
+
+/*
+ * Runs the n ops of spec s both ways (inputs from `seed`, arenas of
+ * arena_bytes) and puts the stats counter `key` of each way's daemon in
+ * *ka and *kb; the results must be the same bits both ways, and sampled
+ * elements must match the double reference (spec_check, buffers of
+ * `per` bytes, samples from check_seed).
+ */
+static void same_bits_both_ways(const struct e2e_spec *s, int n, uint64_t seed, uint64_t arena_bytes,
+                                struct spec_way a, struct spec_way b, const char *key, long long *ka,
+                                long long *kb, uint64_t per, uint64_t check_seed)
+{
+        struct e2e_prob pa[8], pb[8];
+
+        cr_assert_leq(n, 8);
+        memset(pa, 0, sizeof(pa));
+        memset(pb, 0, sizeof(pb));
+        *ka = spec_run(a.flags, s, n, seed, arena_bytes, a.together, pa, key);
+        *kb = spec_run(b.flags, s, n, seed, arena_bytes, b.together, pb, key);
+        for (int i = 0; i < n; i++)
+                cr_assert_eq(memcmp(pa[i].c0, pb[i].c0, pa[i].cbytes), 0, "op %d: bits differ between the ways", i);
+        spec_check(s, n, seed, per, pa, check_seed);
+        for (int i = 0; i < n; i++) {
+                free(pa[i].c0);
+                free(pb[i].c0);
+        }
+}
+
 /*
  * The wide tile, end to end. Eight bf16 GEMMs of 2048 x 2304 x 256 in the
  * layout the Hopper kernel reads (A stored m x k, B n x k) make one group
@@ -692,22 +726,13 @@ Test(gpu_e2e, wide_tile_same_bits_as_the_usual_one)
 {
         static const char *const yes[] = {"--wide-tiles", "yes", "--max-group-tiles", "4096", NULL};
         static const char *const no[] = {"--wide-tiles", "no", "--max-group-tiles", "4096", NULL};
-        struct e2e_prob w[WIDE_OPS], u[WIDE_OPS];
+        long long nw, nu;
 
         SKIP_WITHOUT_GPU();
-        memset(w, 0, sizeof(w));
-        memset(u, 0, sizeof(u));
-        const long long nw = spec_run(yes, &wide_spec, WIDE_OPS, 7, 128u << 20, 1, w, "wide_groups");
-        const long long nu = spec_run(no, &wide_spec, WIDE_OPS, 7, 128u << 20, 1, u, "wide_groups");
+        same_bits_both_ways(&wide_spec, WIDE_OPS, 7, 128u << 20, (struct spec_way){yes, 1}, (struct spec_way){no, 1},
+                            "wide_groups", &nw, &nu, 20u << 20, 99);
         cr_expect_gt(nw, 0, "no group took the wide tile");
         cr_expect_eq(nu, 0, "--wide-tiles no still took it");
-        for (int i = 0; i < WIDE_OPS; i++)
-                cr_assert_eq(memcmp(w[i].c0, u[i].c0, w[i].cbytes), 0, "op %d: bits differ between the tiles", i);
-        spec_check(&wide_spec, WIDE_OPS, 7, 20u << 20, w, 99);
-        for (int i = 0; i < WIDE_OPS; i++) {
-                free(w[i].c0);
-                free(u[i].c0);
-        }
 }
 
 /*
@@ -728,22 +753,13 @@ static const struct e2e_spec pack_spec = {.kind = GEMMD_GEMM, .dtype = GEMMD_BF1
 
 Test(gpu_e2e, packed_copies_same_bits_as_in_place)
 {
-        struct e2e_prob g[PACK_OPS], a[PACK_OPS];
+        long long ng, na;
 
         SKIP_WITHOUT_GPU();
-        memset(g, 0, sizeof(g));
-        memset(a, 0, sizeof(a));
-        const long long ng = spec_run(NULL, &pack_spec, PACK_OPS, 11, 64u << 20, 1, g, "packed_groups");
-        const long long na = spec_run(NULL, &pack_spec, PACK_OPS, 11, 64u << 20, 0, a, "packed_groups");
+        same_bits_both_ways(&pack_spec, PACK_OPS, 11, 64u << 20, (struct spec_way){NULL, 1},
+                            (struct spec_way){NULL, 0}, "packed_groups", &ng, &na, 8u << 20, 5);
         cr_expect_gt(ng, 0, "the group of eight was not packed");
         cr_expect_eq(na, 0, "a lone GEMM was packed");
-        for (int i = 0; i < PACK_OPS; i++)
-                cr_assert_eq(memcmp(g[i].c0, a[i].c0, g[i].cbytes), 0, "op %d: bits differ, packed or not", i);
-        spec_check(&pack_spec, PACK_OPS, 11, 8u << 20, g, 5);
-        for (int i = 0; i < PACK_OPS; i++) {
-                free(g[i].c0);
-                free(a[i].c0);
-        }
 }
 
 /*
