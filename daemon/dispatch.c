@@ -223,18 +223,37 @@ static void free_request(struct request *r, uint32_t nvalid)
         free(r);
 }
 
+/* Adds n to *c unless that passes cap, without a lock: the count of ops
+ * in flight of a user, or of the daemon, which every loop's submits and
+ * completions move. Returns 0 when it added, else 1; *seen is the count
+ * it found. */
+static int reserve(atomic_uint *c, uint32_t n, uint32_t cap, uint32_t *seen)
+{
+        unsigned v = atomic_load_explicit(c, memory_order_relaxed);
+
+        do {
+                *seen = v;
+                if (v + n > cap)
+                        return 1;
+        } while (!atomic_compare_exchange_weak_explicit(c, &v, v + n, memory_order_acq_rel,
+                                                        memory_order_relaxed));
+        return 0;
+}
+
 /*
  * Counts n more ops for the session, its user and the daemon, unless that
  * would pass one of their caps: then returns 1 and, with `refuse` set,
- * tells the client which. One lock for the check and the count: the user's
- * other sessions, and the daemon's queue, are also counted by other loops.
+ * tells the client which. The user's other sessions, and the daemon's
+ * queue, are also counted by other loops: each count is reserved with a
+ * compare and swap, and the user's is given back when the daemon's is
+ * full, so that no cap is ever passed.
  */
 static int admit(struct session *s, uint64_t rid, uint32_t n, int refuse)
 {
         struct server *srv = s->srv;
         const struct limits *lim = &srv->cfg->lim;
-        uint32_t user_ops, queued;
-        int over;
+        uint32_t user_ops, queued = 0;
+        int user_over, over;
 
         if (s->inflight_ops + n > lim->max_inflight_ops) {
                 if (refuse)
@@ -243,24 +262,19 @@ static int admit(struct session *s, uint64_t rid, uint32_t n, int refuse)
                                            lim->max_inflight_ops);
                 return 1;
         }
-        pthread_mutex_lock(&srv->lock);
-        user_ops = s->user->inflight_ops;
-        queued = srv->queued_ops;
-        over = user_ops + n > lim->max_user_inflight_ops || queued + n > lim->max_queue_ops;
-        if (!over) {
-                s->user->inflight_ops += n;
-                srv->queued_ops += n;
-        }
-        pthread_mutex_unlock(&srv->lock);
+        user_over = reserve(&s->user->inflight_ops, n, lim->max_user_inflight_ops, &user_ops);
+        over = user_over || reserve(&srv->queued_ops, n, lim->max_queue_ops, &queued);
         if (!over) {
                 if (!s->inflight_ops)
                         atomic_fetch_add_explicit(&srv->busy_sessions, 1, memory_order_relaxed);
                 s->inflight_ops += n;
                 return 0;
         }
+        if (!user_over)
+                atomic_fetch_sub_explicit(&s->user->inflight_ops, n, memory_order_acq_rel);
         if (!refuse)
                 return 1;
-        if (user_ops + n > lim->max_user_inflight_ops)
+        if (user_over)
                 session_send_error(s, rid, GEMMD_EBUSY, -1, "uid %d has %u ops in flight (at most %u)",
                                    (int)s->cred.uid, user_ops, lim->max_user_inflight_ops);
         else
@@ -276,11 +290,8 @@ void dispatch_uncount_shared(struct session *s, uint32_t n)
         struct server *srv = s->srv;
         int idle;
 
-        pthread_mutex_lock(&srv->lock);
-        s->user->inflight_ops -= n;
-        srv->queued_ops -= n;
-        idle = srv->queued_ops == 0;
-        pthread_mutex_unlock(&srv->lock);
+        atomic_fetch_sub_explicit(&s->user->inflight_ops, n, memory_order_acq_rel);
+        idle = atomic_fetch_sub_explicit(&srv->queued_ops, n, memory_order_acq_rel) == n;
         if (idle && atomic_load(&srv->draining))
                 loop_wake_all(srv);
 }

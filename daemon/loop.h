@@ -139,7 +139,7 @@ struct server {
         uint32_t nsessions;
         uint32_t ndenied; /* sessions with `denied` set, counted in nsessions */
         uint64_t next_session_id;
-        uint32_t queued_ops; /* admitted and not yet completed, all sessions */
+        atomic_uint queued_ops; /* admitted and not yet completed, all sessions (admit) */
         uint32_t pending_controls; /* control tasks whose done() has not run */
         atomic_int draining;
         int exit_code;          /* the daemon's exit status after the drain */

@@ -86,15 +86,16 @@ static struct {
         struct uid_counts **uids;
         uint32_t nuids;
         struct uid_counts *other;
+        /* Counted without a lock (__atomic adds) by every loop: */
         uint64_t ran_ops;       /* ops that ran in a group, as seen here */
-        double queue_sum_s;     /* their queue times */
-        double run_sum_s;       /* their groups' run times, each group once */
+        uint64_t queue_sum_ns;  /* their queue times */
+        uint64_t run_sum_ns;    /* their groups' run times, each group once */
 } M;
 
 /* ---- counters --------------------------------------------------------- */
 
-/* The per-uid counts and the run totals: every event loop counts, and
- * loop 0 renders. */
+/* The table of per-uid counts: every event loop counts, and loop 0
+ * renders. The counts themselves are added to without it. */
 static pthread_mutex_t counts_lock = PTHREAD_MUTEX_INITIALIZER;
 
 /* The counts of `uid`, created on first use; NULL only when out of memory. */
@@ -136,6 +137,42 @@ static struct uid_counts *uid_slot(uid_t uid)
         return u;
 }
 
+/* The counts of `uid` for a counting thread, through its own small cache
+ * of slots found before (a slot lives as long as the daemon), so that
+ * the loops take the table's lock only for a uid new to them. */
+static struct uid_counts *uid_counts_of(uid_t uid)
+{
+        static __thread struct {
+                uid_t uid;
+                struct uid_counts *u;
+        } cache[8];
+        const unsigned h = (unsigned)uid % 8;
+        struct uid_counts *u;
+
+        if (cache[h].u && cache[h].uid == uid)
+                return cache[h].u;
+        pthread_mutex_lock(&counts_lock);
+        u = uid_slot(uid);
+        pthread_mutex_unlock(&counts_lock);
+        if (u) {
+                cache[h].uid = uid;
+                cache[h].u = u;
+        }
+        return u;
+}
+
+/* One more event on counter *c, seen by a render at any time. */
+static void bump(uint64_t *c, uint64_t by)
+{
+        __atomic_fetch_add(c, by, __ATOMIC_RELAXED);
+}
+
+/* A counter as a render reads it while others count. */
+static uint64_t ld(const uint64_t *c)
+{
+        return __atomic_load_n(c, __ATOMIC_RELAXED);
+}
+
 static unsigned code_index(int err)
 {
         int code = frame_err_to_code(err);
@@ -145,11 +182,10 @@ static unsigned code_index(int err)
 
 void metrics_count_request(const struct request *r)
 {
-        struct uid_counts *u;
+        struct uid_counts *u = uid_counts_of(r->s->cred.uid);
+        uint64_t ran = 0, queue_ns = 0, run_ns = 0;
         int status = 0;
 
-        pthread_mutex_lock(&counts_lock);
-        u = uid_slot(r->s->cred.uid);
         for (uint32_t i = 0; i < r->nops; i++) {
                 const struct op *o = &r->ops[i];
                 unsigned kind = o->kp.kind == SCHED_SYR2K, dt = o->kp.dtype;
@@ -157,29 +193,30 @@ void metrics_count_request(const struct request *r)
                 if (o->status && !status)
                         status = o->status;
                 if (u && dt < NDTYPES)
-                        u->ops[kind][dt][code_index(o->status)]++;
+                        bump(&u->ops[kind][dt][code_index(o->status)], 1);
                 if (!o->t_launch_ns)
                         continue; /* dropped before it ran */
-                M.ran_ops++;
+                ran++;
                 if (o->t_launch_ns > r->t_admit_ns)
-                        M.queue_sum_s += (o->t_launch_ns - r->t_admit_ns) / 1e9;
+                        queue_ns += o->t_launch_ns - r->t_admit_ns;
                 if (o->t_done_ns > o->t_launch_ns && o->group_size)
-                        M.run_sum_s += (o->t_done_ns - o->t_launch_ns) / 1e9 / o->group_size;
+                        run_ns += (o->t_done_ns - o->t_launch_ns) / o->group_size;
         }
         if (u)
-                u->requests[code_index(status)]++;
-        pthread_mutex_unlock(&counts_lock);
+                bump(&u->requests[code_index(status)], 1);
+        if (ran) {
+                bump(&M.ran_ops, ran);
+                bump(&M.queue_sum_ns, queue_ns);
+                bump(&M.run_sum_ns, run_ns);
+        }
 }
 
 void metrics_count_error(uid_t uid, int code)
 {
-        struct uid_counts *u;
+        struct uid_counts *u = uid_counts_of(uid);
 
-        pthread_mutex_lock(&counts_lock);
-        u = uid_slot(uid);
         if (u && code >= 0 && code < NCODES)
-                u->errors[code]++;
-        pthread_mutex_unlock(&counts_lock);
+                bump(&u->errors[code], 1);
 }
 
 /* ---- rendering -------------------------------------------------------- */
@@ -252,11 +289,11 @@ static void render_counts(FILE *f)
 
                 uid_label(uid, sizeof(uid), u);
                 for (unsigned c = 0; c < NCODES; c++) {
-                        if (!u->requests[c])
+                        if (!ld(&u->requests[c]))
                                 continue;
                         code_label(code, sizeof(code), c);
                         fprintf(f, "gemmd_requests_total{uid=\"%s\",status=\"%s\"} %llu\n", uid,
-                                code, (unsigned long long)u->requests[c]);
+                                code, (unsigned long long)ld(&u->requests[c]));
                 }
         }
         header(f, "gemmd_ops_total", "counter",
@@ -268,13 +305,13 @@ static void render_counts(FILE *f)
                 for (unsigned k = 0; k < NKINDS; k++)
                         for (unsigned d = 0; d < NDTYPES; d++)
                                 for (unsigned c = 0; c < NCODES; c++) {
-                                        if (!u->ops[k][d][c])
+                                        if (!ld(&u->ops[k][d][c]))
                                                 continue;
                                         code_label(code, sizeof(code), c);
                                         fprintf(f, "gemmd_ops_total{op=\"%s\",dtype=\"%s\","
                                                    "status=\"%s\",uid=\"%s\"} %llu\n",
                                                 kind_names[k], dtype_name(d), code, uid,
-                                                (unsigned long long)u->ops[k][d][c]);
+                                                (unsigned long long)ld(&u->ops[k][d][c]));
                                 }
         }
         header(f, "gemmd_error_replies_total", "counter",
@@ -284,11 +321,11 @@ static void render_counts(FILE *f)
 
                 uid_label(uid, sizeof(uid), u);
                 for (unsigned c = 0; c < NCODES; c++) {
-                        if (!u->errors[c])
+                        if (!ld(&u->errors[c]))
                                 continue;
                         code_label(code, sizeof(code), c);
                         fprintf(f, "gemmd_error_replies_total{uid=\"%s\",code=\"%s\"} %llu\n", uid,
-                                code, (unsigned long long)u->errors[c]);
+                                code, (unsigned long long)ld(&u->errors[c]));
                 }
         }
 }
@@ -495,9 +532,10 @@ static void render_devices(FILE *f, struct server *srv, double up_s)
          * groups behind its buckets. */
         histogram(f, "gemmd_group_size_ops", "Ops per group, all devices", gs, 1, 1, (double)ops);
         histogram(f, "gemmd_queue_time_seconds",
-                  "Per op: admitted to its group's launch, all devices", qu, 1e-6, 0, M.queue_sum_s);
+                  "Per op: admitted to its group's launch, all devices", qu, 1e-6, 0,
+                  ld(&M.queue_sum_ns) / 1e9);
         histogram(f, "gemmd_run_time_seconds", "Per group: launch to done, all devices", ru, 1e-6, 0,
-                  M.run_sum_s);
+                  ld(&M.run_sum_ns) / 1e9);
 out:
         free(st);
         free(pending);

@@ -14,6 +14,7 @@
 #ifndef GEMMD_USERS_H
 #define GEMMD_USERS_H
 
+#include <stdatomic.h>
 #include <stdint.h>
 #include <sys/socket.h>
 
@@ -27,7 +28,7 @@ struct user {
         uint32_t uid;
         uint32_t sessions;     /* references: one per session */
         uint32_t denied;       /* of those, sessions refused (see struct session) */
-        uint32_t inflight_ops; /* admitted, not yet completed, all sessions */
+        atomic_uint inflight_ops; /* admitted, not yet completed, all sessions (admit) */
         uint64_t buffer_bytes; /* registered, all sessions */
         /* Buffers and rings the daemon holds mapped for it (released
          * buffers that ops still use included); taken under the server's

@@ -19,6 +19,7 @@
 struct request;
 struct session;
 struct worker;
+struct lane;
 
 /* One validated op. Created by the loop thread, queued on a worker, run in
  * a group, and handed back inside its request. */
@@ -42,6 +43,15 @@ struct op {
         uint64_t group_id;
         uint32_t group_size;
         const char *kernel;
+        /* The first op of a batch handed to a worker without its lock
+         * (worker_enqueue) carries the batch on the worker's inbox: the
+         * next batch, the lane and priority it joins, its last op and its
+         * op count. */
+        struct op *in_next;
+        struct lane *in_lane;
+        struct op *in_tail;
+        uint32_t in_n;
+        int in_prio;
 };
 
 /*

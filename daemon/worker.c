@@ -268,39 +268,72 @@ static void nudge(struct worker *w)
 
 void worker_enqueue(struct worker *w, struct lane *l, int prio)
 {
-        if (!l->st_head)
+        struct op *first = l->st_head;
+
+        if (!first)
                 return;
-        /* Read before the lock: the loops, the worker and the completion
-         * thread all wait on it. */
         const uint64_t t = now_ns();
 
-        pthread_mutex_lock(&w->lock);
-        for (struct op *o = l->st_head; o; o = o->next) {
-                w->pending_tiles += op_tiles(w, o);
+        for (struct op *o = first; o; o = o->next)
                 o->t_enq_ns = t;
-        }
-        if (l->tail)
-                l->tail->next = l->st_head;
-        else
-                l->head = l->st_head;
-        l->tail = l->st_tail;
-        l->queued += l->staged;
-        w->pending_ops += l->staged;
-        loaded_update(w);
+        first->in_lane = l;
+        first->in_tail = l->st_tail;
+        first->in_n = l->staged;
+        first->in_prio = prio;
         l->st_head = l->st_tail = NULL;
         l->staged = 0;
-        if (!l->linked)
-                lane_link(w, prio, l);
-        /* A busy worker finds the ops on its next turn: no wake-up call.
-         * A sleeping one is signalled after the unlock, so that it does not
-         * wake only to wait for the lock. (The loop thread is the one that
-         * stops workers, so the worker outlives this call.) */
-        int wake = w->sleeping;
+        struct op *old = atomic_load_explicit(&w->inbox, memory_order_relaxed);
 
-        nudge(w);
-        pthread_mutex_unlock(&w->lock);
-        if (wake)
+        do
+                first->in_next = old;
+        while (!atomic_compare_exchange_weak_explicit(&w->inbox, &old, first, memory_order_seq_cst,
+                                                      memory_order_relaxed));
+        nudge(w); /* a polling worker sees the count move */
+        /* The worker sets sleeping and then looks at the inbox once more
+         * (both sequentially consistent, as the push and this load are),
+         * so either it sees the batch or this sees it sleeping. It holds
+         * the lock until it waits, so the signal cannot come first. (The
+         * loop thread is the one that stops workers, so the worker
+         * outlives this call.) */
+        if (atomic_load_explicit(&w->sleeping, memory_order_seq_cst)) {
+                pthread_mutex_lock(&w->lock);
                 pthread_cond_signal(&w->cond);
+                pthread_mutex_unlock(&w->lock);
+        }
+}
+
+/* Under the lock: moves the batches on the inbox onto their lanes, oldest
+ * first (each lane's ops keep their order: one loop thread pushes them),
+ * and counts them as pending. */
+static void inbox_drain(struct worker *w)
+{
+        struct op *b = atomic_exchange_explicit(&w->inbox, NULL, memory_order_acquire), *oldest = NULL;
+
+        if (!b)
+                return;
+        while (b) {
+                struct op *n = b->in_next;
+
+                b->in_next = oldest;
+                oldest = b;
+                b = n;
+        }
+        for (b = oldest; b; b = b->in_next) {
+                struct lane *l = b->in_lane;
+
+                for (struct op *o = b; o; o = o->next)
+                        w->pending_tiles += op_tiles(w, o);
+                if (l->tail)
+                        l->tail->next = b;
+                else
+                        l->head = b;
+                l->tail = b->in_tail;
+                l->queued += b->in_n;
+                w->pending_ops += b->in_n;
+                if (!l->linked)
+                        lane_link(w, b->in_prio, l);
+        }
+        loaded_update(w);
 }
 
 void worker_cancel(struct worker *w, struct lane *lanes)
@@ -308,6 +341,7 @@ void worker_cancel(struct worker *w, struct lane *lanes)
         struct done_list done = DONE_LIST_INIT(done);
 
         pthread_mutex_lock(&w->lock);
+        inbox_drain(w); /* the session's last batches may still be there */
         for (int p = 0; p < NPRIO; p++) {
                 struct lane *l = &lanes[p];
 
@@ -845,6 +879,10 @@ static int spin(struct worker *w)
 
         if (!win || now - w->active_ns >= win)
                 return 0;
+        /* A batch pushed after the caller drained the inbox but nudged
+         * before `seen` was read: look again now, not after the window. */
+        if (atomic_load(&w->inbox))
+                return 1;
         pthread_mutex_unlock(&w->lock);
         while (now - w->active_ns < win) {
                 if (atomic_load_explicit(&w->nudges, memory_order_acquire) != seen) {
@@ -868,6 +906,7 @@ static void *worker_main(void *arg)
         cpuacct_thread_start(CPU_WORKER);
         pthread_mutex_lock(&w->lock);
         for (;;) {
+                inbox_drain(w);
                 while (w->ctl_head) {
                         struct wctl *c = w->ctl_head;
 
@@ -927,8 +966,9 @@ static void *worker_main(void *arg)
                                                        (uint64_t)ts.tv_nsec + (due - now);
                                         ts.tv_sec = (time_t)(abs / 1000000000ull);
                                         ts.tv_nsec = (long)(abs % 1000000000ull);
-                                        w->sleeping = 1;
-                                        pthread_cond_timedwait(&w->cond, &w->lock, &ts);
+                                        w->sleeping = 1; /* then the inbox: worker_enqueue */
+                                        if (!atomic_load(&w->inbox))
+                                                pthread_cond_timedwait(&w->cond, &w->lock, &ts);
                                         w->sleeping = 0;
                                         continue;
                                 }
@@ -981,8 +1021,9 @@ static void *worker_main(void *arg)
                         break;
                 if (spin(w))
                         continue;
-                w->sleeping = 1;
-                pthread_cond_wait(&w->cond, &w->lock);
+                w->sleeping = 1; /* then the inbox: worker_enqueue */
+                if (!atomic_load(&w->inbox))
+                        pthread_cond_wait(&w->cond, &w->lock);
                 w->sleeping = 0;
                 w->active_ns = now_ns();
         }
@@ -1080,6 +1121,7 @@ void worker_stop(struct worker *w)
 void worker_progress(struct worker *w, uint64_t *progress, int *busy)
 {
         pthread_mutex_lock(&w->lock);
+        inbox_drain(w);
         *busy = w->pending_ops || w->inflight || w->ctl_head;
         pthread_mutex_unlock(&w->lock);
         *progress = atomic_load_explicit(&w->progress, memory_order_relaxed);
@@ -1089,6 +1131,7 @@ void worker_get_stats(struct worker *w, struct worker_stats *st, uint32_t *pendi
                       uint32_t *inflight)
 {
         pthread_mutex_lock(&w->lock);
+        inbox_drain(w);
         *st = w->st;
         if (w->inflight)
                 st->busy_ns += now_ns() - w->busy_since_ns;

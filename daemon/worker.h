@@ -157,7 +157,13 @@ struct worker {
         uint64_t pending_tiles;
         uint32_t inflight;     /* groups launched, not done */
         int recover_pending;   /* a group failed: repair before launching */
-        int sleeping;          /* waiting on cond: enqueues must signal */
+        atomic_int sleeping;   /* waiting on cond: enqueues must signal */
+        /* Batches handed over by the loops (worker_enqueue), newest first,
+         * linked through their first ops' in_next: the loops never wait
+         * for the lock the worker holds while it forms a group. Whoever
+         * holds the lock moves them onto their lanes before it reads a
+         * lane (inbox_drain). */
+        _Atomic(struct op *) inbox;
         /* Bumped under the lock by every change the worker thread acts on,
          * read without it by a worker that polls before sleeping; and
          * when the worker thread last had work (worker thread only). */
@@ -198,8 +204,9 @@ int worker_start(struct worker *w, int index, struct backend *be, const struct g
 void worker_control(struct worker *w, struct wctl *c);
 
 /* Hands the ops staged on lane l (the session's lane of this worker at
- * priority prio, filled by lane_stage) to the worker, under one lock
- * whatever their number. Never blocks on the device. */
+ * priority prio, filled by lane_stage) to the worker as one batch on its
+ * inbox, without its lock (only a sleeping worker's wake-up takes it).
+ * Never blocks on the device. */
 void worker_enqueue(struct worker *w, struct lane *l, int prio);
 
 /* Loop thread: appends the n ops of one request (its ops[] array) to l's

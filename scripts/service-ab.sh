@@ -72,14 +72,16 @@ EOF
 }
 
 run_point() { # variant round clients window dim memory env mode [gemmbench]
-        local v=$1 r=$2 c=$3 w=$4 d=$5 m=$6 env=$7 mode=$8 gb=${9:-$bin/gemmbench} t0 t1 out cpu='{}' sock=()
+        local v=$1 r=$2 c=$3 w=$4 d=$5 m=$6 env=$7 mode=$8 gb=${9:-$bin/gemmbench} t0 t1 out cpu='{}' sock=() devs=()
         out=$tmp/run.json
         [ "$mode" = gemmd ] && sock=(--socket "$tmp/gemmd.sock" --memory "$m")
+        # Only where it spreads: a client program older than --devices still runs one GPU.
+        [ "$GPUS" -gt 1 ] && devs=(--devices "$GPUS")
         [ -n "$dpid" ] && [ "$mode" = gemmd ] && thread_ticks "$dpid" >"$tmp/t0"
         t0=$(date +%s.%N)
         # shellcheck disable=SC2086
         env $env "$gb" clients --mode "$mode" "${sock[@]}" --clients $((c * GPUS)) \
-                --devices "$GPUS" --window "$w" --max-dim "$d" --seconds "$SECS" --warmup 0.5 --json \
+                "${devs[@]}" --window "$w" --max-dim "$d" --seconds "$SECS" --warmup 0.5 --json \
                 >"$out" 2>>"$log"
         local rc=$?
         t1=$(date +%s.%N)
