@@ -1017,7 +1017,8 @@ static void *worker_main(void *arg)
                                 continue;
                         }
                 }
-                if (w->stopping && !w->pending_ops && !w->inflight && !w->done && !w->ctl_head)
+                if (w->stopping && !w->pending_ops && !w->inflight && !w->done && !w->ctl_head &&
+                    !atomic_load(&w->inbox))
                         break;
                 if (spin(w))
                         continue;
