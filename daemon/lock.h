@@ -1,9 +1,10 @@
 /*
  * lock.h - the mutexes that threads hand work through.
  *
- * The event loops, the workers and the completion threads pass requests
- * and groups to each other under mutexes that each holds for a few
- * microseconds, hundreds of thousands of times a second. A plain mutex
+ * The workers and the completion threads pass groups and finished
+ * requests to each other and to the event loops under mutexes that each
+ * holds for a few microseconds, hundreds of thousands of times a second
+ * (the loops hand ops to a worker without one: worker_enqueue). A plain mutex
  * puts a waiter to sleep at once, and a futex sleep and wake-up cost more
  * than the wait: lock_init makes a glibc adaptive mutex, whose waiter
  * spins a little first, which serves many clients measurably faster
