@@ -86,8 +86,8 @@ static struct {
         struct uid_counts **uids;
         uint32_t nuids;
         struct uid_counts *other;
-        /* Counted without a lock (__atomic adds) by every loop: */
-        uint64_t ran_ops;       /* ops that ran in a group, as seen here */
+        /* Of the ops that ran in a group, counted without a lock (__atomic
+         * adds) by every loop: */
         uint64_t queue_sum_ns;  /* their queue times */
         uint64_t run_sum_ns;    /* their groups' run times, each group once */
 } M;
@@ -183,7 +183,7 @@ static unsigned code_index(int err)
 void metrics_count_request(const struct request *r)
 {
         struct uid_counts *u = uid_counts_of(r->s->cred.uid);
-        uint64_t ran = 0, queue_ns = 0, run_ns = 0;
+        uint64_t queue_ns = 0, run_ns = 0;
         int status = 0;
 
         for (uint32_t i = 0; i < r->nops; i++) {
@@ -196,7 +196,6 @@ void metrics_count_request(const struct request *r)
                         bump(&u->ops[kind][dt][code_index(o->status)], 1);
                 if (!o->t_launch_ns)
                         continue; /* dropped before it ran */
-                ran++;
                 if (o->t_launch_ns > r->t_admit_ns)
                         queue_ns += o->t_launch_ns - r->t_admit_ns;
                 if (o->t_done_ns > o->t_launch_ns && o->group_size)
@@ -204,11 +203,10 @@ void metrics_count_request(const struct request *r)
         }
         if (u)
                 bump(&u->requests[code_index(status)], 1);
-        if (ran) {
-                bump(&M.ran_ops, ran);
+        if (queue_ns)
                 bump(&M.queue_sum_ns, queue_ns);
+        if (run_ns)
                 bump(&M.run_sum_ns, run_ns);
-        }
 }
 
 void metrics_count_error(uid_t uid, int code)

@@ -45,12 +45,10 @@ struct op {
         const char *kernel;
         /* The first op of a batch handed to a worker without its lock
          * (worker_enqueue) carries the batch on the worker's inbox: the
-         * next batch, the lane and priority it joins, its last op and its
-         * op count. */
+         * next batch, and the lane and priority it joins (the batch's ops
+         * follow through `next`). */
         struct op *in_next;
         struct lane *in_lane;
-        struct op *in_tail;
-        uint32_t in_n;
         int in_prio;
 };
 

@@ -277,8 +277,6 @@ void worker_enqueue(struct worker *w, struct lane *l, int prio)
         for (struct op *o = first; o; o = o->next)
                 o->t_enq_ns = t;
         first->in_lane = l;
-        first->in_tail = l->st_tail;
-        first->in_n = l->staged;
         first->in_prio = prio;
         l->st_head = l->st_tail = NULL;
         l->staged = 0;
@@ -320,16 +318,22 @@ static void inbox_drain(struct worker *w)
         }
         for (b = oldest; b; b = b->in_next) {
                 struct lane *l = b->in_lane;
+                struct op *last = b;
+                uint32_t n = 0;
 
-                for (struct op *o = b; o; o = o->next)
+                /* Walked before the lane's next batch is linked after it. */
+                for (struct op *o = b; o; o = o->next) {
                         w->pending_tiles += op_tiles(w, o);
+                        last = o;
+                        n++;
+                }
                 if (l->tail)
                         l->tail->next = b;
                 else
                         l->head = b;
-                l->tail = b->in_tail;
-                l->queued += b->in_n;
-                w->pending_ops += b->in_n;
+                l->tail = last;
+                l->queued += n;
+                w->pending_ops += n;
                 if (!l->linked)
                         lane_link(w, b->in_prio, l);
         }
@@ -862,6 +866,22 @@ static uint64_t oldest_pending(struct worker *w)
         return t;
 }
 
+/* Waits on the worker's condition (until *until, if given) unless a
+ * batch is on the inbox: sleeping is set first and worker_enqueue looks
+ * at it after its push, so a batch pushed in between is seen here or
+ * signals the wait. Lock held. */
+static void sleep_unless_inbox(struct worker *w, const struct timespec *until)
+{
+        w->sleeping = 1;
+        if (!atomic_load(&w->inbox)) {
+                if (until)
+                        pthread_cond_timedwait(&w->cond, &w->lock, until);
+                else
+                        pthread_cond_wait(&w->cond, &w->lock);
+        }
+        w->sleeping = 0;
+}
+
 /*
  * Before it sleeps, a worker that was busy within the last cfg->spin_us
  * polls the nudge count with the lock released, until it moves or the
@@ -966,10 +986,7 @@ static void *worker_main(void *arg)
                                                        (uint64_t)ts.tv_nsec + (due - now);
                                         ts.tv_sec = (time_t)(abs / 1000000000ull);
                                         ts.tv_nsec = (long)(abs % 1000000000ull);
-                                        w->sleeping = 1; /* then the inbox: worker_enqueue */
-                                        if (!atomic_load(&w->inbox))
-                                                pthread_cond_timedwait(&w->cond, &w->lock, &ts);
-                                        w->sleeping = 0;
+                                        sleep_unless_inbox(w, &ts);
                                         continue;
                                 }
                         }
@@ -1022,10 +1039,7 @@ static void *worker_main(void *arg)
                         break;
                 if (spin(w))
                         continue;
-                w->sleeping = 1; /* then the inbox: worker_enqueue */
-                if (!atomic_load(&w->inbox))
-                        pthread_cond_wait(&w->cond, &w->lock);
-                w->sleeping = 0;
+                sleep_unless_inbox(w, NULL);
                 w->active_ns = now_ns();
         }
         pthread_mutex_unlock(&w->lock);
@@ -1122,8 +1136,7 @@ void worker_stop(struct worker *w)
 void worker_progress(struct worker *w, uint64_t *progress, int *busy)
 {
         pthread_mutex_lock(&w->lock);
-        inbox_drain(w);
-        *busy = w->pending_ops || w->inflight || w->ctl_head;
+        *busy = w->pending_ops || w->inflight || w->ctl_head || atomic_load(&w->inbox);
         pthread_mutex_unlock(&w->lock);
         *progress = atomic_load_explicit(&w->progress, memory_order_relaxed);
 }
