@@ -651,6 +651,7 @@ static int launch(struct backend *be, struct group *g)
         h->nentries = plan->nentries;
         h->nsplit = plan->nsplit;
         h->ws_chunks = plan->ws_chunks;
+        h->reduce_apart = plan->reduce_apart;
         h->tiles = plan->tiles;
         h->off_cta_begin = plan->off_cta_begin;
         h->off_entries = plan->off_entries;

@@ -51,7 +51,8 @@ static int launch_notices(const struct group *g)
 /* Whether the resident kernel takes group g: 16-bit GEMMs on the usual
  * tile, every one on the Hopper kernel, operands in device memory, launch
  * data that fits its slot, and no client waiting on a launch event; and
- * no more tiles than CTAs. Groups on it finish in order, and a larger
+ * no more tiles than CTAs, whole in them (the kernel that adds split
+ * tiles apart is launched after the group's). Groups on it finish in order, and a larger
  * group holds up the small ones behind it, where on streams of their own
  * a small group launched after it finishes first, so larger groups run
  * better launched. */
@@ -62,6 +63,7 @@ static int res_takes(struct cuda_backend *cb, const struct group *g, int nfast, 
 
         if ((dt != GEMMD_F16 && dt != GEMMD_BF16) || nfast != (int)g->nops || nsyr2k || stage ||
             blob > RES_SLOT_BYTES || g->cfg.shape.tn != shape(&cb->b, g->key).tn || !g->plan.nentries ||
+            g->plan.reduce_apart ||
             g->plan.nctas > cb->b.ctas || g->tiles > cb->b.ctas || notify)
                 return 0;
 #ifdef GEMMD_FAULT_INJECTION
@@ -200,12 +202,13 @@ static void place_operands(struct cuda_backend *cb, struct cuda_slot *s, const s
 }
 
 /* Early completion: 16-bit GEMMs with their operands in device memory
- * (nothing to copy back after the kernel), on a plan; the Hopper kernel
- * alone, checked once the tensor maps are built. The arrivals each
- * problem needs go at the end of the launch data. */
+ * (nothing to copy back after the kernel), on a plan whose tiles are whole
+ * when their CTAs end (not added apart); the Hopper kernel alone, checked
+ * once the tensor maps are built. The arrivals each problem needs go at
+ * the end of the launch data. */
 static void plan_early(const struct cuda_backend *cb, const struct group *g, struct launch_state *st)
 {
-        st->early = cb->early_on && !st->stage && g->plan.nentries &&
+        st->early = cb->early_on && !st->stage && g->plan.nentries && !g->plan.reduce_apart &&
                     (st->dt == GEMMD_F16 || st->dt == GEMMD_BF16) && !st->notify;
         if (st->early) {
                 st->need_off = (st->blob + 15) & ~(size_t)15;

@@ -235,6 +235,7 @@ static int launch(struct hslot *s)
                 p->nentries = h->nentries;
                 p->nsplit = h->nsplit;
                 p->ws_chunks = h->ws_chunks;
+                p->reduce_apart = (uint8_t)(h->reduce_apart != 0);
                 p->tiles = h->tiles;
                 p->off_cta_begin = h->off_cta_begin;
                 p->off_entries = h->off_entries;

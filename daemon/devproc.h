@@ -199,7 +199,7 @@ struct xlaunch {
         uint32_t key, nops;
         struct sched_config cfg;
         uint32_t nctas, nproblems, nentries, nsplit, ws_chunks;
-        uint32_t pad;
+        uint32_t reduce_apart; /* sched_plan.reduce_apart */
         uint64_t tiles;
         uint64_t off_cta_begin, off_entries, off_split_parts, off_split_ws;
         uint64_t blob_bytes;

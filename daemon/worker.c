@@ -727,8 +727,10 @@ static int launch_group(struct worker *w, struct group *g, uint64_t *launch_ns)
         tiles = take_tile(w, g);
         /* No more CTAs than tiles: the idle ones would only take SMs that
          * the next group, on another stream, can use. Split mode keeps them
-         * all: it cuts K to give every CTA work. */
-        if (g->cfg.mode != SCHED_SPLIT && g->cfg.mode != SCHED_DEVICE && tiles < g->cfg.ctas)
+         * all: it cuts K to give every CTA work; auto too, and cuts them
+         * itself when it leaves the tiles whole. */
+        if (g->cfg.mode != SCHED_SPLIT && g->cfg.mode != SCHED_DEVICE && g->cfg.mode != SCHED_AUTO &&
+            tiles < g->cfg.ctas)
                 g->cfg.ctas = tiles ? (uint32_t)tiles : 1;
         rc = group_alloc_fault(g, ALLOC_PLAN) ? -ENOMEM
                                               : sched_plan_build(&g->plan, g->sp, g->nops, &g->cfg);

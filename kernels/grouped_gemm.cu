@@ -124,6 +124,10 @@ struct KParams {
         const uint32_t *split_ws;
         float *ws;
         uint32_t *arrivals;
+        /* Nonzero: the plan's split tiles are added apart (sched_plan
+         * reduce_apart) by reduce_apart_kernel after this one, which then
+         * only stores their chunk sums; nentries for that kernel. */
+        uint32_t reduce_apart, nentries;
         /* With two kernels sharing a group (cuda_gemm.h, tmaps): per problem
          * nonzero (1 GEMM, 2 SYR2K, | 4 with a map of C) if the wgmma kernel computes it; a kernel
          * skips the problems whose (flag != 0) differs from want_fast. NULL:
@@ -1892,9 +1896,21 @@ extern "C" int cuda_gemm_launch(const struct cuda_group *g, void *stream)
                 }
                 const bool skinny = skinny_group(g);
                 skinny_launches += skinny;
+                /* Split tiles added apart: 16-bit GEMMs, all on this
+                 * kernel, without early completion (a tile is whole only
+                 * after the second kernel). Otherwise the last part adds
+                 * them, as in any split plan. */
+                const bool apart = pl && pl->reduce_apart && pl->nsplit > 0 && g->nfast == g->nproblems &&
+                                   !syrk && !skinny && !g->early_cnt &&
+                                   (g->dtype == GEMMD_F16 || g->dtype == GEMMD_BF16);
+                kp.reduce_apart = apart;
+                kp.nentries = apart ? pl->nentries : 0;
                 int rc = g->dtype == GEMMD_F16    ? launch_wgmma<__half>(args, grid, st, syrk, false, bn, skinny)
                          : g->dtype == GEMMD_BF16 ? launch_wgmma<__nv_bfloat16>(args, grid, st, syrk, false, bn, skinny)
                                                   : launch_wgmma<float>(args, grid, st, syrk, !g->tf32, bn, false);
+                if (!rc && apart)
+                        rc = g->dtype == GEMMD_F16 ? launch_reduce_apart<__half>(args, bn, pl->nsplit, st)
+                                                   : launch_reduce_apart<__nv_bfloat16>(args, bn, pl->nsplit, st);
                 if (rc || g->nfast == g->nproblems)
                         return rc;
                 kp.want_fast = 0; /* the rest of the group on the sm_80 kernel */

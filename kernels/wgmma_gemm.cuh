@@ -1469,6 +1469,12 @@ __global__ void __launch_bounds__(WCfg::THREADS, 1) wgmma_kernel(const __grid_co
                         KT_AT(s_kt, KT_MMA);
 #endif
 
+                if (wsb && kp.reduce_apart) {
+                        /* Its chunk sums stored: a kernel of their own
+                         * adds them after this one (reduce_apart_kernel). */
+                        queue(w.prob);
+                        continue;
+                }
                 if (wsb) {
                         /* Publish this entry's chunk sums; the last arrival
                          * adds all of the tile's chunk sums in chunk order. */
@@ -1637,6 +1643,78 @@ __global__ void __launch_bounds__(WCfg::THREADS, 1) wgmma_kernel(const __grid_co
         if (F32C && wt == 0)
                 bulk_wait();
 #endif
+}
+
+/*
+ * The chunk sums of a group's split tiles added apart (sched_plan
+ * reduce_apart), after the Hopper kernel stored them: block (s, r) takes
+ * accumulator r of each of the 256 consumer threads of split tile s (the
+ * slots' layout: thread t's accumulator r of chunk c at c * TILE + t +
+ * 256 r), adds the tile's chunk sums in chunk order from zero, as the
+ * tile's last part would have, and stores those elements of C as the
+ * kernel's epilogue does (alpha, then beta times C, rounded once). A
+ * tile's chunk sums, read by one CTA, took it as long as the k-loop its
+ * parts saved; here a tile has NA CTAs.
+ */
+template <typename T, int BN>
+__global__ void __launch_bounds__(256) reduce_apart_kernel(const __grid_constant__ KArgs args)
+{
+        using W = WCfgT<BN>;
+        constexpr int NA = W::NACC;
+        const KParams kp = kparams(args);
+        const uint32_t slot = blockIdx.x / NA, r = blockIdx.x % NA, t = threadIdx.x;
+        __shared__ uint32_t s_at;
+
+        if (t == 0)
+                s_at = UINT32_MAX;
+        __syncthreads();
+        /* The tile's first part names its problem and tile. */
+        for (uint32_t e = t; e < kp.nentries; e += blockDim.x)
+                if (kp.entries[e].split == slot && kp.entries[e].kc_begin == 0)
+                        s_at = e;
+        __syncthreads();
+        if (s_at == UINT32_MAX)
+                return;
+        const struct sched_entry en = kp.entries[s_at];
+        const struct gemmd_kproblem p = kp.probs[en.problem];
+        const struct sched_problem sp = to_sched(p);
+        const struct sched_shape shape = {WCfg::BM, BN, WK<T>::BK};
+        uint32_t row = 0, col = 0;
+        sched_tile_coord(&sp, shape, en.tile, &row, &col);
+        const float *src = kp.ws + (size_t)kp.split_ws[slot] * W::TILE + t + r * 256;
+        const uint32_t nch = sched_kchunks(p.k);
+        float tot = 0.f;
+#pragma unroll 8
+        for (uint32_t c = 0; c < nch; c++)
+                tot += __ldcg(src + (size_t)c * W::TILE);
+        /* The element's place: the consumer fragment of the epilogue. */
+        const uint32_t cw = t >> 7, wt = t & 127, wi = wt >> 5, lane = wt & 31, q = r & 3;
+        const uint32_t gi = row * WCfg::BM + cw * 64 + wi * 16 + (lane >> 2) + 8 * (q >> 1);
+        const uint32_t gj = col * BN + (lane & 3) * 2 + (r >> 2) * 8 + (q & 1);
+        if (gi >= p.m || gj >= p.n)
+                return;
+        T *dst = (T *)(uintptr_t)p.c + gi + (int64_t)gj * p.ldc;
+        float v = __fmul_rn(p.alpha, tot);
+        if (p.beta != 0.f)
+                v = __fadd_rn(v, __fmul_rn(p.beta, to_f32<T>(*dst)));
+        const uint32_t pk = pack2<T>(v, 0.f);
+        *dst = *(const T *)&pk;
+}
+
+/* Launches reduce_apart_kernel for nsplit split tiles of width bn (0: the
+ * usual tile) after the group's kernel on stream st. */
+template <typename T> int launch_reduce_apart(const KArgs &args, int bn, uint32_t nsplit, cudaStream_t st)
+{
+        const int w = bn ? bn : 128;
+        if (w == 128)
+                reduce_apart_kernel<T, 128><<<nsplit * WCfgT<128>::NACC, 256, 0, st>>>(args);
+        else if (w == NARROW_BN)
+                reduce_apart_kernel<T, NARROW_BN><<<nsplit * WCfgT<NARROW_BN>::NACC, 256, 0, st>>>(args);
+        else if (w == WIDE_BN)
+                reduce_apart_kernel<T, WIDE_BN><<<nsplit * WCfgT<WIDE_BN>::NACC, 256, 0, st>>>(args);
+        else
+                return -EINVAL;
+        return cudaGetLastError() == cudaSuccess ? 0 : -EIO;
 }
 
 /* The resident kernel: 16-bit GEMMs on the usual tile (ResArgs in args). */

@@ -18,7 +18,12 @@
  * kernel of other GPUs is slower (pass --cost there). The fixed cost, 1.4
  * us, covers the pipeline fill and an epilogue that the next tile's
  * mainloop only partly hides. The split costs are estimates: a split part
- * stores 64 KiB of f32 per chunk and the last CTA reads them all back.
+ * stores 64 KiB of f32 per chunk and the last CTA reads them all back;
+ * added apart, a second kernel reads them on many CTAs a tile, and costs
+ * about its launch's gap on the stream and a read of each chunk. The three
+ * terms of the fill split (apart_fixed, apart_chunk, fill_crowd) were fitted
+ * to lone 16-bit GEMMs of 1-32 tiles and K 2048-16384 on the H200
+ * (bench/results/fill-split.txt): predicted and measured gains within 0.1.
  * A 128x192 tile's entry costs 1.4 of a 128x128 one's, half again the
  * products in 1.4 of the time, as gemmbench kernels measures them on one
  * large GEMM.
@@ -38,6 +43,9 @@ static const struct sched_cost cost_defaults = {
         .split_part = 2.0,
         .split_store = 2.0,
         .split_reduce = 1.0,
+        .apart_fixed = 8.0,
+        .apart_chunk = 1.0,
+        .fill_crowd = 1.0,
         .split_min_gain = 0.02,
         .auto_gain = 0.05,
         .auto_min_tile = 24.0,
@@ -61,6 +69,9 @@ static const struct {
         {"split_part", offsetof(struct sched_cost, split_part)},
         {"split_store", offsetof(struct sched_cost, split_store)},
         {"split_reduce", offsetof(struct sched_cost, split_reduce)},
+        {"apart_fixed", offsetof(struct sched_cost, apart_fixed)},
+        {"apart_chunk", offsetof(struct sched_cost, apart_chunk)},
+        {"fill_crowd", offsetof(struct sched_cost, fill_crowd)},
         {"split_min_gain", offsetof(struct sched_cost, split_min_gain)},
         {"auto_gain", offsetof(struct sched_cost, auto_gain)},
         {"auto_min_tile", offsetof(struct sched_cost, auto_min_tile)},

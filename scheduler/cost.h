@@ -51,6 +51,14 @@ struct sched_cost {
         double split_part;                 /* extra per part of a split tile */
         double split_store;                /* per chunk a split part stores */
         double split_reduce;               /* per chunk the final reduction adds */
+        double apart_fixed;                /* a split group whose tiles are added
+                                            * apart (plan.h reduce_apart): that
+                                            * pass's launch and start */
+        double apart_chunk;                /* ... and per chunk of its longest tile */
+        double fill_crowd;                 /* a part's k-loop of such a group takes
+                                            * (1 + fill_crowd * parts / ctas) of
+                                            * a lone tile's: the parts share the
+                                            * memory system a lone tile has alone */
         double split_min_gain; /* split mode keeps its K splits only when they
                                 * shorten the predicted makespan by this
                                 * fraction (0.02 = 2%) */

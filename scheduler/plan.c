@@ -32,7 +32,10 @@
  * split   lpt; then, if the last wave is less than half full, the tiles of
  *         that wave are taken off and dealt again with their K ranges cut
  *         at canonical chunk boundaries (see split_tail below); f64 tiles
- *         stay whole (their K is summed in one pass).
+ *         stay whole (their K is summed in one pass). A group of one wave
+ *         that fills at most half the CTAs is instead cut whole (fill
+ *         below): each tile into parts of even chunk counts, one part a
+ *         CTA, as many CTAs as it takes, the chunk sums added apart.
  * device  no entries; the kernel maps tile indices itself. The prediction
  *         is rr's, the order in which the kernel walks the tiles.
  *
@@ -133,6 +136,7 @@ struct build {
 
         /* Results. */
         uint32_t nentries, nsplit, ws_chunks;
+        uint8_t reduce_apart;
         double makespan, lower_bound;
 };
 
@@ -903,11 +907,190 @@ keep_lpt:
         emit(b, NULL, 0);
 }
 
+/*
+ * The fill split of a group of one wave of 16-bit GEMMs that fills at most
+ * half the CTAs. Such a group's time is one tile's k-loop, run by one SM
+ * on its own (a lone CTA streams its operands at a fraction of what the
+ * GPU can), while most SMs stay idle. Cut every tile's K into parts of
+ * `len` chunks or fewer, one part a CTA, and the group's time is one
+ * part's; the chunk sums are then added apart (plan.h reduce_apart), on
+ * many CTAs a tile, where one last part reading all of them would take
+ * about as long as the k-loop it saved.
+ */
+static int fill_eligible(const struct build *b)
+{
+        uint32_t i;
+
+        if (b->tiles == 0 || 2 * b->tiles > b->ctas)
+                return 0;
+        for (i = 0; i < b->n; i++)
+                if (b->probs[i].kind != SCHED_GEMM ||
+                    (b->probs[i].dtype != GEMMD_F16 && b->probs[i].dtype != GEMMD_BF16))
+                        return 0;
+        return 1;
+}
+
+/* The fill split's parts when none has more than len chunks. */
+static uint64_t fill_parts(const struct build *b, uint32_t len)
+{
+        uint64_t np = 0;
+        uint32_t i;
+
+        for (i = 0; i < b->n; i++)
+                np += (uint64_t)b->info[i].tiles * sched_cdiv(b->info[i].chunks, len);
+        return np;
+}
+
+/* How much the other parts of a fill split of np parts slow each part's
+ * k-loop down, on b's CTAs (cost.h fill_crowd). */
+static double fill_crowding(const struct build *b, uint64_t np)
+{
+        return b->cost->fill_crowd * (double)np / b->ctas;
+}
+
+/* Predicted cost of a part (chunks [kb, ke)) of a tile of p in a fill
+ * split of the given crowding: a split entry whose k-loop takes that much
+ * longer. */
+static double fill_part_cost(const struct build *b, const struct sched_problem *p, uint32_t kb, uint32_t ke,
+                             double crowding)
+{
+        const double whole = sched_cost_entry(b->cost, p, b->shape, kb, ke, 1);
+        const double loop = sched_cost_entry(b->cost, p, b->shape, kb, ke, 0) - b->cost->tile_fixed;
+
+        return whole + loop * crowding;
+}
+
+/* The fill split's part length: the shortest that needs no more parts
+ * than CTAs (parts only shrink as it grows), and its predicted makespan
+ * in *ms: the longest part and the pass that adds the chunk sums. Returns
+ * 0 when no tile would be cut. */
+static uint32_t fill_length(const struct build *b, double *ms)
+{
+        uint32_t lo = 1, hi, i, maxch = 0;
+        double longest = 0, chunks = 0;
+        uint64_t np;
+
+        for (i = 0; i < b->n; i++)
+                if (b->info[i].chunks > maxch)
+                        maxch = b->info[i].chunks;
+        hi = maxch;
+        if (maxch < 2)
+                return 0;
+        while (lo < hi) {
+                uint32_t mid = lo + (hi - lo) / 2;
+
+                if (fill_parts(b, mid) <= b->ctas)
+                        hi = mid;
+                else
+                        lo = mid + 1;
+        }
+        if (lo >= maxch)
+                return 0;
+        np = fill_parts(b, lo);
+        for (i = 0; i < b->n; i++) {
+                const struct sched_problem *p = &b->probs[i];
+                uint32_t ch = b->info[i].chunks, pc = sched_cdiv(ch, lo);
+                double c;
+
+                if (pc < 2) {
+                        c = b->info[i].cost;
+                } else {
+                        /* the longest part comes first (fill_emit) */
+                        c = fill_part_cost(b, p, 0, sched_cdiv(ch, pc), fill_crowding(b, np));
+                        if (ch > chunks)
+                                chunks = ch;
+                }
+                if (c > longest)
+                        longest = c;
+        }
+        *ms = longest + b->cost->apart_fixed + b->cost->apart_chunk * chunks;
+        return lo;
+}
+
+/* Writes the fill split with parts of at most len chunks: one entry a
+ * CTA, in group order, the CTAs cut to the parts. Its makespan is the
+ * longest entry and the pass after it, and so is its bound. */
+static void fill_emit(struct build *b, uint32_t len)
+{
+        uint32_t i, t, j, np = 0, slots = 0, ws = 0, maxch = 0;
+        double total = 0, maxentry = 0, apart;
+        const uint64_t parts = fill_parts(b, len);
+        const double crowding = fill_crowding(b, parts); /* on the CTAs the group had */
+
+        b->ctas = (uint32_t)parts;
+        b->nentries = b->ctas;
+        b->nsplit = 0;
+        for (i = 0; i < b->n; i++)
+                if (sched_cdiv(b->info[i].chunks, len) >= 2)
+                        b->nsplit += b->info[i].tiles;
+        layout_blob(b);
+        for (i = 0; i < b->n; i++) {
+                const struct sched_problem *p = &b->probs[i];
+                uint32_t ch = b->info[i].chunks, pc = sched_cdiv(ch, len);
+
+                for (t = 0; t < b->info[i].tiles; t++) {
+                        struct sched_entry e = {i, t, 0, (uint16_t)ch, SCHED_NO_SPLIT};
+                        uint32_t kb = 0;
+
+                        if (pc < 2) {
+                                b->entries[np++] = e;
+                                total += b->info[i].cost;
+                                maxentry = fmax(maxentry, b->info[i].cost);
+                                continue;
+                        }
+                        /* Even chunk counts, the longer parts first. */
+                        for (j = 0; j < pc; j++) {
+                                uint32_t plen = ch / pc + (j < ch % pc);
+                                double c = fill_part_cost(b, p, kb, kb + plen, crowding);
+
+                                e.kc_begin = (uint16_t)kb;
+                                e.kc_end = (uint16_t)(kb + plen);
+                                e.split = slots;
+                                b->entries[np++] = e;
+                                total += c;
+                                maxentry = fmax(maxentry, c);
+                                kb += plen;
+                        }
+                        b->split_parts[slots] = pc;
+                        b->split_ws[slots] = ws;
+                        ws += ch;
+                        slots++;
+                        if (ch > maxch)
+                                maxch = ch;
+                }
+        }
+        for (i = 0; i <= b->ctas; i++)
+                b->cta_begin[i] = i;
+        b->ws_chunks = ws;
+        b->reduce_apart = 1;
+        apart = b->cost->apart_fixed + b->cost->apart_chunk * maxch;
+        b->makespan = maxentry + apart;
+        b->lower_bound = bound(total, b->ctas, maxentry) + apart;
+}
+
+/* Writes the fill split when the group takes it and it is predicted to
+ * end before `limit`; returns whether it did. */
+static int try_fill(struct build *b, double limit)
+{
+        double ms = 0;
+        uint32_t len;
+
+        if (!fill_eligible(b))
+                return 0;
+        len = fill_length(b, &ms);
+        if (len == 0 || !(ms < limit))
+                return 0;
+        fill_emit(b, len);
+        return 1;
+}
+
 /* lpt's plan, and with `split` the tail split after it (split_tail). */
 static void deal_lpt_plan(struct build *b, int split)
 {
         order_problems(b, 2);
         deal_lpt(b);
+        if (split && try_fill(b, b->makespan * (1 - b->cost->split_min_gain)))
+                return;
         if (split && b->tiles > 0) {
                 split_tail(b);
                 return;
@@ -927,9 +1110,12 @@ static void deal_lpt_plan(struct build *b, int split)
  * fixed costs) decides, and there sorted, whose tiles of one problem run
  * side by side and share its operands in L2, won where the model said
  * otherwise; long tiles (large K, f64, exact f32) ran as it predicts. A
- * single wave stays sorted (the worker then launches only its tiles'
- * CTAs), so one small request costs one plan. Both candidates are dealt in
- * the one build (sorted's again when split's loses). Returns the mode whose
+ * single wave stays sorted on only the CTAs its tiles need (the others
+ * would only take SMs from the next group, on another stream), so one
+ * small request costs one plan; unless it fills at most half the CTAs,
+ * and its tiles cut to fill them (try_fill) are predicted shorter by
+ * auto_gain: then it is split's plan. Both candidates are dealt in the
+ * one build (sorted's again when split's loses). Returns the mode whose
  * plan b holds.
  */
 static enum sched_mode deal_auto(struct build *b)
@@ -937,6 +1123,13 @@ static enum sched_mode deal_auto(struct build *b)
         const double gain = b->cost->auto_gain;
         double sorted;
 
+        if (b->tiles <= b->ctas) {
+                /* one wave: its longest tile */
+                if (try_fill(b, b->maxcost * (1 - gain)))
+                        return SCHED_SPLIT;
+                if (b->tiles > 0)
+                        b->ctas = (uint32_t)b->tiles;
+        }
         order_problems(b, 1);
         deal_rr(b, 0);
         sorted = b->makespan;
@@ -1004,6 +1197,7 @@ int sched_plan_build_cost(struct sched_plan *plan, const struct sched_problem *p
         plan->nentries = b.nentries;
         plan->nsplit = b.nsplit;
         plan->ws_chunks = b.ws_chunks;
+        plan->reduce_apart = b.reduce_apart;
         plan->tiles = b.tiles;
         plan->cta_begin = b.cta_begin;
         plan->entries = b.entries;

@@ -27,7 +27,9 @@ enum sched_mode {
                                 * round-robin over the linear tile index (CUTLASS) */
         SCHED_SORTED = 1, /* round-robin after sorting by descending K */
         SCHED_LPT = 2,    /* longest processing time first over the cost model */
-        SCHED_SPLIT = 3,  /* lpt + deterministic K split of an under-half-full tail */
+        SCHED_SPLIT = 3,  /* lpt + deterministic K split of an under-half-full tail;
+                           * a group of one under-half-full wave has every
+                           * tile cut to fill the CTAs (reduce_apart) */
         SCHED_DEVICE = 4, /* no entries: the kernel maps tiles itself */
         SCHED_SPT = 5,    /* round-robin after sorting by ascending problem cost:
                            * the quick problems' C are whole first, which
@@ -36,7 +38,11 @@ enum sched_mode {
                            * has more than one wave of tiles that cost
                            * auto_min_tile on average and the cost model
                            * predicts split (lpt with a split tail) shorter
-                           * by at least its auto_gain (cost.h) */
+                           * by at least its auto_gain (cost.h), or it is
+                           * one under-half-full wave of 16-bit GEMMs whose
+                           * tiles cut to fill the CTAs are predicted
+                           * shorter by that much; a wave left whole keeps
+                           * only the CTAs its tiles need */
         SCHED_NMODES = 7
 };
 
@@ -69,6 +75,12 @@ struct sched_plan {
         uint32_t nentries;
         uint32_t nsplit;   /* split tiles */
         uint32_t ws_chunks; /* workspace slots, each shape.tm * shape.tn floats */
+        /* 1: the split tiles' chunk sums are added by a pass of their own
+         * after the group's CTAs (a GPU's second kernel, many CTAs to a
+         * tile) instead of by each tile's last part alone; the sums and
+         * their order, hence the bits, are the same. A kernel that does
+         * not take it reduces as the last part, as without. */
+        uint8_t reduce_apart;
         uint64_t tiles;    /* tiles of the whole group */
 
         /* Views into the blob. Entries of CTA i: [cta_begin[i], cta_begin[i+1]). */

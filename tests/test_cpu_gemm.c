@@ -911,6 +911,39 @@ ParameterizedTest(struct cfg_param *p, cpu_gemm, every_chunk_split)
         group_free(g);
 }
 
+/* The fill split (a wave of a few 16-bit GEMM tiles and long K, every
+ * tile cut to fill the CTAs, sched_plan reduce_apart) gives the bits of
+ * whole tiles, and the results check: a lone problem and a pair, every
+ * transpose, beta zero and not. */
+Test(cpu_gemm, fill_split_same_bits)
+{
+        static const uint8_t dts[] = {GEMMD_F16, GEMMD_BF16};
+
+        for (int d = 0; d < 2; d++)
+                for (uint32_t np = 1; np <= 2; np++) {
+                        struct spec specs[2] = {
+                                {.kind = SCHED_GEMM, .dtype = dts[d], .ta = 1, .tb = 0, .m = 130, .n = 70,
+                                 .k = 5000, .pad = 1, .alpha = 0.5, .beta = 0},
+                                {.kind = SCHED_GEMM, .dtype = dts[d], .ta = 0, .tb = 1, .m = 64, .n = 129,
+                                 .k = 3000 + 700 * d, .pad = 0, .alpha = 1, .beta = -1},
+                        };
+                        struct group *g = group_new(specs, np, seed_of(dts[d], 7, (int)np));
+
+                        run_group(g, SCHED_LPT, shapes[1], 132, 1);
+                        check_group(g, "fill: lpt");
+                        void **want = group_snapshot(g);
+                        for (int mode = SCHED_SPLIT; mode <= SCHED_AUTO; mode += SCHED_AUTO - SCHED_SPLIT) {
+                                group_reset(g);
+                                cr_assert(run_group(g, (enum sched_mode)mode, shapes[1], 132, 4) > 0,
+                                          "%s cut no tile", sched_mode_name(mode));
+                                for (uint32_t i = 0; i < np; i++)
+                                        expect_same_bits(g, i, want[i], "fill split");
+                        }
+                        snapshot_free(g, want);
+                        group_free(g);
+                }
+}
+
 /* A problem gives the same bits alone as inside a bigger group, in any
  * mode: batching never changes a result. */
 Test(cpu_gemm, alone_equals_grouped)

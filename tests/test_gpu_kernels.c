@@ -14,7 +14,8 @@
  * triangle of a SYR2K) must keep its bits. Groups whose every problem
  * takes the wide and narrow tiles (cuda_gemm_shape_wide, _narrow: GEMMs
  * only, K-major) run every mode again on each, and must match the first
- * run bit for bit too. f64
+ * run bit for bit too; so must one wave of a few long-K tiles cut to fill
+ * the SMs, its sums added by a second kernel (the fill split). f64
  * groups take full 53-bit random inputs, are checked against a long double
  * reference, and are run again cut into two groups of their own, which
  * must give the same bits (a problem's result never depends on its group).
@@ -132,7 +133,7 @@ static const uint32_t kmajk[] = {1, 2, 8, 63, 64, 65, 127, 129, 200, 511, 512, 5
  * ldc a multiple of 4, beta 0, C kept aligned: C stored through its
  * tensor map unless the launch keeps such C off it). The last two are
  * GEMMs only too. */
-static enum { DRAW_ANY, DRAW_GEMM, DRAW_SKINNY, DRAW_CPAD, DRAW_PACK } drawing;
+static enum { DRAW_ANY, DRAW_GEMM, DRAW_SKINNY, DRAW_CPAD, DRAW_PACK, DRAW_LONGK } drawing;
 static const uint32_t cpad_m[] = {1, 7, 31, 63, 65, 127, 129, 255};
 
 static void draw(struct tprob *t, int dtype, int tf32, int big, int kmaj)
@@ -159,6 +160,8 @@ static void draw(struct tprob *t, int dtype, int tf32, int big, int kmaj)
         }
         if (p->kind == SCHED_SYR2K)
                 p->m = p->n;
+        if (drawing == DRAW_LONGK) /* a few tiles, long K: the fill split */
+                p->k = 2048 + rndu(14337);
         if (drawing == DRAW_SKINNY) /* decode-like: a few rows of A */
                 p->m = 1 + rndu(64);
         if (drawing == DRAW_CPAD)
@@ -638,9 +641,10 @@ static void run_group(const char *name, int dtype, int tf32, struct tprob *tp, u
                                         break;
                                 }
                         }
-                        if (mode == SCHED_SPLIT)
-                                printf("  %-22s split ctas=%u: %u split tiles, %u entries\n", name, cfg.ctas,
-                                       plan.nsplit, plan.nentries);
+                        if (mode == SCHED_SPLIT || plan.reduce_apart)
+                                printf("  %-22s %s ctas=%u: %u split tiles, %u entries%s\n", name,
+                                       sched_mode_name(cfg.mode), cfg.ctas, plan.nsplit, plan.nentries,
+                                       plan.reduce_apart ? ", added apart" : "");
                         if (dtype == GEMMD_F64 && plan.nsplit) {
                                 printf("FAIL %s %s: %u f64 tiles split (f64 K is summed in one pass)\n", name,
                                        sched_mode_name(cfg.mode), plan.nsplit);
@@ -761,7 +765,7 @@ int main(int argc, char **argv)
                 /* Every config also gets groups of K-major problems only
                  * (the sm_90 fast path for 16-bit and tf32, the ldmatrix
                  * fragment path on sm_80) and a mix of both kinds. */
-                const int ngrp = 14;
+                const int ngrp = 15;
                 for (int grp = 0; grp < ngrp; grp++) {
                         struct tprob tp[80];
                         uint32_t np;
@@ -777,6 +781,17 @@ int main(int argc, char **argv)
                                         draw(&tp[i], dts[c], tfs[c], 0, 1);
                                 snprintf(name, sizeof(name), "%s/kmaj-small", names[c]);
                                 run_group(name, dts[c], tfs[c], tp, np, nsm, 1, 0);
+                                continue;
+                        }
+                        if (grp == 14) {
+                                /* One or two 16-bit GEMMs of a few tiles
+                                 * and long K (2048 to 16384), K-major: one
+                                 * wave that auto and split cut to fill
+                                 * the SMs, the chunk sums added by a
+                                 * second kernel (sched_plan reduce_apart). */
+                                if (dts[c] == GEMMD_F16 || dts[c] == GEMMD_BF16)
+                                        run_own_draws(names[c], "gemm-fill", dts[c], tfs[c], nsm, DRAW_LONGK,
+                                                      0x452821e638d01377ull, 1, 2, 1);
                                 continue;
                         }
                         if (grp == 13) {

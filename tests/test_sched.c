@@ -558,7 +558,16 @@ static void check_plan(const struct sched_plan *pl, const struct sched_problem *
         }
         first[n] = tiles;
         cr_assert_eq(pl->tiles, tiles);
-        cr_assert_eq(pl->nctas, cfg->ctas);
+        /* Every CTA of the launch, but for one wave in auto (the CTAs its
+         * tiles need) and the fill split (one a part). */
+        if (pl->reduce_apart)
+                cr_assert(pl->nctas == pl->nentries && pl->nctas <= cfg->ctas &&
+                                  (cfg->mode == SCHED_AUTO || cfg->mode == SCHED_SPLIT),
+                          "fill split: %u CTAs, %u entries", pl->nctas, pl->nentries);
+        else if (cfg->mode == SCHED_AUTO && tiles > 0 && tiles <= cfg->ctas)
+                cr_assert_eq(pl->nctas, tiles);
+        else
+                cr_assert_eq(pl->nctas, cfg->ctas);
         cr_assert_eq(pl->nproblems, n);
 
         /* blob layout */
@@ -708,7 +717,25 @@ static void check_plan(const struct sched_plan *pl, const struct sched_problem *
         }
 
         /* the prediction agrees with the entries */
-        if (pl->nsplit == 0) {
+        if (pl->reduce_apart) {
+                /* one wave of parts, then the pass that adds the chunk sums */
+                uint32_t maxch = 0;
+                double apart;
+
+                cr_assert(pl->nsplit > 0 && pl->mode == SCHED_SPLIT);
+                for (c = 0; c < pl->nctas; c++)
+                        cr_assert_eq(pl->cta_begin[c], c, "one entry a CTA");
+                for (i = 0; i < pl->nsplit; i++)
+                        if (sched_kchunks(probs[slot_tile_p[i]].k) > maxch)
+                                maxch = sched_kchunks(probs[slot_tile_p[i]].k);
+                apart = cm->apart_fixed + cm->apart_chunk * maxch;
+                /* the parts' k-loops slowed by at most fill_crowd */
+                cr_assert(pl->makespan >= (maxload + apart) * (1 - 1e-9) &&
+                                  pl->makespan <= (maxload * (1 + cm->fill_crowd) + apart) * (1 + 1e-9),
+                          "makespan %f, longest entry %f", pl->makespan, maxload);
+                cr_assert(fabs(pl->lower_bound - pl->makespan) <= 1e-6 * pl->makespan,
+                          "one entry a CTA: the bound is the makespan");
+        } else if (pl->nsplit == 0) {
                 cr_assert(fabs(pl->makespan - maxload) <= 1e-6 * maxload, "makespan %f, loads %f",
                           pl->makespan, maxload);
                 cr_assert(fabs(pl->lower_bound - fmax(total / pl->nctas, maxentry)) <=
@@ -1157,8 +1184,10 @@ static double mean_tile_cost(const struct sched_problem *probs, uint32_t n, stru
 /* auto follows its rule on random groups: it takes split's plan exactly
  * when the group has more than one wave, its tiles cost auto_min_tile on
  * average, sorted's plan is above the bound by more than auto_gain and
- * split's is shorter than sorted's by at least auto_gain, and then its
- * plan is split's, byte for byte; else sorted's. */
+ * split's is shorter than sorted's by at least auto_gain, or when the
+ * group is one wave and split's plan is the fill split, shorter than its
+ * longest tile by auto_gain; and then its plan is split's, byte for byte;
+ * else sorted's, one wave on the CTAs its tiles need. */
 Test(plan, auto_follows_its_rule)
 {
         const double gain = sched_cost_get()->auto_gain, min_tile = sched_cost_get()->auto_min_tile;
@@ -1176,11 +1205,14 @@ Test(plan, auto_follows_its_rule)
                 for (ci = 0; ci < sizeof(ctas) / sizeof(ctas[0]); ci++) {
                         const struct sched_shape sh = {128, 128, 64};
                         const double ma = build_mode(&pa, probs, n, SCHED_AUTO, sh, ctas[ci]);
-                        const double ms = build_mode(&ps, probs, n, SCHED_SORTED, sh, ctas[ci]);
                         const double mx = build_mode(&px, probs, n, SCHED_SPLIT, sh, ctas[ci]);
-                        const int want_split = ps.tiles > ctas[ci] &&
-                                               mean_tile_cost(probs, n, sh) >= min_tile &&
-                                               ms > ps.lower_bound * (1 + gain) && mx <= ms * (1 - gain);
+                        const int wave = pa.tiles <= ctas[ci];
+                        const double ms = build_mode(&ps, probs, n, SCHED_SORTED, sh,
+                                                     wave && pa.tiles ? (uint32_t)pa.tiles : ctas[ci]);
+                        const int want_split = wave ? px.reduce_apart && mx <= ms * (1 - gain)
+                                                    : mean_tile_cost(probs, n, sh) >= min_tile &&
+                                                              ms > ps.lower_bound * (1 + gain) &&
+                                                              mx <= ms * (1 - gain);
                         const struct sched_plan *want = want_split ? &px : &ps;
 
                         cr_assert_eq(pa.mode, want_split ? SCHED_SPLIT : SCHED_SORTED,
@@ -1201,6 +1233,69 @@ Test(plan, auto_follows_its_rule)
 }
 
 static void varied512(struct sched_problem *probs);
+
+/* The fill split: one wave of 16-bit GEMMs filling at most half the CTAs,
+ * long enough in K, has every tile cut into parts of even chunk counts,
+ * one a CTA, its sums added apart; short K, other types, SYR2Ks and a
+ * wave of more than half the CTAs keep their tiles whole, on the CTAs
+ * they need. */
+Test(plan, fill_split)
+{
+        const struct sched_shape sh = {128, 128, 64};
+        struct sched_problem probs[2];
+        struct sched_plan pl;
+        uint32_t i;
+
+        sched_plan_init(&pl);
+        /* 1 tile of 32 chunks: 32 parts of one chunk */
+        probs[0] = gemm(128, 128, 16384, GEMMD_BF16);
+        for (i = 0; i < 2; i++) {
+                build_mode(&pl, probs, 1, i ? SCHED_SPLIT : SCHED_AUTO, sh, 132);
+                cr_assert_eq(pl.mode, SCHED_SPLIT);
+                cr_assert_eq(pl.reduce_apart, 1);
+                cr_assert_eq(pl.nsplit, 1);
+                cr_assert_eq(pl.nctas, 32);
+                cr_assert_eq(pl.split_parts[0], 32);
+                cr_assert_eq(pl.ws_chunks, 32);
+                cr_assert(pl.entries[5].kc_begin == 5 && pl.entries[5].kc_end == 6);
+        }
+        /* 2 x 4 tiles of 16 chunks (f16): 128 parts of one chunk; then
+         * 4 chunks, the last partial: 4 parts */
+        probs[0] = gemm(256, 256, 8192, GEMMD_F16);
+        probs[1] = gemm(200, 130, 8192, GEMMD_F16);
+        build_mode(&pl, probs, 2, SCHED_AUTO, sh, 132);
+        cr_assert(pl.reduce_apart && pl.nsplit == 8 && pl.nctas == 128);
+        probs[0] = gemm(128, 128, 3 * 512 + 100, GEMMD_BF16);
+        build_mode(&pl, probs, 1, SCHED_AUTO, sh, 132);
+        cr_assert(pl.reduce_apart && pl.nctas == 4);
+        /* a predicted loss: two chunks (544^3), 25 tiles */
+        probs[0] = gemm(544, 544, 544, GEMMD_BF16);
+        build_mode(&pl, probs, 1, SCHED_AUTO, sh, 132);
+        cr_assert(pl.mode == SCHED_SORTED && !pl.reduce_apart && pl.nctas == 25);
+        /* not 16-bit GEMMs */
+        probs[0] = gemm(128, 128, 16384, GEMMD_F32);
+        build_mode(&pl, probs, 1, SCHED_AUTO, sh, 132);
+        cr_assert(pl.mode == SCHED_SORTED && !pl.reduce_apart && pl.nctas == 1);
+        probs[0] = gemm(128, 128, 16384, GEMMD_F64);
+        build_mode(&pl, probs, 1, SCHED_AUTO, sh, 132);
+        cr_assert(!pl.reduce_apart && pl.nsplit == 0);
+        probs[0] = syr2k(128, 16384, 0, GEMMD_BF16);
+        build_mode(&pl, probs, 1, SCHED_AUTO, sh, 132);
+        cr_assert(!pl.reduce_apart && pl.nctas == 1);
+        /* 67 tiles on 132 CTAs: more than half */
+        probs[0] = gemm(128 * 67, 128, 16384, GEMMD_BF16);
+        build_mode(&pl, probs, 1, SCHED_AUTO, sh, 132);
+        cr_assert(pl.mode == SCHED_SORTED && !pl.reduce_apart && pl.nctas == 67);
+        /* 66 tiles would take two parts each: predicted slower, the
+         * parts crowding the GPU; 16 take 8 of 4 chunks each */
+        probs[0] = gemm(128 * 66, 128, 16384, GEMMD_BF16);
+        build_mode(&pl, probs, 1, SCHED_AUTO, sh, 132);
+        cr_assert(pl.mode == SCHED_SORTED && !pl.reduce_apart);
+        probs[0] = gemm(128 * 16, 128, 16384, GEMMD_BF16);
+        build_mode(&pl, probs, 1, SCHED_AUTO, sh, 132);
+        cr_assert(pl.reduce_apart && pl.nctas == 128 && pl.entries[1].kc_end - pl.entries[1].kc_begin == 4);
+        sched_plan_deinit(&pl);
+}
 
 /* The examples auto decides on: a single wave (68 long-K tiles on 132
  * CTAs, as longk_tail.txt, which split would nearly halve) stays sorted; the wide-K
