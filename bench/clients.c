@@ -129,6 +129,8 @@ static void usage(FILE *f)
                 "  --clients N         client processes (default 1)\n"
                 "  --window W          requests in flight per client, 1..%d (default 1)\n"
                 "  --max-dim D         largest m, n, k; a multiple of 64 (default 1024)\n"
+                "  --k K               every GEMM's k instead, a multiple of 64 up to 65536\n"
+                "                      (a lone GEMM of long K: few tiles, many steps)\n"
                 "  --seconds S         measured window (default 2)\n"
                 "  --warmup S          unmeasured warm-up before it (default 0.5)\n"
                 "  --mode M            gemmd | cublas | mps (default gemmd)\n"
@@ -167,7 +169,7 @@ static int parse_double(const char *s, double lo, double hi, double *out)
 }
 
 enum {
-        OPT_CLIENTS = 256, OPT_WINDOW, OPT_MAXDIM, OPT_SECONDS, OPT_WARMUP, OPT_MODE, OPT_MEMORY,
+        OPT_CLIENTS = 256, OPT_WINDOW, OPT_MAXDIM, OPT_K, OPT_SECONDS, OPT_WARMUP, OPT_MODE, OPT_MEMORY,
         OPT_SOCKET, OPT_BACKEND, OPT_GEMMD, OPT_DARG, OPT_DEVICE, OPT_DEVICES, OPT_TIMEOUT, OPT_SETUP,
         OPT_SEED, OPT_SPIN, OPT_JSON, OPT_HELP,
 };
@@ -176,6 +178,7 @@ static const struct option options[] = {
         {"clients", required_argument, NULL, OPT_CLIENTS},
         {"window", required_argument, NULL, OPT_WINDOW},
         {"max-dim", required_argument, NULL, OPT_MAXDIM},
+        {"k", required_argument, NULL, OPT_K},
         {"seconds", required_argument, NULL, OPT_SECONDS},
         {"warmup", required_argument, NULL, OPT_WARMUP},
         {"mode", required_argument, NULL, OPT_MODE},
@@ -225,6 +228,9 @@ static int parse_args(struct run *r, int argc, char **argv)
                         break;
                 case OPT_MAXDIM:
                         bad = bench_parse_int(optarg, 64, 16384, &r->o.max_dim) || r->o.max_dim % 64;
+                        break;
+                case OPT_K:
+                        bad = bench_parse_int(optarg, 64, 65536, &r->o.k) || r->o.k % 64;
                         break;
                 case OPT_SECONDS:
                         bad = parse_double(optarg, 0.01, 3600, &r->o.seconds);
@@ -1080,9 +1086,10 @@ static void report(struct run *r, const struct agg *a)
                 printf("{\"mode\":\"%s\"", mode_name(r->o.mode));
                 jstr("memory", memory_name(r));
                 jstr("backend", gemmd ? r->daemon_backend : "cuda");
-                printf(",\"clients\":%d,\"window\":%d,\"max_dim\":%d,\"dims\":\"64..%d step 64\","
+                printf(",\"clients\":%d,\"window\":%d,\"max_dim\":%d,\"dims\":\"64..%d step 64\",\"k\":%d,"
                        "\"problems_per_client\":%d,\"devices\":%d",
-                       r->o.nclients, r->o.window, r->o.max_dim, r->o.max_dim, CLIENTS_PROBLEMS, r->o.ndevices);
+                       r->o.nclients, r->o.window, r->o.max_dim, r->o.max_dim, r->o.k, CLIENTS_PROBLEMS,
+                       r->o.ndevices);
                 jnum("seconds", r->o.seconds, 1);
                 jnum("warmup_s", r->o.warmup, 1);
                 printf(",\"spin\":%s", r->o.spin ? "true" : "false");
@@ -1125,10 +1132,12 @@ static void report(struct run *r, const struct agg *a)
                 return;
         }
         printf("gemmbench clients: mode %s (%s memory, %s backend), %d clients x window %d on %d "
-               "device(s), m, n, k in 64..%d step 64, %.2f s after %.2f s warm-up (setup %.2f s)\n",
+               "device(s), m, n%s in 64..%d step 64",
                mode_name(r->o.mode), memory_name(r), gemmd ? r->daemon_backend : "cuda",
-               r->o.nclients, r->o.window, r->o.ndevices, r->o.max_dim, r->o.seconds, r->o.warmup,
-               r->setup_s);
+               r->o.nclients, r->o.window, r->o.ndevices, r->o.k ? "" : ", k", r->o.max_dim);
+        if (r->o.k)
+                printf(", k %d", r->o.k);
+        printf(", %.2f s after %.2f s warm-up (setup %.2f s)\n", r->o.seconds, r->o.warmup, r->setup_s);
         printf("  requests    %llu in the window; %llu submitted in all, %llu ok, %llu errors "
                "(%llu statuses, %llu timeouts, %llu wrong results, %d failed clients)\n",
                (unsigned long long)a->requests, (unsigned long long)a->submitted,

@@ -41,6 +41,7 @@ struct clients_opts {
         int nclients;
         int window;
         int max_dim;
+        int k;          /* every GEMM's k; 0: drawn as m and n are */
         int device;
         int ndevices; /* clients spread over device .. device + ndevices - 1 */
         int timeout_ms; /* a request older than this ends its client */

@@ -142,6 +142,8 @@ static void make_problems(struct client *c)
                 p->m = 64 * (1 + (int64_t)(splitmix(&s) % (uint64_t)steps));
                 p->n = 64 * (1 + (int64_t)(splitmix(&s) % (uint64_t)steps));
                 p->k = 64 * (1 + (int64_t)(splitmix(&s) % (uint64_t)steps));
+                if (c->o->k)
+                        p->k = c->o->k; /* (drawn anyway: m and n stay those of the default) */
                 p->flops = 2.0 * (double)p->m * (double)p->n * (double)p->k;
         }
         /* A's, then B's, then C's. */

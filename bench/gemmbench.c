@@ -16,8 +16,9 @@
  * and k that syr2k-bf16 is compared with), "big" (one 8192^3 bf16 GEMM) and their
  * f64 forms: "big-f64" (one 8192^3 DGEMM), "varied-f64" (512 mixed GEMMs
  * as in varied) and "syr2k-f64" (a group of 16 SYR2Ks of mixed n and k),
- * and "odd" (512 f16 GEMMs, m, n and k each uniform in 1..700: leading
- * dimensions mostly off the 16-byte grid),
+ * "odd" (512 f16 GEMMs, m, n and k each uniform in 1..700: leading
+ * dimensions mostly off the 16-byte grid) and "longk" (one bf16 GEMM of
+ * 256 x 256 x 16384, a weight gradient's shape: few tiles, long K),
  * or a file in the `gemmctl plan` format: one problem per line,
  * `gemm M N K [dtype]` or `syr2k N K [dtype] [lower|upper]`, `#` comments,
  * dtype f32|tf32|f16|bf16|f64 (default bf16). Layout as in BENCHMARKS.md: A is
@@ -123,7 +124,7 @@ void workload_add(struct workload *w, int kind, int dtype, int tf32, int uplo, u
 
 static const char *builtin[] = {"seed002", "cutlassdoc", "varied",     "tiny", "moe",
                                 "varied-f32", "varied-tf32", "syr2k", "syr2k-bf16",
-                                "syr2k-gemm", "big", "big-f64", "varied-f64", "syr2k-f64", "odd"};
+                                "syr2k-gemm", "big", "big-f64", "varied-f64", "syr2k-f64", "odd", "longk"};
 #define NBUILTIN (sizeof(builtin) / sizeof(builtin[0]))
 
 static int make_builtin(const char *name, struct workload *w)
@@ -174,6 +175,8 @@ static int make_builtin(const char *name, struct workload *w)
                  * 16-byte grid, so most operands miss cp.async vectors and TMA. */
                 for (int i = 0; i < 512; i++)
                         workload_add(w, SCHED_GEMM, GEMMD_F16, 0, 0, 1 + rndu(700), 1 + rndu(700), 1 + rndu(700));
+        } else if (!strcmp(name, "longk")) {
+                workload_add(w, SCHED_GEMM, GEMMD_BF16, 0, 0, 256, 256, 16384);
         } else if (!strcmp(name, "syr2k-f64")) {
                 for (int i = 0; i < 16; i++) {
                         const uint32_t n = 256 * (2 + rndu(7)), k = 256 * (1 + rndu(4));

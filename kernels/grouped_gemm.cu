@@ -1896,21 +1896,21 @@ extern "C" int cuda_gemm_launch(const struct cuda_group *g, void *stream)
                 }
                 const bool skinny = skinny_group(g);
                 skinny_launches += skinny;
-                /* Split tiles added apart: 16-bit GEMMs, all on this
-                 * kernel, without early completion (a tile is whole only
-                 * after the second kernel). Otherwise the last part adds
-                 * them, as in any split plan. */
+                /* Split tiles added apart: GEMMs, all on this kernel,
+                 * without early completion (a tile is whole only after the
+                 * second kernel). Otherwise the last part adds them, as in
+                 * any split plan. */
                 const bool apart = pl && pl->reduce_apart && pl->nsplit > 0 && g->nfast == g->nproblems &&
-                                   !syrk && !skinny && !g->early_cnt &&
-                                   (g->dtype == GEMMD_F16 || g->dtype == GEMMD_BF16);
+                                   !syrk && !skinny && !g->early_cnt;
                 kp.reduce_apart = apart;
                 kp.nentries = apart ? pl->nentries : 0;
                 int rc = g->dtype == GEMMD_F16    ? launch_wgmma<__half>(args, grid, st, syrk, false, bn, skinny)
                          : g->dtype == GEMMD_BF16 ? launch_wgmma<__nv_bfloat16>(args, grid, st, syrk, false, bn, skinny)
                                                   : launch_wgmma<float>(args, grid, st, syrk, !g->tf32, bn, false);
                 if (!rc && apart)
-                        rc = g->dtype == GEMMD_F16 ? launch_reduce_apart<__half>(args, bn, pl->nsplit, st)
-                                                   : launch_reduce_apart<__nv_bfloat16>(args, bn, pl->nsplit, st);
+                        rc = g->dtype == GEMMD_F16    ? launch_reduce_apart<__half>(args, bn, pl->nsplit, st)
+                             : g->dtype == GEMMD_BF16 ? launch_reduce_apart<__nv_bfloat16>(args, bn, pl->nsplit, st)
+                                                      : launch_reduce_apart<float>(args, bn, pl->nsplit, st);
                 if (rc || g->nfast == g->nproblems)
                         return rc;
                 kp.want_fast = 0; /* the rest of the group on the sm_80 kernel */

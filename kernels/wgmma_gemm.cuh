@@ -1695,10 +1695,16 @@ __global__ void __launch_bounds__(256) reduce_apart_kernel(const __grid_constant
                 return;
         T *dst = (T *)(uintptr_t)p.c + gi + (int64_t)gj * p.ldc;
         float v = __fmul_rn(p.alpha, tot);
-        if (p.beta != 0.f)
-                v = __fadd_rn(v, __fmul_rn(p.beta, to_f32<T>(*dst)));
-        const uint32_t pk = pack2<T>(v, 0.f);
-        *dst = *(const T *)&pk;
+        if constexpr (sizeof(T) == 4) {
+                if (p.beta != 0.f)
+                        v = __fadd_rn(v, __fmul_rn(p.beta, *dst));
+                *dst = v;
+        } else {
+                if (p.beta != 0.f)
+                        v = __fadd_rn(v, __fmul_rn(p.beta, to_f32<T>(*dst)));
+                const uint32_t pk = pack2<T>(v, 0.f);
+                *dst = *(const T *)&pk;
+        }
 }
 
 /* Launches reduce_apart_kernel for nsplit split tiles of width bn (0: the

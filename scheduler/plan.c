@@ -33,8 +33,8 @@
  *         that wave are taken off and dealt again with their K ranges cut
  *         at canonical chunk boundaries (see split_tail below); f64 tiles
  *         stay whole (their K is summed in one pass). A group of one wave
- *         that fills at most half the CTAs is instead cut whole (fill
- *         below): each tile into parts of even chunk counts, one part a
+ *         of GEMMs that fills at most half the CTAs is instead cut whole
+ *         (fill below): each tile into parts of even chunk counts, one part a
  *         CTA, as many CTAs as it takes, the chunk sums added apart.
  * device  no entries; the kernel maps tile indices itself. The prediction
  *         is rr's, the order in which the kernel walks the tiles.
@@ -908,8 +908,8 @@ keep_lpt:
 }
 
 /*
- * The fill split of a group of one wave of 16-bit GEMMs that fills at most
- * half the CTAs. Such a group's time is one tile's k-loop, run by one SM
+ * The fill split of a group of one wave of GEMMs (not f64, whose K is one
+ * pass) that fills at most half the CTAs. Such a group's time is one tile's k-loop, run by one SM
  * on its own (a lone CTA streams its operands at a fraction of what the
  * GPU can), while most SMs stay idle. Cut every tile's K into parts of
  * `len` chunks or fewer, one part a CTA, and the group's time is one
@@ -924,11 +924,15 @@ static int fill_eligible(const struct build *b)
         if (b->tiles == 0 || 2 * b->tiles > b->ctas)
                 return 0;
         for (i = 0; i < b->n; i++)
-                if (b->probs[i].kind != SCHED_GEMM ||
-                    (b->probs[i].dtype != GEMMD_F16 && b->probs[i].dtype != GEMMD_BF16))
+                if (b->probs[i].kind != SCHED_GEMM || b->probs[i].dtype == GEMMD_F64)
                         return 0;
         return 1;
 }
+
+/* The most workspace a fill split's chunk sums may take (f32, a tile's
+ * each): past it the sums' traffic would cost more than the parts save,
+ * and a device would hold that much per group in flight. */
+#define FILL_WS_MAX (64ull << 20)
 
 /* The fill split's parts when none has more than len chunks. */
 static uint64_t fill_parts(const struct build *b, uint32_t len)
@@ -963,7 +967,8 @@ static double fill_part_cost(const struct build *b, const struct sched_problem *
 /* The fill split's part length: the shortest that needs no more parts
  * than CTAs (parts only shrink as it grows), and its predicted makespan
  * in *ms: the longest part and the pass that adds the chunk sums. Returns
- * 0 when no tile would be cut. */
+ * 0 when no tile would be cut, or its sums would take more than
+ * FILL_WS_MAX. */
 static uint32_t fill_length(const struct build *b, double *ms)
 {
         uint32_t lo = 1, hi, i, maxch = 0;
@@ -987,6 +992,16 @@ static uint32_t fill_length(const struct build *b, double *ms)
         if (lo >= maxch)
                 return 0;
         np = fill_parts(b, lo);
+        {
+                /* the split tiles' chunk sums */
+                uint64_t ws = 0;
+
+                for (i = 0; i < b->n; i++)
+                        if (sched_cdiv(b->info[i].chunks, lo) >= 2)
+                                ws += (uint64_t)b->info[i].tiles * b->info[i].chunks;
+                if (ws * b->shape.tm * b->shape.tn * sizeof(float) > FILL_WS_MAX)
+                        return 0;
+        }
         for (i = 0; i < b->n; i++) {
                 const struct sched_problem *p = &b->probs[i];
                 uint32_t ch = b->info[i].chunks, pc = sched_cdiv(ch, lo);

@@ -39,7 +39,7 @@ enum sched_mode {
                            * auto_min_tile on average and the cost model
                            * predicts split (lpt with a split tail) shorter
                            * by at least its auto_gain (cost.h), or it is
-                           * one under-half-full wave of 16-bit GEMMs whose
+                           * one under-half-full wave of GEMMs (not f64) whose
                            * tiles cut to fill the CTAs are predicted
                            * shorter by that much; a wave left whole keeps
                            * only the CTAs its tiles need */

@@ -11,8 +11,9 @@
 # the last two an other daemon binary (default $GEMMD_BIN/gemmd) and an other
 # client program (default $GEMMD_BIN/gemmbench, which links libgemmd), e.g.
 #   "spin|--spin-us=50|GEMMD_SPIN_US=50;nospin|--spin-us=0|GEMMD_SPIN_US=0"
-# Points (AB_POINTS): CLIENTS:WINDOW:MAXDIM[:MEMORY] ..., MEMORY ipc (the
-# default) or shm, default "1:1:1024 8:1:1024 8:8:1024 64:8:1024". AB_ROUNDS (default 2), AB_SECONDS (default 2),
+# Points (AB_POINTS): CLIENTS:WINDOW:MAXDIM[:MEMORY[:K]] ..., MEMORY ipc (the
+# default) or shm, K every GEMM's k (gemmbench clients --k; default: drawn as
+# m and n are), default "1:1:1024 8:1:1024 8:8:1024 64:8:1024". AB_ROUNDS (default 2), AB_SECONDS (default 2),
 # AB_MPS=1 (default) also runs --mode mps once per round at each point of at
 # most 48 clients. AB_GPUS=G spreads each point over G GPUs: CLIENTS per
 # GPU, client i on GPU i % G.
@@ -71,17 +72,18 @@ print(json.dumps({k: round(100.0 * (b[k] - a.get(k, 0)) / hz / secs, 1) for k in
 EOF
 }
 
-run_point() { # variant round clients window dim memory env mode [gemmbench]
-        local v=$1 r=$2 c=$3 w=$4 d=$5 m=$6 env=$7 mode=$8 gb=${9:-$bin/gemmbench} t0 t1 out cpu='{}' sock=() devs=()
+run_point() { # variant round clients window dim memory k env mode [gemmbench]
+        local v=$1 r=$2 c=$3 w=$4 d=$5 m=$6 k=$7 env=$8 mode=$9 gb=${10:-$bin/gemmbench} t0 t1 out cpu='{}' sock=() devs=() ks=()
         out=$tmp/run.json
         [ "$mode" = gemmd ] && sock=(--socket "$tmp/gemmd.sock" --memory "$m")
         # Only where it spreads: a client program older than --devices still runs one GPU.
         [ "$GPUS" -gt 1 ] && devs=(--devices "$GPUS")
+        [ "$k" -gt 0 ] && ks=(--k "$k")
         [ -n "$dpid" ] && [ "$mode" = gemmd ] && thread_ticks "$dpid" >"$tmp/t0"
         t0=$(date +%s.%N)
         # shellcheck disable=SC2086
         env $env "$gb" clients --mode "$mode" "${sock[@]}" --clients $((c * GPUS)) \
-                "${devs[@]}" --window "$w" --max-dim "$d" --seconds "$SECS" --warmup 0.5 --json \
+                "${devs[@]}" "${ks[@]}" --window "$w" --max-dim "$d" --seconds "$SECS" --warmup 0.5 --json \
                 >"$out" 2>>"$log"
         local rc=$?
         t1=$(date +%s.%N)
@@ -90,8 +92,8 @@ run_point() { # variant round clients window dim memory env mode [gemmbench]
                 cpu=$(cpu_json "$tmp/t0" "$tmp/t1" "$(awk -v a="$t0" -v b="$t1" 'BEGIN { print b - a }')")
         fi
         [ -s "$out" ] || echo '{}' >"$out"
-        printf '{"variant":"%s","round":%d,"clients":%d,"window":%d,"max_dim":%d,"memory":"%s","exit":%d,"cpu":%s,"run":%s}\n' \
-                "$v" "$r" "$c" "$w" "$d" "$m" "$rc" "$cpu" "$(tr -d '\n' <"$out")" >>"$jsonl"
+        printf '{"variant":"%s","round":%d,"clients":%d,"window":%d,"max_dim":%d,"memory":"%s","k":%d,"exit":%d,"cpu":%s,"run":%s}\n' \
+                "$v" "$r" "$c" "$w" "$d" "$m" "$k" "$rc" "$cpu" "$(tr -d '\n' <"$out")" >>"$jsonl"
 }
 
 IFS=';' read -r -a vars <<<"$VARIANTS"
@@ -102,8 +104,8 @@ for r in $(seq 1 "$ROUNDS"); do
                 start_daemon "${dbin:-$bin/gemmd}" "$log" $args ||
                         echo "service-ab: $name: gemmd did not start" >>"$log"
                 for p in $POINTS; do
-                        IFS=: read -r c w d m <<<"$p"
-                        run_point "$name" "$r" "$c" "$w" "$d" "${m:-ipc}" "$env" gemmd "$cbin"
+                        IFS=: read -r c w d m k <<<"$p"
+                        run_point "$name" "$r" "$c" "$w" "$d" "${m:-ipc}" "${k:-0}" "$env" gemmd "$cbin"
                 done
                 { echo "== $name, round $r"; "$bin/gemmctl" --socket "$tmp/gemmd.sock" stats; } \
                         >>"$OUT/ab-stats.txt" 2>&1
@@ -111,8 +113,8 @@ for r in $(seq 1 "$ROUNDS"); do
         done
         if [ "$MPS" = 1 ]; then
                 for p in $POINTS; do
-                        IFS=: read -r c w d m <<<"$p"
-                        [ "$c" -le 48 ] && run_point mps "$r" "$c" "$w" "$d" "${m:-ipc}" "" mps
+                        IFS=: read -r c w d m k <<<"$p"
+                        [ "$c" -le 48 ] && run_point mps "$r" "$c" "$w" "$d" "${m:-ipc}" "${k:-0}" "" mps
                 done
         fi
 done
@@ -120,14 +122,14 @@ done
 python3 - "$jsonl" >"$OUT/ab.txt" <<'EOF'
 import json, sys
 rows = [json.loads(l) for l in open(sys.argv[1])]
-key = lambda r: (r["clients"], r["window"], r["max_dim"], r.get("memory", "ipc"))
+key = lambda r: (r["clients"], r["window"], r["max_dim"], r.get("memory", "ipc"), r.get("k", 0))
 points = sorted({key(r) for r in rows})
-for c, w, d, m in points:
-    print(f"## {c} clients x {w} in flight, max-dim {d}, {m} operands")
+for c, w, d, m, kk in points:
+    print(f"## {c} clients x {w} in flight, max-dim {d}{f', k {kk}' if kk else ''}, {m} operands")
     print("| variant | round | TF/s | req/s | p50 us | p99 us | errors | submit to admitted us | queue us | run us | ops/group | daemon threads CPU % |")
     print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
-        if key(r) != (c, w, d, m):
+        if key(r) != (c, w, d, m, kk):
             continue
         g = r["run"]
         cpu = ", ".join(f"{k} {v:g}" for k, v in r["cpu"].items() if v >= 1)

@@ -68,6 +68,15 @@ check "$tmp/2.json" 'j["requests"] > 0 and j["errors"] == 0 and j["memory"] == "
         j["daemon"] == "started" and j["daemon_exit"] == 0 and j["group_size_mean"] == 1' ||
         fail "run 2: $(cat "$tmp/2.json")"
 
+# 2b. Every GEMM of one K (--k): checked results, k in the report.
+"$gb" clients --clients 1 --window 2 --max-dim 64 --k 1280 --seconds 0.5 --mode gemmd --memory shm \
+        --json --socket "$tmp/s" >"$tmp/2b.json" 2>"$tmp/2b.err" || { cat "$tmp/2b.err"; fail "run 2b exited $?"; }
+check "$tmp/2b.json" 'j["requests"] > 0 and j["errors"] == 0 and j["k"] == 1280' ||
+        fail "run 2b: $(cat "$tmp/2b.json")"
+if "$gb" clients --k 100 --json >/dev/null 2>&1; then
+        fail "--k 100 (not a multiple of 64) accepted"
+fi
+
 # 3. A failure is counted and makes the exit status non-zero.
 if "$gb" clients --clients 1 --max-dim 64 --seconds 0.2 --json --socket "$tmp/none" \
         >"$tmp/3.json" 2>"$tmp/3.err"; then

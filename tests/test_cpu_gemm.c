@@ -911,15 +911,15 @@ ParameterizedTest(struct cfg_param *p, cpu_gemm, every_chunk_split)
         group_free(g);
 }
 
-/* The fill split (a wave of a few 16-bit GEMM tiles and long K, every
+/* The fill split (a wave of a few GEMM tiles and long K, every
  * tile cut to fill the CTAs, sched_plan reduce_apart) gives the bits of
  * whole tiles, and the results check: a lone problem and a pair, every
  * transpose, beta zero and not. */
 Test(cpu_gemm, fill_split_same_bits)
 {
-        static const uint8_t dts[] = {GEMMD_F16, GEMMD_BF16};
+        static const uint8_t dts[] = {GEMMD_F16, GEMMD_BF16, GEMMD_F32};
 
-        for (int d = 0; d < 2; d++)
+        for (int d = 0; d < 3; d++)
                 for (uint32_t np = 1; np <= 2; np++) {
                         struct spec specs[2] = {
                                 {.kind = SCHED_GEMM, .dtype = dts[d], .ta = 1, .tb = 0, .m = 130, .n = 70,

@@ -784,12 +784,12 @@ int main(int argc, char **argv)
                                 continue;
                         }
                         if (grp == 14) {
-                                /* One or two 16-bit GEMMs of a few tiles
-                                 * and long K (2048 to 16384), K-major: one
-                                 * wave that auto and split cut to fill
-                                 * the SMs, the chunk sums added by a
-                                 * second kernel (sched_plan reduce_apart). */
-                                if (dts[c] == GEMMD_F16 || dts[c] == GEMMD_BF16)
+                                /* One or two GEMMs of a few tiles and long
+                                 * K (2048 to 16384), K-major: one wave
+                                 * that auto and split cut to fill the
+                                 * SMs, the chunk sums added by a second
+                                 * kernel (sched_plan reduce_apart). */
+                                if (dts[c] != GEMMD_F64)
                                         run_own_draws(names[c], "gemm-fill", dts[c], tfs[c], nsm, DRAW_LONGK,
                                                       0x452821e638d01377ull, 1, 2, 1);
                                 continue;

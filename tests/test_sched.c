@@ -1234,11 +1234,10 @@ Test(plan, auto_follows_its_rule)
 
 static void varied512(struct sched_problem *probs);
 
-/* The fill split: one wave of 16-bit GEMMs filling at most half the CTAs,
- * long enough in K, has every tile cut into parts of even chunk counts,
- * one a CTA, its sums added apart; short K, other types, SYR2Ks and a
- * wave of more than half the CTAs keep their tiles whole, on the CTAs
- * they need. */
+/* The fill split: one wave of GEMMs filling at most half the CTAs, long
+ * enough in K, has every tile cut into parts of even chunk counts, one a
+ * CTA, its sums added apart; short K, f64, SYR2Ks and a wave of more than
+ * half the CTAs keep their tiles whole, on the CTAs they need. */
 Test(plan, fill_split)
 {
         const struct sched_shape sh = {128, 128, 64};
@@ -1272,16 +1271,23 @@ Test(plan, fill_split)
         probs[0] = gemm(544, 544, 544, GEMMD_BF16);
         build_mode(&pl, probs, 1, SCHED_AUTO, sh, 132);
         cr_assert(pl.mode == SCHED_SORTED && !pl.reduce_apart && pl.nctas == 25);
-        /* not 16-bit GEMMs */
+        /* f32 too; not f64 (one pass over K) nor SYR2Ks */
         probs[0] = gemm(128, 128, 16384, GEMMD_F32);
         build_mode(&pl, probs, 1, SCHED_AUTO, sh, 132);
-        cr_assert(pl.mode == SCHED_SORTED && !pl.reduce_apart && pl.nctas == 1);
+        cr_assert(pl.mode == SCHED_SPLIT && pl.reduce_apart && pl.nctas == 32);
         probs[0] = gemm(128, 128, 16384, GEMMD_F64);
         build_mode(&pl, probs, 1, SCHED_AUTO, sh, 132);
         cr_assert(!pl.reduce_apart && pl.nsplit == 0);
         probs[0] = syr2k(128, 16384, 0, GEMMD_BF16);
         build_mode(&pl, probs, 1, SCHED_AUTO, sh, 132);
         cr_assert(!pl.reduce_apart && pl.nctas == 1);
+        /* chunk sums of 64 KiB: 1024 of them (64 MiB) at most */
+        probs[0] = gemm(128, 128, 1025 * 512, GEMMD_BF16);
+        build_mode(&pl, probs, 1, SCHED_AUTO, sh, 132);
+        cr_assert(!pl.reduce_apart && pl.nctas == 1);
+        probs[0] = gemm(128, 128, 1024 * 512, GEMMD_BF16);
+        build_mode(&pl, probs, 1, SCHED_AUTO, sh, 132);
+        cr_assert(pl.reduce_apart && pl.ws_chunks == 1024);
         /* 67 tiles on 132 CTAs: more than half */
         probs[0] = gemm(128 * 67, 128, 16384, GEMMD_BF16);
         build_mode(&pl, probs, 1, SCHED_AUTO, sh, 132);
