@@ -52,10 +52,10 @@ static int launch_notices(const struct group *g)
  * tile, every one on the Hopper kernel, operands in device memory, launch
  * data that fits its slot, and no client waiting on a launch event; and
  * no more tiles than CTAs, whole in them (the kernel that adds split
- * tiles apart is launched after the group's). Groups on it finish in order, and a larger
- * group holds up the small ones behind it, where on streams of their own
- * a small group launched after it finishes first, so larger groups run
- * better launched. */
+ * tiles apart is launched after the group's). Groups on it finish in
+ * order, and a larger group holds up the small ones behind it, where on
+ * streams of their own a small group launched after it finishes first,
+ * so larger groups run better launched. */
 static int res_takes(struct cuda_backend *cb, const struct group *g, int nfast, uint32_t nsyr2k, size_t stage,
                      size_t blob, int notify)
 {

@@ -147,10 +147,14 @@ uint64_t cuda_gemm_skinny_launches(void);
 
 /*
  * Enqueues the group's kernel on `stream` (a cudaStream_t, NULL for the
- * legacy default stream) on the current device. Returns 0, -EINVAL (config
- * or shape mismatch, missing workspace) or -EIO when the launch failed; the
- * CUDA error is cleared then (cudaGetLastError). Errors raised while the
- * kernel runs surface at the next synchronization, as usual. Thread-safe.
+ * legacy default stream) on the current device; for a plan whose split
+ * tiles are added apart (sched_plan.reduce_apart) that the Hopper kernel
+ * runs whole, without early completion, a second kernel after it that
+ * adds them (otherwise each tile's last part does, as in any split plan).
+ * Returns 0, -EINVAL (config or shape mismatch, missing workspace) or -EIO
+ * when the launch failed; the CUDA error is cleared then
+ * (cudaGetLastError). Errors raised while the kernel runs surface at the
+ * next synchronization, as usual. Thread-safe.
  */
 int cuda_gemm_launch(const struct cuda_group *g, void *stream);
 
