@@ -504,6 +504,9 @@ static void render_devices(FILE *f, struct server *srv, double up_s)
         PER_DEVICE("gemmd_device_split_groups_total", "counter",
                    "Groups run on a split plan (--mode split, or auto's choice)", "%llu",
                    (unsigned long long)st[i].split_groups);
+        PER_DEVICE("gemmd_device_fill_groups_total", "counter",
+                   "Of the groups on a split plan, those of one wave cut to fill the device (the fill split)", "%llu",
+                   (unsigned long long)st[i].fill_groups);
         PER_DEVICE("gemmd_device_resident_groups_total", "counter",
                    "Groups its resident kernel took (--resident)", "%llu",
                    (unsigned long long)st[i].resident_groups);

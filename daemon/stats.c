@@ -227,7 +227,8 @@ static void render_text(struct server *srv, FILE *f, double up_s, long long only
                 if (b->narrow_shape)
                         fprintf(f, "  groups on the narrow tile: %llu\n", (unsigned long long)st.narrow_groups);
                 if (st.split_groups)
-                        fprintf(f, "  groups on split plans: %llu\n", (unsigned long long)st.split_groups);
+                        fprintf(f, "  groups on split plans: %llu (%llu of one wave cut to fill the device)\n",
+                                (unsigned long long)st.split_groups, (unsigned long long)st.fill_groups);
                 if (st.resident_groups)
                         fprintf(f, "  groups taken by the resident kernel: %llu\n",
                                 (unsigned long long)st.resident_groups);
@@ -325,7 +326,7 @@ static void render_json(struct server *srv, FILE *f, double up_s, long long only
                            "\"timed_groups\":%llu,\"run_s\":%.6f,\"idle_gaps\":%llu,\"idle_gap_s\":%.6f,"
                            "\"queued\":%u,\"inflight_groups\":%u,\"process_pid\":%d,"
                            "\"process_restarts\":%llu,\"wide_groups\":%llu,\"narrow_groups\":%llu,\"split_groups\":%llu,"
-                           "\"resident_groups\":%llu,\"packed_groups\":%llu,\"ops_early\":%llu,"
+                           "\"fill_groups\":%llu,\"resident_groups\":%llu,\"packed_groups\":%llu,\"ops_early\":%llu,"
                            "\"queue_staged_s\":%.6f,\"queue_waiting_s\":%.6f,\"queue_forming_s\":%.6f,",
                         i ? "," : "", i, b->kind, b->name, (unsigned long long)st.groups,
                         (unsigned long long)st.ops, (unsigned long long)st.ops_failed,
@@ -335,7 +336,7 @@ static void render_json(struct server *srv, FILE *f, double up_s, long long only
                         st.idle_gap_ns / 1e9, pending, inflight, backend_proc_pid(b),
                         (unsigned long long)backend_proc_restarts(b), (unsigned long long)st.wide_groups,
                         (unsigned long long)st.narrow_groups, (unsigned long long)st.split_groups,
-                        (unsigned long long)st.resident_groups, (unsigned long long)st.packed_groups,
+                        (unsigned long long)st.fill_groups, (unsigned long long)st.resident_groups, (unsigned long long)st.packed_groups,
                         (unsigned long long)st.ops_early,
                         st.staged_ns / 1e9, st.waiting_ns / 1e9, st.forming_ns / 1e9);
                 fprintf(f, "\"recoveries\":%llu,", (unsigned long long)st.recoveries);

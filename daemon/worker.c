@@ -743,6 +743,7 @@ static int launch_group(struct worker *w, struct group *g, uint64_t *launch_ns)
                 return rc;
         }
         w->st.split_groups += g->plan.mode == SCHED_SPLIT; /* its plan built just now */
+        w->st.fill_groups += g->plan.reduce_apart;
         g->t_launch_ns = now_ns();
         g->b2b = w->inflight > 0;
         if (w->inflight++ == 0) {

@@ -100,6 +100,7 @@ struct worker_stats {
         uint64_t wide_groups;    /* groups on the backend's wide tile */
         uint64_t narrow_groups;  /* groups on the backend's narrow tile */
         uint64_t split_groups;   /* groups on a split plan (--mode split, or auto's choice) */
+        uint64_t fill_groups;    /* of them, one wave cut to fill the device (the fill split) */
         uint64_t resident_groups; /* groups its resident kernel took (--resident) */
         uint64_t packed_groups;   /* groups run with packed copies of operands (cuda_gemm_pack_bytes) */
         uint64_t ops_early; /* ops answered before their group ended (--early-completion) */

@@ -404,6 +404,43 @@ Test(e2e, auto_mode_takes_split_where_sorted_is_unbalanced)
         }
 }
 
+/* A lone GEMM of one tile and long K (f32, 64 x 64 x 8192: 16 chunks) on
+ * the 8 CTAs of --threads 2: auto, the default, and split cut its K to
+ * fill them (the fill split, counted in fill_groups) and sorted does not;
+ * the result is right either way, and the same bits. */
+Test(e2e, auto_mode_fills_the_device_with_a_lone_long_k_gemm)
+{
+        static const char *const modes[] = {"auto", "split", "sorted"};
+        uint8_t *first = NULL;
+
+        for (int m = 0; m < 3; m++) {
+                const struct e2e_spec s = {.kind = GEMMD_GEMM, .dtype = GEMMD_F32, .m = 64, .n = 60, .k = 8192,
+                                           .pad = 3, .alpha = 0.5f, .beta = 1.0f};
+                const int sorted = m == 2;
+                struct e2e_daemon d;
+                struct e2e_arena ar;
+                struct e2e_prob p;
+                struct gemmd_result r;
+                uint64_t seed = 11;
+                gemmd_client *c;
+                char why[256];
+
+                START(&d, "--threads", "2", "--mode", modes[m], NULL);
+                c = e2e_connect(&d);
+                cr_assert_not_null(c);
+                cr_assert_eq(e2e_arena_init(&ar, c, 16u << 20), 0);
+                cr_assert_eq(e2e_prob_place(&p, &s, &ar, &seed), 0);
+                cr_assert_eq(e2e_run_checked(c, &p, 1, 1, &r, why, sizeof(why)), 0, "%s", why);
+                cr_assert_eq(stats_count(c, "fill_groups"), sorted ? 0 : 1, "--mode %s", modes[m]);
+                cr_assert_eq(stats_count(c, "split_groups"), sorted ? 0 : 1, "--mode %s", modes[m]);
+                cr_assert_eq(memcmp(first_bits(&first, &p), p.c, p.cbytes), 0, "--mode %s: other bits",
+                             modes[m]);
+                gemmd_disconnect(c);
+                STOP(&d);
+        }
+        free(first);
+}
+
 /* ---- (b3) the narrow tile ------------------------------------------------ */
 
 /* Lone GEMMs in the layout a GPU's own tiles read (A m x k and B n x k
