@@ -336,8 +336,8 @@ static void render_json(struct server *srv, FILE *f, double up_s, long long only
                         st.idle_gap_ns / 1e9, pending, inflight, backend_proc_pid(b),
                         (unsigned long long)backend_proc_restarts(b), (unsigned long long)st.wide_groups,
                         (unsigned long long)st.narrow_groups, (unsigned long long)st.split_groups,
-                        (unsigned long long)st.fill_groups, (unsigned long long)st.resident_groups, (unsigned long long)st.packed_groups,
-                        (unsigned long long)st.ops_early,
+                        (unsigned long long)st.fill_groups, (unsigned long long)st.resident_groups,
+                        (unsigned long long)st.packed_groups, (unsigned long long)st.ops_early,
                         st.staged_ns / 1e9, st.waiting_ns / 1e9, st.forming_ns / 1e9);
                 fprintf(f, "\"recoveries\":%llu,", (unsigned long long)st.recoveries);
                 hist_json(f, "group_size_log2", st.group_size_hist);
