@@ -397,7 +397,8 @@ static void explain(const struct opts *o, const struct group *g, const struct sc
 struct result {
         enum sched_mode mode, chosen; /* chosen: the plan's own (auto's choice) */
         uint64_t tiles;
-        uint32_t entries, nsplit;
+        uint32_t entries, nsplit, ctas;
+        int apart; /* split tiles added apart (the fill split) */
         double makespan, lower_bound, ratio, build_us;
 };
 
@@ -430,6 +431,8 @@ static int run_mode(const struct opts *o, const struct group *g, enum sched_mode
         r->tiles = plan.tiles;
         r->entries = plan.nentries;
         r->nsplit = plan.nsplit;
+        r->ctas = plan.nctas;
+        r->apart = plan.reduce_apart;
         r->makespan = plan.makespan;
         r->lower_bound = plan.lower_bound;
         r->ratio = plan.lower_bound > 0 ? plan.makespan / plan.lower_bound : 1.0;
@@ -445,16 +448,17 @@ static void print_table(const struct opts *o, const struct group *g, const struc
 
         printf("%u problems, %u CTAs, tile %ux%ux%u\n", g->n, o->ctas, o->shape.tm, o->shape.tn,
                o->shape.tk);
-        printf("%-12s %9s %9s %6s %12s %12s %7s %9s %8s\n", "mode", "tiles", "entries", "split",
+        printf("%-16s %9s %6s %9s %6s %12s %12s %7s %9s %8s\n", "mode", "tiles", "ctas", "entries", "split",
                "makespan", "lower_bound", "ratio", "build_us", "ns/tile");
         for (i = 0; i < nres; i++) {
                 const struct result *r = &res[i];
                 char name[32];
 
-                snprintf(name, sizeof(name), "%s%s%s", sched_mode_name(r->mode), r->chosen != r->mode ? ">" : "",
-                         r->chosen != r->mode ? sched_mode_name(r->chosen) : "");
-                printf("%-12s %9llu %9u %6u %12.1f %12.1f %7.3f %9.1f %8.1f\n",
-                       name, (unsigned long long)r->tiles, r->entries,
+                /* "+fill": one wave cut to fill the CTAs, its sums added apart */
+                snprintf(name, sizeof(name), "%s%s%s%s", sched_mode_name(r->mode), r->chosen != r->mode ? ">" : "",
+                         r->chosen != r->mode ? sched_mode_name(r->chosen) : "", r->apart ? "+fill" : "");
+                printf("%-16s %9llu %6u %9u %6u %12.1f %12.1f %7.3f %9.1f %8.1f\n",
+                       name, (unsigned long long)r->tiles, r->ctas, r->entries,
                        r->nsplit, r->makespan, r->lower_bound, r->ratio, r->build_us,
                        r->tiles ? r->build_us * 1e3 / (double)r->tiles : 0.0);
         }
@@ -468,12 +472,13 @@ static void print_json(const struct result *res, int nres)
         for (i = 0; i < nres; i++) {
                 const struct result *r = &res[i];
 
-                printf("%s\n  {\"mode\": \"%s\", \"chosen\": \"%s\", \"tiles\": %llu, \"entries\": %u, "
+                printf("%s\n  {\"mode\": \"%s\", \"chosen\": \"%s\", \"tiles\": %llu, \"ctas\": %u, "
+                       "\"entries\": %u, \"split\": %u, \"reduce_apart\": %s, "
                        "\"makespan\": %.3f, \"lower_bound\": %.3f, \"ratio\": %.5f, "
                        "\"build_us\": %.2f}",
                        i ? "," : "", sched_mode_name(r->mode), sched_mode_name(r->chosen),
-                       (unsigned long long)r->tiles,
-                       r->entries, r->makespan, r->lower_bound, r->ratio, r->build_us);
+                       (unsigned long long)r->tiles, r->ctas, r->entries, r->nsplit,
+                       r->apart ? "true" : "false", r->makespan, r->lower_bound, r->ratio, r->build_us);
         }
         printf("\n]\n");
 }

@@ -4,6 +4,7 @@ for every binary, an unknown flag answered in one line and a hint with exit
 gemmd's log lines (a timestamp and the level in words, or the "<N>" prefix
 when stderr is the journal)."""
 
+import json
 import os
 import re
 import shutil
@@ -82,6 +83,30 @@ class TestHelpAndUsageErrors(unittest.TestCase):
             with self.subTest(args=args):
                 r = run("gemmd", args)
                 self.assertUsageError(r, what, "Try 'gemmd --help'.")
+
+
+class TestPlan(unittest.TestCase):
+    """gemmctl plan shows what the daemon would launch: auto keeps a wave of
+    short tiles whole on only the CTAs its tiles need, and cuts a lone
+    long-K GEMM to fill the CTAs (the fill split, its sums added apart)."""
+
+    def plan(self, text):
+        with tempfile.NamedTemporaryFile("w", suffix=".txt") as f:
+            f.write(text)
+            f.flush()
+            r = run("gemmctl", ["plan", "--mode", "auto", "--json", f.name])
+        self.assertEqual(r.returncode, 0, r.stderr)
+        return json.loads(r.stdout)[0]
+
+    def test_auto_fills_a_lone_long_k_gemm(self):
+        p = self.plan("gemm 128 128 16384 bf16\n")
+        self.assertEqual((p["chosen"], p["ctas"], p["entries"], p["split"], p["reduce_apart"]),
+                         ("split", 32, 32, 1, True))
+
+    def test_auto_keeps_short_k_whole_on_its_tiles(self):
+        p = self.plan("gemm 544 544 544 bf16\n")
+        self.assertEqual((p["chosen"], p["ctas"], p["entries"], p["split"], p["reduce_apart"]),
+                         ("sorted", 25, 25, 0, False))
 
 
 class TestByteSizes(unittest.TestCase):
