@@ -259,8 +259,9 @@ static void loaded_update(struct worker *w)
         w->loaded = loaded;
 }
 
-/* Called under the lock, after any change the worker thread may have to
- * act on: a spinning worker sees the count move. */
+/* Called after any change the worker thread may have to act on (under
+ * the lock, or after a push on the inbox): a spinning worker sees the
+ * count move. */
 static void nudge(struct worker *w)
 {
         atomic_fetch_add_explicit(&w->nudges, 1, memory_order_release);

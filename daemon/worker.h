@@ -165,8 +165,9 @@ struct worker {
          * holds the lock moves them onto their lanes before it reads a
          * lane (inbox_drain). */
         _Atomic(struct op *) inbox;
-        /* Bumped under the lock by every change the worker thread acts on,
-         * read without it by a worker that polls before sleeping; and
+        /* Bumped by every change the worker thread acts on (under the
+         * lock, or after an inbox push), read without it by a worker
+         * that polls before sleeping; and
          * when the worker thread last had work (worker thread only). */
         atomic_uint_fast32_t nudges;
         uint64_t active_ns;

@@ -964,23 +964,34 @@ static double fill_part_cost(const struct build *b, const struct sched_problem *
         return whole + loop * crowding;
 }
 
-/* The fill split's part length: the shortest that needs no more parts
- * than CTAs (parts only shrink as it grows), and its predicted makespan
- * in *ms: the longest part and the pass that adds the chunk sums. Returns
- * 0 when no tile would be cut, or its sums would take more than
- * FILL_WS_MAX. */
-static uint32_t fill_length(const struct build *b, double *ms)
-{
-        uint32_t lo = 1, hi, i, maxch = 0;
-        double longest = 0, chunks = 0;
-        uint64_t np;
+/* A fill split as predicted before it is written: its part length (at
+ * most len chunks a part), parts, split tiles and makespan. */
+struct fill {
+        uint32_t len, parts, nsplit;
+        double makespan;
+};
 
-        for (i = 0; i < b->n; i++)
-                if (b->info[i].chunks > maxch)
-                        maxch = b->info[i].chunks;
-        hi = maxch;
-        if (maxch < 2)
+/*
+ * Predicts the fill split into *f: the shortest part length that needs no
+ * more parts than CTAs (parts only shrink as it grows), and the makespan,
+ * the longest part (each split tile's first, fill_emit) and the pass that
+ * adds the chunk sums. Returns 0 when the group does not take it: not
+ * eligible, no tile would be cut, or the sums would take more than
+ * FILL_WS_MAX.
+ */
+static int fill_predict(const struct build *b, struct fill *f)
+{
+        uint32_t lo = 1, hi = 0, i, maxch = 0;
+        uint64_t ws = 0;
+        double crowding, longest = 0;
+
+        if (!fill_eligible(b))
                 return 0;
+        for (i = 0; i < b->n; i++)
+                hi = b->info[i].chunks > hi ? b->info[i].chunks : hi;
+        if (hi < 2)
+                return 0;
+        f->len = hi;
         while (lo < hi) {
                 uint32_t mid = lo + (hi - lo) / 2;
 
@@ -989,59 +1000,42 @@ static uint32_t fill_length(const struct build *b, double *ms)
                 else
                         lo = mid + 1;
         }
-        if (lo >= maxch)
+        if (lo >= f->len)
                 return 0;
-        np = fill_parts(b, lo);
-        {
-                /* the split tiles' chunk sums */
-                uint64_t ws = 0;
-
-                for (i = 0; i < b->n; i++)
-                        if (sched_cdiv(b->info[i].chunks, lo) >= 2)
-                                ws += (uint64_t)b->info[i].tiles * b->info[i].chunks;
-                if (ws * b->shape.tm * b->shape.tn * sizeof(float) > FILL_WS_MAX)
-                        return 0;
-        }
+        f->len = lo;
+        f->parts = (uint32_t)fill_parts(b, lo);
+        f->nsplit = 0;
+        crowding = fill_crowding(b, f->parts);
         for (i = 0; i < b->n; i++) {
-                const struct sched_problem *p = &b->probs[i];
-                uint32_t ch = b->info[i].chunks, pc = sched_cdiv(ch, lo);
-                double c;
+                const uint32_t ch = b->info[i].chunks, pc = sched_cdiv(ch, lo);
+                double c = b->info[i].cost;
 
-                if (pc < 2) {
-                        c = b->info[i].cost;
-                } else {
-                        /* the longest part comes first (fill_emit) */
-                        c = fill_part_cost(b, p, 0, sched_cdiv(ch, pc), fill_crowding(b, np));
-                        if (ch > chunks)
-                                chunks = ch;
+                if (pc >= 2) {
+                        c = fill_part_cost(b, &b->probs[i], 0, sched_cdiv(ch, pc), crowding);
+                        f->nsplit += b->info[i].tiles;
+                        ws += (uint64_t)b->info[i].tiles * ch;
+                        maxch = ch > maxch ? ch : maxch;
                 }
-                if (c > longest)
-                        longest = c;
+                longest = fmax(longest, c);
         }
-        *ms = longest + b->cost->apart_fixed + b->cost->apart_chunk * chunks;
-        return lo;
+        if (ws * b->shape.tm * b->shape.tn * sizeof(float) > FILL_WS_MAX)
+                return 0;
+        f->makespan = longest + b->cost->apart_fixed + b->cost->apart_chunk * maxch;
+        return 1;
 }
 
-/* Writes the fill split with parts of at most len chunks: one entry a
- * CTA, in group order, the CTAs cut to the parts. Its makespan is the
- * longest entry and the pass after it, and so is its bound. */
-static void fill_emit(struct build *b, uint32_t len)
+/* Writes the fill split f: one entry a CTA, in group order, the CTAs cut
+ * to the parts. With one entry a CTA its bound is its makespan. */
+static void fill_emit(struct build *b, const struct fill *f)
 {
-        uint32_t i, t, j, np = 0, slots = 0, ws = 0, maxch = 0;
-        double total = 0, maxentry = 0, apart;
-        const uint64_t parts = fill_parts(b, len);
-        const double crowding = fill_crowding(b, parts); /* on the CTAs the group had */
+        uint32_t i, t, j, np = 0, slots = 0, ws = 0;
 
-        b->ctas = (uint32_t)parts;
-        b->nentries = b->ctas;
-        b->nsplit = 0;
-        for (i = 0; i < b->n; i++)
-                if (sched_cdiv(b->info[i].chunks, len) >= 2)
-                        b->nsplit += b->info[i].tiles;
+        b->ctas = f->parts;
+        b->nentries = f->parts;
+        b->nsplit = f->nsplit;
         layout_blob(b);
         for (i = 0; i < b->n; i++) {
-                const struct sched_problem *p = &b->probs[i];
-                uint32_t ch = b->info[i].chunks, pc = sched_cdiv(ch, len);
+                const uint32_t ch = b->info[i].chunks, pc = sched_cdiv(ch, f->len);
 
                 for (t = 0; t < b->info[i].tiles; t++) {
                         struct sched_entry e = {i, t, 0, (uint16_t)ch, SCHED_NO_SPLIT};
@@ -1049,53 +1043,39 @@ static void fill_emit(struct build *b, uint32_t len)
 
                         if (pc < 2) {
                                 b->entries[np++] = e;
-                                total += b->info[i].cost;
-                                maxentry = fmax(maxentry, b->info[i].cost);
                                 continue;
                         }
                         /* Even chunk counts, the longer parts first. */
                         for (j = 0; j < pc; j++) {
-                                uint32_t plen = ch / pc + (j < ch % pc);
-                                double c = fill_part_cost(b, p, kb, kb + plen, crowding);
+                                const uint32_t plen = ch / pc + (j < ch % pc);
 
                                 e.kc_begin = (uint16_t)kb;
                                 e.kc_end = (uint16_t)(kb + plen);
                                 e.split = slots;
                                 b->entries[np++] = e;
-                                total += c;
-                                maxentry = fmax(maxentry, c);
                                 kb += plen;
                         }
                         b->split_parts[slots] = pc;
-                        b->split_ws[slots] = ws;
+                        b->split_ws[slots++] = ws;
                         ws += ch;
-                        slots++;
-                        if (ch > maxch)
-                                maxch = ch;
                 }
         }
         for (i = 0; i <= b->ctas; i++)
                 b->cta_begin[i] = i;
         b->ws_chunks = ws;
         b->reduce_apart = 1;
-        apart = b->cost->apart_fixed + b->cost->apart_chunk * maxch;
-        b->makespan = maxentry + apart;
-        b->lower_bound = bound(total, b->ctas, maxentry) + apart;
+        b->makespan = b->lower_bound = f->makespan;
 }
 
 /* Writes the fill split when the group takes it and it is predicted to
  * end before `limit`; returns whether it did. */
 static int try_fill(struct build *b, double limit)
 {
-        double ms = 0;
-        uint32_t len;
+        struct fill f;
 
-        if (!fill_eligible(b))
+        if (!fill_predict(b, &f) || !(f.makespan < limit))
                 return 0;
-        len = fill_length(b, &ms);
-        if (len == 0 || !(ms < limit))
-                return 0;
-        fill_emit(b, len);
+        fill_emit(b, &f);
         return 1;
 }
 
