@@ -2,8 +2,8 @@
  * clients_loop.c - one client process of `gemmbench clients` (clients.h).
  *
  * The client owns CLIENTS_PROBLEMS random bf16 GEMMs, m, n and k each
- * uniform in {64, 128, ..., max_dim} (steps of 64), laid out as in
- * BENCHMARKS.md: A stored m x k and B stored n x k, both contiguous along K
+ * uniform in {64, 128, ..., max_dim} (steps of 64), laid out as
+ * gemmbench lays them out: A stored m x k and B stored n x k, both contiguous along K
  * (BLAS: op(A) = T with lda = k, op(B) = N with ldb = k), C m x n
  * column-major, alpha = 1, beta = 0. A and B hold random values, never
  * zero; C starts poisoned (NaN), so an unwritten result fails the check.

@@ -11,7 +11,7 @@
  * GPU and prints it as a SPEC, which --cost takes (plans are then built
  * with it), as does gemmd --cost.
  *
- * Workloads are those of BENCHMARKS.md, plus "syr2k-bf16" (syr2k in bf16),
+ * Workloads: those of docs/performance.md's tables, plus "syr2k-bf16" (syr2k in bf16),
  * "syr2k-gemm" (the bf16 GEMM m = n = 4096, k = 512: the GEMM of the same n
  * and k that syr2k-bf16 is compared with), "big" (one 8192^3 bf16 GEMM) and their
  * f64 forms: "big-f64" (one 8192^3 DGEMM), "varied-f64" (512 mixed GEMMs
@@ -21,10 +21,11 @@
  * 256 x 256 x 16384, a weight gradient's shape: few tiles, long K),
  * or a file in the `gemmctl plan` format: one problem per line,
  * `gemm M N K [dtype]` or `syr2k N K [dtype] [lower|upper]`, `#` comments,
- * dtype f32|tf32|f16|bf16|f64 (default bf16). Layout as in BENCHMARKS.md: A is
+ * dtype f32|tf32|f16|bf16|f64 (default bf16). Layout: A is
  * stored m x k and B n x k, both contiguous along K (column-major A^T, B:
  * trans_a = T, trans_b = N), C is m x n column-major; SYR2K uses op T (A and
- * B stored n x k, contiguous along K). alpha = 1, beta = 0.
+ * B stored n x k, contiguous along K). alpha = 1, beta = 0 (--beta sets another beta for every
+ * problem and peer).
  *
  * `list` needs no GPU: with no argument it prints the built-in workloads'
  * names, one a line; with NAME it writes that workload's problem list to
@@ -295,6 +296,11 @@ static void set_lda(const struct bprob *p, int64_t *lda, int64_t *ldb, int64_t *
 }
 
 int kbench_narrow;
+/* --beta: every problem's and every peer's beta (C = A B + beta C). */
+static double kbench_beta;
+/* Where C starts when it is read (beta != 0): every byte C_FILL, a finite
+ * value in every dtype (bf16 0.746, f16 1.81, f32 0.747, f64 4.8e-4). */
+#define C_FILL 0x3f
 
 /* The second tile that "-w" rows run on: the wide one, or with --narrow
  * the narrow one ("-n" rows). */
@@ -377,9 +383,9 @@ void set_init(struct set *s, const struct workload *w, int dtype, int tf32, size
                         kp[i].n = p->n;
                         kp[i].k = p->k;
                         kp[i].alpha = 1.f;
-                        kp[i].beta = 0.f;
+                        kp[i].beta = (float)kbench_beta;
                         kp[i].alpha_f64 = 1.0;
-                        kp[i].beta_f64 = 0.0;
+                        kp[i].beta_f64 = kbench_beta;
                         kp[i].kind = (uint8_t)p->kind;
                         kp[i].dtype = (uint8_t)dtype;
                         kp[i].trans_a = a_mn(p) ? 0 : 1;
@@ -582,9 +588,9 @@ static void grouped_init(struct grouped *g, const struct set *s)
                 g->ldc[i] = (int)s->p[i].m;
                 g->gsize[i] = 1;
                 g->alpha[i] = 1.f;
-                g->beta[i] = 0.f;
+                g->beta[i] = (float)kbench_beta;
                 g->alpha_d[i] = 1.0;
-                g->beta_d[i] = 0.0;
+                g->beta_d[i] = kbench_beta;
         }
         size_t es = esize(s->dtype);
         for (uint32_t c = 0; c < s->copies; c++) {
@@ -614,11 +620,11 @@ static void grouped_free(struct grouped *g, const struct set *s)
 /* Runs a cuBLAS peer once over copy c; returns 0 or -1 when it does not apply. */
 static int peer_run(cublasHandle_t h, const struct set *s, const struct grouped *g, enum peer peer, uint32_t c)
 {
-        const float one = 1.f, zero = 0.f;
-        const double oned = 1.0, zerod = 0.0;
+        const float one = 1.f, beta = (float)kbench_beta;
+        const double oned = 1.0, betad = kbench_beta; /* 0 unless --beta */
         const int f64 = s->dtype == GEMMD_F64;
         const void *onep = f64 ? (const void *)&oned : (const void *)&one;
-        const void *zerop = f64 ? (const void *)&zerod : (const void *)&zero;
+        const void *betap = f64 ? (const void *)&betad : (const void *)&beta;
         size_t es = esize(s->dtype);
         cudaDataType_t t = cuda_type(s->dtype);
         char *base = copy_base(s, c);
@@ -630,14 +636,14 @@ static int peer_run(cublasHandle_t h, const struct set *s, const struct grouped 
                         const struct bprob *p = &s->p[i];
                         CB(cublasDgemm(h, CUBLAS_OP_T, CUBLAS_OP_N, (int)p->m, (int)p->n, (int)p->k, &oned,
                                        (const double *)(base + s->aoff[i] * es), (int)p->k,
-                                       (const double *)(base + s->boff[i] * es), (int)p->k, &zerod,
+                                       (const double *)(base + s->boff[i] * es), (int)p->k, &betad,
                                        (double *)(base + s->coff[i] * es), (int)p->m));
                 }
                 for (uint32_t i = 0; !f64 && i < s->n; i++) {
                         const struct bprob *p = &s->p[i];
                         CB(cublasGemmEx(h, a_op(p), CUBLAS_OP_N, (int)p->m, (int)p->n, (int)p->k, &one,
                                         base + s->aoff[i] * es, t, a_ld(p), base + s->boff[i] * es, t,
-                                        (int)p->k, &zero, base + s->coff[i] * es, t, (int)p->m,
+                                        (int)p->k, &beta, base + s->coff[i] * es, t, (int)p->m,
                                         compute_type(s), CUBLAS_GEMM_DEFAULT));
                 }
                 return 0;
@@ -664,7 +670,7 @@ static int peer_run(cublasHandle_t h, const struct set *s, const struct grouped 
                 CB(cublasGemmStridedBatchedEx(h, a_op(p), CUBLAS_OP_N, (int)p->m, (int)p->n, (int)p->k,
                                               onep, base + s->aoff[0] * es, t, a_ld(p),
                                               (long long)(s->aoff[1] - s->aoff[0]), base + s->boff[0] * es,
-                                              t, (int)p->k, (long long)(s->boff[1] - s->boff[0]), zerop,
+                                              t, (int)p->k, (long long)(s->boff[1] - s->boff[0]), betap,
                                               base + s->coff[0] * es, t, (int)p->m,
                                               (long long)(s->coff[1] - s->coff[0]), (int)s->n,
                                               compute_type(s), CUBLAS_GEMM_DEFAULT));
@@ -681,14 +687,14 @@ static int peer_run(cublasHandle_t h, const struct set *s, const struct grouped 
                                 CB(cublasDsyr2k(h, p->uplo ? CUBLAS_FILL_MODE_UPPER : CUBLAS_FILL_MODE_LOWER,
                                                 CUBLAS_OP_T, (int)p->n, (int)p->k, &oned,
                                                 (const double *)(base + s->aoff[i] * es), (int)p->k,
-                                                (const double *)(base + s->boff[i] * es), (int)p->k, &zerod,
+                                                (const double *)(base + s->boff[i] * es), (int)p->k, &betad,
                                                 (double *)(base + s->coff[i] * es), (int)p->n));
                                 continue;
                         }
                         CB(cublasSsyr2k(h, p->uplo ? CUBLAS_FILL_MODE_UPPER : CUBLAS_FILL_MODE_LOWER,
                                         CUBLAS_OP_T, (int)p->n, (int)p->k, &one,
                                         (const float *)(base + s->aoff[i] * es), (int)p->k,
-                                        (const float *)(base + s->boff[i] * es), (int)p->k, &zero,
+                                        (const float *)(base + s->boff[i] * es), (int)p->k, &beta,
                                         (float *)(base + s->coff[i] * es), (int)p->n));
                 }
                 return 0;
@@ -805,7 +811,7 @@ static double getv(const void *base, int dtype, size_t i)
  * sets that no cuBLAS peer covers: 16-bit SYR2Ks, SYR2Ks mixed with GEMMs. */
 static void ref_gemmex(cublasHandle_t h, const struct set *s, float *ref)
 {
-        const float one = 1.f, zero = 0.f;
+        const float one = 1.f, beta = (float)kbench_beta;
         size_t es = esize(s->dtype);
         cudaDataType_t t = cuda_type(s->dtype);
         char *base = copy_base(s, 0);
@@ -814,7 +820,7 @@ static void ref_gemmex(cublasHandle_t h, const struct set *s, float *ref)
                 const char *a = base + s->aoff[i] * es, *b = base + s->boff[i] * es;
                 float *c = ref + (s->coff[i] - s->coff[0]);
                 CB(cublasGemmEx(h, a_op(p), CUBLAS_OP_N, (int)p->m, (int)p->n, (int)p->k, &one, a, t,
-                                a_ld(p), b, t, (int)p->k, &zero, c, CUDA_R_32F, (int)p->m, compute_type(s),
+                                a_ld(p), b, t, (int)p->k, &beta, c, CUDA_R_32F, (int)p->m, compute_type(s),
                                 CUBLAS_GEMM_DEFAULT));
                 if (p->kind == SCHED_SYR2K)
                         CB(cublasGemmEx(h, CUBLAS_OP_T, CUBLAS_OP_N, (int)p->n, (int)p->n, (int)p->k, &one, b,
@@ -859,12 +865,19 @@ static struct accuracy accuracy_of(const struct set *s, const void *x, int xdt, 
         return a;
 }
 
-/* Runs plan g on copy 0 with C poisoned and copies C into out (cbytes). */
+/* Sets the C's of copy 0 (bytes from dC) to what a check starts from:
+ * poison (NaN) where beta is 0 and C must not be read, else C_FILL. */
+static void c_start(char *dC, size_t cbytes)
+{
+        CK(cudaMemset(dC, kbench_beta != 0.0 ? C_FILL : 0xff, cbytes));
+}
+
+/* Runs plan g on copy 0 from c_start and copies C into out (cbytes). */
 static void run_into(const struct set *s, const struct gplan *g, char *out, size_t cbytes)
 {
         char *dC = copy_base(s, 0) + s->coff[0] * esize(s->dtype);
 
-        CK(cudaMemset(dC, 0xff, cbytes));
+        c_start(dC, cbytes);
         kern_run(s, g, 0);
         CK(cudaDeviceSynchronize());
         CK(cudaMemcpy(out, dC, cbytes, cudaMemcpyDeviceToHost));
@@ -885,11 +898,26 @@ static double verify(cublasHandle_t h, const struct set *s, const struct grouped
                 exit(1);
         }
         run_into(s, &gp, g, cbytes);
-        CK(cudaMemset(dC, 0, cbytes));
+        CK(cudaMemset(dC, kbench_beta != 0.0 ? C_FILL : 0, cbytes));
         enum peer peer = s->any_syr2k ? PEER_SYR2K : PEER_LOOP;
         if (peer_run(h, s, gr, peer, 0)) {
                 float *ref;
                 CK(cudaMalloc((void **)&ref, rbytes));
+                if (kbench_beta != 0.0) {
+                        /* The reference starts where C did (c_start), in f32. */
+                        unsigned char fill[8];
+                        memset(fill, C_FILL, sizeof(fill));
+                        const float c0 = (float)getv(fill, s->dtype, 0);
+                        float *hr = malloc(rbytes);
+                        if (!hr) {
+                                fprintf(stderr, "gemmbench: out of memory\n");
+                                exit(1);
+                        }
+                        for (size_t i = 0; i < rbytes / sizeof(float); i++)
+                                hr[i] = c0;
+                        CK(cudaMemcpy(ref, hr, rbytes, cudaMemcpyHostToDevice));
+                        free(hr);
+                }
                 ref_gemmex(h, s, ref);
                 CK(cudaDeviceSynchronize());
                 CK(cudaMemcpy(c, ref, rbytes, cudaMemcpyDeviceToHost));
@@ -1137,6 +1165,7 @@ static void usage(FILE *f)
 {
         fprintf(f, "usage: gemmbench kernels [--mode MODE|all] [--workload NAME|all|FILE] [--json] "
                    "[--reps N] [--cost SPEC] [--queued] [--paired] [--f64-general] [--narrow] [--a-mn]\n"
+                   "                         [--beta X]   (C = A B + X C for gemmd and every peer; default 0)\n"
                    "       gemmbench calibrate [--reps N] [--json]   (the cost model measured here)\n"
                    "       gemmbench floor [--reps N]   (a kernel's device time before any work, beside cuBLAS)\n"
                    "       gemmbench list [NAME|FILE]   (a workload's problem list, `gemmctl plan` format)\n"
@@ -1226,9 +1255,10 @@ static void bench_workload(cublasHandle_t h, const struct workload *w, int modes
                                "found again in the memo in %.1f us\n",
                                w->name, cfg_name(s.dtype, s.tf32), s.n, s.tmaps_us, s.tmaps_us / s.n,
                                s.tmaps_memo_us);
-                if (s.dtype == GEMMD_F32 && !s.tf32 && s.nfast > 0)
+                /* (Their references are of A B alone: beta 0.) */
+                if (s.dtype == GEMMD_F32 && !s.tf32 && s.nfast > 0 && kbench_beta == 0.0)
                         f32_accuracy(h, &s, &gr, nsm, w->name, json);
-                if (s.dtype == GEMMD_F64)
+                if (s.dtype == GEMMD_F64 && kbench_beta == 0.0)
                         f64_accuracy(h, &s, &gr, nsm, w->name, json);
                 const long wdiff = wide_bits_differ(&s, nsm);
                 if (wdiff >= 0) {
@@ -1389,7 +1419,12 @@ int main(int argc, char **argv)
                         kbench_a_mn = 1;
                 else if (!strcmp(argv[i], "--reps") && i + 1 < argc)
                         reps = atoi(argv[++i]);
-                else if (!strcmp(argv[i], "--cost") && i + 1 < argc) {
+                else if (!strcmp(argv[i], "--beta") && i + 1 < argc) {
+                        char *end = NULL;
+                        kbench_beta = strtod(argv[++i], &end);
+                        if (!end || *end || end == argv[i] || !isfinite(kbench_beta))
+                                return usage_error("kernels", "invalid value for --beta:", argv[i]);
+                } else if (!strcmp(argv[i], "--cost") && i + 1 < argc) {
                         /* Plans built with another cost model (gemmbench calibrate). */
                         struct sched_cost c = *sched_cost_get();
 
@@ -1397,7 +1432,8 @@ int main(int argc, char **argv)
                                 return usage_error("kernels", "invalid value for --cost:", argv[i + 1]);
                         i++;
                 } else if (i + 1 == argc && (!strcmp(argv[i], "--mode") || !strcmp(argv[i], "--workload") ||
-                                             !strcmp(argv[i], "--reps") || !strcmp(argv[i], "--cost"))) {
+                                             !strcmp(argv[i], "--reps") || !strcmp(argv[i], "--cost") ||
+                                             !strcmp(argv[i], "--beta"))) {
                         return usage_error("kernels", "a value must follow", argv[i]);
                 } else if (argv[i][0] == '-') {
                         return usage_error("kernels", "unknown option", argv[i]);
@@ -1434,6 +1470,9 @@ int main(int argc, char **argv)
                        "lpt-80 = lpt on the sm_80 kernel (exact f32: FFMA); %s\n",
                        cuda_gemm_fast_available() ? "on" : "off",
                        kbench_narrow ? "MODE-n = the narrow tile (128x64)" : "MODE-w = the wide tile (128x192)");
+                if (kbench_beta != 0.0)
+                        printf("# beta %g (--beta): C = A B + beta C for gemmd and every peer; C starts as bytes 0x%02x\n",
+                               kbench_beta, C_FILL);
                 printf("%-12s %-5s %-13s %9s %8s %8s %8s %8s %7s %7s %9s\n", "workload", "cfg", "mode", "gemmd_ms",
                        "TF/s", "loop", "grouped", "strided", "x_grp", "x_best", "max_err");
         }

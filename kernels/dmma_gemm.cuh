@@ -581,28 +581,49 @@ __device__ __forceinline__ void dmainloop(const Prob &pr, uint32_t m0, uint32_t 
 
 /* C = alpha * sum(i, row, col) (+ beta * C) over the thread's accumulator
  * positions, each operation rounded on its own; with beta == 0 C is not
- * read. SYR2K: the stored triangle only (sum is not called elsewhere). */
+ * read. SYR2K: the stored triangle only (sum is not called elsewhere).
+ * With beta, C is read CB elements at a time, all of them before their
+ * stores: the compiler cannot tell C's addresses apart (ldc is a run-time
+ * value), so an element read after a store waits for it, and the tile
+ * paid the memory's latency once per element. */
 template <class D, class Sum>
 __device__ __forceinline__ void dstore(const struct gemmd_kproblem &p, uint32_t m0, uint32_t n0, Sum sum)
 {
+        constexpr int CB = 8;
+        static_assert(D::NACC % CB == 0, "whole batches");
         double *cptr = (double *)(uintptr_t)p.c;
         const double alpha = p.alpha_f64, beta = p.beta_f64;
         const bool syr2k = p.kind == SCHED_SYR2K, lower = p.uplo == 0;
         auto store = [&](auto with_beta) {
 #pragma unroll
-                for (int i = 0; i < D::NACC; i++) {
-                        uint32_t r, c;
-                        dacc_pos<D>(i, r, c);
-                        const uint32_t gi = m0 + r, gj = n0 + c;
-                        if (gi >= p.m || gj >= p.n)
-                                continue;
-                        if (syr2k && (lower ? gi < gj : gi > gj))
-                                continue;
-                        double *dst = cptr + gi + (int64_t)gj * p.ldc;
-                        double v = __dmul_rn(alpha, sum(i, r, c));
-                        if (decltype(with_beta)::value)
-                                v = __dadd_rn(v, __dmul_rn(beta, *dst));
-                        *dst = v;
+                for (int b = 0; b < D::NACC; b += CB) {
+                        double old[CB];
+                        if (decltype(with_beta)::value) {
+#pragma unroll
+                                for (int e = 0; e < CB; e++) {
+                                        uint32_t r, c;
+                                        dacc_pos<D>(b + e, r, c);
+                                        const uint32_t gi = m0 + r, gj = n0 + c;
+                                        const bool in = gi < p.m && gj < p.n && !(syr2k && (lower ? gi < gj : gi > gj));
+                                        old[e] = in ? cptr[gi + (int64_t)gj * p.ldc] : 0.0;
+                                }
+                        }
+#pragma unroll
+                        for (int e = 0; e < CB; e++) {
+                                const int i = b + e;
+                                uint32_t r, c;
+                                dacc_pos<D>(i, r, c);
+                                const uint32_t gi = m0 + r, gj = n0 + c;
+                                if (gi >= p.m || gj >= p.n)
+                                        continue;
+                                if (syr2k && (lower ? gi < gj : gi > gj))
+                                        continue;
+                                double *dst = cptr + gi + (int64_t)gj * p.ldc;
+                                double v = __dmul_rn(alpha, sum(i, r, c));
+                                if (decltype(with_beta)::value)
+                                        v = __dadd_rn(v, __dmul_rn(beta, old[e]));
+                                *dst = v;
+                        }
                 }
         };
         if (beta != 0.0)

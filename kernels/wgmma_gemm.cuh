@@ -698,6 +698,69 @@ template <> __device__ __forceinline__ uint32_t pack2<__half>(float lo, float hi
         return *(uint32_t *)&v;
 }
 
+/* The 16-bit value whose bits are b. */
+template <typename T> __device__ __forceinline__ T bits_as(uint16_t b)
+{
+        T v;
+        memcpy(&v, &b, sizeof(v));
+        return v;
+}
+
+/*
+ * A consumer's 64 rows of C at (r0, n0) into its staging buffer (shared
+ * address epi, column stride EPI_LD), as the 16-bit epilogue's stores
+ * read it back out: 16-byte vectors of 8 rows, BN / 16 a thread, all
+ * loaded before any is stored, so that the tile waits for the memory once
+ * rather than once per element (64 two-byte loads a thread, each behind
+ * the last). Elements outside C, and outside a SYR2K's triangle where a
+ * vector crosses it, are not read: they stage as zero and are never
+ * stored.
+ */
+template <typename T, int BN>
+__device__ __forceinline__ void c_stage_in(const struct gemmd_kproblem &p, const T *cptr, uint32_t r0, uint32_t n0,
+                                           uint32_t wt, uint32_t epi, bool lower, bool upper)
+{
+        constexpr int NV = BN / 16, LD = WCfgT<BN>::EPI_LD;
+        constexpr int CB = NV % 8 == 0 ? 8 : 4; /* vectors in flight a thread */
+        static_assert(NV % CB == 0, "whole batches");
+        const bool cvec = ((p.c & 15u) == 0) && (p.ldc % 8) == 0;
+#pragma unroll
+        for (int b = 0; b < NV; b += CB) {
+                uint4 val[CB];
+#pragma unroll
+                for (int i = 0; i < CB; i++) {
+                        const int v = wt + (b + i) * 128, col = v >> 3, rv = v & 7;
+                        const uint32_t gi = r0 + rv * 8, gj = n0 + col;
+                        val[i] = make_uint4(0u, 0u, 0u, 0u);
+                        if (gi >= p.m || gj >= p.n)
+                                continue;
+                        const T *src = cptr + gi + (int64_t)gj * p.ldc;
+                        const bool in_tri = lower ? gi >= gj : upper ? gi + 7 <= gj : true;
+                        if (cvec && gi + 8 <= p.m && in_tri) {
+                                val[i] = *(const uint4 *)src;
+                        } else {
+                                uint32_t w[4] = {0u, 0u, 0u, 0u};
+                                const uint32_t lim = p.m - gi;
+#pragma unroll
+                                for (int x = 0; x < 8; x++)
+                                        if ((uint32_t)x < lim && !(lower && gi + x < gj) && !(upper && gi + x > gj)) {
+                                                uint16_t bits;
+                                                memcpy(&bits, src + x, 2);
+                                                w[x >> 1] |= (uint32_t)bits << (16 * (x & 1));
+                                        }
+                                val[i] = make_uint4(w[0], w[1], w[2], w[3]);
+                        }
+                }
+#pragma unroll
+                for (int i = 0; i < CB; i++) {
+                        const int v = wt + (b + i) * 128, col = v >> 3, rv = v & 7;
+                        asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};\n" ::"r"(epi + col * (LD * 2) + rv * 16),
+                                     "r"(val[i].x), "r"(val[i].y), "r"(val[i].z), "r"(val[i].w)
+                                     : "memory");
+                }
+        }
+}
+
 /* ---- the work of a CTA --------------------------------------------------- */
 
 struct Work {
@@ -1525,9 +1588,23 @@ __global__ void __launch_bounds__(WCfg::THREADS, 1) wgmma_kernel(const __grid_co
                         /* beta is tested once, outside the loops: inside,
                          * the compiler keeps the C-reading path's address
                          * arithmetic on the beta = 0 path too. */
+                        /* With beta, a group of four reads C before any of
+                         * its stores: a read after a store to C waits for
+                         * it (the compiler cannot tell the addresses
+                         * apart), which paid the memory's latency once per
+                         * element. More at a time would take registers. */
                         auto store = [&](auto with_beta) {
 #pragma unroll
-                                for (int j = 0; j < NA / 4; j++)
+                                for (int j = 0; j < NA / 4; j++) {
+                                        float old[4];
+                                        if (decltype(with_beta)::value) {
+#pragma unroll
+                                                for (int e = 0; e < 4; e++) {
+                                                        const uint32_t gi = rbase + 8 * (e >> 1), gj = cbase + j * 8 + (e & 1);
+                                                        const bool in = !(gi >= p.m || gj >= p.n || (lower && gi < gj) || (upper && gi > gj));
+                                                        old[e] = in ? ((const float *)cptr)[gi + (int64_t)gj * p.ldc] : 0.f;
+                                                }
+                                        }
 #pragma unroll
                                         for (int e = 0; e < 4; e++) {
                                                 const uint32_t gi = rbase + 8 * (e >> 1), gj = cbase + j * 8 + (e & 1);
@@ -1536,9 +1613,10 @@ __global__ void __launch_bounds__(WCfg::THREADS, 1) wgmma_kernel(const __grid_co
                                                 float *dst = (float *)cptr + gi + (int64_t)gj * p.ldc;
                                                 float v = __fmul_rn(alpha, tot[j * 4 + e]);
                                                 if (decltype(with_beta)::value)
-                                                        v = __fadd_rn(v, __fmul_rn(beta, *dst));
+                                                        v = __fadd_rn(v, __fmul_rn(beta, old[e]));
                                                 *dst = v;
                                         }
+                                }
                         };
                         if (beta != 0.f)
                                 store(std::true_type{});
@@ -1547,27 +1625,43 @@ __global__ void __launch_bounds__(WCfg::THREADS, 1) wgmma_kernel(const __grid_co
                 } else {
                         /* 16-bit epilogue: round in registers, stage transposed, store columns. */
                         uint32_t pk[NA / 2];
-                        /* beta tested once (as in the f32 epilogue). */
+                        /* beta tested once (as in the f32 epilogue). Both
+                         * ways pass the barrier after which the previous
+                         * tile's reads of the staging buffer are done. */
                         if (beta == 0.f) {
 #pragma unroll
                                 for (int e = 0; e < NA; e += 2)
                                         pk[e / 2] = pack2<T>(__fmul_rn(alpha, tot[e]), __fmul_rn(alpha, tot[e + 1]));
+                                named_bar(2 + cw, 128);
                         } else {
+                                /* C comes in the way it goes out: whole columns
+                                 * into the staging buffer, then each thread's
+                                 * fragment from there (c_stage_in). */
+                                named_bar(2 + cw, 128);
+                                c_stage_in<T, BN>(p, cptr, m0 + rsh, n0, wt, epi, lower, upper);
+                                named_bar(2 + cw, 128);
+                                const int q = lane >> 3, r8 = lane & 7;
 #pragma unroll
-                                for (int j = 0; j < NA / 4; j++)
+                                for (int j = 0; j < NA / 4; j += 2) {
+                                        const int jj = j + (q >> 1), h = q & 1;
+                                        const uint32_t addr = epi + (jj * 8 + r8) * (W::EPI_LD * 2) + (wi * 16 + h * 8) * 2;
+                                        uint32_t cv[4];
+                                        asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                                                     : "=r"(cv[0]), "=r"(cv[1]), "=r"(cv[2]), "=r"(cv[3])
+                                                     : "r"(addr)
+                                                     : "memory");
 #pragma unroll
-                                        for (int h = 0; h < 2; h++) {
-                                                const int e = j * 4 + h * 2;
-                                                float v0 = __fmul_rn(alpha, tot[e]), v1 = __fmul_rn(alpha, tot[e + 1]);
-                                                const uint32_t gi = rbase + 8 * h, gj = cbase + j * 8;
-                                                if (gi < p.m && gj < p.n)
-                                                        v0 = __fadd_rn(v0, __fmul_rn(beta, to_f32<T>(cptr[gi + (int64_t)gj * p.ldc])));
-                                                if (gi < p.m && gj + 1 < p.n)
-                                                        v1 = __fadd_rn(v1, __fmul_rn(beta, to_f32<T>(cptr[gi + (int64_t)(gj + 1) * p.ldc])));
-                                                pk[j * 2 + h] = pack2<T>(v0, v1);
+                                        for (int x = 0; x < 4; x++) {
+                                                const int e = (j + x / 2) * 4 + (x % 2) * 2;
+                                                const float c0 = to_f32<T>(bits_as<T>((uint16_t)cv[x])),
+                                                            c1 = to_f32<T>(bits_as<T>((uint16_t)(cv[x] >> 16)));
+                                                pk[j * 2 + x] = pack2<T>(__fadd_rn(__fmul_rn(alpha, tot[e]), __fmul_rn(beta, c0)),
+                                                                         __fadd_rn(__fmul_rn(alpha, tot[e + 1]), __fmul_rn(beta, c1)));
                                         }
+                                }
+                                /* (A warp's ldmatrix and stmatrix cover the same
+                                 * rows, which no other warp touches.) */
                         }
-                        named_bar(2 + cw, 128); /* the previous tile's reads of the staging buffer are done */
                         {
                                 const int q = lane >> 3, r8 = lane & 7;
 #pragma unroll
