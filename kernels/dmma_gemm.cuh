@@ -594,6 +594,10 @@ __device__ __forceinline__ void dstore(const struct gemmd_kproblem &p, uint32_t 
         double *cptr = (double *)(uintptr_t)p.c;
         const double alpha = p.alpha_f64, beta = p.beta_f64;
         const bool syr2k = p.kind == SCHED_SYR2K, lower = p.uplo == 0;
+        /* Whether (gi, gj) is in C and, for a SYR2K, in its stored triangle. */
+        auto inside = [&](uint32_t gi, uint32_t gj) {
+                return gi < p.m && gj < p.n && !(syr2k && (lower ? gi < gj : gi > gj));
+        };
         auto store = [&](auto with_beta) {
 #pragma unroll
                 for (int b = 0; b < D::NACC; b += CB) {
@@ -604,8 +608,7 @@ __device__ __forceinline__ void dstore(const struct gemmd_kproblem &p, uint32_t 
                                         uint32_t r, c;
                                         dacc_pos<D>(b + e, r, c);
                                         const uint32_t gi = m0 + r, gj = n0 + c;
-                                        const bool in = gi < p.m && gj < p.n && !(syr2k && (lower ? gi < gj : gi > gj));
-                                        old[e] = in ? cptr[gi + (int64_t)gj * p.ldc] : 0.0;
+                                        old[e] = inside(gi, gj) ? cptr[gi + (int64_t)gj * p.ldc] : 0.0;
                                 }
                         }
 #pragma unroll
@@ -614,9 +617,7 @@ __device__ __forceinline__ void dstore(const struct gemmd_kproblem &p, uint32_t 
                                 uint32_t r, c;
                                 dacc_pos<D>(i, r, c);
                                 const uint32_t gi = m0 + r, gj = n0 + c;
-                                if (gi >= p.m || gj >= p.n)
-                                        continue;
-                                if (syr2k && (lower ? gi < gj : gi > gj))
+                                if (!inside(gi, gj))
                                         continue;
                                 double *dst = cptr + gi + (int64_t)gj * p.ldc;
                                 double v = __dmul_rn(alpha, sum(i, r, c));

@@ -707,14 +707,40 @@ template <typename T> __device__ __forceinline__ T bits_as(uint16_t b)
 }
 
 /*
+ * The 16-bit epilogue moves a consumer's 64 x BN block of C between its
+ * staging buffer and C by vectors of 8 rows of one column: vector v = wt +
+ * s * 128 of thread wt is column v / 8, rows 8 (v % 8).. of the block.
+ * c_vec_whole: whether the vector at (gi, gj) moves as one 16-byte access
+ * (cvec: C's address and ldc allow them; all 8 rows inside C and, for a
+ * SYR2K, inside its triangle); otherwise its elements go one at a time,
+ * those c_row_in.
+ */
+__device__ __forceinline__ bool c_vec_ok(const struct gemmd_kproblem &p)
+{
+        return (p.c & 15u) == 0 && p.ldc % 8 == 0;
+}
+
+__device__ __forceinline__ bool c_vec_whole(const struct gemmd_kproblem &p, bool cvec, uint32_t gi, uint32_t gj,
+                                            bool lower, bool upper)
+{
+        const bool in_tri = lower ? gi >= gj : upper ? gi + 7 <= gj : true;
+        return cvec && gi + 8 <= p.m && in_tri;
+}
+
+__device__ __forceinline__ bool c_row_in(const struct gemmd_kproblem &p, uint32_t gi, uint32_t gj, bool lower,
+                                         bool upper)
+{
+        return gi < p.m && !(lower && gi < gj) && !(upper && gi > gj);
+}
+
+/*
  * A consumer's 64 rows of C at (r0, n0) into its staging buffer (shared
  * address epi, column stride EPI_LD), as the 16-bit epilogue's stores
- * read it back out: 16-byte vectors of 8 rows, BN / 16 a thread, all
- * loaded before any is stored, so that the tile waits for the memory once
- * rather than once per element (64 two-byte loads a thread, each behind
- * the last). Elements outside C, and outside a SYR2K's triangle where a
- * vector crosses it, are not read: they stage as zero and are never
- * stored.
+ * read it back out, BN / 16 vectors a thread, all of a batch loaded before
+ * any is stored, so that the tile waits for the memory once rather than
+ * once per element (64 two-byte loads a thread, each behind the last).
+ * Elements outside C, and outside a SYR2K's triangle, are not read: they
+ * stage as zero and are never stored.
  */
 template <typename T, int BN>
 __device__ __forceinline__ void c_stage_in(const struct gemmd_kproblem &p, const T *cptr, uint32_t r0, uint32_t n0,
@@ -723,7 +749,7 @@ __device__ __forceinline__ void c_stage_in(const struct gemmd_kproblem &p, const
         constexpr int NV = BN / 16, LD = WCfgT<BN>::EPI_LD;
         constexpr int CB = NV % 8 == 0 ? 8 : 4; /* vectors in flight a thread */
         static_assert(NV % CB == 0, "whole batches");
-        const bool cvec = ((p.c & 15u) == 0) && (p.ldc % 8) == 0;
+        const bool cvec = c_vec_ok(p);
 #pragma unroll
         for (int b = 0; b < NV; b += CB) {
                 uint4 val[CB];
@@ -735,15 +761,13 @@ __device__ __forceinline__ void c_stage_in(const struct gemmd_kproblem &p, const
                         if (gi >= p.m || gj >= p.n)
                                 continue;
                         const T *src = cptr + gi + (int64_t)gj * p.ldc;
-                        const bool in_tri = lower ? gi >= gj : upper ? gi + 7 <= gj : true;
-                        if (cvec && gi + 8 <= p.m && in_tri) {
+                        if (c_vec_whole(p, cvec, gi, gj, lower, upper)) {
                                 val[i] = *(const uint4 *)src;
                         } else {
                                 uint32_t w[4] = {0u, 0u, 0u, 0u};
-                                const uint32_t lim = p.m - gi;
 #pragma unroll
                                 for (int x = 0; x < 8; x++)
-                                        if ((uint32_t)x < lim && !(lower && gi + x < gj) && !(upper && gi + x > gj)) {
+                                        if (c_row_in(p, gi + x, gj, lower, upper)) {
                                                 uint16_t bits;
                                                 memcpy(&bits, src + x, 2);
                                                 w[x >> 1] |= (uint32_t)bits << (16 * (x & 1));
@@ -1587,12 +1611,15 @@ __global__ void __launch_bounds__(WCfg::THREADS, 1) wgmma_kernel(const __grid_co
                          * columns, whole 32-byte sectors of column-major C. */
                         /* beta is tested once, outside the loops: inside,
                          * the compiler keeps the C-reading path's address
-                         * arithmetic on the beta = 0 path too. */
-                        /* With beta, a group of four reads C before any of
-                         * its stores: a read after a store to C waits for
-                         * it (the compiler cannot tell the addresses
-                         * apart), which paid the memory's latency once per
-                         * element. More at a time would take registers. */
+                         * arithmetic on the beta = 0 path too. With beta, a
+                         * group of four reads C before any of its stores: a
+                         * read after a store to C waits for it (the compiler
+                         * cannot tell the addresses apart), which paid the
+                         * memory's latency once per element. More at a
+                         * time would take registers. */
+                        auto inside = [&](uint32_t gi, uint32_t gj) {
+                                return !(gi >= p.m || gj >= p.n || (lower && gi < gj) || (upper && gi > gj));
+                        };
                         auto store = [&](auto with_beta) {
 #pragma unroll
                                 for (int j = 0; j < NA / 4; j++) {
@@ -1601,14 +1628,13 @@ __global__ void __launch_bounds__(WCfg::THREADS, 1) wgmma_kernel(const __grid_co
 #pragma unroll
                                                 for (int e = 0; e < 4; e++) {
                                                         const uint32_t gi = rbase + 8 * (e >> 1), gj = cbase + j * 8 + (e & 1);
-                                                        const bool in = !(gi >= p.m || gj >= p.n || (lower && gi < gj) || (upper && gi > gj));
-                                                        old[e] = in ? ((const float *)cptr)[gi + (int64_t)gj * p.ldc] : 0.f;
+                                                        old[e] = inside(gi, gj) ? ((const float *)cptr)[gi + (int64_t)gj * p.ldc] : 0.f;
                                                 }
                                         }
 #pragma unroll
                                         for (int e = 0; e < 4; e++) {
                                                 const uint32_t gi = rbase + 8 * (e >> 1), gj = cbase + j * 8 + (e & 1);
-                                                if (gi >= p.m || gj >= p.n || (lower && gi < gj) || (upper && gi > gj))
+                                                if (!inside(gi, gj))
                                                         continue;
                                                 float *dst = (float *)cptr + gi + (int64_t)gj * p.ldc;
                                                 float v = __fmul_rn(alpha, tot[j * 4 + e]);
@@ -1625,6 +1651,14 @@ __global__ void __launch_bounds__(WCfg::THREADS, 1) wgmma_kernel(const __grid_co
                 } else {
                         /* 16-bit epilogue: round in registers, stage transposed, store columns. */
                         uint32_t pk[NA / 2];
+                        /* Where the four 8 x 8 matrices of pk[2 j .. 2 j + 3]
+                         * (row blocks j, j + 1; both halves of the warp's 16
+                         * rows) lie in the staging buffer, transposed: lane
+                         * l's row address for stmatrix and ldmatrix. */
+                        auto frag_at = [&](int j) -> uint32_t {
+                                const int q = lane >> 3, r8 = lane & 7, jj = j + (q >> 1), h = q & 1;
+                                return epi + (jj * 8 + r8) * (W::EPI_LD * 2) + (wi * 16 + h * 8) * 2;
+                        };
                         /* beta tested once (as in the f32 epilogue). Both
                          * ways pass the barrier after which the previous
                          * tile's reads of the staging buffer are done. */
@@ -1640,11 +1674,9 @@ __global__ void __launch_bounds__(WCfg::THREADS, 1) wgmma_kernel(const __grid_co
                                 named_bar(2 + cw, 128);
                                 c_stage_in<T, BN>(p, cptr, m0 + rsh, n0, wt, epi, lower, upper);
                                 named_bar(2 + cw, 128);
-                                const int q = lane >> 3, r8 = lane & 7;
 #pragma unroll
                                 for (int j = 0; j < NA / 4; j += 2) {
-                                        const int jj = j + (q >> 1), h = q & 1;
-                                        const uint32_t addr = epi + (jj * 8 + r8) * (W::EPI_LD * 2) + (wi * 16 + h * 8) * 2;
+                                        const uint32_t addr = frag_at(j);
                                         uint32_t cv[4];
                                         asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
                                                      : "=r"(cv[0]), "=r"(cv[1]), "=r"(cv[2]), "=r"(cv[3])
@@ -1663,11 +1695,9 @@ __global__ void __launch_bounds__(WCfg::THREADS, 1) wgmma_kernel(const __grid_co
                                  * rows, which no other warp touches.) */
                         }
                         {
-                                const int q = lane >> 3, r8 = lane & 7;
 #pragma unroll
                                 for (int j = 0; j < NA / 4; j += 2) {
-                                        const int jj = j + (q >> 1), h = q & 1;
-                                        const uint32_t addr = epi + (jj * 8 + r8) * (W::EPI_LD * 2) + (wi * 16 + h * 8) * 2;
+                                        const uint32_t addr = frag_at(j);
                                         asm volatile("stmatrix.sync.aligned.m8n8.x4.trans.shared.b16 [%0], {%1, %2, %3, %4};\n" ::"r"(addr),
                                                      "r"(pk[j * 2]), "r"(pk[j * 2 + 1]), "r"(pk[j * 2 + 2]), "r"(pk[j * 2 + 3])
                                                      : "memory");
@@ -1679,7 +1709,7 @@ __global__ void __launch_bounds__(WCfg::THREADS, 1) wgmma_kernel(const __grid_co
                                 KT_AT(s_kt, KT_STAGED);
 #endif
                         {
-                                const bool cvec = ((p.c & 15u) == 0) && (p.ldc % 8) == 0;
+                                const bool cvec = c_vec_ok(p);
                                 const uint32_t r0 = m0 + rsh;
                                 const unsigned char *ep = gbase + (epi - base);
 #pragma unroll
@@ -1690,18 +1720,14 @@ __global__ void __launch_bounds__(WCfg::THREADS, 1) wgmma_kernel(const __grid_co
                                                 continue;
                                         const uint4 val = *(const uint4 *)(ep + col * (W::EPI_LD * 2) + rv * 16);
                                         T *dst = cptr + gi + (int64_t)gj * p.ldc;
-                                        /* A SYR2K writes only its triangle: rows gi..gi+7
-                                         * of column gj are whole when all are in it. */
-                                        const bool in_tri = lower ? gi >= gj : upper ? gi + 7 <= gj : true;
-                                        if (cvec && gi + 8 <= p.m && in_tri) {
+                                        /* A SYR2K writes only its triangle (c_vec_whole). */
+                                        if (c_vec_whole(p, cvec, gi, gj, lower, upper)) {
                                                 *(uint4 *)dst = val;
                                         } else {
-                                                const uint32_t lim = p.m - gi;
                                                 const uint32_t wv[4] = {val.x, val.y, val.z, val.w};
 #pragma unroll
                                                 for (int x = 0; x < 8; x++)
-                                                        if ((uint32_t)x < lim && !(lower && gi + x < gj) &&
-                                                            !(upper && gi + x > gj)) {
+                                                        if (c_row_in(p, gi + x, gj, lower, upper)) {
                                                                 const uint16_t bits = (uint16_t)(wv[x >> 1] >> (16 * (x & 1)));
                                                                 *(uint16_t *)(dst + x) = bits;
                                                         }
