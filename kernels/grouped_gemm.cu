@@ -1660,14 +1660,14 @@ extern "C" int cuda_gemm_tmaps_build_packed(const struct gemmd_kproblem *probs, 
                  * those rows of A (skinny_group). */
                 if (skinny)
                         encode_kmajor(fn, &m[2], p.dtype, p.a, p.m, p.k, p.lda, 64);
-                /* An f32 GEMM that only writes C (beta 0) can store it
-                 * through a map (bit 4), where C's layout allows: columns
+                /* An f32 GEMM's C can be stored (and, with beta != 0,
+                 * read) through a map (bit 4), where its layout allows: columns
                  * of whole 16-byte granules. Where a column ends inside
                  * one, the copy wrote the whole granule on the H100 (a
                  * TF32 GEMM of 63 rows, ldc 64, had row 63 written:
                  * bench/results/test_gpu_kernels.log), so such a C is
                  * stored from the fragments, row by row. */
-                if (p.kind == SCHED_GEMM && p.dtype == GEMMD_F32 && p.beta == 0.f && shape.tn == 128 &&
+                if (p.kind == SCHED_GEMM && p.dtype == GEMMD_F32 && shape.tn == 128 &&
                     (p.c & 15) == 0 && p.m % 4 == 0 && p.ldc % 4 == 0 && p.ldc < ((int64_t)1 << 37) &&
                     encode_c(fn, &m[2], p))
                         flags[i] |= 4;

@@ -12,7 +12,7 @@
  * and ldb multiples of a 16-byte vector. The host encodes two tensor maps
  * per problem (cuda_gemm_tmaps_build): box 128 bytes of K (64 16-bit
  * elements, 32 f32) x 128 rows (B: the tile's width), 128-byte swizzle;
- * and a third, of C, for f32 GEMMs with beta 0 (c_staged);
+ * and a third, of C, for f32 GEMMs (c_staged, and c_load where beta != 0);
  * the copy engine fills rows and k past the matrix with zeros, so edge
  * tiles take the same mainloop and only the epilogue masks. A stage has the
  * same bytes and the same shared-memory layout for every type, and each
@@ -105,7 +105,7 @@ template <int BN_, int BMA_ = 128> struct WCfgT {
         static constexpr int EPI_BYTES = BN * EPI_LD * 2; /* per consumer warpgroup */
         static constexpr int TILE = BM * BN;
         static constexpr int NACC = BN / 2; /* accumulators per consumer thread (64 x BN / 128) */
-        static constexpr int TMAP_BYTES = 384; /* A's map, B's, C's (f32 GEMMs with beta 0) */
+        static constexpr int TMAP_BYTES = 384; /* A's map, B's, C's (f32 GEMMs) */
         static_assert(BN % 16 == 0 && BN <= 256, "a wgmma's N");
         static_assert(BMA == 128 || BMA == 64, "a stage holds A's whole tile or its first 64 rows");
 };
@@ -138,7 +138,10 @@ template <bool X3, int BN = 128, bool F32C = false, int BMA = 128> struct WLay {
         static constexpr int BAR_OFF = EPI_OFF + (X3 ? 0 : 2 * (F32C ? F32C_BYTES : W::EPI_BYTES));
         static constexpr int HDR_OFF = BAR_OFF + (X3 ? 3 : 2) * STAGES * 8;
         static constexpr int END_OFF = HDR_OFF + STAGES * 64;
-        static constexpr int SMEM = 1024 + END_OFF + STAGES * 4;
+        /* F32C: one barrier per consumer warpgroup for C read into its
+         * staging buffer (c_load). */
+        static constexpr int CBAR_OFF = (END_OFF + STAGES * 4 + 7) & ~7;
+        static constexpr int SMEM = 1024 + (F32C ? CBAR_OFF + 16 : END_OFF + STAGES * 4);
         static_assert(SMEM <= 227 * 1024, "over the shared memory of an sm_90 CTA");
         static_assert(!X3 || BN == 128, "X3 runs the usual tile only");
         static_assert(!F32C || (!X3 && BN == 128), "no room to stage f32 C");
@@ -1091,23 +1094,51 @@ template <int NA> __device__ __forceinline__ void fold(float (&d)[NA], float (&t
 /* ---- the kernel ---------------------------------------------------------- */
 
 /*
- * The f32 epilogue through shared memory (a consumer warpgroup: rows
- * [r0, r0 + 64) of the tile at (r0, n0), beta 0): alpha * tot is written
- * into the warpgroup's 32 KiB staging buffer as two boxes of 32 rows x 128
- * columns, column-major with TMA's 128-byte swizzle (16-byte chunk j of
- * column c at chunk j ^ (c % 8): the 32 lanes of each store hit 32 banks),
- * and one thread stores the boxes through C's tensor map, which clips them
- * at the matrix edges. The consumers go on to the next tile while the
- * copy engine writes C; before writing the buffer again they wait until
- * that copy has read it. Stored from the fragments instead, a TF32 tile's
- * 64 KiB would hold up the tensor cores and the next tile's loads.
+ * C read into a consumer warpgroup's staging buffer (beta != 0, C with a
+ * tensor map), by its thread 0: the same two boxes of 32 rows x 128
+ * columns that c_staged stores, so that each thread finds its elements of
+ * C where it writes its results. Issued while the tile's last wgmma batch
+ * runs (the previous tile's copy has read the buffer by then), so the
+ * epilogue waits for C once a tile at most, where reading it from the
+ * fragments' addresses paid the memory's latency once per group of
+ * elements. The rows past the matrix's edge are filled with zeros and
+ * never stored.
  */
-template <int NA>
+__device__ __forceinline__ void c_load(uint32_t stg, uint32_t cbar, const char *cmap, uint32_t r0, uint32_t n0,
+                                       uint32_t m)
+{
+        const bool two = r0 + 32 < m;
+        bulk_wait_read();
+        mbar_expect_tx(cbar, two ? 32768u : 16384u);
+        tma_load_2d(stg, cmap, cbar, (int32_t)r0, (int32_t)n0);
+        if (two)
+                tma_load_2d(stg + 16384, cmap, cbar, (int32_t)(r0 + 32), (int32_t)n0);
+}
+
+/*
+ * The f32 epilogue through shared memory (a consumer warpgroup: rows
+ * [r0, r0 + 64) of the tile at (r0, n0)): alpha * tot, plus beta times C
+ * where C was read in (WITH_C: c_load's barrier cbar, phase cphase), is
+ * written into the warpgroup's 32 KiB staging buffer as two boxes of 32
+ * rows x 128 columns, column-major with TMA's 128-byte swizzle (16-byte
+ * chunk j of column c at chunk j ^ (c % 8): the 32 lanes of each store
+ * hit 32 banks), and one thread stores the boxes through C's tensor map,
+ * which clips them at the matrix edges. The consumers go on to the next
+ * tile while the copy engine writes C; before writing the buffer again
+ * they wait until that copy has read it. Stored from the fragments
+ * instead, a TF32 tile's 64 KiB would hold up the tensor cores and the
+ * next tile's loads. The same operations as the fragments' epilogue, in
+ * the same order: the same bits.
+ */
+template <bool WITH_C, int NA>
 __device__ __forceinline__ void c_staged(const float (&tot)[NA], uint32_t stg, int cw, int wt, float alpha,
-                                         const char *cmap, uint32_t r0, uint32_t n0, uint32_t m)
+                                         float beta, uint32_t cbar, uint32_t cphase, const char *cmap, uint32_t r0,
+                                         uint32_t n0, uint32_t m)
 {
         const int lane = wt & 31, wi = wt >> 5;
-        if (wt == 0)
+        if (WITH_C)
+                mbar_wait(cbar, cphase); /* C is in (the buffer was read out before c_load) */
+        else if (wt == 0)
                 bulk_wait_read(); /* the previous tile's copy has read the buffer */
         named_bar(2 + cw, 128);
 #pragma unroll
@@ -1117,8 +1148,13 @@ __device__ __forceinline__ void c_staged(const float (&tot)[NA], uint32_t stg, i
                         const uint32_t row = wi * 16 + (lane >> 2) + 8 * (e >> 1), col = j * 8 + (lane & 3) * 2 + (e & 1);
                         const uint32_t r = row & 31;
                         const uint32_t addr = stg + (row >> 5) * 16384 + col * 128 + ((((r >> 2) ^ (col & 7)) << 4) | ((r & 3) << 2));
-                        asm volatile("st.shared.f32 [%0], %1;\n" ::"r"(addr), "f"(__fmul_rn(alpha, tot[j * 4 + e]))
-                                     : "memory");
+                        float v = __fmul_rn(alpha, tot[j * 4 + e]);
+                        if (WITH_C) {
+                                float old;
+                                asm volatile("ld.shared.f32 %0, [%1];\n" : "=f"(old) : "r"(addr) : "memory");
+                                v = __fadd_rn(v, __fmul_rn(beta, old));
+                        }
+                        asm volatile("st.shared.f32 [%0], %1;\n" ::"r"(addr), "f"(v) : "memory");
                 }
         asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); /* visible to the copy engine */
         named_bar(2 + cw, 128);
@@ -1179,6 +1215,10 @@ __global__ void __launch_bounds__(WCfg::THREADS, 1) wgmma_kernel(const __grid_co
                         mbar_init(bars + 8 * (L::STAGES + s), 8); /* one arrival per consumer warp */
                         if (X3)
                                 mbar_init(bars + 8 * (2 * L::STAGES + s), 3); /* one per transform warp */
+                }
+                if (F32C) {
+                        mbar_init(base + L::CBAR_OFF, 1);
+                        mbar_init(base + L::CBAR_OFF + 8, 1);
                 }
                 s_eq.head[0] = s_eq.head[1] = s_eq.tail[0] = s_eq.tail[1] = 0;
                 asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
@@ -1426,6 +1466,7 @@ __global__ void __launch_bounds__(WCfg::THREADS, 1) wgmma_kernel(const __grid_co
         const uint32_t epi = base + L::EPI_OFF + cw * W::EPI_BYTES; /* 16-bit only */
         Pipe pp = {0, 0, -1, bars, 0, base + W::A_BYTES, lane}; /* a_off: set per tile */
         float acc[NA], tot[NA], csum[NA]; /* csum: X3 only */
+        uint32_t cphase = 0; /* F32C: the phase of this warpgroup's c_load barrier */
 #pragma unroll
         for (int i = 0; i < NA; i++)
                 acc[i] = 0.f;
@@ -1538,6 +1579,12 @@ __global__ void __launch_bounds__(WCfg::THREADS, 1) wgmma_kernel(const __grid_co
                 for (int i = 0; i < NA; i++)
                         tot[i] = 0.f;
 
+                /* F32C with beta != 0: C read in during the first chunk
+                 * (c_load) where the tile is this entry's to store. A
+                 * split tile's last part reads it in its epilogue. */
+                const bool c_early = F32C && (hflags & HDR_TMA_C) && p.beta != 0.f &&
+                                     w.split == SCHED_NO_SPLIT && m0 + rsh < p.m;
+
                 /* One canonical chunk at a time: its k-tiles with one wgmma
                  * batch in flight, then drain and fold the chunk sum. */
                 constexpr uint32_t KPC = WK<T>::KT_PER_CHUNK;
@@ -1545,6 +1592,9 @@ __global__ void __launch_bounds__(WCfg::THREADS, 1) wgmma_kernel(const __grid_co
                 for (uint32_t c = 0; c < nch; c++) {
                         const uint32_t nk = min(niter - c * KPC, KPC) * ((tri & TRI_SYR2K) ? 2u : 1u);
                         run_chunk<T, X3, BN, BMA>(pp, acc, csum, nk);
+                        if (F32C && c == 0 && c_early && wt == 0)
+                                c_load(base + L::EPI_OFF + cw * L::F32C_BYTES, base + L::CBAR_OFF + 8 * cw,
+                                       tmaps + (size_t)w.prob * WCfg::TMAP_BYTES + 256, m0 + rsh, n0, p.m);
                         wgmma_wait<0>();
                         fold(X3 ? csum : acc, tot, wsb ? wsb + (size_t)(w.kc0 + c) * W::TILE + ctid : nullptr);
                 }
@@ -1599,9 +1649,19 @@ __global__ void __launch_bounds__(WCfg::THREADS, 1) wgmma_kernel(const __grid_co
                 const uint32_t rbase = m0 + rsh + wi * 16 + (lane >> 2);
                 const uint32_t cbase = n0 + (lane & 3) * 2;
                 if constexpr (F32C) {
-                        if ((hflags & HDR_TMA_C) && beta == 0.f) {
-                                c_staged(tot, base + L::EPI_OFF + cw * L::F32C_BYTES, cw, wt, alpha,
-                                         tmaps + (size_t)w.prob * WCfg::TMAP_BYTES + 256, m0 + rsh, n0, p.m);
+                        if (hflags & HDR_TMA_C) {
+                                const uint32_t stg = base + L::EPI_OFF + cw * L::F32C_BYTES;
+                                const uint32_t cbar = base + L::CBAR_OFF + 8 * cw;
+                                const char *cmap = tmaps + (size_t)w.prob * WCfg::TMAP_BYTES + 256;
+                                if (beta == 0.f) {
+                                        c_staged<false>(tot, stg, cw, wt, alpha, beta, cbar, cphase, cmap, m0 + rsh, n0,
+                                                        p.m);
+                                        continue;
+                                }
+                                if (!c_early && wt == 0)
+                                        c_load(stg, cbar, cmap, m0 + rsh, n0, p.m);
+                                c_staged<true>(tot, stg, cw, wt, alpha, beta, cbar, cphase, cmap, m0 + rsh, n0, p.m);
+                                cphase ^= 1;
                                 continue;
                         }
                 }
@@ -1612,34 +1672,41 @@ __global__ void __launch_bounds__(WCfg::THREADS, 1) wgmma_kernel(const __grid_co
                         /* beta is tested once, outside the loops: inside,
                          * the compiler keeps the C-reading path's address
                          * arithmetic on the beta = 0 path too. With beta, a
-                         * group of four reads C before any of its stores: a
-                         * read after a store to C waits for it (the compiler
-                         * cannot tell the addresses apart), which paid the
-                         * memory's latency once per element. More at a
-                         * time would take registers. */
+                         * group of elements is read before any of its
+                         * stores: a read after a store to C waits for it
+                         * (the compiler cannot tell the addresses apart),
+                         * which paid the memory's latency once per element.
+                         * A group is all of a narrow tile's 32 (one wait a
+                         * tile), and four of the wider tiles' 64 or 96,
+                         * where more would take registers from the beta 0
+                         * path (the usual tile reads C through its staging
+                         * buffer where C has a map, above). */
+                        constexpr int QG = NA <= 32 ? NA / 4 : 1; /* quads of elements a group */
                         auto inside = [&](uint32_t gi, uint32_t gj) {
                                 return !(gi >= p.m || gj >= p.n || (lower && gi < gj) || (upper && gi > gj));
                         };
                         auto store = [&](auto with_beta) {
 #pragma unroll
-                                for (int j = 0; j < NA / 4; j++) {
-                                        float old[4];
+                                for (int jg = 0; jg < NA / 4; jg += QG) {
+                                        float old[4 * QG];
                                         if (decltype(with_beta)::value) {
 #pragma unroll
-                                                for (int e = 0; e < 4; e++) {
+                                                for (int q = 0; q < 4 * QG; q++) {
+                                                        const int j = jg + q / 4, e = q % 4;
                                                         const uint32_t gi = rbase + 8 * (e >> 1), gj = cbase + j * 8 + (e & 1);
-                                                        old[e] = inside(gi, gj) ? ((const float *)cptr)[gi + (int64_t)gj * p.ldc] : 0.f;
+                                                        old[q] = inside(gi, gj) ? ((const float *)cptr)[gi + (int64_t)gj * p.ldc] : 0.f;
                                                 }
                                         }
 #pragma unroll
-                                        for (int e = 0; e < 4; e++) {
+                                        for (int q = 0; q < 4 * QG; q++) {
+                                                const int j = jg + q / 4, e = q % 4;
                                                 const uint32_t gi = rbase + 8 * (e >> 1), gj = cbase + j * 8 + (e & 1);
                                                 if (!inside(gi, gj))
                                                         continue;
                                                 float *dst = (float *)cptr + gi + (int64_t)gj * p.ldc;
                                                 float v = __fmul_rn(alpha, tot[j * 4 + e]);
                                                 if (decltype(with_beta)::value)
-                                                        v = __fadd_rn(v, __fmul_rn(beta, old[e]));
+                                                        v = __fadd_rn(v, __fmul_rn(beta, old[q]));
                                                 *dst = v;
                                         }
                                 }
