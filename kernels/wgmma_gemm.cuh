@@ -736,6 +736,18 @@ __device__ __forceinline__ bool c_row_in(const struct gemmd_kproblem &p, uint32_
         return gi < p.m && !(lower && gi < gj) && !(upper && gi > gj);
 }
 
+/* Which vectors c_stage_in moves: all of them, at once (C_ALL); only
+ * those that move whole, by cp.async without waiting (C_PRE, during the
+ * tile's k-loop); or the others, after C_PRE (C_REST). */
+enum CStage { C_ALL, C_PRE, C_REST };
+
+__device__ __forceinline__ void cpa16(uint32_t dst, const void *src)
+{
+        asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(dst), "l"(src) : "memory");
+}
+__device__ __forceinline__ void cpa_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+__device__ __forceinline__ void cpa_wait() { asm volatile("cp.async.wait_group 0;\n" ::: "memory"); }
+
 /*
  * A consumer's 64 rows of C at (r0, n0) into its staging buffer (shared
  * address epi, column stride EPI_LD), as the 16-bit epilogue's stores
@@ -743,9 +755,13 @@ __device__ __forceinline__ bool c_row_in(const struct gemmd_kproblem &p, uint32_
  * any is stored, so that the tile waits for the memory once rather than
  * once per element (64 two-byte loads a thread, each behind the last).
  * Elements outside C, and outside a SYR2K's triangle, are not read: they
- * stage as zero and are never stored.
+ * stage as zero and are never stored. With C_PRE the whole vectors go by
+ * cp.async while the tensor cores still work on the tile (its caller
+ * commits them and waits in the epilogue), and C_REST stages the rest
+ * there: the tile then waits for C's memory not at all, or once for
+ * the vectors on its edges.
  */
-template <typename T, int BN>
+template <typename T, int BN, CStage MODE = C_ALL>
 __device__ __forceinline__ void c_stage_in(const struct gemmd_kproblem &p, const T *cptr, uint32_t r0, uint32_t n0,
                                            uint32_t wt, uint32_t epi, bool lower, bool upper)
 {
@@ -753,19 +769,35 @@ __device__ __forceinline__ void c_stage_in(const struct gemmd_kproblem &p, const
         constexpr int CB = NV % 8 == 0 ? 8 : 4; /* vectors in flight a thread */
         static_assert(NV % CB == 0, "whole batches");
         const bool cvec = c_vec_ok(p);
+        if constexpr (MODE == C_PRE) {
+                /* A loop, not unrolled: it runs beside the k-loop's live
+                 * registers. */
+#pragma unroll 1
+                for (int i = 0; i < NV; i++) {
+                        const int v = wt + i * 128, col = v >> 3, rv = v & 7;
+                        const uint32_t gi = r0 + rv * 8, gj = n0 + col;
+                        if (gi < p.m && gj < p.n && c_vec_whole(p, cvec, gi, gj, lower, upper))
+                                cpa16(epi + col * (LD * 2) + rv * 16, cptr + gi + (int64_t)gj * p.ldc);
+                }
+                return;
+        }
 #pragma unroll
         for (int b = 0; b < NV; b += CB) {
                 uint4 val[CB];
+                bool put[CB];
 #pragma unroll
                 for (int i = 0; i < CB; i++) {
                         const int v = wt + (b + i) * 128, col = v >> 3, rv = v & 7;
                         const uint32_t gi = r0 + rv * 8, gj = n0 + col;
                         val[i] = make_uint4(0u, 0u, 0u, 0u);
+                        put[i] = true;
                         if (gi >= p.m || gj >= p.n)
                                 continue;
                         const T *src = cptr + gi + (int64_t)gj * p.ldc;
                         if (c_vec_whole(p, cvec, gi, gj, lower, upper)) {
-                                val[i] = *(const uint4 *)src;
+                                if (MODE == C_ALL)
+                                        val[i] = *(const uint4 *)src;
+                                put[i] = MODE == C_ALL; /* C_REST: on its way by cp.async */
                         } else {
                                 uint32_t w[4] = {0u, 0u, 0u, 0u};
 #pragma unroll
@@ -781,9 +813,10 @@ __device__ __forceinline__ void c_stage_in(const struct gemmd_kproblem &p, const
 #pragma unroll
                 for (int i = 0; i < CB; i++) {
                         const int v = wt + (b + i) * 128, col = v >> 3, rv = v & 7;
-                        asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};\n" ::"r"(epi + col * (LD * 2) + rv * 16),
-                                     "r"(val[i].x), "r"(val[i].y), "r"(val[i].z), "r"(val[i].w)
-                                     : "memory");
+                        if (put[i])
+                                asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};\n" ::"r"(epi + col * (LD * 2) + rv * 16),
+                                             "r"(val[i].x), "r"(val[i].y), "r"(val[i].z), "r"(val[i].w)
+                                             : "memory");
                 }
         }
 }
@@ -1579,11 +1612,14 @@ __global__ void __launch_bounds__(WCfg::THREADS, 1) wgmma_kernel(const __grid_co
                 for (int i = 0; i < NA; i++)
                         tot[i] = 0.f;
 
-                /* F32C with beta != 0: C read in during the first chunk
-                 * (c_load) where the tile is this entry's to store. A
-                 * split tile's last part reads it in its epilogue. */
-                const bool c_early = F32C && (hflags & HDR_TMA_C) && p.beta != 0.f &&
-                                     w.split == SCHED_NO_SPLIT && m0 + rsh < p.m;
+                /* With beta != 0, C comes into the staging buffer while the
+                 * tile's k-loop runs, where the tile is this entry's to
+                 * store: by TMA during its first chunk (F32C, c_load), or
+                 * its whole vectors by cp.async as its last chunk starts
+                 * (16-bit, c_stage_in<C_PRE>). A split tile's last part, and a tile
+                 * without K (no chunk), read it in the epilogue. */
+                const bool c_early = (F32C ? (hflags & HDR_TMA_C) != 0 : sizeof(T) == 2 && c_vec_ok(p)) &&
+                                     p.beta != 0.f && w.split == SCHED_NO_SPLIT && m0 + rsh < p.m && niter > 0;
 
                 /* One canonical chunk at a time: its k-tiles with one wgmma
                  * batch in flight, then drain and fold the chunk sum. */
@@ -1591,6 +1627,15 @@ __global__ void __launch_bounds__(WCfg::THREADS, 1) wgmma_kernel(const __grid_co
                 const uint32_t nch = (niter + KPC - 1) / KPC;
                 for (uint32_t c = 0; c < nch; c++) {
                         const uint32_t nk = min(niter - c * KPC, KPC) * ((tri & TRI_SYR2K) ? 2u : 1u);
+                        if (sizeof(T) == 2 && c + 1 == nch && c_early) {
+                                /* Before the last chunk's k-loop, while its
+                                 * accumulators are not yet live; the previous
+                                 * tile's stores have read the buffer. */
+                                named_bar(2 + cw, 128);
+                                c_stage_in<T, BN, C_PRE>(p, (const T *)(uintptr_t)p.c, m0 + rsh, n0, wt, epi, lower,
+                                                         upper);
+                                cpa_commit();
+                        }
                         run_chunk<T, X3, BN, BMA>(pp, acc, csum, nk);
                         if (F32C && c == 0 && c_early && wt == 0)
                                 c_load(base + L::EPI_OFF + cw * L::F32C_BYTES, base + L::CBAR_OFF + 8 * cw,
@@ -1738,8 +1783,13 @@ __global__ void __launch_bounds__(WCfg::THREADS, 1) wgmma_kernel(const __grid_co
                                 /* C comes in the way it goes out: whole columns
                                  * into the staging buffer, then each thread's
                                  * fragment from there (c_stage_in). */
-                                named_bar(2 + cw, 128);
-                                c_stage_in<T, BN>(p, cptr, m0 + rsh, n0, wt, epi, lower, upper);
+                                if (c_early) {
+                                        c_stage_in<T, BN, C_REST>(p, cptr, m0 + rsh, n0, wt, epi, lower, upper);
+                                        cpa_wait();
+                                } else {
+                                        named_bar(2 + cw, 128);
+                                        c_stage_in<T, BN>(p, cptr, m0 + rsh, n0, wt, epi, lower, upper);
+                                }
                                 named_bar(2 + cw, 128);
 #pragma unroll
                                 for (int j = 0; j < NA / 4; j += 2) {
