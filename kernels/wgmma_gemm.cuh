@@ -736,11 +736,6 @@ __device__ __forceinline__ bool c_row_in(const struct gemmd_kproblem &p, uint32_
         return gi < p.m && !(lower && gi < gj) && !(upper && gi > gj);
 }
 
-/* Which vectors c_stage_in moves: all of them, at once (C_ALL); only
- * those that move whole, by cp.async without waiting (C_PRE, during the
- * tile's k-loop); or the others, after C_PRE (C_REST). */
-enum CStage { C_ALL, C_PRE, C_REST };
-
 __device__ __forceinline__ void cpa16(uint32_t dst, const void *src)
 {
         asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(dst), "l"(src) : "memory");
@@ -755,13 +750,10 @@ __device__ __forceinline__ void cpa_wait() { asm volatile("cp.async.wait_group 0
  * any is stored, so that the tile waits for the memory once rather than
  * once per element (64 two-byte loads a thread, each behind the last).
  * Elements outside C, and outside a SYR2K's triangle, are not read: they
- * stage as zero and are never stored. With C_PRE the whole vectors go by
- * cp.async while the tensor cores still work on the tile (its caller
- * commits them and waits in the epilogue), and C_REST stages the rest
- * there: the tile then waits for C's memory not at all, or once for
- * the vectors on its edges.
+ * stage as zero and are never stored. REST: the whole vectors are on
+ * their way already (c_stage_pre); only the others are staged.
  */
-template <typename T, int BN, CStage MODE = C_ALL>
+template <typename T, int BN, bool REST = false>
 __device__ __forceinline__ void c_stage_in(const struct gemmd_kproblem &p, const T *cptr, uint32_t r0, uint32_t n0,
                                            uint32_t wt, uint32_t epi, bool lower, bool upper)
 {
@@ -769,18 +761,6 @@ __device__ __forceinline__ void c_stage_in(const struct gemmd_kproblem &p, const
         constexpr int CB = NV % 8 == 0 ? 8 : 4; /* vectors in flight a thread */
         static_assert(NV % CB == 0, "whole batches");
         const bool cvec = c_vec_ok(p);
-        if constexpr (MODE == C_PRE) {
-                /* A loop, not unrolled: it runs beside the k-loop's live
-                 * registers. */
-#pragma unroll 1
-                for (int i = 0; i < NV; i++) {
-                        const int v = wt + i * 128, col = v >> 3, rv = v & 7;
-                        const uint32_t gi = r0 + rv * 8, gj = n0 + col;
-                        if (gi < p.m && gj < p.n && c_vec_whole(p, cvec, gi, gj, lower, upper))
-                                cpa16(epi + col * (LD * 2) + rv * 16, cptr + gi + (int64_t)gj * p.ldc);
-                }
-                return;
-        }
 #pragma unroll
         for (int b = 0; b < NV; b += CB) {
                 uint4 val[CB];
@@ -795,9 +775,10 @@ __device__ __forceinline__ void c_stage_in(const struct gemmd_kproblem &p, const
                                 continue;
                         const T *src = cptr + gi + (int64_t)gj * p.ldc;
                         if (c_vec_whole(p, cvec, gi, gj, lower, upper)) {
-                                if (MODE == C_ALL)
+                                if (REST)
+                                        put[i] = false;
+                                else
                                         val[i] = *(const uint4 *)src;
-                                put[i] = MODE == C_ALL; /* C_REST: on its way by cp.async */
                         } else {
                                 uint32_t w[4] = {0u, 0u, 0u, 0u};
 #pragma unroll
@@ -818,6 +799,28 @@ __device__ __forceinline__ void c_stage_in(const struct gemmd_kproblem &p, const
                                              "r"(val[i].x), "r"(val[i].y), "r"(val[i].z), "r"(val[i].w)
                                              : "memory");
                 }
+        }
+}
+
+/*
+ * The whole vectors of c_stage_in's, by cp.async, while the tensor cores
+ * still work on the tile (the caller commits them, and the epilogue waits
+ * for them, then stages the rest: c_stage_in<REST>). The tile then waits
+ * for C's memory not at all, or once for the vectors on its edges. A loop,
+ * not unrolled: it runs beside the k-loop's live registers.
+ */
+template <typename T, int BN>
+__device__ __forceinline__ void c_stage_pre(const struct gemmd_kproblem &p, const T *cptr, uint32_t r0, uint32_t n0,
+                                            uint32_t wt, uint32_t epi, bool lower, bool upper)
+{
+        constexpr int NV = BN / 16, LD = WCfgT<BN>::EPI_LD;
+        const bool cvec = c_vec_ok(p);
+#pragma unroll 1
+        for (int i = 0; i < NV; i++) {
+                const int v = wt + i * 128, col = v >> 3, rv = v & 7;
+                const uint32_t gi = r0 + rv * 8, gj = n0 + col;
+                if (gi < p.m && gj < p.n && c_vec_whole(p, cvec, gi, gj, lower, upper))
+                        cpa16(epi + col * (LD * 2) + rv * 16, cptr + gi + (int64_t)gj * p.ldc);
         }
 }
 
@@ -1616,7 +1619,7 @@ __global__ void __launch_bounds__(WCfg::THREADS, 1) wgmma_kernel(const __grid_co
                  * tile's k-loop runs, where the tile is this entry's to
                  * store: by TMA during its first chunk (F32C, c_load), or
                  * its whole vectors by cp.async as its last chunk starts
-                 * (16-bit, c_stage_in<C_PRE>). A split tile's last part, and a tile
+                 * (16-bit, c_stage_pre). A split tile's last part, and a tile
                  * without K (no chunk), read it in the epilogue. */
                 const bool c_early = (F32C ? (hflags & HDR_TMA_C) != 0 : sizeof(T) == 2 && c_vec_ok(p)) &&
                                      p.beta != 0.f && w.split == SCHED_NO_SPLIT && m0 + rsh < p.m && niter > 0;
@@ -1632,8 +1635,7 @@ __global__ void __launch_bounds__(WCfg::THREADS, 1) wgmma_kernel(const __grid_co
                                  * accumulators are not yet live; the previous
                                  * tile's stores have read the buffer. */
                                 named_bar(2 + cw, 128);
-                                c_stage_in<T, BN, C_PRE>(p, (const T *)(uintptr_t)p.c, m0 + rsh, n0, wt, epi, lower,
-                                                         upper);
+                                c_stage_pre<T, BN>(p, (const T *)(uintptr_t)p.c, m0 + rsh, n0, wt, epi, lower, upper);
                                 cpa_commit();
                         }
                         run_chunk<T, X3, BN, BMA>(pp, acc, csum, nk);
@@ -1784,7 +1786,7 @@ __global__ void __launch_bounds__(WCfg::THREADS, 1) wgmma_kernel(const __grid_co
                                  * into the staging buffer, then each thread's
                                  * fragment from there (c_stage_in). */
                                 if (c_early) {
-                                        c_stage_in<T, BN, C_REST>(p, cptr, m0 + rsh, n0, wt, epi, lower, upper);
+                                        c_stage_in<T, BN, true>(p, cptr, m0 + rsh, n0, wt, epi, lower, upper);
                                         cpa_wait();
                                 } else {
                                         named_bar(2 + cw, 128);
