@@ -131,6 +131,8 @@ static void usage(FILE *f)
                 "  --max-dim D         largest m, n, k; a multiple of 64 (default 1024)\n"
                 "  --k K               every GEMM's k instead, a multiple of 64 up to 65536\n"
                 "                      (a lone GEMM of long K: few tiles, many steps)\n"
+                "  --beta X            every GEMM adds X times C (C = A B + X C; default 0: C\n"
+                "                      is only written); C then starts random, not NaN\n"
                 "  --seconds S         measured window (default 2)\n"
                 "  --warmup S          unmeasured warm-up before it (default 0.5)\n"
                 "  --mode M            gemmd | cublas | mps (default gemmd)\n"
@@ -169,7 +171,7 @@ static int parse_double(const char *s, double lo, double hi, double *out)
 }
 
 enum {
-        OPT_CLIENTS = 256, OPT_WINDOW, OPT_MAXDIM, OPT_K, OPT_SECONDS, OPT_WARMUP, OPT_MODE, OPT_MEMORY,
+        OPT_CLIENTS = 256, OPT_WINDOW, OPT_MAXDIM, OPT_K, OPT_BETA, OPT_SECONDS, OPT_WARMUP, OPT_MODE, OPT_MEMORY,
         OPT_SOCKET, OPT_BACKEND, OPT_GEMMD, OPT_DARG, OPT_DEVICE, OPT_DEVICES, OPT_TIMEOUT, OPT_SETUP,
         OPT_SEED, OPT_SPIN, OPT_JSON, OPT_HELP,
 };
@@ -179,6 +181,7 @@ static const struct option options[] = {
         {"window", required_argument, NULL, OPT_WINDOW},
         {"max-dim", required_argument, NULL, OPT_MAXDIM},
         {"k", required_argument, NULL, OPT_K},
+        {"beta", required_argument, NULL, OPT_BETA},
         {"seconds", required_argument, NULL, OPT_SECONDS},
         {"warmup", required_argument, NULL, OPT_WARMUP},
         {"mode", required_argument, NULL, OPT_MODE},
@@ -231,6 +234,10 @@ static int parse_args(struct run *r, int argc, char **argv)
                         break;
                 case OPT_K:
                         bad = bench_parse_int(optarg, 64, 65536, &r->o.k) || r->o.k % 64;
+                        break;
+                case OPT_BETA:
+                        /* |beta| <= 1: C accumulates thousands of results a second. */
+                        bad = parse_double(optarg, -1, 1, &r->o.beta);
                         break;
                 case OPT_SECONDS:
                         bad = parse_double(optarg, 0.01, 3600, &r->o.seconds);
@@ -1090,6 +1097,7 @@ static void report(struct run *r, const struct agg *a)
                        "\"problems_per_client\":%d,\"devices\":%d",
                        r->o.nclients, r->o.window, r->o.max_dim, r->o.max_dim, r->o.k, CLIENTS_PROBLEMS,
                        r->o.ndevices);
+                jnum("beta", r->o.beta, 1);
                 jnum("seconds", r->o.seconds, 1);
                 jnum("warmup_s", r->o.warmup, 1);
                 printf(",\"spin\":%s", r->o.spin ? "true" : "false");
@@ -1137,6 +1145,8 @@ static void report(struct run *r, const struct agg *a)
                r->o.nclients, r->o.window, r->o.ndevices, r->o.k ? "" : ", k", r->o.max_dim);
         if (r->o.k)
                 printf(", k %d", r->o.k);
+        if (r->o.beta != 0)
+                printf(", beta %g", r->o.beta);
         printf(", %.2f s after %.2f s warm-up (setup %.2f s)\n", r->o.seconds, r->o.warmup, r->setup_s);
         printf("  requests    %llu in the window; %llu submitted in all, %llu ok, %llu errors "
                "(%llu statuses, %llu timeouts, %llu wrong results, %d failed clients)\n",

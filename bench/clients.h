@@ -42,6 +42,7 @@ struct clients_opts {
         int window;
         int max_dim;
         int k;          /* every GEMM's k; 0: drawn as m and n are */
+        double beta;    /* every GEMM's beta (C = A B + beta C); 0: C only written */
         int device;
         int ndevices; /* clients spread over device .. device + ndevices - 1 */
         int timeout_ms; /* a request older than this ends its client */

@@ -5,8 +5,9 @@
  * uniform in {64, 128, ..., max_dim} (steps of 64), laid out as
  * gemmbench lays them out: A stored m x k and B stored n x k, both contiguous along K
  * (BLAS: op(A) = T with lda = k, op(B) = N with ldb = k), C m x n
- * column-major, alpha = 1, beta = 0. A and B hold random values, never
- * zero; C starts poisoned (NaN), so an unwritten result fails the check.
+ * column-major, alpha = 1, beta = 0 (--beta: another). A and B hold random
+ * values, never zero; C starts poisoned (NaN), so an unwritten result
+ * fails the check, or random where beta != 0 (C is then read).
  *
  * Setup (CUDA context, memory, daemon connection) happens after the fork, in
  * this process; then every problem runs once, so that first-use costs (module
@@ -33,7 +34,9 @@
  *           still progress.
  *
  * Afterwards up to four problems that completed are checked at 16 sampled
- * elements of C each against a double-precision dot product of A and B.
+ * elements of C each against a double-precision dot product of A and B
+ * (with beta != 0: each such problem is run once more, alone, and checked
+ * against A B plus beta times its C from before that run).
  */
 #include "bench/clients.h"
 
@@ -173,8 +176,15 @@ static void fill_host_bf16(uint16_t *p, uint64_t n, uint64_t seed)
         }
 }
 
-static void fill_host_c_poison(struct client *c)
+/* C's start: NaN where beta is 0 (C must be written), random values
+ * where C is read. */
+static void fill_host_c(struct client *c)
 {
+        if (c->o->beta != 0) {
+                fill_host_bf16((uint16_t *)(c->host + c->p[0].coff), (c->bytes - c->p[0].coff) / 2,
+                               c->o->seed + 15485863u * (c->index + 1));
+                return;
+        }
         for (int i = 0; i < CLIENTS_PROBLEMS; i++) {
                 uint16_t *cc = (uint16_t *)(c->host + c->p[i].coff);
 
@@ -189,7 +199,8 @@ static int cuda_fail(struct client *c, const char *what, cudaError_t e)
         return -EIO;
 }
 
-/* Device memory for ipc and cublas: random A and B, NaN C. */
+/* Device memory for ipc and cublas: random A and B, C NaN (or random
+ * where beta != 0). */
 static int setup_device_memory(struct client *c)
 {
         cudaError_t e;
@@ -201,10 +212,16 @@ static int setup_device_memory(struct client *c)
                 return cuda_fail(c, "cudaMalloc", e);
         if (bench_fill(c->dev, c->p[0].coff / 2, GEMMD_BF16, c->o->seed + 7919u * (c->index + 1)))
                 return cuda_fail(c, "bench_fill", cudaGetLastError());
-        for (int i = 0; i < CLIENTS_PROBLEMS; i++)
-                if ((e = cudaMemset(c->dev + c->p[i].coff, 0xff, 2 * (size_t)(c->p[i].m * c->p[i].n))) !=
-                    cudaSuccess)
-                        return cuda_fail(c, "cudaMemset", e);
+        if (c->o->beta != 0) {
+                if (bench_fill(c->dev + c->p[0].coff, (c->bytes - c->p[0].coff) / 2, GEMMD_BF16,
+                               c->o->seed + 15485863u * (c->index + 1)))
+                        return cuda_fail(c, "bench_fill", cudaGetLastError());
+        } else {
+                for (int i = 0; i < CLIENTS_PROBLEMS; i++)
+                        if ((e = cudaMemset(c->dev + c->p[i].coff, 0xff,
+                                            2 * (size_t)(c->p[i].m * c->p[i].n))) != cudaSuccess)
+                                return cuda_fail(c, "cudaMemset", e);
+        }
         if ((e = cudaDeviceSynchronize()) != cudaSuccess)
                 return cuda_fail(c, "cudaDeviceSynchronize", e);
         return 0;
@@ -327,7 +344,7 @@ static void gemmd_op_of(const struct client *c, const struct problem *p, struct 
         op->ldb = p->k;
         op->ldc = p->m;
         op->alpha = 1.f;
-        op->beta = 0.f;
+        op->beta = c->o->beta;
         op->a = (struct gemmd_operand){.buffer = c->buf, .offset = p->aoff};
         op->b = (struct gemmd_operand){.buffer = c->buf, .offset = p->boff};
         op->c = (struct gemmd_operand){.buffer = c->buf, .offset = p->coff};
@@ -350,7 +367,7 @@ static int gemmd_setup(struct client *c)
                 }
                 fill_host_bf16((uint16_t *)c->host, c->p[0].coff / 2,
                                c->o->seed + 7919u * (c->index + 1));
-                fill_host_c_poison(c);
+                fill_host_c(c);
         } else {
                 err = setup_device_memory(c);
                 if (err)
@@ -474,14 +491,14 @@ static int cublas_setup(struct client *c)
 
 static cublasStatus_t cublas_gemm(struct client *c, const struct problem *p, cudaStream_t st)
 {
-        const float one = 1.f, zero = 0.f;
+        const float one = 1.f, beta = (float)c->o->beta;
         cublasStatus_t bs = cublasSetStream(c->h, st);
 
         if (bs != CUBLAS_STATUS_SUCCESS)
                 return bs;
         return cublasGemmEx(c->h, CUBLAS_OP_T, CUBLAS_OP_N, (int)p->m, (int)p->n, (int)p->k, &one,
                             c->dev + p->aoff, CUDA_R_16BF, (int)p->k, c->dev + p->boff, CUDA_R_16BF,
-                            (int)p->k, &zero, c->dev + p->coff, CUDA_R_16BF, (int)p->m,
+                            (int)p->k, &beta, c->dev + p->coff, CUDA_R_16BF, (int)p->m,
                             CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
 }
 
@@ -601,23 +618,72 @@ static const uint16_t *fetch(struct client *c, uint64_t off, uint64_t bytes, uin
         return *tmp;
 }
 
-/* Checks sampled elements of a few completed problems. */
+/* Runs problem i once more, alone, and waits for it (the check where
+ * beta != 0). Returns 0 or a failure, noted. */
+static int run_alone(struct client *c, int i)
+{
+        if (c->o->mode == CLIENTS_GEMMD) {
+                struct gemmd_op op;
+                gemmd_ticket t;
+                int err;
+
+                gemmd_op_of(c, &c->p[i], &op);
+                err = gemmd_submit(c->gc, &op, 1, GEMMD_PRIO_NORMAL, &t);
+                if (!err)
+                        err = gemmd_wait(c->gc, t, c->o->timeout_ms, NULL, 0);
+                if (err)
+                        note_error(c, err, "check: the request run again: %s", gemmd_strerror(err));
+                return err;
+        }
+        cublasStatus_t bs = cublas_gemm(c, &c->p[i], c->st[0]);
+        if (bs != CUBLAS_STATUS_SUCCESS) {
+                note_error(c, -EIO, "check: cublasGemmEx: %s", cublasGetStatusString(bs));
+                return -EIO;
+        }
+        cudaError_t e = cudaStreamSynchronize(c->st[0]);
+        return e == cudaSuccess ? 0 : cuda_fail(c, "check", e);
+}
+
+/* C of problem i as it is before the check runs it again (beta != 0): a
+ * copy the caller frees, NULL on failure. */
+static uint16_t *c_before(struct client *c, const struct problem *p)
+{
+        const uint64_t bytes = 2 * (uint64_t)(p->m * p->n);
+        uint16_t *tmp = NULL, *copy;
+        const uint16_t *cc = fetch(c, p->coff, bytes, &tmp);
+
+        copy = cc ? malloc(bytes) : NULL;
+        if (copy)
+                memcpy(copy, cc, bytes);
+        free(tmp);
+        return copy;
+}
+
+/* Checks sampled elements of a few completed problems: A B, plus beta
+ * times C from before a last run of the problem where beta != 0. */
 static void check_results(struct client *c)
 {
         uint64_t s = c->o->seed + 104729u * (c->index + 1);
+        const double beta = c->o->beta;
         int checked = 0;
 
         for (int i = 0; i < CLIENTS_PROBLEMS && checked < CHECK_PROBLEMS; i++) {
                 const struct problem *p = &c->p[i];
-                uint16_t *ta = NULL, *tb = NULL, *tc = NULL;
-                const uint16_t *a, *b, *cc;
+                uint16_t *ta = NULL, *tb = NULL, *tc = NULL, *cb = NULL;
+                const uint16_t *a, *b, *cc = NULL;
+                int ran = 1;
 
                 if (!p->done_once)
                         continue;
                 checked++;
+                if (beta != 0) {
+                        cb = c_before(c, p);
+                        ran = cb && !run_alone(c, i);
+                }
                 a = fetch(c, p->aoff, 2 * (uint64_t)(p->m * p->k), &ta);
                 b = fetch(c, p->boff, 2 * (uint64_t)(p->n * p->k), &tb);
-                cc = fetch(c, p->coff, 2 * (uint64_t)(p->m * p->n), &tc);
+                if (ran)
+                        cc = fetch(c, p->coff, 2 * (uint64_t)(p->m * p->n), &tc);
                 if (!a || !b || !cc) {
                         c->r.check_errors++;
                         note_error(c, -EIO, "check: cannot read the operands back");
@@ -634,6 +700,12 @@ static void check_results(struct client *c)
                                         ref += x * y;
                                         mag += fabs(x * y);
                                 }
+                                if (cb) {
+                                        const double old = beta * gemmd_bf16_to_f32(cb[r + col * p->m]);
+
+                                        ref += old;
+                                        mag += fabs(old);
+                                }
                                 got = gemmd_bf16_to_f32(cc[r + col * p->m]);
                                 /* bf16 output: 2^-8 relative rounding, plus slack. */
                                 if (!(fabs(got - ref) <= 1e-2 * mag + 1e-6)) {
@@ -648,6 +720,7 @@ static void check_results(struct client *c)
                 free(ta);
                 free(tb);
                 free(tc);
+                free(cb);
         }
 }
 

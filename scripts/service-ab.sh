@@ -16,7 +16,8 @@
 # m and n are), default "1:1:1024 8:1:1024 8:8:1024 64:8:1024". AB_ROUNDS (default 2), AB_SECONDS (default 2),
 # AB_MPS=1 (default) also runs --mode mps once per round at each point of at
 # most 48 clients. AB_GPUS=G spreads each point over G GPUs: CLIENTS per
-# GPU, client i on GPU i % G.
+# GPU, client i on GPU i % G. AB_BETA=X gives every GEMM of every run (MPS's
+# too) beta X (gemmbench clients --beta: C read; default 0).
 #
 # Output under $OUT: ab.jsonl (one object per run: variant, round, point,
 # gemmbench's JSON, per-thread CPU %), ab.txt (a table per point),
@@ -73,17 +74,18 @@ EOF
 }
 
 run_point() { # variant round clients window dim memory k env mode [gemmbench]
-        local v=$1 r=$2 c=$3 w=$4 d=$5 m=$6 k=$7 env=$8 mode=$9 gb=${10:-$bin/gemmbench} t0 t1 out cpu='{}' sock=() devs=() ks=()
+        local v=$1 r=$2 c=$3 w=$4 d=$5 m=$6 k=$7 env=$8 mode=$9 gb=${10:-$bin/gemmbench} t0 t1 out cpu='{}' sock=() devs=() ks=() bs=()
         out=$tmp/run.json
         [ "$mode" = gemmd ] && sock=(--socket "$tmp/gemmd.sock" --memory "$m")
         # Only where it spreads: a client program older than --devices still runs one GPU.
         [ "$GPUS" -gt 1 ] && devs=(--devices "$GPUS")
         [ "$k" -gt 0 ] && ks=(--k "$k")
+        [ -n "${AB_BETA:-}" ] && bs=(--beta "$AB_BETA")
         [ -n "$dpid" ] && [ "$mode" = gemmd ] && thread_ticks "$dpid" >"$tmp/t0"
         t0=$(date +%s.%N)
         # shellcheck disable=SC2086
         env $env "$gb" clients --mode "$mode" "${sock[@]}" --clients $((c * GPUS)) \
-                "${devs[@]}" "${ks[@]}" --window "$w" --max-dim "$d" --seconds "$SECS" --warmup 0.5 --json \
+                "${devs[@]}" "${ks[@]}" "${bs[@]}" --window "$w" --max-dim "$d" --seconds "$SECS" --warmup 0.5 --json \
                 >"$out" 2>>"$log"
         local rc=$?
         t1=$(date +%s.%N)
@@ -125,7 +127,8 @@ rows = [json.loads(l) for l in open(sys.argv[1])]
 key = lambda r: (r["clients"], r["window"], r["max_dim"], r.get("memory", "ipc"), r.get("k", 0))
 points = sorted({key(r) for r in rows})
 for c, w, d, m, kk in points:
-    print(f"## {c} clients x {w} in flight, max-dim {d}{f', k {kk}' if kk else ''}, {m} operands")
+    beta = next((r["run"]["beta"] for r in rows if key(r) == (c, w, d, m, kk) and r["run"].get("beta")), 0)
+    print(f"## {c} clients x {w} in flight, max-dim {d}{f', k {kk}' if kk else ''}{f', beta {beta:g}' if beta else ''}, {m} operands")
     print("| variant | round | TF/s | req/s | p50 us | p99 us | errors | submit to admitted us | queue us | run us | ops/group | daemon threads CPU % |")
     print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:

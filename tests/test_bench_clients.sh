@@ -77,6 +77,20 @@ if "$gb" clients --k 100 --json >/dev/null 2>&1; then
         fail "--k 100 (not a multiple of 64) accepted"
 fi
 
+# 2c. C read (--beta): C starts random, and each checked problem is run
+#     once more and checked against A B + beta C from before that run (a
+#     daemon that dropped beta * C would fail it: C's elements are 0.125-1).
+for beta in 1 -0.5; do
+        "$gb" clients --clients 2 --window 2 --max-dim 128 --beta $beta --seconds 0.5 --mode gemmd \
+                --memory shm --json --socket "$tmp/s" >"$tmp/2c.json" 2>"$tmp/2c.err" ||
+                { cat "$tmp/2c.err"; fail "run 2c (beta $beta) exited $?"; }
+        check "$tmp/2c.json" 'j["requests"] > 0 and j["errors"] == 0 and j["check_errors"] == 0 and
+                j["beta"] == '"$beta" || fail "run 2c (beta $beta): $(cat "$tmp/2c.json")"
+done
+if "$gb" clients --beta 2 --json >/dev/null 2>&1; then
+        fail "--beta 2 (outside -1..1) accepted"
+fi
+
 # 3. A failure is counted and makes the exit status non-zero.
 if "$gb" clients --clients 1 --max-dim 64 --seconds 0.2 --json --socket "$tmp/none" \
         >"$tmp/3.json" 2>"$tmp/3.err"; then
