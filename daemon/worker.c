@@ -674,9 +674,28 @@ static int hopper_tiles_fit(const struct group *g)
 }
 
 /*
+ * Whether g is an f32 group with an op that reads C (beta != 0). Such a
+ * group stays on the usual tile: there the Hopper kernel reads C through
+ * the staging buffer that only the usual tile leaves room for, where the
+ * wide tile's f32 epilogue reads it from the fragments' addresses, four
+ * elements at a time (1.85x the time on 256 TF32 GEMMs with beta 1,
+ * bench/results/beta-epilogue.txt, call 6).
+ */
+static int f32_reads_c(const struct group *g)
+{
+        if ((g->key & 3) != GEMMD_F32)
+                return 0;
+        for (uint32_t i = 0; i < g->nops; i++)
+                if (g->ops[i]->kp.beta != 0.0f)
+                        return 1;
+        return 0;
+}
+
+/*
  * Gives g the backend's wide tile when the cost model predicts it faster
  * (sched_prefer_wide: a wide tile loads a third less per product, which
- * pays on groups of many large tiles), or its narrow tile when g's usual
+ * pays on groups of many large tiles; not an f32 group that reads C,
+ * f32_reads_c), or its narrow tile when g's usual
  * tiles would leave SMs idle and its narrow ones fit one wave
  * (sched_prefer_narrow: a lone small GEMM on twice the SMs). Only a group
  * with the device to itself takes the narrow tile: beside groups in
@@ -688,8 +707,9 @@ static int hopper_tiles_fit(const struct group *g)
  */
 static uint64_t take_tile(struct worker *w, struct group *g)
 {
-        const struct sched_shape ws = w->cfg->wide_tiles && w->be->wide_shape ? w->be->wide_shape(w->be, g->key)
-                                                                               : (struct sched_shape){0, 0, 0};
+        const struct sched_shape ws = w->cfg->wide_tiles && w->be->wide_shape && !f32_reads_c(g)
+                                              ? w->be->wide_shape(w->be, g->key)
+                                              : (struct sched_shape){0, 0, 0};
         const struct sched_shape ns = w->cfg->narrow_tiles && w->be->narrow_shape && g->alone && !w->cfg->resident
                                               ? w->be->narrow_shape(w->be, g->key)
                                               : (struct sched_shape){0, 0, 0};

@@ -572,6 +572,43 @@ Test(e2e, wide_tile_for_a_group_of_many_waves)
                 free(first[i]);
 }
 
+/*
+ * An f32 group that reads C (beta != 0) stays on the usual tile, where the
+ * Hopper kernel stages C; the same group with beta 0 takes the wide one
+ * (the group of the test above, in f32, with --cpu-alt-tiles). Results
+ * right both ways.
+ */
+Test(e2e, f32_group_that_reads_c_keeps_the_usual_tile)
+{
+        static const double betas[] = {0.5, 0.0};
+
+        for (int f = 0; f < 2; f++) {
+                const struct e2e_spec ws = {.kind = GEMMD_GEMM, .dtype = GEMMD_F32, .ta = GEMMD_OP_T, .m = 256,
+                                            .n = 768, .k = 136, .alpha = 1.0, .beta = betas[f]};
+                struct e2e_daemon d;
+                struct e2e_arena ar;
+                struct e2e_prob p[8];
+                struct gemmd_result r[8];
+                uint64_t seed = 47;
+                gemmd_client *c;
+                char why[256];
+
+                START(&d, "--threads", "2", "--cpu-alt-tiles", "yes", "--wide-tiles", "yes", NULL);
+                c = e2e_connect(&d);
+                cr_assert_not_null(c);
+                cr_assert_eq(e2e_arena_init(&ar, c, 64u << 20), 0);
+                for (int i = 0; i < 8; i++)
+                        cr_assert_eq(e2e_prob_place(&p[i], &ws, &ar, &seed), 0);
+                cr_assert_eq(e2e_run_checked(c, p, 8, 8, r, why, sizeof(why)), 0, "%s", why);
+                cr_assert_eq(r[0].group_size, 8, "the eight ops did not share a group");
+                cr_assert_eq(stats_count(c, "wide_groups"), f == 0 ? 0 : 1, "beta %g", betas[f]);
+                for (int i = 0; i < 8; i++)
+                        free(p[i].c0);
+                gemmd_disconnect(c);
+                STOP(&d);
+        }
+}
+
 /* ---- (c) result bits independent of the group and of the mode ---------- */
 
 /* Problems whose bits must not depend on company: K spanning several
