@@ -803,7 +803,7 @@ __device__ __forceinline__ void c_stage_in(const struct gemmd_kproblem &p, const
 }
 
 /*
- * The whole vectors of c_stage_in's, by cp.async, while the tensor cores
+ * c_stage_in's whole vectors, by cp.async, while the tensor cores
  * still work on the tile (the caller commits them, and the epilogue waits
  * for them, then stages the rest: c_stage_in<REST>). The tile then waits
  * for C's memory not at all, or once for the vectors on its edges. A loop,
@@ -1133,9 +1133,9 @@ template <int NA> __device__ __forceinline__ void fold(float (&d)[NA], float (&t
  * C read into a consumer warpgroup's staging buffer (beta != 0, C with a
  * tensor map), by its thread 0: the same two boxes of 32 rows x 128
  * columns that c_staged stores, so that each thread finds its elements of
- * C where it writes its results. Issued while the tile's last wgmma batch
- * runs (the previous tile's copy has read the buffer by then), so the
- * epilogue waits for C once a tile at most, where reading it from the
+ * C where it writes its results. Issued while the first chunk's last
+ * wgmma batch runs (the previous tile's copy has read the buffer by then),
+ * so the epilogue waits for C once a tile at most, where reading it from the
  * fragments' addresses paid the memory's latency once per group of
  * elements. The rows past the matrix's edge are filled with zeros and
  * never stored.
