@@ -644,7 +644,7 @@ static int run_alone(struct client *c, int i)
         return e == cudaSuccess ? 0 : cuda_fail(c, "check", e);
 }
 
-/* C of problem i as it is before the check runs it again (beta != 0): a
+/* p's C as it is before the check runs p again (beta != 0): a
  * copy the caller frees, NULL on failure. */
 static uint16_t *c_before(struct client *c, const struct problem *p)
 {
