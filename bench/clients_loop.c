@@ -567,20 +567,22 @@ static void cublas_loop(struct client *c)
 
 /* ---- warm-up of every problem and the final check ----------------------- */
 
-/* Runs each problem once. Returns 0 or the first failure. */
-static int prerun(struct client *c)
+/* Runs problems first .. first + n - 1 once each and waits for them: the
+ * warm-up of every problem, and the check's last run of one where beta
+ * != 0. Returns 0, or the first failure, noted as `what`'s. */
+static int run_problems(struct client *c, int first, int n, const char *what)
 {
         if (c->o->mode == CLIENTS_GEMMD) {
                 gemmd_ticket t[CLIENTS_PROBLEMS];
-                int err = 0, n = 0;
+                int err = 0;
 
-                for (int i = 0; i < CLIENTS_PROBLEMS; i++, n++) {
+                for (int i = 0; i < n; i++) {
                         struct gemmd_op op;
 
-                        gemmd_op_of(c, &c->p[i], &op);
+                        gemmd_op_of(c, &c->p[first + i], &op);
                         err = gemmd_submit(c->gc, &op, 1, GEMMD_PRIO_NORMAL, &t[i]);
                         if (err) {
-                                note_error(c, err, "warm-up gemmd_submit: %s", gemmd_strerror(err));
+                                note_error(c, err, "%s gemmd_submit: %s", what, gemmd_strerror(err));
                                 return err;
                         }
                 }
@@ -588,22 +590,22 @@ static int prerun(struct client *c)
                         int st = gemmd_wait(c->gc, t[i], c->o->timeout_ms, NULL, 0);
 
                         if (st && !err) {
-                                note_error(c, st, "warm-up request: %s", gemmd_strerror(st));
+                                note_error(c, st, "%s request: %s", what, gemmd_strerror(st));
                                 err = st;
                         }
                 }
                 return err;
         }
-        for (int i = 0; i < CLIENTS_PROBLEMS; i++) {
-                cublasStatus_t bs = cublas_gemm(c, &c->p[i], c->st[0]);
+        for (int i = 0; i < n; i++) {
+                cublasStatus_t bs = cublas_gemm(c, &c->p[first + i], c->st[0]);
 
                 if (bs != CUBLAS_STATUS_SUCCESS) {
-                        note_error(c, -EIO, "warm-up cublasGemmEx: %s", cublasGetStatusString(bs));
+                        note_error(c, -EIO, "%s cublasGemmEx: %s", what, cublasGetStatusString(bs));
                         return -EIO;
                 }
         }
         cudaError_t e = cudaStreamSynchronize(c->st[0]);
-        return e == cudaSuccess ? 0 : cuda_fail(c, "warm-up", e);
+        return e == cudaSuccess ? 0 : cuda_fail(c, what, e);
 }
 
 /* Fetches one operand region to the host (device memory) or points at it
@@ -618,32 +620,6 @@ static const uint16_t *fetch(struct client *c, uint64_t off, uint64_t bytes, uin
         return *tmp;
 }
 
-/* Runs problem i once more, alone, and waits for it (the check where
- * beta != 0). Returns 0 or a failure, noted. */
-static int run_alone(struct client *c, int i)
-{
-        if (c->o->mode == CLIENTS_GEMMD) {
-                struct gemmd_op op;
-                gemmd_ticket t;
-                int err;
-
-                gemmd_op_of(c, &c->p[i], &op);
-                err = gemmd_submit(c->gc, &op, 1, GEMMD_PRIO_NORMAL, &t);
-                if (!err)
-                        err = gemmd_wait(c->gc, t, c->o->timeout_ms, NULL, 0);
-                if (err)
-                        note_error(c, err, "check: the request run again: %s", gemmd_strerror(err));
-                return err;
-        }
-        cublasStatus_t bs = cublas_gemm(c, &c->p[i], c->st[0]);
-        if (bs != CUBLAS_STATUS_SUCCESS) {
-                note_error(c, -EIO, "check: cublasGemmEx: %s", cublasGetStatusString(bs));
-                return -EIO;
-        }
-        cudaError_t e = cudaStreamSynchronize(c->st[0]);
-        return e == cudaSuccess ? 0 : cuda_fail(c, "check", e);
-}
-
 /* p's C as it is before the check runs p again (beta != 0): a
  * copy the caller frees, NULL on failure. */
 static uint16_t *c_before(struct client *c, const struct problem *p)
@@ -652,10 +628,15 @@ static uint16_t *c_before(struct client *c, const struct problem *p)
         uint16_t *tmp = NULL, *copy;
         const uint16_t *cc = fetch(c, p->coff, bytes, &tmp);
 
-        copy = cc ? malloc(bytes) : NULL;
+        if (!cc) {
+                free(tmp);
+                return NULL;
+        }
+        if (tmp)
+                return tmp; /* device memory: fetch made a copy */
+        copy = malloc(bytes); /* shared memory: the next run writes over it */
         if (copy)
                 memcpy(copy, cc, bytes);
-        free(tmp);
         return copy;
 }
 
@@ -678,7 +659,7 @@ static void check_results(struct client *c)
                 checked++;
                 if (beta != 0) {
                         cb = c_before(c, p);
-                        ran = cb && !run_alone(c, i);
+                        ran = cb && !run_problems(c, i, 1, "check:");
                 }
                 a = fetch(c, p->aoff, 2 * (uint64_t)(p->m * p->k), &ta);
                 b = fetch(c, p->boff, 2 * (uint64_t)(p->n * p->k), &tb);
@@ -771,7 +752,7 @@ int clients_child(const struct clients_opts *o, int index, int fd)
         else
                 err = cublas_setup(c);
         if (!err)
-                err = prerun(c);
+                err = run_problems(c, 0, CLIENTS_PROBLEMS, "warm-up");
 
         memset(&ready, 0, sizeof(ready));
         ready.status = err;

@@ -529,6 +529,43 @@ Test(e2e, narrow_tile_only_for_a_group_alone_on_the_device)
 }
 
 /*
+ * Eight GEMMs of spec ws in one group on a daemon with the CPU's wide and
+ * narrow tiles (--cpu-alt-tiles) and --wide-tiles wide, checked: the group
+ * ran on the wide tile exactly when expect_wide says so (stats). With
+ * first, each op's C bits are compared with those of the first call
+ * (first_bits), so that calls on either tile must agree.
+ */
+static void eight_on_alt_tiles(const struct e2e_spec *ws, uint64_t seed, const char *wide, int expect_wide,
+                               uint8_t **first)
+{
+        struct e2e_daemon d;
+        struct e2e_arena ar;
+        struct e2e_prob p[8];
+        struct gemmd_result r[8];
+        gemmd_client *c;
+        char why[256];
+
+        START(&d, "--threads", "2", "--cpu-alt-tiles", "yes", "--wide-tiles", wide, NULL);
+        c = e2e_connect(&d);
+        cr_assert_not_null(c);
+        cr_assert_eq(e2e_arena_init(&ar, c, 64u << 20), 0);
+        for (int i = 0; i < 8; i++)
+                cr_assert_eq(e2e_prob_place(&p[i], ws, &ar, &seed), 0);
+        cr_assert_eq(e2e_run_checked(c, p, 8, 8, r, why, sizeof(why)), 0, "%s", why);
+        cr_assert_eq(r[0].group_size, 8, "the eight ops did not share a group");
+        cr_assert_eq(stats_count(c, "wide_groups"), expect_wide ? 1 : 0, "--wide-tiles %s, beta %g", wide,
+                     ws->beta);
+        for (int i = 0; i < 8; i++) {
+                if (first)
+                        cr_assert_eq(memcmp(first_bits(&first[i], &p[i]), p[i].c, p[i].cbytes), 0,
+                                     "op %d: bits differ between the wide and the usual tile", i);
+                free(p[i].c0);
+        }
+        gemmd_disconnect(c);
+        STOP(&d);
+}
+
+/*
  * The wide tile (the CPU's 64 x 96, --cpu-alt-tiles) for a group of many
  * waves where the cost model predicts it faster: eight GEMMs of 256 x 768
  * make 384 usual tiles (48 waves of the 8 CTAs of --threads 2) and 256
@@ -539,35 +576,10 @@ Test(e2e, wide_tile_for_a_group_of_many_waves)
 {
         static const struct e2e_spec ws = {.kind = GEMMD_GEMM, .dtype = GEMMD_BF16, .ta = GEMMD_OP_T, .m = 256,
                                            .n = 768, .k = 136, .alpha = 1.0f, .beta = 0.5f};
-        static const char *const flags[] = {"yes", "no"};
         uint8_t *first[8] = {0};
 
-        for (int f = 0; f < 2; f++) {
-                struct e2e_daemon d;
-                struct e2e_arena ar;
-                struct e2e_prob p[8];
-                struct gemmd_result r[8];
-                uint64_t seed = 43;
-                gemmd_client *c;
-                char why[256];
-
-                START(&d, "--threads", "2", "--cpu-alt-tiles", "yes", "--wide-tiles", flags[f], NULL);
-                c = e2e_connect(&d);
-                cr_assert_not_null(c);
-                cr_assert_eq(e2e_arena_init(&ar, c, 64u << 20), 0);
-                for (int i = 0; i < 8; i++)
-                        cr_assert_eq(e2e_prob_place(&p[i], &ws, &ar, &seed), 0);
-                cr_assert_eq(e2e_run_checked(c, p, 8, 8, r, why, sizeof(why)), 0, "%s", why);
-                cr_assert_eq(r[0].group_size, 8, "the eight ops did not share a group");
-                cr_assert_eq(stats_count(c, "wide_groups"), f == 0 ? 1 : 0, "--wide-tiles %s", flags[f]);
-                for (int i = 0; i < 8; i++) {
-                        cr_assert_eq(memcmp(first_bits(&first[i], &p[i]), p[i].c, p[i].cbytes), 0,
-                                     "op %d: bits differ between the wide and the usual tile", i);
-                        free(p[i].c0);
-                }
-                gemmd_disconnect(c);
-                STOP(&d);
-        }
+        eight_on_alt_tiles(&ws, 43, "yes", 1, first);
+        eight_on_alt_tiles(&ws, 43, "no", 0, first);
         for (int i = 0; i < 8; i++)
                 free(first[i]);
 }
@@ -575,38 +587,16 @@ Test(e2e, wide_tile_for_a_group_of_many_waves)
 /*
  * An f32 group that reads C (beta != 0) stays on the usual tile, where the
  * Hopper kernel stages C; the same group with beta 0 takes the wide one
- * (the group of the test above, in f32, with --cpu-alt-tiles). Results
- * right both ways.
+ * (the group of the test above, in f32). Results right both ways.
  */
 Test(e2e, f32_group_that_reads_c_keeps_the_usual_tile)
 {
-        static const double betas[] = {0.5, 0.0};
+        struct e2e_spec ws = {.kind = GEMMD_GEMM, .dtype = GEMMD_F32, .ta = GEMMD_OP_T, .m = 256,
+                              .n = 768, .k = 136, .alpha = 1.0, .beta = 0.5};
 
-        for (int f = 0; f < 2; f++) {
-                const struct e2e_spec ws = {.kind = GEMMD_GEMM, .dtype = GEMMD_F32, .ta = GEMMD_OP_T, .m = 256,
-                                            .n = 768, .k = 136, .alpha = 1.0, .beta = betas[f]};
-                struct e2e_daemon d;
-                struct e2e_arena ar;
-                struct e2e_prob p[8];
-                struct gemmd_result r[8];
-                uint64_t seed = 47;
-                gemmd_client *c;
-                char why[256];
-
-                START(&d, "--threads", "2", "--cpu-alt-tiles", "yes", "--wide-tiles", "yes", NULL);
-                c = e2e_connect(&d);
-                cr_assert_not_null(c);
-                cr_assert_eq(e2e_arena_init(&ar, c, 64u << 20), 0);
-                for (int i = 0; i < 8; i++)
-                        cr_assert_eq(e2e_prob_place(&p[i], &ws, &ar, &seed), 0);
-                cr_assert_eq(e2e_run_checked(c, p, 8, 8, r, why, sizeof(why)), 0, "%s", why);
-                cr_assert_eq(r[0].group_size, 8, "the eight ops did not share a group");
-                cr_assert_eq(stats_count(c, "wide_groups"), f == 0 ? 0 : 1, "beta %g", betas[f]);
-                for (int i = 0; i < 8; i++)
-                        free(p[i].c0);
-                gemmd_disconnect(c);
-                STOP(&d);
-        }
+        eight_on_alt_tiles(&ws, 47, "yes", 0, NULL);
+        ws.beta = 0.0;
+        eight_on_alt_tiles(&ws, 47, "yes", 1, NULL);
 }
 
 /* ---- (c) result bits independent of the group and of the mode ---------- */
