@@ -1671,6 +1671,14 @@ extern "C" int cuda_gemm_tmaps_build_packed(const struct gemmd_kproblem *probs, 
                     (p.c & 15) == 0 && p.m % 4 == 0 && p.ldc % 4 == 0 && p.ldc < ((int64_t)1 << 37) &&
                     encode_c(fn, &m[2], p))
                         flags[i] |= 4;
+                /* A 16-bit GEMM's C likewise, for the epilogue's TMA store:
+                 * boxes of 64 rows (128 bytes) x the tile's columns, the
+                 * same rule for granules (m and ldc multiples of 8). Not
+                 * on the 64-row stages, whose third map is A's. */
+                if (p.kind == SCHED_GEMM && p.dtype != GEMMD_F32 && !skinny && (p.c & 15) == 0 && p.m % 8 == 0 &&
+                    p.ldc % 8 == 0 && p.ldc < ((int64_t)1 << 37) &&
+                    encode_kmajor(fn, &m[2], p.dtype, p.c, p.n, p.m, p.ldc, shape.tn))
+                        flags[i] |= 4;
                 nfast++;
         }
         return nfast;

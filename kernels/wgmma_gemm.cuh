@@ -76,8 +76,11 @@
  * Epilogue (16-bit; f32 is stored straight from the fragments): values
  * are rounded to the output type in registers, written
  * transposed (stmatrix.trans) into a per-warpgroup staging buffer laid out
- * like C (column-major, padded to avoid bank conflicts), and stored to C
- * with 16-byte vectors along each column (element stores at the edges).
+ * like C (column-major, 128 bytes a column, swizzled as TMA's 128-byte
+ * mode is), and stored to C by one TMA copy through C's tensor map where
+ * the host made one (the warpgroup goes on to its next tile meanwhile),
+ * else with 16-byte vectors along each column (element stores at the
+ * edges).
  */
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ == 900 && defined(__CUDA_ARCH_FEAT_SM90_ALL)
 #define GEMMD_SM90A 1
@@ -101,8 +104,9 @@ template <int BN_, int BMA_ = 128> struct WCfgT {
         }
         static constexpr int A_BYTES = BMA * ROW_BYTES, B_BYTES = BN * ROW_BYTES;
         static constexpr int STAGE_BYTES = A_BYTES + B_BYTES;
-        static constexpr int EPI_LD = 72; /* staged column stride, elements */
-        static constexpr int EPI_BYTES = BN * EPI_LD * 2; /* per consumer warpgroup */
+        /* 16-bit staging: a consumer's 64 rows x BN columns, 128 bytes a
+         * column, TMA's 128-byte swizzle (epi_at). */
+        static constexpr int EPI_BYTES = BN * 128; /* per consumer warpgroup */
         static constexpr int TILE = BM * BN;
         static constexpr int NACC = BN / 2; /* accumulators per consumer thread (64 x BN / 128) */
         static constexpr int TMAP_BYTES = 384; /* A's map, B's, C's (f32 GEMMs) */
@@ -709,6 +713,17 @@ template <typename T> __device__ __forceinline__ T bits_as(uint16_t b)
         return v;
 }
 
+/* The shared address of 16-byte chunk `chunk` (rows 8 chunk ..) of column
+ * col in a 16-bit staging buffer at epi (1024-byte aligned): 128 bytes a
+ * column, chunk j at j ^ (col % 8), the layout TMA's 128-byte swizzle
+ * gives a box of 64 rows. The 8 columns of an stmatrix or ldmatrix 8 x 8
+ * matrix and the 8 chunks of a column both fall on 8 distinct 16-byte
+ * bank groups. */
+__device__ __forceinline__ uint32_t epi_at(uint32_t epi, int col, int chunk)
+{
+        return epi + (uint32_t)col * 128u + ((uint32_t)(chunk ^ (col & 7)) << 4);
+}
+
 /*
  * The 16-bit epilogue moves a consumer's 64 x BN block of C between its
  * staging buffer and C by vectors of 8 rows of one column: vector v = wt +
@@ -745,7 +760,7 @@ __device__ __forceinline__ void cpa_wait() { asm volatile("cp.async.wait_group 0
 
 /*
  * A consumer's 64 rows of C at (r0, n0) into its staging buffer (shared
- * address epi, column stride EPI_LD), as the 16-bit epilogue's stores
+ * address epi, laid out as epi_at says), as the 16-bit epilogue's stores
  * read it back out, BN / 16 vectors a thread, all of a batch loaded before
  * any is stored, so that the tile waits for the memory once rather than
  * once per element (64 two-byte loads a thread, each behind the last).
@@ -757,7 +772,7 @@ template <typename T, int BN, bool REST = false>
 __device__ __forceinline__ void c_stage_in(const struct gemmd_kproblem &p, const T *cptr, uint32_t r0, uint32_t n0,
                                            uint32_t wt, uint32_t epi, bool lower, bool upper)
 {
-        constexpr int NV = BN / 16, LD = WCfgT<BN>::EPI_LD;
+        constexpr int NV = BN / 16;
         constexpr int CB = NV % 8 == 0 ? 8 : 4; /* vectors in flight a thread */
         static_assert(NV % CB == 0, "whole batches");
         const bool cvec = c_vec_ok(p);
@@ -795,7 +810,7 @@ __device__ __forceinline__ void c_stage_in(const struct gemmd_kproblem &p, const
                 for (int i = 0; i < CB; i++) {
                         const int v = wt + (b + i) * 128, col = v >> 3, rv = v & 7;
                         if (put[i])
-                                asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};\n" ::"r"(epi + col * (LD * 2) + rv * 16),
+                                asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};\n" ::"r"(epi_at(epi, col, rv)),
                                              "r"(val[i].x), "r"(val[i].y), "r"(val[i].z), "r"(val[i].w)
                                              : "memory");
                 }
@@ -813,14 +828,14 @@ template <typename T, int BN>
 __device__ __forceinline__ void c_stage_pre(const struct gemmd_kproblem &p, const T *cptr, uint32_t r0, uint32_t n0,
                                             uint32_t wt, uint32_t epi, bool lower, bool upper)
 {
-        constexpr int NV = BN / 16, LD = WCfgT<BN>::EPI_LD;
+        constexpr int NV = BN / 16;
         const bool cvec = c_vec_ok(p);
 #pragma unroll 1
         for (int i = 0; i < NV; i++) {
                 const int v = wt + i * 128, col = v >> 3, rv = v & 7;
                 const uint32_t gi = r0 + rv * 8, gj = n0 + col;
                 if (gi < p.m && gj < p.n && c_vec_whole(p, cvec, gi, gj, lower, upper))
-                        cpa16(epi + col * (LD * 2) + rv * 16, cptr + gi + (int64_t)gj * p.ldc);
+                        cpa16(epi_at(epi, col, rv), cptr + gi + (int64_t)gj * p.ldc);
         }
 }
 
@@ -899,7 +914,8 @@ __device__ __forceinline__ void work_geom(const struct gemmd_kproblem &p, const 
 /* PWork::tri: a SYR2K (two terms per chunk, a triangle of C), and which. */
 enum : uint32_t { TRI_SYR2K = 1, TRI_UPPER = 2 };
 /* In the tile header's flags beside them: the problem has a tensor map of
- * C, for the staged f32 epilogue (c_staged); a half tile (its rows fit in
+ * C, for the staged f32 epilogue (c_staged) or the 16-bit one's TMA
+ * store (flag bit 4 of cuda_gemm_tmaps_build); a half tile (its rows fit in
  * 64) that consumer 0 or 1 computes alone (neither: both, 64 rows each). */
 enum : uint32_t { HDR_TMA_C = 4, HDR_OWN0 = 8, HDR_OWN1 = 16 };
 /* The resident kernel's group boundaries, in a header's problem word (h[1]:
@@ -911,6 +927,7 @@ struct PWork {
         uint32_t prob, m0, n0, kbeg, niter, kc0, split;
         uint32_t m, n, k; /* what the consumers need of the problem */
         uint32_t tri;     /* SYR2K: TRI_SYR2K | uplo (TRI_UPPER); GEMM 0 */
+        uint32_t cmap;    /* HDR_TMA_C where the kernel stores C through its map */
         uint64_t c;
         int64_t ldc;
         float alpha, beta;
@@ -930,6 +947,7 @@ template <int BK, int BN> __device__ __forceinline__ PWork pwork(const struct ge
         x.alpha = p.alpha;
         x.beta = p.beta;
         x.tri = p.kind == SCHED_SYR2K ? TRI_SYR2K | (p.uplo ? TRI_UPPER : 0u) : 0u;
+        x.cmap = 0;
         work_geom<BK, BN>(p, w, x.m0, x.n0, x.kbeg, x.niter);
         return x;
 }
@@ -1219,6 +1237,10 @@ __global__ void __launch_bounds__(WCfg::THREADS, 1) wgmma_kernel(const __grid_co
 #ifdef GEMMD_SM90A
         using L = KLay<T, X3, BN, BMA>;
         constexpr bool F32C = L::STAGED_C;
+        /* 16-bit GEMMs whose C has a map store it by TMA (not SYR2K
+         * triangles, not the resident kernel, not the 64-row stages, whose
+         * problems' third map is A's). */
+        constexpr bool TMA16 = sizeof(T) == 2 && !SYRK && !RES && BMA == 128;
         using W = WCfgT<BN, BMA>;
         constexpr int NA = W::NACC;
         extern __shared__ unsigned char wsmem[];
@@ -1350,8 +1372,6 @@ __global__ void __launch_bounds__(WCfg::THREADS, 1) wgmma_kernel(const __grid_co
                                         h[12] = (uint32_t)((uint64_t)x.ldc >> 32);
                                         h[13] = __float_as_uint(x.alpha);
                                         h[14] = __float_as_uint(x.beta);
-                                        /* Its C map: flag bit 4 of cuda_gemm_tmaps_build. */
-                                        const uint8_t *flags = (const uint8_t *)tmaps + (size_t)kp.nprobs * WCfg::TMAP_BYTES;
                                         /* A half tile goes to one consumer, the
                                          * next to the other: they compute two
                                          * tiles at once, each its own (the
@@ -1361,7 +1381,10 @@ __global__ void __launch_bounds__(WCfg::THREADS, 1) wgmma_kernel(const __grid_co
                                          * sums) nor SYR2K triangles. */
                                         const bool half = x.tri == 0 && x.split == SCHED_NO_SPLIT && x.m - x.m0 <= 64;
                                         const uint32_t own = half ? (nhalf++ & 1 ? HDR_OWN1 : HDR_OWN0) : 0u;
-                                        h[15] = x.tri | own | (F32C && (flags[x.prob] & 4) ? HDR_TMA_C : 0u);
+                                        /* Its C map: flag bit 4 of cuda_gemm_tmaps_build
+                                         * (16-bit: read with the problem, x.cmap). */
+                                        const uint8_t *flags = (const uint8_t *)tmaps + (size_t)kp.nprobs * WCfg::TMAP_BYTES;
+                                        h[15] = x.tri | own | (F32C ? (flags[x.prob] & 4 ? HDR_TMA_C : 0u) : x.cmap);
                                 }
 #ifdef GEMMD_KTRACE
                                 if (i == 0 && s_kt[KT_ISSUE] == 0)
@@ -1406,6 +1429,16 @@ __global__ void __launch_bounds__(WCfg::THREADS, 1) wgmma_kernel(const __grid_co
                                 phase ^= 1;
                         }
                 };
+                /* Flag bit 4 of cuda_gemm_tmaps_build, the problem's C map, read
+                 * beside the problem (16-bit: issue's header would wait for it
+                 * before the tile's first copy). A CTA's last entry stores
+                 * from the threads instead: no tile follows for the copy to
+                 * overlap, and 128 threads' stores drain sooner than one copy
+                 * (a lone GEMM's kernel ended 0.3-0.5 us later). */
+                auto cmap_of = [&](uint32_t prob) -> uint32_t {
+                        const uint8_t *flags = (const uint8_t *)tmaps + (size_t)kp.nprobs * WCfg::TMAP_BYTES;
+                        return TMA16 && (flags[prob] & 4) ? HDR_TMA_C : 0u;
+                };
                 auto walk = [&]() {
                         if (kp.cta_begin) {
                                 /* Plan entries 32 at a time, one per lane, so their
@@ -1421,6 +1454,7 @@ __global__ void __launch_bounds__(WCfg::THREADS, 1) wgmma_kernel(const __grid_co
                                                 if (ok) {
                                                         const Work w = {en.problem, en.tile, en.kc_begin, en.kc_end, en.split};
                                                         x = pwork<WK<T>::BK, BN>(kp.probs[en.problem], w);
+                                                        x.cmap = e + 1 < e1 ? cmap_of(en.problem) : 0u;
                                                 }
                                         }
                                         uint32_t mask = __ballot_sync(0xffffffffu, ok);
@@ -1447,6 +1481,7 @@ __global__ void __launch_bounds__(WCfg::THREADS, 1) wgmma_kernel(const __grid_co
                                                 y.alpha = __shfl_sync(0xffffffffu, x.alpha, L);
                                                 y.beta = __shfl_sync(0xffffffffu, x.beta, L);
                                                 y.tri = SYRK ? __shfl_sync(0xffffffffu, x.tri, L) : 0u;
+                                                y.cmap = TMA16 ? __shfl_sync(0xffffffffu, x.cmap, L) : 0u;
                                                 if (lane == 0)
                                                         issue(y);
                                                 __syncwarp();
@@ -1456,7 +1491,8 @@ __global__ void __launch_bounds__(WCfg::THREADS, 1) wgmma_kernel(const __grid_co
                                 WorkIter it = work_begin(kp);
                                 Work w;
                                 while (work_next<WK<T>::BK, BN>(kp, it, w)) {
-                                        const PWork x = pwork<WK<T>::BK, BN>(kp.probs[w.prob], w);
+                                        PWork x = pwork<WK<T>::BK, BN>(kp.probs[w.prob], w);
+                                        x.cmap = cmap_of(w.prob);
                                         if (lane == 0)
                                                 issue(x);
                                         __syncwarp();
@@ -1532,6 +1568,14 @@ __global__ void __launch_bounds__(WCfg::THREADS, 1) wgmma_kernel(const __grid_co
                                      "r"(eq_head + 1)
                                      : "memory");
                 }
+        };
+        /* Before the staging buffer is written again: the last TMA copy out
+         * of it has read it (thread 0, its issuer), and every thread is
+         * past the previous tile's use of it. */
+        auto staging_free = [&]() {
+                if (TMA16 && wt == 0)
+                        bulk_wait_read();
+                named_bar(2 + cw, 128);
         };
         for (;;) {
                 mbar_wait(bars + 8 * pp.stage, pp.phase);
@@ -1634,7 +1678,7 @@ __global__ void __launch_bounds__(WCfg::THREADS, 1) wgmma_kernel(const __grid_co
                                 /* Before the last chunk's k-loop, while its
                                  * accumulators are not yet live; the previous
                                  * tile's stores have read the buffer. */
-                                named_bar(2 + cw, 128);
+                                staging_free();
                                 c_stage_pre<T, BN>(p, (const T *)(uintptr_t)p.c, m0 + rsh, n0, wt, epi, lower, upper);
                                 cpa_commit();
                         }
@@ -1693,6 +1737,11 @@ __global__ void __launch_bounds__(WCfg::THREADS, 1) wgmma_kernel(const __grid_co
                 }
                 const float alpha = p.alpha, beta = p.beta;
                 T *cptr = (T *)(uintptr_t)p.c;
+                /* C leaves by one TMA copy; not where its problem's early
+                 * completion waits on this warpgroup's stores (the copy's end
+                 * would hold the warpgroup's next wgmmas: only its issuer can
+                 * wait for it). */
+                const bool tma_c = TMA16 && (hflags & HDR_TMA_C) && !(EARLY && args.kp.early_cnt);
                 const uint32_t rbase = m0 + rsh + wi * 16 + (lane >> 2);
                 const uint32_t cbase = n0 + (lane & 3) * 2;
                 if constexpr (F32C) {
@@ -1771,7 +1820,7 @@ __global__ void __launch_bounds__(WCfg::THREADS, 1) wgmma_kernel(const __grid_co
                          * l's row address for stmatrix and ldmatrix. */
                         auto frag_at = [&](int j) -> uint32_t {
                                 const int q = lane >> 3, r8 = lane & 7, jj = j + (q >> 1), h = q & 1;
-                                return epi + (jj * 8 + r8) * (W::EPI_LD * 2) + (wi * 16 + h * 8) * 2;
+                                return epi_at(epi, jj * 8 + r8, wi * 2 + h);
                         };
                         /* beta tested once (as in the f32 epilogue). Both
                          * ways pass the barrier after which the previous
@@ -1780,7 +1829,7 @@ __global__ void __launch_bounds__(WCfg::THREADS, 1) wgmma_kernel(const __grid_co
 #pragma unroll
                                 for (int e = 0; e < NA; e += 2)
                                         pk[e / 2] = pack2<T>(__fmul_rn(alpha, tot[e]), __fmul_rn(alpha, tot[e + 1]));
-                                named_bar(2 + cw, 128);
+                                staging_free();
                         } else {
                                 /* C comes in the way it goes out: whole columns
                                  * into the staging buffer, then each thread's
@@ -1789,7 +1838,7 @@ __global__ void __launch_bounds__(WCfg::THREADS, 1) wgmma_kernel(const __grid_co
                                         c_stage_in<T, BN, true>(p, cptr, m0 + rsh, n0, wt, epi, lower, upper);
                                         cpa_wait();
                                 } else {
-                                        named_bar(2 + cw, 128);
+                                        staging_free();
                                         c_stage_in<T, BN>(p, cptr, m0 + rsh, n0, wt, epi, lower, upper);
                                 }
                                 named_bar(2 + cw, 128);
@@ -1822,12 +1871,22 @@ __global__ void __launch_bounds__(WCfg::THREADS, 1) wgmma_kernel(const __grid_co
                                                      : "memory");
                                 }
                         }
+                        if (tma_c)
+                                asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); /* visible to the copy engine */
                         named_bar(2 + cw, 128);
 #ifdef GEMMD_KTRACE
                         if (wt == 0 && s_kt[KT_STAGED] == 0)
                                 KT_AT(s_kt, KT_STAGED);
 #endif
-                        {
+                        if (tma_c) {
+                                /* The box of 64 rows x BN columns, clipped
+                                 * at C's edges by the map. */
+                                if (wt == 0) {
+                                        tma_store_2d(tmaps + (size_t)w.prob * WCfg::TMAP_BYTES + 256, epi, (int32_t)(m0 + rsh),
+                                                     (int32_t)n0);
+                                        bulk_commit();
+                                }
+                        } else {
                                 const bool cvec = c_vec_ok(p);
                                 const uint32_t r0 = m0 + rsh;
                                 const unsigned char *ep = gbase + (epi - base);
@@ -1837,7 +1896,7 @@ __global__ void __launch_bounds__(WCfg::THREADS, 1) wgmma_kernel(const __grid_co
                                         const uint32_t gi = r0 + rv * 8, gj = n0 + col;
                                         if (gi >= p.m || gj >= p.n)
                                                 continue;
-                                        const uint4 val = *(const uint4 *)(ep + col * (W::EPI_LD * 2) + rv * 16);
+                                        const uint4 val = *(const uint4 *)(ep + (epi_at(epi, col, rv) - epi));
                                         T *dst = cptr + gi + (int64_t)gj * p.ldc;
                                         /* A SYR2K writes only its triangle (c_vec_whole). */
                                         if (c_vec_whole(p, cvec, gi, gj, lower, upper)) {
@@ -1878,9 +1937,12 @@ __global__ void __launch_bounds__(WCfg::THREADS, 1) wgmma_kernel(const __grid_co
                 atomicAdd(&g_kt[KT_N + 2], (unsigned long long)(globaltimer() - s_kt_ns));
         }
 #endif
-        /* Staged C still on its way out: its shared memory must outlive the copies. */
+        /* Staged C still on its way out: its shared memory must outlive the
+         * copies' reads of it (the kernel's end waits for their writes). */
         if (F32C && wt == 0)
                 bulk_wait();
+        else if (TMA16 && wt == 0)
+                bulk_wait_read();
 #endif
 }
 
