@@ -227,6 +227,12 @@ int cuda_gemm_tmaps_build_packed(const struct gemmd_kproblem *problems, uint32_t
 /* How many of the problems that qualified are SYR2Ks, from the host buffer
  * cuda_gemm_tmaps_build filled for nproblems problems. */
 uint32_t cuda_gemm_tmaps_syr2k(const void *buf, uint32_t nproblems);
+/* How many of them have a map of C as well (same buffer): f32 GEMMs on
+ * the usual tile, whose epilogue stages C through it, and 16-bit GEMMs
+ * not on the 64-row stages, whose tiles other than a CTA's last store C
+ * by one TMA copy (not under early completion). Where C is 16-byte
+ * aligned and m and ldc are multiples of 8 (16-bit) or 4 (f32). */
+uint32_t cuda_gemm_tmaps_cmaps(const void *buf, uint32_t nproblems);
 
 /*
  * The resident kernel: the Hopper kernel (f16 or bf16 GEMMs, the usual

@@ -1684,6 +1684,15 @@ extern "C" int cuda_gemm_tmaps_build_packed(const struct gemmd_kproblem *probs, 
         return nfast;
 }
 
+extern "C" uint32_t cuda_gemm_tmaps_cmaps(const void *buf, uint32_t n)
+{
+        const uint8_t *flags = (const uint8_t *)buf + (size_t)n * WCfg::TMAP_BYTES;
+        uint32_t c = 0;
+        for (uint32_t i = 0; i < n && buf; i++)
+                c += (flags[i] & 4) != 0;
+        return c;
+}
+
 extern "C" uint32_t cuda_gemm_tmaps_syr2k(const void *buf, uint32_t n)
 {
         const uint8_t *flags = (const uint8_t *)buf + (size_t)n * WCfg::TMAP_BYTES;

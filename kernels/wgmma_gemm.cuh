@@ -1429,15 +1429,20 @@ __global__ void __launch_bounds__(WCfg::THREADS, 1) wgmma_kernel(const __grid_co
                                 phase ^= 1;
                         }
                 };
-                /* Flag bit 4 of cuda_gemm_tmaps_build, the problem's C map, read
-                 * beside the problem (16-bit: issue's header would wait for it
-                 * before the tile's first copy). A CTA's last entry stores
-                 * from the threads instead: no tile follows for the copy to
-                 * overlap, and 128 threads' stores drain sooner than one copy
-                 * (a lone GEMM's kernel ended 0.3-0.5 us later). */
+                /* HDR_TMA_C where a 16-bit entry's C leaves by one TMA copy:
+                 * its problem has a C map (flag bit 4 of cuda_gemm_tmaps_build,
+                 * read beside the problem, since issue's header would wait for
+                 * it before the tile's first copy). Not a CTA's last entry: no
+                 * tile follows for the copy to overlap, and 128 threads' stores
+                 * drain sooner than one copy (a lone GEMM's kernel ended 0.3-0.5
+                 * us later). Not under early completion, which waits on the
+                 * stores: only the copy's issuer can wait for its end, and the
+                 * warpgroup's next wgmmas would wait with it. */
                 auto cmap_of = [&](uint32_t prob) -> uint32_t {
+                        if (!TMA16 || args.kp.early_cnt) /* see tma_c */
+                                return 0u;
                         const uint8_t *flags = (const uint8_t *)tmaps + (size_t)kp.nprobs * WCfg::TMAP_BYTES;
-                        return TMA16 && (flags[prob] & 4) ? HDR_TMA_C : 0u;
+                        return flags[prob] & 4 ? HDR_TMA_C : 0u;
                 };
                 auto walk = [&]() {
                         if (kp.cta_begin) {
@@ -1737,11 +1742,8 @@ __global__ void __launch_bounds__(WCfg::THREADS, 1) wgmma_kernel(const __grid_co
                 }
                 const float alpha = p.alpha, beta = p.beta;
                 T *cptr = (T *)(uintptr_t)p.c;
-                /* C leaves by one TMA copy; not where its problem's early
-                 * completion waits on this warpgroup's stores (the copy's end
-                 * would hold the warpgroup's next wgmmas: only its issuer can
-                 * wait for it). */
-                const bool tma_c = TMA16 && (hflags & HDR_TMA_C) && !(EARLY && args.kp.early_cnt);
+                /* C leaves by one TMA copy where the producer said so (cmap_of). */
+                const bool tma_c = TMA16 && (hflags & HDR_TMA_C);
                 const uint32_t rbase = m0 + rsh + wi * 16 + (lane >> 2);
                 const uint32_t cbase = n0 + (lane & 3) * 2;
                 if constexpr (F32C) {

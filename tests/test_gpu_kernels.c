@@ -303,6 +303,7 @@ static int failures;
 static int inline_runs; /* launches whose data went as a kernel parameter */
 static int packed_groups; /* groups run with packed copies of their operands */
 static int tile_groups[3]; /* groups that also ran on the wide [1] and narrow [2] tiles */
+static int cmap_groups16; /* 16-bit groups with problems whose C the kernel may store by TMA */
 
 /* Encodes the problems' tensor maps for tile `shape` into new host memory
  * *host and copies them to new device memory *dev; returns what
@@ -494,6 +495,8 @@ static void run_group(const char *name, int dtype, int tf32, struct tprob *tp, u
                 packed_groups++;
         }
         uint32_t nsyr2k = cuda_gemm_tmaps_syr2k(htm, np);
+        if ((dtype == GEMMD_F16 || dtype == GEMMD_BF16) && cuda_gemm_tmaps_cmaps(htm, np) > 0)
+                cmap_groups16++;
         if (nfast < 0 || (kmaj && dtype != GEMMD_F64 && nfast != (int)np) || (dtype == GEMMD_F64 && nfast != 0)) {
                 printf("FAIL %s: cuda_gemm_tmaps_build = %d of %u K-major problems\n", name, nfast, np);
                 failures++;
@@ -868,6 +871,11 @@ int main(int argc, char **argv)
         const int all = cuda_gemm_fast_available() && !groups, b16 = !only || strstr(only, "f16") || strstr(only, "bf16");
         if (all && packed_groups == 0 && b16) {
                 printf("FAIL: no 16-bit group ran with packed copies\n");
+                failures++;
+        }
+        printf("16-bit groups with a map of C (stored by TMA but for each CTA's last tile): %d\n", cmap_groups16);
+        if (all && cmap_groups16 == 0 && b16) {
+                printf("FAIL: no 16-bit group had a map of C\n");
                 failures++;
         }
         printf("groups also run on the wide tile: %d, on the narrow tile: %d\n", tile_groups[1], tile_groups[2]);
