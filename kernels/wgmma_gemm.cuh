@@ -1439,7 +1439,7 @@ __global__ void __launch_bounds__(WCfg::THREADS, 1) wgmma_kernel(const __grid_co
                  * stores: only the copy's issuer can wait for its end, and the
                  * warpgroup's next wgmmas would wait with it. */
                 auto cmap_of = [&](uint32_t prob) -> uint32_t {
-                        if (!TMA16 || args.kp.early_cnt) /* see tma_c */
+                        if (!TMA16 || args.kp.early_cnt)
                                 return 0u;
                         const uint8_t *flags = (const uint8_t *)tmaps + (size_t)kp.nprobs * WCfg::TMAP_BYTES;
                         return flags[prob] & 4 ? HDR_TMA_C : 0u;
