@@ -419,7 +419,7 @@ void set_init(struct set *s, const struct workload *w, int dtype, int tf32, size
                         for (int t = 0; t < 5; t++) {
                                 const uint64_t t0 = bench_now_ns();
                                 s->nfast = cuda_gemm_tmaps_build_packed(kp, s->n, base_shape, htm,
-                                                                        (uint64_t)(uintptr_t)s->dpack[c]);
+                                                                        (uint64_t)(uintptr_t)s->dpack[c], 1);
                                 double us = (bench_now_ns() - t0) * 1e-3;
                                 /* The first build of a copy encodes its
                                  * maps; the others find them in this

@@ -328,6 +328,14 @@ static void fill_plan(struct cuda_slot *s, const struct group *g, const struct l
         }
 }
 
+/* Whether g's 16-bit C's get maps: the kernel stores C through one on a
+ * tile its CTA follows with another, never under early completion; a
+ * plan of at most one entry a CTA (a lone small group) has no such tile. */
+static int c16_maps(const struct group *g, const struct launch_state *st)
+{
+        return !st->early && (g->plan.nentries == 0 || g->plan.nentries > g->plan.nctas);
+}
+
 /* Encodes the tensor maps on the host, from the device addresses just
  * resolved, and counts the problems the Hopper kernel takes (nfast, of
  * them nsyr2k SYR2Ks). A group on the wide tile must be all of them.
@@ -345,7 +353,8 @@ static int build_tmaps(struct cuda_backend *cb, struct cuda_slot *s, struct grou
                         st->pack = 0;
                 st->nfast = cuda_gemm_tmaps_build_packed(s->h_blob, g->nops, g->cfg.shape,
                                                          (char *)s->h_blob + st->tm_off,
-                                                         st->pack ? (uint64_t)(uintptr_t)s->d_pack : 0);
+                                                         st->pack ? (uint64_t)(uintptr_t)s->d_pack : 0,
+                                                         c16_maps(g, st));
                 g->packed = st->pack != 0 && st->nfast == (int)g->nops && cuda_gemm_fast_available();
                 if (st->nfast < 0)
                         st->nfast = 0;

@@ -209,10 +209,13 @@ int cuda_gemm_tmaps_build(const struct gemmd_kproblem *problems, uint32_t nprobl
  * an operand the map can read where it lies is not copied), else 0:
  *
  *   bytes = cuda_gemm_pack_bytes(host_problems, n, shape);
- *   nfast = cuda_gemm_tmaps_build_packed(host_problems, n, shape, buf, pack);
+ *   nfast = cuda_gemm_tmaps_build_packed(host_problems, n, shape, buf, pack, c16);
  *   (pack: the device address of a buffer of those bytes, 128-byte
  *   aligned, only where bytes > 0 for these problems and shape; 0: as
- *   cuda_gemm_tmaps_build)
+ *   cuda_gemm_tmaps_build. c16: also map 16-bit GEMMs' C, which the
+ *   kernel stores through the map on every tile but a CTA's last, and not
+ *   under early completion: 0 where no tile could, so that the launch
+ *   encodes no map it will not use; cuda_gemm_tmaps_build passes 1)
  *
  * The maps of those problems then point into the buffer, and
  * cuda_gemm_launch, given it in g.pack, first copies their operands there
@@ -223,7 +226,7 @@ int cuda_gemm_tmaps_build(const struct gemmd_kproblem *problems, uint32_t nprobl
  */
 size_t cuda_gemm_pack_bytes(const struct gemmd_kproblem *problems, uint32_t nproblems, struct sched_shape shape);
 int cuda_gemm_tmaps_build_packed(const struct gemmd_kproblem *problems, uint32_t nproblems,
-                                 struct sched_shape shape, void *out, uint64_t pack);
+                                 struct sched_shape shape, void *out, uint64_t pack, int c16);
 /* How many of the problems that qualified are SYR2Ks, from the host buffer
  * cuda_gemm_tmaps_build filled for nproblems problems. */
 uint32_t cuda_gemm_tmaps_syr2k(const void *buf, uint32_t nproblems);

@@ -1558,12 +1558,12 @@ static __device__ void pack_operand(const uint16_t *src, int64_t ld, bool kmaj, 
 static __global__ void __launch_bounds__(256) pack_kernel(const struct gemmd_kproblem *probs, const char *tm, uint32_t n)
 {
         __shared__ uint16_t blk[32][33];
-        const uint8_t *flags = (const uint8_t *)tm + (size_t)n * WCfg::TMAP_BYTES;
+        const uint8_t *flags = map_flags(tm, n);
 
         for (uint32_t pi = blockIdx.y; pi < n; pi += gridDim.y) {
                 if (!(flags[pi] & FLAG_PACKED))
                         continue;
-                const uint64_t *d = (const uint64_t *)(tm + (size_t)pi * WCfg::TMAP_BYTES + 256);
+                const uint64_t *d = (const uint64_t *)third_map(tm, pi);
                 const struct gemmd_kproblem p = probs[pi];
                 if (d[0])
                         pack_operand((const uint16_t *)(uintptr_t)p.a, p.lda, p.trans_a == 1, p.m, p.k,
@@ -1613,11 +1613,27 @@ static bool encode_packed(PFN_cuTensorMapEncodeTiled_v12000 fn, CUtensorMap *m, 
 extern "C" int cuda_gemm_tmaps_build(const struct gemmd_kproblem *probs, uint32_t n, struct sched_shape shape,
                                      void *out)
 {
-        return cuda_gemm_tmaps_build_packed(probs, n, shape, out, 0);
+        return cuda_gemm_tmaps_build_packed(probs, n, shape, out, 0, 1);
+}
+
+/* Where problem p's C can have a map (flag bit 4): a GEMM whose columns
+ * are whole 16-byte granules, 16-byte aligned. Where a column ends inside
+ * one, the copy wrote the whole granule on the H100 (a TF32 GEMM of 63
+ * rows, ldc 64, had row 63 written: bench/results/test_gpu_kernels.log),
+ * so such a C is stored from the fragments, row by row. f32: the usual
+ * tile's epilogue stages C through it (and reads it there with beta !=
+ * 0); 16-bit (c16): the epilogue's TMA store, not on the 64-row stages,
+ * whose third map is A's. */
+static bool c_mappable(const struct gemmd_kproblem &p, struct sched_shape shape, bool skinny, bool c16)
+{
+        const bool f32 = p.dtype == GEMMD_F32;
+        const uint32_t g = f32 ? 4 : 8; /* elements a granule */
+        return p.kind == SCHED_GEMM && (f32 ? shape.tn == 128 : c16 && !skinny) && (p.c & 15) == 0 && p.m % g == 0 &&
+               p.ldc % g == 0 && p.ldc < ((int64_t)1 << 37);
 }
 
 extern "C" int cuda_gemm_tmaps_build_packed(const struct gemmd_kproblem *probs, uint32_t n,
-                                            struct sched_shape shape, void *out, uint64_t pack)
+                                            struct sched_shape shape, void *out, uint64_t pack, int c16)
 {
         static_assert(sizeof(CUtensorMap) == 128, "a tensor map is 128 bytes");
         if ((!probs || !out) && n > 0)
@@ -1626,7 +1642,7 @@ extern "C" int cuda_gemm_tmaps_build_packed(const struct gemmd_kproblem *probs, 
                 return -EINVAL;
         if (((uintptr_t)out & 63) != 0)
                 return -EINVAL;
-        uint8_t *flags = (uint8_t *)out + (size_t)n * WCfg::TMAP_BYTES;
+        uint8_t *flags = (uint8_t *)map_flags(out, n);
         memset(flags, 0, n);
         PFN_cuTensorMapEncodeTiled_v12000 fn = encode_fn();
         if (!fn)
@@ -1660,47 +1676,30 @@ extern "C" int cuda_gemm_tmaps_build_packed(const struct gemmd_kproblem *probs, 
                  * those rows of A (skinny_group). */
                 if (skinny)
                         encode_kmajor(fn, &m[2], p.dtype, p.a, p.m, p.k, p.lda, 64);
-                /* An f32 GEMM's C can be stored (and, with beta != 0,
-                 * read) through a map (bit 4), where its layout allows: columns
-                 * of whole 16-byte granules. Where a column ends inside
-                 * one, the copy wrote the whole granule on the H100 (a
-                 * TF32 GEMM of 63 rows, ldc 64, had row 63 written:
-                 * bench/results/test_gpu_kernels.log), so such a C is
-                 * stored from the fragments, row by row. */
-                if (p.kind == SCHED_GEMM && p.dtype == GEMMD_F32 && shape.tn == 128 &&
-                    (p.c & 15) == 0 && p.m % 4 == 0 && p.ldc % 4 == 0 && p.ldc < ((int64_t)1 << 37) &&
-                    encode_c(fn, &m[2], p))
-                        flags[i] |= 4;
-                /* A 16-bit GEMM's C likewise, for the epilogue's TMA store:
-                 * boxes of 64 rows (128 bytes) x the tile's columns, the
-                 * same rule for granules (m and ldc multiples of 8). Not
-                 * on the 64-row stages, whose third map is A's. */
-                if (p.kind == SCHED_GEMM && p.dtype != GEMMD_F32 && !skinny && (p.c & 15) == 0 && p.m % 8 == 0 &&
-                    p.ldc % 8 == 0 && p.ldc < ((int64_t)1 << 37) &&
-                    encode_kmajor(fn, &m[2], p.dtype, p.c, p.n, p.m, p.ldc, shape.tn))
+                /* C's map: 16-bit boxes of 64 rows (128 bytes) x the tile's
+                 * columns, as A's and B's (memoized); f32 ones encode_c's. */
+                if (c_mappable(p, shape, skinny, c16) &&
+                    (p.dtype == GEMMD_F32 ? encode_c(fn, &m[2], p)
+                                          : encode_kmajor(fn, &m[2], p.dtype, p.c, p.n, p.m, p.ldc, shape.tn)))
                         flags[i] |= 4;
                 nfast++;
         }
         return nfast;
 }
 
-extern "C" uint32_t cuda_gemm_tmaps_cmaps(const void *buf, uint32_t n)
+/* How many of the n problems' flags in maps buffer buf have (f & mask) == want. */
+static uint32_t count_flags(const void *buf, uint32_t n, uint8_t mask, uint8_t want)
 {
-        const uint8_t *flags = (const uint8_t *)buf + (size_t)n * WCfg::TMAP_BYTES;
+        const uint8_t *flags = map_flags(buf, n);
         uint32_t c = 0;
         for (uint32_t i = 0; i < n && buf; i++)
-                c += (flags[i] & 4) != 0;
+                c += (flags[i] & mask) == want;
         return c;
 }
 
-extern "C" uint32_t cuda_gemm_tmaps_syr2k(const void *buf, uint32_t n)
-{
-        const uint8_t *flags = (const uint8_t *)buf + (size_t)n * WCfg::TMAP_BYTES;
-        uint32_t c = 0;
-        for (uint32_t i = 0; i < n && buf; i++)
-                c += (flags[i] & 3) == 2;
-        return c;
-}
+extern "C" uint32_t cuda_gemm_tmaps_cmaps(const void *buf, uint32_t n) { return count_flags(buf, n, 4, 4); }
+
+extern "C" uint32_t cuda_gemm_tmaps_syr2k(const void *buf, uint32_t n) { return count_flags(buf, n, 3, 2); }
 
 extern "C" size_t cuda_gemm_res_area_bytes(size_t slot_bytes)
 {
@@ -1899,7 +1898,7 @@ extern "C" int cuda_gemm_launch(const struct cuda_group *g, void *stream)
         if (fast) {
                 const char *tm = (const char *)g->tmaps;
                 if (g->nfast < g->nproblems) {
-                        kp.fast = (const uint8_t *)(tm + (size_t)g->nproblems * WCfg::TMAP_BYTES);
+                        kp.fast = map_flags(tm, g->nproblems);
                         kp.want_fast = 1;
                 }
                 const bool syrk = g->nfast_syr2k > 0;

@@ -109,10 +109,21 @@ template <int BN_, int BMA_ = 128> struct WCfgT {
         static constexpr int EPI_BYTES = BN * 128; /* per consumer warpgroup */
         static constexpr int TILE = BM * BN;
         static constexpr int NACC = BN / 2; /* accumulators per consumer thread (64 x BN / 128) */
-        static constexpr int TMAP_BYTES = 384; /* A's map, B's, C's (f32 GEMMs) */
+        static constexpr int TMAP_BYTES = 384; /* A's map, B's, a third (C's, or A's of 64 rows, or packed copies) */
         static_assert(BN % 16 == 0 && BN <= 256, "a wgmma's N");
         static_assert(BMA == 128 || BMA == 64, "a stage holds A's whole tile or its first 64 rows");
 };
+
+/* A maps buffer of n problems (cuda_gemm_tmaps_build): problem i's three
+ * maps at i * TMAP_BYTES, then one flag byte a problem. */
+__host__ __device__ __forceinline__ const char *third_map(const char *maps, uint32_t i)
+{
+        return maps + (size_t)i * WCfgT<128>::TMAP_BYTES + 256;
+}
+__host__ __device__ __forceinline__ const uint8_t *map_flags(const void *maps, uint32_t n)
+{
+        return (const uint8_t *)maps + (size_t)n * WCfgT<128>::TMAP_BYTES;
+}
 /* The usual tile; WIDE_BN the wide one (cuda_gemm_shape_wide), NARROW_BN
  * the narrow one (cuda_gemm_shape_narrow). */
 using WCfg = WCfgT<128>;
@@ -1381,10 +1392,12 @@ __global__ void __launch_bounds__(WCfg::THREADS, 1) wgmma_kernel(const __grid_co
                                          * sums) nor SYR2K triangles. */
                                         const bool half = x.tri == 0 && x.split == SCHED_NO_SPLIT && x.m - x.m0 <= 64;
                                         const uint32_t own = half ? (nhalf++ & 1 ? HDR_OWN1 : HDR_OWN0) : 0u;
-                                        /* Its C map: flag bit 4 of cuda_gemm_tmaps_build
-                                         * (16-bit: read with the problem, x.cmap). */
-                                        const uint8_t *flags = (const uint8_t *)tmaps + (size_t)kp.nprobs * WCfg::TMAP_BYTES;
-                                        h[15] = x.tri | own | (F32C ? (flags[x.prob] & 4 ? HDR_TMA_C : 0u) : x.cmap);
+                                        /* Its C map: flag bit 4 of cuda_gemm_tmaps_build.
+                                         * 16-bit: read with the problem (x.cmap, cmap_of);
+                                         * f32 reads it here, since carrying it through
+                                         * the walk made its kernels spill. */
+                                        h[15] = x.tri | own |
+                                                (F32C ? (map_flags(tmaps, kp.nprobs)[x.prob] & 4 ? HDR_TMA_C : 0u) : x.cmap);
                                 }
 #ifdef GEMMD_KTRACE
                                 if (i == 0 && s_kt[KT_ISSUE] == 0)
@@ -1441,8 +1454,7 @@ __global__ void __launch_bounds__(WCfg::THREADS, 1) wgmma_kernel(const __grid_co
                 auto cmap_of = [&](uint32_t prob) -> uint32_t {
                         if (!TMA16 || args.kp.early_cnt)
                                 return 0u;
-                        const uint8_t *flags = (const uint8_t *)tmaps + (size_t)kp.nprobs * WCfg::TMAP_BYTES;
-                        return flags[prob] & 4 ? HDR_TMA_C : 0u;
+                        return map_flags(tmaps, kp.nprobs)[prob] & 4 ? HDR_TMA_C : 0u;
                 };
                 auto walk = [&]() {
                         if (kp.cta_begin) {
@@ -1690,7 +1702,7 @@ __global__ void __launch_bounds__(WCfg::THREADS, 1) wgmma_kernel(const __grid_co
                         run_chunk<T, X3, BN, BMA>(pp, acc, csum, nk);
                         if (F32C && c == 0 && c_early && wt == 0)
                                 c_load(base + L::EPI_OFF + cw * L::F32C_BYTES, base + L::CBAR_OFF + 8 * cw,
-                                       tmaps + (size_t)w.prob * WCfg::TMAP_BYTES + 256, m0 + rsh, n0, p.m);
+                                       third_map(tmaps, w.prob), m0 + rsh, n0, p.m);
                         wgmma_wait<0>();
                         fold(X3 ? csum : acc, tot, wsb ? wsb + (size_t)(w.kc0 + c) * W::TILE + ctid : nullptr);
                 }
@@ -1750,7 +1762,7 @@ __global__ void __launch_bounds__(WCfg::THREADS, 1) wgmma_kernel(const __grid_co
                         if (hflags & HDR_TMA_C) {
                                 const uint32_t stg = base + L::EPI_OFF + cw * L::F32C_BYTES;
                                 const uint32_t cbar = base + L::CBAR_OFF + 8 * cw;
-                                const char *cmap = tmaps + (size_t)w.prob * WCfg::TMAP_BYTES + 256;
+                                const char *cmap = third_map(tmaps, w.prob);
                                 if (beta == 0.f) {
                                         c_staged<false>(tot, stg, cw, wt, alpha, beta, cbar, cphase, cmap, m0 + rsh, n0,
                                                         p.m);
@@ -1884,8 +1896,7 @@ __global__ void __launch_bounds__(WCfg::THREADS, 1) wgmma_kernel(const __grid_co
                                 /* The box of 64 rows x BN columns, clipped
                                  * at C's edges by the map. */
                                 if (wt == 0) {
-                                        tma_store_2d(tmaps + (size_t)w.prob * WCfg::TMAP_BYTES + 256, epi, (int32_t)(m0 + rsh),
-                                                     (int32_t)n0);
+                                        tma_store_2d(third_map(tmaps, w.prob), epi, (int32_t)(m0 + rsh), (int32_t)n0);
                                         bulk_commit();
                                 }
                         } else {

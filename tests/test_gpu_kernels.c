@@ -325,7 +325,7 @@ static int build_maps(const struct gemmd_kproblem *kp, uint32_t np, struct sched
                 if (pb)
                         CK(cudaMalloc(pack, pb));
         }
-        n = cuda_gemm_tmaps_build_packed(kp, np, shape, *host, pb ? (uint64_t)(uintptr_t)*pack : 0);
+        n = cuda_gemm_tmaps_build_packed(kp, np, shape, *host, pb ? (uint64_t)(uintptr_t)*pack : 0, 1);
         CK(cudaMalloc(dev, tb));
         CK(cudaMemcpy(*dev, *host, tb, cudaMemcpyHostToDevice));
         return n;
