@@ -1445,10 +1445,12 @@ __global__ void __launch_bounds__(WCfg::THREADS, 1) wgmma_kernel(const __grid_co
                 /* HDR_TMA_C where a 16-bit entry's C leaves by one TMA copy:
                  * its problem has a C map (flag bit 4 of cuda_gemm_tmaps_build,
                  * read beside the problem, since issue's header would wait for
-                 * it before the tile's first copy). Not a CTA's last entry: no
-                 * tile follows for the copy to overlap, and 128 threads' stores
-                 * drain sooner than one copy (a lone GEMM's kernel ended 0.3-0.5
-                 * us later). Not under early completion, which waits on the
+                 * it before the tile's first copy). Not a CTA's last plan entry
+                 * (the walk below tests it): no tile follows for the copy to
+                 * overlap, and 128 threads' stores drain sooner than one copy
+                 * (a lone GEMM's kernel ended 0.3-0.5 us later). Device mode,
+                 * which cannot tell a CTA's last tile without mapping the next,
+                 * takes the copy on every tile. Not under early completion, which waits on the
                  * stores: only the copy's issuer can wait for its end, and the
                  * warpgroup's next wgmmas would wait with it. */
                 auto cmap_of = [&](uint32_t prob) -> uint32_t {
