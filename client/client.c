@@ -83,6 +83,7 @@ struct ticket {
         int launched_all;             /* launched == nops, or done */
         int has_event;                /* event: the last Launched event */
         uint8_t event[GEMMD__IPC_HANDLE_BYTES];
+        uint32_t word;                /* 1 + its completion word, or 0 */
         struct gemmd_result *results; /* nops of them, after the struct */
         struct inline_out *outs;      /* nops of them, after the results */
 };
@@ -138,7 +139,17 @@ struct gemmd_client {
         /* The rings shared with the daemon, or NULL; our own indices. */
         uint32_t ring_version; /* the daemon's (HelloReply) */
         struct gemmd_ring *ring;
+        uint64_t ring_bytes; /* of its mapping */
         uint32_t sq_head, cq_tail;
+
+        /* Completion words (proto/ring.h), or NULL: word_id[k] is the
+         * request that named word k (0: free); the free ones are stacked
+         * in word_free, the named ones listed in word_busy (word_pos[k]:
+         * where). */
+        _Atomic uint64_t *words;
+        uint64_t word_id[RING_WORDS];
+        uint16_t word_free[RING_WORDS], word_busy[RING_WORDS], word_pos[RING_WORDS];
+        uint32_t nfree, nbusy;
 };
 
 /* ---- tickets ---------------------------------------------------------- */
@@ -265,6 +276,82 @@ static void ticket_fail(struct gemmd_client *c, struct ticket *t, int err)
         for (i = 0; i < t->nops; i++)
                 t->results[i].status = err;
         ticket_finish(c, t);
+}
+
+/* ---- completion words (proto/ring.h) ---------------------------------- */
+
+/* Names a free word for request id, or returns 0 when none is free. */
+static uint32_t word_take(struct gemmd_client *c, uint64_t id)
+{
+        uint32_t k;
+
+        if (!c->words || !c->nfree)
+                return 0;
+        k = c->word_free[--c->nfree];
+        c->word_id[k] = id;
+        c->word_pos[k] = (uint16_t)c->nbusy;
+        c->word_busy[c->nbusy++] = (uint16_t)k;
+        return k + 1;
+}
+
+/* Word k is free again: the daemon will store nothing more to it. */
+static void word_give(struct gemmd_client *c, uint32_t k)
+{
+        uint32_t at = c->word_pos[k], last = c->word_busy[--c->nbusy];
+
+        c->word_busy[at] = (uint16_t)last;
+        c->word_pos[last] = (uint16_t)at;
+        c->word_id[k] = 0;
+        c->word_free[c->nfree++] = (uint16_t)k;
+}
+
+/* A Completion or Error came for request id (t, when it is still known):
+ * the daemon answered it there, and stores nothing more to its word. */
+static void word_answered(struct gemmd_client *c, uint64_t id, const struct ticket *t)
+{
+        if (!c->words || !id)
+                return;
+        if (t && t->word) {
+                if (c->word_id[t->word - 1] == id)
+                        word_give(c, t->word - 1);
+                return;
+        }
+        for (uint32_t i = 0; i < c->nbusy; i++)
+                if (c->word_id[c->word_busy[i]] == id) {
+                        word_give(c, c->word_busy[i]);
+                        return;
+                }
+}
+
+/* Looks at every named word: a request whose word says WORD_OK is done,
+ * every op a success; a word that says WORD_FINAL is free again. Returns
+ * how many requests it completed. */
+static int take_words(struct gemmd_client *c)
+{
+        int done = 0;
+
+        for (uint32_t i = 0; i < c->nbusy;) {
+                const uint32_t k = c->word_busy[i];
+                const uint64_t v = atomic_load_explicit(&c->words[k], memory_order_acquire);
+                const uint64_t id = c->word_id[k];
+                struct ticket *t;
+
+                if (!(v & (WORD_OK | WORD_FINAL)) || !WORD_ID_MATCH(v, id)) {
+                        i++;
+                        continue;
+                }
+                if ((v & WORD_OK) && (t = tab_find(c, id)) && !t->done) {
+                        for (uint32_t j = 0; j < t->nops; j++)
+                                t->results[j].status = 0;
+                        ticket_finish(c, t);
+                        done++;
+                }
+                if (v & WORD_FINAL)
+                        word_give(c, k); /* moves the last named word to i */
+                else
+                        i++;
+        }
+        return done;
 }
 
 /* Copies a string the daemon sent into a fixed field, truncating. */
@@ -449,8 +536,11 @@ static int handle_frame(struct gemmd_client *c, const uint8_t *body, uint32_t le
                 return 0;
         }
         t = env->request_id ? tab_find(c, env->request_id) : NULL;
+        if (env->body_case == GEMMD__V1__ENVELOPE__BODY_COMPLETION ||
+            env->body_case == GEMMD__V1__ENVELOPE__BODY_ERROR)
+                word_answered(c, env->request_id, t);
         if (!t || t->done)
-                return 0; /* a late or unsolicited reply: nothing waits for it */
+                return 0; /* a late or unsolicited reply, or one its word answered first */
         if (env->body_case == GEMMD__V1__ENVELOPE__BODY_LAUNCHED) {
                 const Gemmd__V1__Launched *l = env->launched;
 
@@ -557,6 +647,7 @@ static int read_some(struct gemmd_client *c)
 {
         ssize_t r;
 
+        take_words(c);
         take_ring(c);
         while (!c->dead) {
                 if (rbuf_reserve(c)) {
@@ -595,6 +686,42 @@ static uint64_t now_ns(void)
         return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
+/* How long a polling wait watches its completion words and ring between
+ * two looks at its socket (a recv and a yield, about a microsecond of
+ * system calls): an answer by word or in the ring is seen within a few
+ * loads of its store. */
+#ifndef WATCH_NS /* a build may set it to measure again */
+#define WATCH_NS 2000u
+#endif
+
+/* One step of a polling loop: tells the core it spins. */
+static inline void spin_pause(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+        __builtin_ia32_pause();
+#elif defined(__aarch64__)
+        __asm__ __volatile__("yield");
+#endif
+}
+
+/* Watches c's words and completion ring for up to WATCH_NS, without a
+ * system call, until what wait_for waits for is done or a Completion is
+ * in the ring. */
+static void watch(struct gemmd_client *c, const int *flag)
+{
+        const uint64_t until = now_ns() + WATCH_NS;
+
+        if (!c->ring)
+                return;
+        for (;;) {
+                if (take_words(c) && (flag ? *flag : c->done_head != NULL))
+                        return;
+                if (ring_avail(&c->ring->cq, c->cq_tail, RING_CQ) != 0 || now_ns() >= until)
+                        return;
+                spin_pause();
+        }
+}
+
 /* Reads and dispatches replies until *flag is set (flag NULL: until some
  * ticket is done and not yet polled), for at most timeout_ms (-1: no
  * limit). Returns 0 once it is, -ETIMEDOUT, or a negative errno from
@@ -628,6 +755,7 @@ static int wait_for(struct gemmd_client *c, const int *flag, int timeout_ms)
                         /* On a host with more runnable threads than CPUs
                          * (many clients, the daemon's polling threads),
                          * a poll that does not yield holds a CPU they need. */
+                        watch(c, flag);
                         sched_yield();
                         continue;
                 }
@@ -642,6 +770,10 @@ static int wait_for(struct gemmd_client *c, const int *flag, int timeout_ms)
                 }
                 if (c->ring && !ring_arm(&c->ring->cq, c->cq_tail))
                         continue; /* a Completion came meanwhile */
+                if (take_words(c)) {
+                        ring_disarm(&c->ring->cq); /* a word answered meanwhile */
+                        continue;
+                }
                 if (poll(&p, 1, left) < 0 && errno != EINTR) {
                         err = -errno;
                         break;
@@ -800,6 +932,15 @@ static int ring_wanted(void)
         return !v || strcmp(v, "0");
 }
 
+/* Whether requests may be answered by completion words ($GEMMD_WORDS=0
+ * asks for Completions only, with their timings). */
+static int words_wanted(void)
+{
+        const char *v = getenv("GEMMD_WORDS");
+
+        return !v || strcmp(v, "0");
+}
+
 /* Offers the daemon a pair of rings in a sealed memfd (proto/ring.h).
  * Returns 0 with c->ring set, or a negative code (the handle then keeps
  * to the socket; GEMMD_EDISCONNECT: it has no connection left). */
@@ -810,20 +951,30 @@ static int attach_ring(struct gemmd_client *c)
         void *p;
         int fd, err;
 
-        fd = shared_memfd("gemmd-ring", RING_BYTES, &p);
+        /* Version 2 brings the completion words, after the rings. */
+        const uint32_t version = c->ring_version < GEMMD_RING_VERSION ? c->ring_version : GEMMD_RING_VERSION;
+        const uint64_t bytes = RING_FILE_BYTES(version);
+
+        fd = shared_memfd("gemmd-ring", bytes, &p);
         if (fd < 0)
                 return fd;
-        m.version = GEMMD_RING_VERSION;
-        m.bytes = RING_BYTES;
+        m.version = version;
+        m.bytes = bytes;
         env.body_case = GEMMD__V1__ENVELOPE__BODY_RING_ATTACH;
         env.ring_attach = &m;
         err = call(c, &env, fd, HANDSHAKE_TIMEOUT_MS);
         close(fd);
         if (err) {
-                munmap(p, RING_BYTES);
+                munmap(p, bytes);
                 return err;
         }
         c->ring = p;
+        c->ring_bytes = bytes;
+        if (version >= 2 && words_wanted()) {
+                c->words = (_Atomic uint64_t *)((char *)p + RING_WORDS_OFF);
+                for (uint32_t k = 0; k < RING_WORDS; k++)
+                        c->word_free[c->nfree++] = (uint16_t)(RING_WORDS - 1 - k);
+        }
         return 0;
 }
 
@@ -865,7 +1016,8 @@ int gemmd_connect(const char *socket_path, gemmd_client **out)
         err = handshake(c);
         if (err)
                 goto free_client;
-        if (c->ring_version == GEMMD_RING_VERSION && ring_wanted()) {
+        /* A daemon of version 1's rings takes them without words. */
+        if (c->ring_version >= 1 && ring_wanted()) {
                 err = attach_ring(c);
                 if (err == GEMMD_EDISCONNECT)
                         goto free_client;
@@ -899,7 +1051,7 @@ void gemmd_disconnect(gemmd_client *c)
                 free(b);
         }
         if (c->ring)
-                munmap(c->ring, RING_BYTES);
+                munmap(c->ring, c->ring_bytes);
         free(c->rbuf);
         free(c->sync.text);
         free(c->devices);
@@ -1259,6 +1411,16 @@ static int ring_put(struct gemmd_client *c, const uint8_t *body, size_t len)
         return 1;
 }
 
+/* Whether t brings back an inline C (its Completion carries it): such a
+ * request cannot be answered by a word. */
+static int inline_results(const struct ticket *t)
+{
+        for (uint32_t i = 0; i < t->nops; i++)
+                if (t->outs[i].out)
+                        return 1;
+        return 0;
+}
+
 int gemmd_submit(gemmd_client *c, const struct gemmd_op *ops, size_t nops, int priority,
                  gemmd_ticket *ticket)
 {
@@ -1301,6 +1463,8 @@ int gemmd_submit(gemmd_client *c, const struct gemmd_op *ops, size_t nops, int p
         env.submit = &sub;
         env.request_id = c->next_id++;
         t->id = env.request_id;
+        if (!sub.notify_launch && !inline_results(t))
+                sub.word = t->word = word_take(c, t->id);
         err = frame_pack(&env, 0, c->max_tx, &buf, &n);
         if (err)
                 goto out;
@@ -1321,6 +1485,8 @@ int gemmd_submit(gemmd_client *c, const struct gemmd_op *ops, size_t nops, int p
         *ticket = t->id;
         t = NULL;
 out:
+        if (t && t->word)
+                word_give(c, t->word - 1); /* never sent */
         free(buf);
         free(t);
         free(ptrs);
@@ -1366,8 +1532,11 @@ int gemmd_poll(gemmd_client *c, gemmd_ticket *ticket)
         read_some(c);
         /* Nothing yet: the caller may sleep on gemmd_fd() now, so the
          * daemon is told to use the socket, which wakes it. */
-        if (!c->done_head && c->ring && !c->dead && !ring_arm(&c->ring->cq, c->cq_tail))
-                take_ring(c);
+        if (!c->done_head && c->ring && !c->dead) {
+                if (!ring_arm(&c->ring->cq, c->cq_tail))
+                        take_ring(c);
+                take_words(c);
+        }
         t = c->done_head;
         if (t) {
                 done_unlink(c, t);

@@ -301,6 +301,9 @@ int backend_cuda_new(int ordinal, const struct gemmd_config *cfg, struct backend
          * group's end (worker_ops_done). */
         cb->early_on = cfg->early_completion && !cfg->device_process && cuda_gemm_fast_available() &&
                        prop.unifiedAddressing && prop.canMapHostMemory;
+        /* And the clients' completion words, page-locked by the pin
+         * thread, at their host addresses too. */
+        cb->words_on = cb->early_on && prop.canUseHostPointerForRegisteredMem;
         pthread_mutex_init(&cb->res_lock, NULL);
         /* The resident kernel reads launch data where the host wrote it:
          * pinned memory at the same address on the device. */

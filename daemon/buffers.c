@@ -34,6 +34,11 @@ static void release_shm(struct gbuf *b)
 
 int gbuf_map_sealed(int fd, uint64_t bytes, void **out)
 {
+        return gbuf_map_sealed_at(fd, 0, bytes, out);
+}
+
+int gbuf_map_sealed_at(int fd, uint64_t off, uint64_t bytes, void **out)
+{
         struct statfs fs;
         struct stat st;
         int seals;
@@ -54,9 +59,9 @@ int gbuf_map_sealed(int fd, uint64_t bytes, void **out)
          * in tmpfs reads as zeros. */
         if (!S_ISREG(st.st_mode) || fs.f_type != TMPFS_MAGIC)
                 return GEMMD_EINVAL;
-        if ((uint64_t)st.st_size < bytes)
+        if ((uint64_t)st.st_size < bytes || (uint64_t)st.st_size - bytes < off)
                 return GEMMD_EBOUNDS;
-        p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+        p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, (off_t)off);
         if (p == MAP_FAILED) {
                 /* A write seal (the daemon writes C there), or the process
                  * out of mappings: the client's fault, or the daemon's. */
@@ -101,6 +106,32 @@ int gbuf_new_shm(int fd, uint64_t bytes, struct gbuf **out)
                 free(b);
                 return rc;
         }
+        atomic_init(&b->refs, 1);
+        b->kind = GBUF_SHM;
+        b->bytes = bytes;
+        b->host = p;
+        b->release = release_shm;
+        *out = b;
+        return 0;
+}
+
+int gbuf_new_shm_at(int fd, uint64_t off, uint64_t bytes, struct gbuf **out)
+{
+        struct gbuf *b;
+        void *p;
+        int rc;
+
+        if (bytes == 0 || (off & 4095))
+                return GEMMD_EINVAL;
+        rc = gbuf_map_sealed_at(fd, off, bytes, &p);
+        if (rc)
+                return rc;
+        b = calloc(1, sizeof(*b));
+        if (!b) {
+                munmap(p, bytes);
+                return -ENOMEM;
+        }
+        b->fd = -1;
         atomic_init(&b->refs, 1);
         b->kind = GBUF_SHM;
         b->bytes = bytes;

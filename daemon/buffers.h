@@ -70,12 +70,20 @@ extern void (*gbuf_forget)(struct gbuf *b);
  * GEMMD_EBOUNDS when it is shorter, GEMMD_ERESOURCE when the daemon has
  * no mapping left, or another -errno. */
 int gbuf_map_sealed(int fd, uint64_t bytes, void **out);
+/* The same for bytes [off, off + bytes) of fd (off a multiple of the page
+ * size); the file must be at least off + bytes long. */
+int gbuf_map_sealed_at(int fd, uint64_t off, uint64_t bytes, void **out);
 
 /* Maps `bytes` of the memfd `fd` (which the caller keeps ownership of) as
  * gbuf_map_sealed does. Returns 0 and a buffer with one reference, or
  * gbuf_map_sealed's codes (GEMMD_EINVAL also for bytes == 0), or
  * GEMMD_ERESOURCE when no descriptor is left to keep (gbuf_keep_fds). */
 int gbuf_new_shm(int fd, uint64_t bytes, struct gbuf **out);
+
+/* The same, for bytes [off, off + bytes) of fd (off a multiple of the
+ * page size), without keeping a descriptor (device processes never map
+ * it): a session's completion words (daemon/ring.c). */
+int gbuf_new_shm_at(int fd, uint64_t off, uint64_t bytes, struct gbuf **out);
 
 /* A malloc'd buffer for inline operands, `bytes` long: a copy of `init`,
  * or zeroed when init is NULL. Header and bytes are one allocation. */

@@ -120,6 +120,7 @@ struct cuda_backend {
          * stops it first (res_stop). Under res_lock. */
         int res_on;
         int early_on; /* --early-completion (cuda_group.early_*) */
+        int words_on; /* the GPU stores clients' completion words (cuda_group.early_word) */
         pthread_mutex_t res_lock;
         struct cuda_res_host *res_host; /* pinned, mapped */
         void *res_area;

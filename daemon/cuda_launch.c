@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "daemon/cuda_backend.h"
+#include "proto/ring.h"
 #include "gemmd.h"
 
 #ifdef GEMMD_FAULT_INJECTION
@@ -82,6 +83,8 @@ struct launch_state {
         size_t tm_bytes;
         size_t blob;     /* the blob's bytes */
         size_t need_off; /* early completion's arrivals per problem, at the blob's end */
+        size_t word_off; /* then each problem's completion word and value (cuda_group.early_word) */
+        uint32_t nwords; /* problems whose completion word the GPU stores */
         size_t stage;    /* staging area: all of it; in_lo on is bounced; in_hi ends the bounced inputs */
         size_t in_lo, in_hi;
         size_t esz;      /* bytes per element */
@@ -213,6 +216,12 @@ static void plan_early(const struct cuda_backend *cb, const struct group *g, str
         if (st->early) {
                 st->need_off = (st->blob + 15) & ~(size_t)15;
                 st->blob = st->need_off + g->nops * sizeof(uint32_t);
+                st->word_off = 0;
+                for (uint32_t i = 0; cb->words_on && i < g->nops && !st->word_off; i++)
+                        if (g->ops[i]->req->word_dev)
+                                st->word_off = (st->blob + 15) & ~(size_t)15;
+                if (st->word_off)
+                        st->blob = st->word_off + g->nops * 2 * sizeof(uint64_t);
         }
 }
 
@@ -325,6 +334,34 @@ static void fill_plan(struct cuda_slot *s, const struct group *g, const struct l
                 memset(need, 0, g->nops * sizeof(*need));
                 for (uint32_t e = 0; e < plan->nentries; e++)
                         need[plan->entries[e].problem] += 2;
+        }
+}
+
+/*
+ * The completion words the kernel stores (proto/ring.h): for each op whose
+ * request may be answered by the GPU (request.word_dev: its only op, the
+ * counts under half their caps), the address of its word in the client's
+ * page-locked words and WORD_OK. The address is the daemon's own mapping,
+ * at an index the daemon checked; words not locked yet are asked for
+ * (pin) and left to the host's answer this time.
+ */
+static void fill_words(struct cuda_backend *cb, struct cuda_slot *s, const struct group *g,
+                       struct launch_state *st)
+{
+        uint64_t *w = (uint64_t *)((char *)s->h_blob + st->word_off);
+
+        st->nwords = 0;
+        if (!st->early || !st->word_off)
+                return;
+        for (uint32_t i = 0; i < g->nops; i++) {
+                const struct request *r = g->ops[i]->req;
+
+                w[2 * i] = w[2 * i + 1] = 0;
+                if (!r->word_dev || !pin(cb, r->words))
+                        continue;
+                w[2 * i] = (uint64_t)(uintptr_t)r->words->host + (r->word - 1) * sizeof(uint64_t);
+                w[2 * i + 1] = WORD_VALUE(r->id, WORD_OK);
+                st->nwords++;
         }
 }
 
@@ -452,7 +489,7 @@ static int fill_cuda_group(struct cuda_backend *cb, struct cuda_slot *s, const s
  * (no SYR2K): its arrival counters, its pinned flags and the completion
  * thread's record of which ops it handed back, and tells the kernel
  * (cg->early_*). */
-static int arm_early(struct cuda_backend *cb, struct cuda_slot *s, const struct group *g,
+static int arm_early(struct cuda_backend *cb, struct cuda_slot *s, struct group *g,
                      const struct launch_state *st, struct cuda_group *cg)
 {
         size_t had;
@@ -493,6 +530,8 @@ static int arm_early(struct cuda_backend *cb, struct cuda_slot *s, const struct 
         cg->early_need = (const uint32_t *)((char *)s->d_blob + st->need_off);
         cg->early_flag = s->h_early_flag;
         cg->early_seq = s->early_seq;
+        cg->early_word = st->nwords ? (const uint64_t *)((char *)s->d_blob + st->word_off) : NULL;
+        g->words_dev = st->nwords;
         return 0;
 }
 
@@ -575,6 +614,7 @@ int launch(struct backend *be, struct group *g)
         if ((rc = fill_problems(cb, s, g, &st)))
                 return rc;
         fill_plan(s, g, &st);
+        fill_words(cb, s, g, &st);
         lstep(&st, LS_FILL);
         if ((rc = build_tmaps(cb, s, g, &st)))
                 return rc;

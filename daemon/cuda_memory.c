@@ -143,7 +143,9 @@ void *pin_main(void *arg)
                 if (t->buf) {
                         struct gbuf *b = t->buf;
 
-                        if (cudaHostRegister(b->host, b->bytes, cudaHostRegisterPortable) == cudaSuccess) {
+                        /* Mapped: a completion word (proto/ring.h) is stored by the kernel. */
+                        if (cudaHostRegister(b->host, b->bytes,
+                                             cudaHostRegisterPortable | cudaHostRegisterMapped) == cudaSuccess) {
                                 b->unpin = unpin;
                                 b->unpin_ctx = cb;
                                 __atomic_store_n(&b->pinned, 1, __ATOMIC_RELEASE);

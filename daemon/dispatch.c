@@ -384,6 +384,32 @@ static struct worker *pick_worker(struct server *srv, const struct request *r)
         return best;
 }
 
+/*
+ * Whether r may be answered by its completion word (proto/ring.h): not
+ * one that sends Launched messages (its Completion comes after them) or
+ * brings back an inline C. And whether the GPU may store the word itself
+ * (word_dev), as soon as r's only op is done: that answer reaches the
+ * client before its counts are given back, so only while the session,
+ * its user and the daemon are under half their caps, lest a client that
+ * answers it at once with a new submit find one full.
+ */
+static void word_arm(struct session *s, struct request *r, uint32_t word)
+{
+        const struct limits *lim = &s->srv->cfg->lim;
+
+        if (!word || r->notify_launch)
+                return;
+        for (uint32_t i = 0; i < r->nops; i++)
+                if (r->ops[i].buf[2]->kind == GBUF_INLINE)
+                        return;
+        r->word = word;
+        r->words = s->words;
+        r->word_dev = r->nops == 1 && s->inflight_ops <= lim->max_inflight_ops / 2 &&
+                      atomic_load_explicit(&s->user->inflight_ops, memory_order_relaxed) <=
+                              lim->max_user_inflight_ops / 2 &&
+                      atomic_load_explicit(&s->srv->queued_ops, memory_order_relaxed) <= lim->max_queue_ops / 2;
+}
+
 static void on_submit(struct session *s, uint64_t rid, const Gemmd__V1__Submit *m)
 {
         struct server *srv = s->srv;
@@ -411,6 +437,13 @@ static void on_submit(struct session *s, uint64_t rid, const Gemmd__V1__Submit *
         if (m->priority > GEMMD_PRIO_HIGH) {
                 session_send_error(s, rid, GEMMD_EINVAL, -1, "priority %u is not 0, 1 or 2",
                                    m->priority);
+                return;
+        }
+        if (m->word && (!s->words || m->word > RING_WORDS)) {
+                session_send_error(s, rid, GEMMD_EINVAL, -1,
+                                   s->words ? "completion word %u: there are %u" :
+                                              "completion word %u: the session has none (rings of version 2 bring them)",
+                                   m->word - 1, RING_WORDS);
                 return;
         }
         /* Admission: reject rather than queue without bound. The counts
@@ -470,6 +503,7 @@ static void on_submit(struct session *s, uint64_t rid, const Gemmd__V1__Submit *
         r->id = rid;
         r->priority = (int)m->priority;
         r->notify_launch = m->notify_launch;
+        word_arm(s, r, m->word);
         r->t_admit_ns = now_ns();
         atomic_init(&r->remaining, n);
         s->refs++;
@@ -701,6 +735,11 @@ static int pack(const struct request *r, uint8_t *dst, size_t cap, uint8_t **buf
         if (!rc)
                 count_reply(r, now);
         return rc;
+}
+
+void dispatch_count_reply(const struct request *r)
+{
+        count_reply(r, now_ns());
 }
 
 int dispatch_pack_completion(const struct request *r, uint8_t **buf, size_t *n)

@@ -40,6 +40,9 @@ int dispatch_pack_completion(const struct request *r, uint8_t **buf, size_t *n);
  * frame header; GEMMD_ETOOBIG, with nothing written or counted, when it
  * does not fit. */
 int dispatch_pack_completion_body(const struct request *r, uint8_t *dst, size_t cap, size_t *n);
+/* Counts r's reply in the daemon's stats as packing it does, for a
+ * request answered by its completion word (reply.c). Any thread. */
+void dispatch_count_reply(const struct request *r);
 /* Loop thread: sends the Launched message of a struct launch_notice
  * (worker.h) to its request's client and frees it (the workers'
  * worker_notice_fn, wired in by the server). */

@@ -147,7 +147,7 @@ struct server {
         /* Completions packed for the wire: how many, how many of them the
          * completing thread wrote itself, and the summed time from the
          * request's last op done to its reply packed (either thread). */
-        atomic_uint_fast64_t replies, replies_now, replies_ring, reply_wait_ns;
+        atomic_uint_fast64_t replies, replies_now, replies_ring, replies_word, reply_wait_ns;
         atomic_uint_fast64_t submits_ring; /* Submits taken from rings */
         atomic_uint rings_now;             /* sessions with rings attached */
         /* Sessions with ops in flight, and how many of them may have their

@@ -87,29 +87,62 @@ static int pack_into(const struct request *r, struct ring_slot *sl)
         return 0;
 }
 
+/* Whether r is answered by its completion word (proto/ring.h): it named
+ * one it may be answered by (dispatch.c word_arm) and every op succeeded;
+ * a failure takes a Completion, which says what failed. */
+static int by_word(const struct request *r)
+{
+        if (!r->word)
+                return 0;
+        for (uint32_t i = 0; i < r->nops; i++)
+                if (r->ops[i].status)
+                        return 0;
+        return 1;
+}
+
+/* Stores the completion words of the requests from head to tail that are
+ * answered by one. */
+static void store_words(struct request *head, const struct request *tail)
+{
+        for (struct request *x = head;; x = x->next) {
+                if (by_word(x)) {
+                        ring_cq_word(x->s, x->word - 1, x->id);
+                        dispatch_count_reply(x);
+                }
+                if (x == tail)
+                        break;
+        }
+}
+
 /*
- * ROUTE_RING: puts the Completions of r and the requests after it of the
- * same session in its completion ring, as many as fit and unless the
- * client said it sleeps, moves them to REQ_RINGED (the last
- * REQ_RINGED_LAST), gives back their user and daemon counts (judged by
- * submits on other loops) and queues them on the session's loop, all
- * before the client can see them. Returns the first request it did not
- * take (r itself when it took none).
+ * ROUTE_RING: answers r and the requests after it of the same session in
+ * its completion ring, each by its completion word or by a Completion in
+ * a slot, as many as fit and unless the client said it sleeps, moves them
+ * to REQ_RINGED (the last REQ_RINGED_LAST), gives back their user and
+ * daemon counts (judged by submits on other loops) and queues them on the
+ * session's loop, all before the client can see them. Returns the first
+ * request it did not take (r itself when it took none).
  */
 static struct request *ring_now(struct request *r)
 {
         struct session *s = r->s;
         struct request *head = NULL, *tail = NULL, *x;
-        uint32_t ops = 0, n = 0;
+        uint32_t ops = 0, n = 0, nw = 0;
         int room = ring_cq_begin(s);
 
         if (room < 0)
                 return r;
         /* A request that asked for Launched messages stays with the loop,
-         * which sends those: its Completion must come after them. */
-        while (r && r->s == s && (int)n < room && !r->notify_launch &&
-               !pack_into(r, ring_cq_slot(s, n))) {
-                n++;
+         * which sends those: its Completion must come after them. A word
+         * takes no slot, but none is stored for a client that sleeps
+         * (room 0 then). */
+        while (r && r->s == s && room > 0 && !r->notify_launch) {
+                if (by_word(r))
+                        nw++;
+                else if ((int)n < room && !pack_into(r, ring_cq_slot(s, n)))
+                        n++;
+                else
+                        break;
                 ops += r->nops;
                 tail = r;
                 if (!head)
@@ -122,13 +155,15 @@ static struct request *ring_now(struct request *r)
                 request_set_state(tail, REQ_RINGED);
                 request_set_state(tail, REQ_RINGED_LAST);
                 dispatch_uncount_shared(s, ops);
+                if (nw)
+                        store_words(head, tail); /* seen at once: after the counts */
                 loop_queue_done(s->ev, head, tail);
         }
         /* A client that sleeps on its socket is kicked by the loop as it
          * takes the requests in (ring_taken), not from here: a kick is a
          * write to the socket, and with many clients, most of them
          * asleep, this thread writing kicks fell far behind the device. */
-        ring_cq_end(s, n);
+        ring_cq_end(s, n, nw);
         return r;
 }
 
@@ -280,24 +315,29 @@ void reply_post(struct request *done, void *ctx)
                         uv_async_send(&srv->loops[i].async);
 }
 
-/* The loop, answering a request nobody answered: in the session's ring if
- * it has one with room and the client did not say it sleeps. Returns 0 if
- * it did, else -1 (the socket answers). */
+/* The loop, answering a request nobody answered: in the session's ring
+ * (by its completion word or a Completion in a slot) if it has one with
+ * room and the client did not say it sleeps. Returns 0 if it did, else -1
+ * (the socket answers). */
 static int ring_by_loop(struct request *r)
 {
         struct session *s = r->s;
-        int room;
+        int room, word = by_word(r);
 
         if (!s->ring || r->notify_launch)
                 return -1;
         room = ring_cq_begin(s);
         if (room < 0)
                 return -1;
-        if (room == 0 || pack_into(r, ring_cq_slot(s, 0))) {
-                ring_cq_end(s, 0);
+        if (room == 0 || (!word && pack_into(r, ring_cq_slot(s, 0)))) {
+                ring_cq_end(s, 0, 0);
                 return -1;
         }
-        ring_cq_end(s, 1);
+        if (word) {
+                ring_cq_word(s, r->word - 1, r->id);
+                dispatch_count_reply(r);
+        }
+        ring_cq_end(s, !word, word);
         ring_kick_owed(s);
         return 0;
 }

@@ -64,11 +64,23 @@ static int map_ring(int fd, struct gemmd_ring **out)
         return rc;
 }
 
+/* Maps the completion words that follow version 2's rings in fd (a
+ * mapping of their own, which the GPU backends may page-lock: they are
+ * stored by kernels). */
+static int map_words(int fd, struct gbuf **out)
+{
+        int rc = gbuf_new_shm_at(fd, RING_WORDS_OFF, RING_WORDS * sizeof(uint64_t), out);
+
+        return rc == GEMMD_EBOUNDS ? GEMMD_EINVAL : rc;
+}
+
 int ring_attach(struct session *s, uint64_t rid, const Gemmd__V1__RingAttach *m)
 {
         struct evloop *ev = s->ev;
         struct gemmd_ring *ring = NULL;
+        struct gbuf *words = NULL;
         int fd = session_take_fd(s), rc;
+        const int version_ok = m->version == 1 || m->version == GEMMD_RING_VERSION;
 
         if (!s->srv->cfg->rings)
                 rc = GEMMD_EUNSUPPORTED;
@@ -76,14 +88,17 @@ int ring_attach(struct session *s, uint64_t rid, const Gemmd__V1__RingAttach *m)
                 rc = GEMMD_EPROTO;
         else if (s->ring)
                 rc = GEMMD_EINVAL;
-        else if (m->version != GEMMD_RING_VERSION)
+        else if (!version_ok)
                 rc = GEMMD_EUNSUPPORTED;
-        else if (m->bytes != RING_BYTES)
+        else if (m->bytes != RING_FILE_BYTES(m->version))
                 rc = GEMMD_EINVAL;
         else if (users_map_take(s, rid))
                 rc = GEMMD_ELIMIT; /* the client was told */
-        else if ((rc = map_ring(fd, &ring)) != 0)
+        else if ((rc = map_ring(fd, &ring)) != 0 || (m->version >= 2 && (rc = map_words(fd, &words)) != 0)) {
+                if (ring)
+                        munmap(ring, RING_BYTES);
                 users_map_give(s);
+        }
         if (fd >= 0)
                 close(fd);
         if (rc == GEMMD_ELIMIT)
@@ -93,8 +108,8 @@ int ring_attach(struct session *s, uint64_t rid, const Gemmd__V1__RingAttach *m)
                                    !s->srv->cfg->rings    ? "rings are off (--rings no)"
                                    : fd < 0               ? "RingAttach without a file descriptor"
                                    : s->ring              ? "the session already has rings"
-                                   : m->version != GEMMD_RING_VERSION ? "ring version not supported"
-                                   : m->bytes != RING_BYTES ? "rings of the wrong size"
+                                   : !version_ok          ? "ring version not supported"
+                                   : m->bytes != RING_FILE_BYTES(m->version) ? "rings of the wrong size"
                                    : rc == GEMMD_EINVAL   ? "the rings must be a memfd on tmpfs (not "
                                                             "hugetlbfs) of the size given, sealed "
                                                             "against shrinking and not against "
@@ -104,6 +119,7 @@ int ring_attach(struct session *s, uint64_t rid, const Gemmd__V1__RingAttach *m)
         }
         pthread_mutex_lock(&s->ring_lock);
         s->ring = ring;
+        s->words = words; /* its one reference */
         s->sq_tail = 0;
         s->cq_head = 0;
         atomic_store(&s->ring_open, 1);
@@ -141,6 +157,8 @@ void ring_free(struct session *s)
                 users_map_give(s);
         }
         s->ring = NULL;
+        gbuf_unref(s->words);
+        s->words = NULL;
 }
 
 /* Whether the loop takes s's Submits now: not while the client leaves its
@@ -294,14 +312,22 @@ struct ring_slot *ring_cq_slot(struct session *s, uint32_t i)
         return &s->ring->c[(s->cq_head + i) % RING_CQ];
 }
 
-void ring_cq_end(struct session *s, uint32_t n)
+void ring_cq_word(struct session *s, uint32_t k, uint64_t id)
 {
-        if (n) {
+        _Atomic uint64_t *w = (_Atomic uint64_t *)s->words->host + k;
+
+        atomic_store_explicit(w, WORD_VALUE(id, WORD_OK | WORD_FINAL), memory_order_release);
+}
+
+void ring_cq_end(struct session *s, uint32_t n, uint32_t nwords)
+{
+        if (n || nwords) {
                 s->cq_head += n;
                 hint_locked(s);
                 /* Counted before they are seen: a client's stats request
                  * sent in answer to them then finds them counted. */
                 atomic_fetch_add(&s->srv->replies_ring, n);
+                atomic_fetch_add(&s->srv->replies_word, nwords);
                 /* The kick is owed under the lock: the loop's ring_taken
                  * takes the lock before it looks. */
                 if (ring_publish(&s->ring->cq, s->cq_head) &&

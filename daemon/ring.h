@@ -59,11 +59,14 @@ void ring_hint(struct session *s);
  * visible to the client, counted in the daemon's stats and with the
  * ring's cq.no_poll refreshed, and lets go of the ring; a client that fell
  * asleep meanwhile is owed a RingKick, which its loop sends
- * (ring_kick_owed, ring_taken).
+ * (ring_kick_owed, ring_taken). In between, ring_cq_word answers request
+ * `id` by its completion word k instead of a slot (s->words set, k below
+ * RING_WORDS), and ring_cq_end counts nwords of those.
  */
 int ring_cq_begin(struct session *s);
 struct ring_slot *ring_cq_slot(struct session *s, uint32_t i);
-void ring_cq_end(struct session *s, uint32_t n);
+void ring_cq_word(struct session *s, uint32_t k, uint64_t id);
+void ring_cq_end(struct session *s, uint32_t n, uint32_t nwords);
 
 /* Loop thread: sends the RingKick that s's client is owed, if any. */
 void ring_kick_owed(struct session *s);

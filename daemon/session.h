@@ -130,6 +130,10 @@ struct session {
         uint32_t cq_head;
         atomic_int ring_open; /* also read without the lock, as a hint */
         atomic_int ring_kick;
+        /* Its completion words (proto/ring.h: version 2's rings), a
+         * mapping of their own held by one reference, or NULL. Set with
+         * the rings and kept until the session is freed. */
+        struct gbuf *words;
 };
 
 /* Serves the accepted connection fd on loop ev, handing its frames up

@@ -150,9 +150,10 @@ static void render_text(struct server *srv, FILE *f, double up_s, long long only
                 uint64_t ng = atomic_load(&srv->replies_ring), wait = atomic_load(&srv->reply_wait_ns);
 
                 fprintf(f, "replies: %llu after device work (%llu written by the completing thread, "
-                           "%llu put in rings by it), done to reply packed %.1f us mean; %llu submits "
-                           "came through rings; %u sessions have rings\n",
+                           "%llu put in rings by it, %llu by completion word), done to reply packed %.1f us "
+                           "mean; %llu submits came through rings; %u sessions have rings\n",
                         (unsigned long long)nr, (unsigned long long)nn, (unsigned long long)ng,
+                        (unsigned long long)atomic_load(&srv->replies_word),
                         nr ? wait / 1e3 / nr : 0.0,
                         (unsigned long long)atomic_load(&srv->submits_ring),
                         (unsigned)atomic_load(&srv->rings_now));
@@ -236,8 +237,9 @@ static void render_text(struct server *srv, FILE *f, double up_s, long long only
                         fprintf(f, "  groups with packed copies of operands: %llu\n",
                                 (unsigned long long)st.packed_groups);
                 if (st.ops_early)
-                        fprintf(f, "  ops answered before their group ended: %llu\n",
-                                (unsigned long long)st.ops_early);
+                        fprintf(f, "  ops answered before their group ended: %llu (%llu of them by the GPU "
+                                   "itself, in their completion words)\n",
+                                (unsigned long long)st.ops_early, (unsigned long long)st.ops_word_dev);
                 /* The queue time's parts (worker_stats.staged_ns). */
                 if (st.ops)
                         fprintf(f, "  per op, admitted to launched: staged by its loop %.1f us, waiting for a "
@@ -289,11 +291,13 @@ static void render_json(struct server *srv, FILE *f, double up_s, long long only
         fprintf(f, "\"mappings\":%u,\"max_mappings\":%u,", (unsigned)atomic_load(&srv->mappings),
                 srv->cfg->lim.max_mappings);
         pthread_mutex_unlock(&srv->lock);
-        fprintf(f, "\"replies\":%llu,\"replies_now\":%llu,\"replies_ring\":%llu,\"submits_ring\":%llu,\"rings_now\":%u,"
+        fprintf(f, "\"replies\":%llu,\"replies_now\":%llu,\"replies_ring\":%llu,\"replies_word\":%llu,"
+                   "\"submits_ring\":%llu,\"rings_now\":%u,"
                    "\"reply_wait_s\":%.6f,\"busy_sessions\":%u,\"client_poll_max\":%u,\"no_poll_replies\":%llu,",
                 (unsigned long long)atomic_load(&srv->replies),
                 (unsigned long long)atomic_load(&srv->replies_now),
                 (unsigned long long)atomic_load(&srv->replies_ring),
+                (unsigned long long)atomic_load(&srv->replies_word),
                 (unsigned long long)atomic_load(&srv->submits_ring),
                 (unsigned)atomic_load(&srv->rings_now),
                 atomic_load(&srv->reply_wait_ns) / 1e9, (unsigned)atomic_load(&srv->busy_sessions),
@@ -327,7 +331,7 @@ static void render_json(struct server *srv, FILE *f, double up_s, long long only
                            "\"queued\":%u,\"inflight_groups\":%u,\"process_pid\":%d,"
                            "\"process_restarts\":%llu,\"wide_groups\":%llu,\"narrow_groups\":%llu,\"split_groups\":%llu,"
                            "\"fill_groups\":%llu,\"resident_groups\":%llu,\"packed_groups\":%llu,\"ops_early\":%llu,"
-                           "\"queue_staged_s\":%.6f,\"queue_waiting_s\":%.6f,\"queue_forming_s\":%.6f,",
+                           "\"ops_word_dev\":%llu,\"queue_staged_s\":%.6f,\"queue_waiting_s\":%.6f,\"queue_forming_s\":%.6f,",
                         i ? "," : "", i, b->kind, b->name, (unsigned long long)st.groups,
                         (unsigned long long)st.ops, (unsigned long long)st.ops_failed,
                         (unsigned long long)st.tiles, (unsigned long long)st.flops,
@@ -338,7 +342,7 @@ static void render_json(struct server *srv, FILE *f, double up_s, long long only
                         (unsigned long long)st.narrow_groups, (unsigned long long)st.split_groups,
                         (unsigned long long)st.fill_groups, (unsigned long long)st.resident_groups,
                         (unsigned long long)st.packed_groups, (unsigned long long)st.ops_early,
-                        st.staged_ns / 1e9, st.waiting_ns / 1e9, st.forming_ns / 1e9);
+                        (unsigned long long)st.ops_word_dev, st.staged_ns / 1e9, st.waiting_ns / 1e9, st.forming_ns / 1e9);
                 fprintf(f, "\"recoveries\":%llu,", (unsigned long long)st.recoveries);
                 hist_json(f, "group_size_log2", st.group_size_hist);
                 fprintf(f, ",");

@@ -101,6 +101,12 @@ struct request {
         atomic_uint remaining;
         int priority;
         int notify_launch; /* send Launched for each group of its ops */
+        /* 1 + its completion word, if it may be answered by one (reply.c,
+         * proto/ring.h), else 0; word_dev: the GPU may store it too, as
+         * soon as its only op is done (dispatch.c word_arm). */
+        uint32_t word;
+        int word_dev;
+        struct gbuf *words; /* its session's completion words (the session holds them) */
         enum request_state state; /* changed only by request_set_state (reply.c) */
         uint64_t launch_gid; /* the worker's: last group that noticed it */
         void *home; /* the event loop of its session (server.h), for its control tasks */

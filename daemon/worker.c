@@ -633,6 +633,7 @@ static void finish_group(struct worker *w, struct group *g)
         w->st.narrow_groups += g->cfg.shape.tn < w->be->shape(w->be, g->key).tn;
         w->st.resident_groups += g->resident != 0;
         w->st.packed_groups += g->packed != 0;
+        w->st.ops_word_dev += g->words_dev;
         if (g->status == GEMMD_EDEVICE && w->be->recover)
                 w->recover_pending = 1;
         if (w->be->collect && g->timed) {
@@ -649,6 +650,7 @@ static void finish_group(struct worker *w, struct group *g)
         g->timed = 0;
         g->resident = 0;
         g->packed = 0;
+        g->words_dev = 0;
         g->nops = 0;
         g->busy = 0;
 }

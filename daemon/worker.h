@@ -77,6 +77,7 @@ struct group {
         int timed;
         int resident; /* set by launch() when the backend's resident kernel took it */
         int packed;   /* set by launch() when it made packed copies of operands */
+        uint32_t words_dev; /* set by launch(): ops whose completion word the GPU stores */
         struct group *next_done;
         void *bdata; /* the backend's per-slot state */
 };
@@ -104,6 +105,7 @@ struct worker_stats {
         uint64_t resident_groups; /* groups its resident kernel took (--resident) */
         uint64_t packed_groups;   /* groups run with packed copies of operands (cuda_gemm_pack_bytes) */
         uint64_t ops_early; /* ops answered before their group ended (--early-completion) */
+        uint64_t ops_word_dev; /* of all ops, those whose completion word the GPU stored itself */
         /* An op's queue time in three parts, summed over ops: admitted to
          * handed to the worker (staged by its loop), to taken into a group
          * (waiting for the worker and a free slot), to launched (the

@@ -168,6 +168,9 @@ struct gemmd_result {
          * own clock_gettime(CLOCK_MONOTONIC): submit -> admit_ns and
          * reply_ns -> wait's return are the socket hops. */
         uint64_t admit_ns, reply_ns;
+        /* A request that succeeded may have been answered by a completion
+         * word (see gemmd_connect) instead of a reply: its status is then
+         * 0 and every other field here 0 or empty. */
 };
 
 struct gemmd_info {
@@ -214,7 +217,13 @@ struct gemmd_device {
  * a negative errno, or GEMMD_EVERSION. When the daemon takes them, the
  * handle also shares a pair of rings with it (about 320 KiB of shared
  * memory) through which small submits and their completions skip the
- * socket's system calls; $GEMMD_RING=0 keeps the handle to the socket. */
+ * socket's system calls; $GEMMD_RING=0 keeps the handle to the socket.
+ * With the rings comes an array of completion words (a 4 KiB buffer of
+ * the handle's): a request whose results all land in registered memory
+ * names one, and its success is then one 8-byte store, by the daemon or,
+ * for one op on a GPU, by the GPU itself the moment its C is whole;
+ * failures still come as replies. $GEMMD_WORDS=0 goes without them (every
+ * result then carries its timings). */
 int gemmd_connect(const char *socket_path, gemmd_client **out);
 
 /* Closes the connection and frees the handle and every host buffer it

@@ -134,6 +134,12 @@ struct cuda_group {
         const uint32_t *early_need;
         uint32_t *early_flag;
         uint32_t early_seq; /* nonzero */
+        /* Optional, with early completion: per problem p, an address the
+         * device can write at system scope (early_word[2p], 0: none) and
+         * the value it gets (early_word[2p + 1]), stored just before
+         * early_flag[p]: a client's completion word (proto/ring.h).
+         * Device (or inline) memory, or NULL. */
+        const uint64_t *early_word;
 };
 
 /* Largest launch data cuda_gemm_launch sends as a kernel parameter. Every

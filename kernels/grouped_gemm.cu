@@ -139,6 +139,7 @@ struct KParams {
         const uint32_t *early_need;
         uint32_t *early_flag;
         uint32_t early_seq;
+        const uint64_t *early_word;
 };
 
 /* The Hopper kernel's launch parameter: the group's pointers and, when
@@ -1893,6 +1894,7 @@ extern "C" int cuda_gemm_launch(const struct cuda_group *g, void *stream)
                 kp.early_need = g->early_need;
                 kp.early_flag = g->early_flag;
                 kp.early_seq = g->early_seq;
+                kp.early_word = g->early_word;
         }
 #if GEMMD_WGMMA
         if (fast) {

@@ -412,15 +412,23 @@ __device__ __forceinline__ void res_group_done(const ResArgs &r, uint32_t slot, 
 /* One arrival for problem `prob` (cuda_group.early_*), made by the helper
  * warp after its fence over the stores it stands for; the last one tells
  * the host that the problem's C is whole (it has read every other
- * arrival, and its system-scope release orders them before the flag). */
+ * arrival, and its system-scope fence orders them before what follows):
+ * first the client, in its completion word if it has one, then the
+ * daemon's flag, released after the word. */
 __device__ __forceinline__ void early_arrive(const KParams &kp, uint32_t prob)
 {
         if (atomicAdd(&kp.early_cnt[prob], 1u) + 1 != kp.early_need[prob])
                 return;
         kp.early_cnt[prob] = 0; /* all of this launch's arrivals are in: zero for the next */
-        asm volatile("fence.acq_rel.sys;\n"
-                     "st.relaxed.sys.global.u32 [%0], %1;\n" ::"l"(kp.early_flag + prob),
-                     "r"(kp.early_seq)
+        asm volatile("fence.acq_rel.sys;\n" ::: "memory");
+        if (kp.early_word) {
+                const uint64_t w = kp.early_word[2 * prob];
+                if (w)
+                        asm volatile("st.relaxed.sys.global.u64 [%0], %1;\n" ::"l"(w),
+                                     "l"(kp.early_word[2 * prob + 1])
+                                     : "memory");
+        }
+        asm volatile("st.release.sys.global.u32 [%0], %1;\n" ::"l"(kp.early_flag + prob), "r"(kp.early_seq)
                      : "memory");
 }
 
@@ -450,6 +458,7 @@ __device__ __noinline__ void early_helper(const KArgs &a, EarlyQ *eq)
         kp.early_need = rebase(a, a.kp.early_need);
         kp.early_flag = a.kp.early_flag;
         kp.early_seq = a.kp.early_seq;
+        kp.early_word = rebase(a, a.kp.early_word);
         while (open) {
                 for (int c = 0; c < 2; c++)
                         asm volatile("ld.acquire.cta.shared.u32 %0, [%1];\n"

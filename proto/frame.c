@@ -379,7 +379,7 @@ static int dec_submit(struct frame_arena *a, struct rd r, Gemmd__V1__Submit **ou
                         if (rd_len(&scan, &b))
                                 return -1;
                         nops++;
-                } else if ((f == 2 || f == 3) && wt == 0) {
+                } else if (f >= 2 && f <= 4 && wt == 0) {
                         if (rd_varint(&scan, 5, &v))
                                 return -1;
                 } else {
@@ -403,10 +403,13 @@ static int dec_submit(struct frame_arena *a, struct rd r, Gemmd__V1__Submit **ou
                 } else if (f == 2) {
                         if (once(&seen, f) || rd_small(&r, wt, INT32_MAX, &m->priority))
                                 return -1;
-                } else {
+                } else if (f == 3) {
                         if (once(&seen, f) || rd_small(&r, wt, 1, &u))
                                 return -1;
                         m->notify_launch = (protobuf_c_boolean)u;
+                } else {
+                        if (once(&seen, f) || rd_small(&r, wt, UINT32_MAX, &m->word))
+                                return -1;
                 }
         }
         *out = m;

@@ -47,6 +47,31 @@
  * The sleep handshake is the usual one: the producer publishes, issues a
  * full fence, then reads the flag; the consumer sets the flag, issues a
  * full fence, then looks at the ring again. One of the two sees the other.
+ *
+ * Completion words. A Completion is a message to pack, put in a slot and
+ * decode; a request that only wants to hear "every op succeeded" can be
+ * answered by one 8-byte store instead. Rings of version 2 are followed,
+ * in the same memfd, by an array of RING_WORDS words (at RING_WORDS_OFF,
+ * a page of its own), and a Submit may name one (Submit.word, 1 + its
+ * index). The daemon then
+ * answers that request in one of two ways, never both:
+ *
+ *   - with a Completion, as any other (every failure, and whatever the
+ *     daemon chooses not to answer by word). The daemon writes nothing
+ *     more to the word for that request.
+ *   - by the word: WORD_VALUE(id, WORD_OK | WORD_FINAL), stored with
+ *     release order after the request's results are in place, under the
+ *     completion ring's sleep handshake (cq.flag: a client that said it
+ *     sleeps is answered on its socket instead).
+ *
+ * Before that, the GPU that ran a request's only op may already have
+ * stored WORD_VALUE(id, WORD_OK) there, as soon as its C was whole, with
+ * no thread of the daemon in between; the daemon's own answer follows.
+ * A client takes WORD_OK for its request's success, and may name the word
+ * again once it holds WORD_FINAL for that request or a Completion for it
+ * came (a Completion can then follow a WORD_OK: the client ignores it).
+ * The word is the client's memory: the daemon and its GPUs only ever
+ * store to it, at an index the daemon checked.
  */
 #ifndef GEMMD_RING_H
 #define GEMMD_RING_H
@@ -54,7 +79,7 @@
 #include <stdatomic.h>
 #include <stdint.h>
 
-#define GEMMD_RING_VERSION 1
+#define GEMMD_RING_VERSION 2 /* 2: the completion words follow the rings; 1 (still taken): none */
 #define RING_SQ 64          /* submission slots */
 #define RING_CQ 256         /* completion slots */
 #define RING_SLOT 1024      /* bytes per slot */
@@ -85,6 +110,19 @@ struct gemmd_ring {
 };
 
 #define RING_BYTES ((uint64_t)sizeof(struct gemmd_ring))
+
+/* Completion words (above). A word holds a request id's low 62 bits
+ * and two flags; 0 is never a request's answer. */
+#define RING_WORDS 512
+#define WORD_OK 1ull    /* every op of the request succeeded */
+#define WORD_FINAL 2ull /* the daemon answered: nothing more comes to this word */
+#define WORD_VALUE(id, flags) ((uint64_t)(id) << 2 | (flags))
+#define WORD_ID_MATCH(v, id) ((((uint64_t)(v) ^ (uint64_t)(id) << 2) >> 2) == 0)
+
+/* Where the words lie in the memfd, and its size for a RingAttach of
+ * version v. */
+#define RING_WORDS_OFF ((RING_BYTES + 4095) & ~(uint64_t)4095)
+#define RING_FILE_BYTES(v) ((v) >= 2 ? RING_WORDS_OFF + RING_WORDS * sizeof(uint64_t) : RING_BYTES)
 
 /* Producer: free slots after `head` (its own count), or -1 when the
  * consumer's tail is impossible (a corrupt ring). */

@@ -110,7 +110,7 @@ static void race_one(struct hard_raw *r, uint64_t rid, int ring, uint64_t *seed)
         Gemmd__V1__Envelope env = GEMMD__V1__ENVELOPE__INIT;
         Gemmd__V1__BufferRegister reg = GEMMD__V1__BUFFER_REGISTER__INIT;
         Gemmd__V1__RingAttach ra = GEMMD__V1__RING_ATTACH__INIT;
-        uint64_t bytes = ring ? RING_BYTES : 65536;
+        uint64_t bytes = ring ? RING_FILE_BYTES(GEMMD_RING_VERSION) : 65536;
         int fd = memfd_create("hostile", MFD_CLOEXEC | MFD_ALLOW_SEALING);
 
         if (fd < 0 || ftruncate(fd, (off_t)bytes) < 0)

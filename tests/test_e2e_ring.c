@@ -30,6 +30,8 @@
 TestSuite(ring, .init = e2e_setup, .fini = e2e_teardown, .timeout = 120);
 
 #define RECV_TIMEOUT_MS 10000
+/* The memfd of this version's rings: the rings, then the completion words. */
+#define RING_FILE RING_FILE_BYTES(GEMMD_RING_VERSION)
 
 /* A number that follows `key` in gemmd_stats's JSON. */
 static long long stat_of(gemmd_client *c, const char *key)
@@ -196,7 +198,8 @@ Test(ring, a_sleeping_daemon_and_a_sleeping_client_miss_nothing)
 /* A connection spoken by hand (tests/hard_util.h), with its rings. */
 struct raw {
         struct hard_raw h;
-        struct gemmd_ring *ring;
+        struct gemmd_ring *ring; /* mapped RING_FILE long */
+        _Atomic uint64_t *words; /* in it */
         uint32_t sq_head, cq_tail;
 };
 
@@ -210,7 +213,7 @@ static void raw_close(struct raw *r)
 {
         hard_raw_close(&r->h);
         if (r->ring)
-                munmap(r->ring, RING_BYTES);
+                munmap(r->ring, RING_FILE);
         memset(r, 0, sizeof(*r));
 }
 
@@ -326,12 +329,13 @@ static int attach_refused(struct raw *r, uint64_t id, uint32_t version, uint64_t
 /* Attaches a good ring and maps it. */
 static void raw_attach_ok(struct raw *r)
 {
-        int fd = ring_fd(RING_BYTES, 1);
-        Gemmd__V1__Envelope *rep = raw_attach(r, 2, GEMMD_RING_VERSION, RING_BYTES, fd);
+        int fd = ring_fd(RING_FILE, 1);
+        Gemmd__V1__Envelope *rep = raw_attach(r, 2, GEMMD_RING_VERSION, RING_FILE, fd);
 
         cr_assert_eq(rep->body_case, GEMMD__V1__ENVELOPE__BODY_ACK, "body %d", (int)rep->body_case);
-        r->ring = mmap(NULL, RING_BYTES, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+        r->ring = mmap(NULL, RING_FILE, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
         cr_assert_neq(r->ring, MAP_FAILED);
+        r->words = (_Atomic uint64_t *)((char *)r->ring + RING_WORDS_OFF);
         close(fd);
 }
 
@@ -419,28 +423,28 @@ Test(ring, every_ring_attach_the_daemon_cannot_trust_is_refused_and_the_session_
         cr_assert_eq(e2e_daemon_start(&d, NULL), 0);
         raw_open(&r, &d);
         raw_hello(&r);
-        cr_assert_eq(attach_refused(&r, 10, GEMMD_RING_VERSION, RING_BYTES, -1),
+        cr_assert_eq(attach_refused(&r, 10, GEMMD_RING_VERSION, RING_FILE, -1),
                      GEMMD__V1__CODE__PROTOCOL, "no descriptor");
         /* Not sealed: the client could cut it short under the mapping. */
-        fd = ring_fd(RING_BYTES, 0);
-        cr_assert_eq(attach_refused(&r, 11, GEMMD_RING_VERSION, RING_BYTES, fd),
+        fd = ring_fd(RING_FILE, 0);
+        cr_assert_eq(attach_refused(&r, 11, GEMMD_RING_VERSION, RING_FILE, fd),
                      GEMMD__V1__CODE__INVALID, "unsealed");
         close(fd);
         /* Shorter than the rings. */
         fd = ring_fd(RING_BYTES / 2, 1);
-        cr_assert_eq(attach_refused(&r, 12, GEMMD_RING_VERSION, RING_BYTES, fd),
+        cr_assert_eq(attach_refused(&r, 12, GEMMD_RING_VERSION, RING_FILE, fd),
                      GEMMD__V1__CODE__INVALID, "short file");
         close(fd);
-        fd = ring_fd(RING_BYTES, 1);
-        cr_assert_eq(attach_refused(&r, 13, GEMMD_RING_VERSION, RING_BYTES - 1, fd),
+        fd = ring_fd(RING_FILE, 1);
+        cr_assert_eq(attach_refused(&r, 13, GEMMD_RING_VERSION, RING_FILE - 1, fd),
                      GEMMD__V1__CODE__INVALID, "wrong size");
-        cr_assert_eq(attach_refused(&r, 14, GEMMD_RING_VERSION + 1, RING_BYTES, fd),
+        cr_assert_eq(attach_refused(&r, 14, GEMMD_RING_VERSION + 1, RING_FILE, fd),
                      GEMMD__V1__CODE__UNSUPPORTED, "wrong version");
         close(fd);
         raw_alive(&r, 15);
         raw_attach_ok(&r);
-        fd = ring_fd(RING_BYTES, 1);
-        cr_assert_eq(attach_refused(&r, 16, GEMMD_RING_VERSION, RING_BYTES, fd),
+        fd = ring_fd(RING_FILE, 1);
+        cr_assert_eq(attach_refused(&r, 16, GEMMD_RING_VERSION, RING_FILE, fd),
                      GEMMD__V1__CODE__INVALID, "a second ring");
         close(fd);
         /* The first ring still serves. */
@@ -472,8 +476,8 @@ Test(ring, every_ring_attach_the_daemon_cannot_trust_is_refused_and_the_session_
                 rep = raw_recv(&r);
                 cr_assert_eq(rep->hello_reply->ring_version, 0);
         }
-        fd = ring_fd(RING_BYTES, 1);
-        cr_assert_eq(attach_refused(&r, 2, GEMMD_RING_VERSION, RING_BYTES, fd),
+        fd = ring_fd(RING_FILE, 1);
+        cr_assert_eq(attach_refused(&r, 2, GEMMD_RING_VERSION, RING_FILE, fd),
                      GEMMD__V1__CODE__UNSUPPORTED, "rings off");
         close(fd);
         raw_alive(&r, 3);
@@ -870,7 +874,7 @@ Test(ring, a_library_client_sleeps_when_asked_and_polls_otherwise)
                 /* The first answer brings the daemon's hint. */
                 cr_assert_eq(gemmd_submit(c, &p.op, 1, GEMMD_PRIO_NORMAL, &t), 0);
                 cr_assert_eq(gemmd_wait(c, t, 30000, NULL, 0), 0);
-                ring0 = stat_of(c, "replies_ring");
+                ring0 = stat_of(c, "replies_ring") + stat_of(c, "replies_word");
                 e2e_prob_reset(&p);
                 cr_assert_eq(gemmd_submit(c, &p.op, 1, GEMMD_PRIO_NORMAL, &t), 0);
                 w0 = e2e_now_us();
@@ -879,10 +883,13 @@ Test(ring, a_library_client_sleeps_when_asked_and_polls_otherwise)
                 clock_gettime(CLOCK_THREAD_CPUTIME_ID, &b);
                 wall = (double)(e2e_now_us() - w0);
                 cpu = (double)(b.tv_sec - a.tv_sec) * 1e6 + (double)(b.tv_nsec - a.tv_nsec) / 1e3;
+                /* In its ring: by a Completion in a slot or by its word. */
                 if (budget) {
-                        cr_expect_eq(stat_of(c, "replies_ring"), ring0 + 1, "a polling client was answered on its socket");
+                        cr_expect_eq(stat_of(c, "replies_ring") + stat_of(c, "replies_word"), ring0 + 1,
+                                     "a polling client was answered on its socket");
                 } else {
-                        cr_expect_eq(stat_of(c, "replies_ring"), ring0, "a client asked to sleep was answered in its ring");
+                        cr_expect_eq(stat_of(c, "replies_ring") + stat_of(c, "replies_word"), ring0,
+                                     "a client asked to sleep was answered in its ring");
                         cr_expect_lt(cpu, wall / 20, "asked to sleep, it took %.0f us of CPU in a %.0f us wait",
                                      cpu, wall);
                 }
@@ -922,4 +929,185 @@ Test(ring, indices_the_other_side_made_impossible_are_caught)
         cr_assert_eq(ring_publish(&g.cq, 6), 1);
         ring_disarm(&g.cq);
         cr_assert_eq(ring_publish(&g.cq, 7), 0);
+}
+
+/* ---- completion words ------------------------------------------------- */
+
+/* Registers a sealed memfd of `bytes` as a shared-memory buffer and maps
+ * it here too. Returns the buffer id. */
+static uint64_t raw_shm(struct raw *r, uint64_t rid, uint64_t bytes, void **map)
+{
+        Gemmd__V1__Envelope env = GEMMD__V1__ENVELOPE__INIT, *rep;
+        Gemmd__V1__BufferRegister reg = GEMMD__V1__BUFFER_REGISTER__INIT;
+        int fd = hard_memfd(bytes);
+
+        cr_assert_geq(fd, 0);
+        *map = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+        cr_assert_neq(*map, MAP_FAILED);
+        reg.kind = GEMMD__V1__BUFFER_REGISTER__KIND__SHM;
+        reg.bytes = bytes;
+        env.body_case = GEMMD__V1__ENVELOPE__BODY_BUFFER_REGISTER;
+        env.buffer_register = &reg;
+        raw_send(r, rid, &env, fd);
+        close(fd);
+        rep = raw_recv_reply(r);
+        cr_assert_eq(rep->body_case, GEMMD__V1__ENVELOPE__BODY_BUFFER_REPLY, "body %d", (int)rep->body_case);
+        return rep->buffer_reply->buffer_id;
+}
+
+/* The 2 x 2 x 2 GEMM of hard_gemm2 with A, B and C at 0, 16 and c_off of
+ * buffer buf (which holds A and B), naming completion word `word`
+ * (1 + its index, 0 none); c_off past the buffer makes it out of bounds. */
+static void shm_gemm2(struct hard_gemm2 *g, Gemmd__V1__Envelope *env, uint64_t buf, uint64_t c_off,
+                      uint32_t word)
+{
+        hard_gemm2_submit(g, env);
+        g->a = (Gemmd__V1__Operand)GEMMD__V1__OPERAND__INIT;
+        g->b = (Gemmd__V1__Operand)GEMMD__V1__OPERAND__INIT;
+        g->c = (Gemmd__V1__Operand)GEMMD__V1__OPERAND__INIT;
+        g->a.buffer_id = g->b.buffer_id = g->c.buffer_id = buf;
+        g->b.offset = 16;
+        g->c.offset = c_off;
+        g->sub.word = word;
+}
+
+/* A request that names a completion word is answered there, once, and
+ * only when it may be: every op a success, its results in the client's
+ * memory, the client awake. Everything else gets its Completion or Error
+ * and leaves the word alone. A word past the last, or named on rings of
+ * version 1 (which have none), is refused and the session goes on. */
+Test(ring, completion_words_answer_only_what_they_may)
+{
+        static const float ab[8] = {1, 2, 3, 4, 5, 6, 7, 8}, want[4] = HARD_GEMM2_C;
+        Gemmd__V1__Envelope env = GEMMD__V1__ENVELOPE__INIT, *rep;
+        struct hard_gemm2 g;
+        struct e2e_daemon d;
+        struct raw r;
+        void *data;
+        uint64_t did;
+        int fd;
+
+        cr_assert_eq(e2e_daemon_start(&d, NULL), 0);
+
+        /* Rings of version 1 are still taken, and have no words. */
+        raw_open(&r, &d);
+        raw_hello(&r);
+        did = raw_shm(&r, 2, 4096, &data);
+        fd = ring_fd(RING_BYTES, 1);
+        rep = raw_attach(&r, 3, 1, RING_BYTES, fd);
+        close(fd);
+        cr_assert_eq(rep->body_case, GEMMD__V1__ENVELOPE__BODY_ACK, "version 1: body %d", (int)rep->body_case);
+        memcpy(data, ab, sizeof(ab));
+        shm_gemm2(&g, &env, did, 32, 1);
+        raw_send(&r, 4, &env, -1);
+        expect_error(&r, GEMMD__V1__CODE__INVALID, "a word on rings without words");
+        raw_alive(&r, 5);
+        raw_close(&r);
+        munmap(data, 4096);
+
+        raw_open(&r, &d);
+        raw_hello(&r);
+        /* The words must be there: a file of version 2 that ends with the
+         * rings is refused. */
+        fd = ring_fd(RING_BYTES, 1);
+        cr_assert_eq(attach_refused(&r, 2, GEMMD_RING_VERSION, RING_FILE, fd), GEMMD__V1__CODE__INVALID,
+                     "no room for the words");
+        close(fd);
+        raw_attach_ok(&r);
+        did = raw_shm(&r, 3, 4096, &data);
+        memcpy(data, ab, sizeof(ab));
+
+        /* Past the last word. */
+        shm_gemm2(&g, &env, did, 32, RING_WORDS + 1);
+        raw_send(&r, 9, &env, -1);
+        expect_error(&r, GEMMD__V1__CODE__INVALID, "word past the last");
+
+        /* Answered by its word (the last one: every index is the client's
+         * to name), the result in place, no Completion anywhere. */
+        shm_gemm2(&g, &env, did, 32, RING_WORDS);
+        ring_send(&r, 10, &env, 1);
+        for (int i = 0; atomic_load(&r.words[RING_WORDS - 1]) == 0; i++) {
+                cr_assert_lt(i, 10000, "the word was never stored");
+                usleep(1000);
+        }
+        cr_assert_eq(atomic_load(&r.words[RING_WORDS - 1]), WORD_VALUE(10, WORD_OK | WORD_FINAL));
+        cr_assert_eq(memcmp((char *)data + 32, want, sizeof(want)), 0, "C is not in place");
+        raw_alive(&r, 11); /* the next frame on the socket is this answer */
+        cr_assert_eq(ring_avail(&r.ring->cq, r.cq_tail, RING_CQ), 0, "a Completion came too");
+
+        /* An inline C comes back in its Completion: the word is left alone. */
+        hard_gemm2_submit(&g, &env);
+        g.sub.word = 2;
+        ring_send(&r, 12, &env, 1);
+        for (int i = 0; ring_avail(&r.ring->cq, r.cq_tail, RING_CQ) == 0; i++) {
+                cr_assert_lt(i, 10000, "no completion in the ring");
+                usleep(1000);
+        }
+        {
+                uint8_t seen[1] = {0};
+                const struct ring_slot *sl = &r.ring->c[r.cq_tail % RING_CQ];
+
+                take_completion(frame_unpack(&r.h.arena, sl->body, sl->len), seen, 12, 1);
+                ring_release(&r.ring->cq, ++r.cq_tail);
+        }
+        cr_assert_eq(atomic_load(&r.words[1]), 0);
+
+        /* A refused op gets its Error, and the word stays as it was. */
+        shm_gemm2(&g, &env, did, 4096 - 8, 3);
+        raw_send(&r, 13, &env, -1);
+        expect_error(&r, GEMMD__V1__CODE__BOUNDS, "C out of its buffer");
+        cr_assert_eq(atomic_load(&r.words[2]), 0);
+
+        /* A client that said it sleeps is answered on its socket, which
+         * wakes it; the word stays as it was. */
+        atomic_store(&r.ring->cq.flag, 1);
+        shm_gemm2(&g, &env, did, 48, 4);
+        raw_send(&r, 14, &env, -1);
+        rep = raw_recv_reply(&r);
+        cr_assert_eq(rep->body_case, GEMMD__V1__ENVELOPE__BODY_COMPLETION, "body %d", (int)rep->body_case);
+        cr_assert_eq(rep->request_id, 14);
+        cr_assert_eq(rep->completion->results[0]->status, GEMMD__V1__CODE__OK);
+        cr_assert_eq(atomic_load(&r.words[3]), 0);
+        cr_assert_eq(memcmp((char *)data + 48, want, sizeof(want)), 0);
+        atomic_store(&r.ring->cq.flag, 0);
+
+        /* The same word named again, by the next request. */
+        memset((char *)data + 32, 0, sizeof(want));
+        shm_gemm2(&g, &env, did, 32, RING_WORDS);
+        raw_send(&r, 15, &env, -1);
+        for (int i = 0; atomic_load(&r.words[RING_WORDS - 1]) != WORD_VALUE(15, WORD_OK | WORD_FINAL); i++) {
+                cr_assert_lt(i, 10000, "the word was never stored again");
+                usleep(1000);
+        }
+        cr_assert_eq(memcmp((char *)data + 32, want, sizeof(want)), 0);
+        raw_alive(&r, 16);
+        munmap(data, 4096);
+        raw_close(&r);
+        cr_assert_eq(e2e_daemon_stop(&d), 0);
+}
+
+/* Through the library, results are the same with completion words and
+ * without ($GEMMD_WORDS=0), and only the former are answered by word. */
+Test(ring, a_library_client_is_answered_by_its_words_and_gets_every_result_right)
+{
+        struct e2e_daemon d;
+
+        cr_assert_eq(e2e_daemon_start(&d, NULL), 0);
+        for (int words = 0; words < 2; words++) {
+                gemmd_client *c;
+                long long w0;
+
+                setenv("GEMMD_WORDS", words ? "1" : "0", 1);
+                c = connect_with(&d, NULL, "1000000");
+                unsetenv("GEMMD_WORDS");
+                w0 = stat_of(c, "replies_word");
+                run_random(c, 400, 1, 11 + (uint64_t)words);
+                run_random(c, 200, 5, 13 + (uint64_t)words);
+                if (words)
+                        cr_expect_gt(stat_of(c, "replies_word"), w0, "no request was answered by its word");
+                else
+                        cr_expect_eq(stat_of(c, "replies_word"), w0, "answered by a word it never named");
+                gemmd_disconnect(c);
+        }
+        cr_assert_eq(e2e_daemon_stop(&d), 0);
 }

@@ -378,6 +378,9 @@ static int share_client(const char *sock, uid_t uid, int n, int prio, int ready_
                 perror("setuid");
                 return 2;
         }
+        /* Each result's group is the evidence: no completion words, whose
+         * answers carry none. */
+        setenv("GEMMD_WORDS", "0", 1);
         if (!t || gemmd_connect(sock, &c))
                 return 3;
         {

@@ -166,6 +166,7 @@ static size_t random_submit(uint8_t *buf, const uint8_t *data)
         sm.ops = opp;
         sm.priority = (uint32_t)(rv() % 4);
         sm.notify_launch = rnd() % 2;
+        sm.word = rnd() % 3 ? 0 : (uint32_t)rv();
         e.request_id = rv();
         e.body_case = GEMMD__V1__ENVELOPE__BODY_SUBMIT;
         e.submit = &sm;
@@ -335,6 +336,10 @@ Test(frame_codec, a_32_bit_field_given_more_is_refused)
         cr_expect(decodes(&env, NULL, NULL), "priority = 2^32 - 1 fits a uint32");
         submit_with(&env, 1, 3, 1ull << 32);
         cr_expect_not(decodes(&env, "Submit", "notify_launch"));
+        submit_with(&env, 1, 4, UINT32_MAX);
+        cr_expect(decodes(&env, NULL, NULL), "word = 2^32 - 1 fits a uint32");
+        submit_with(&env, 1, 4, 1ull << 32);
+        cr_expect_not(decodes(&env, "Submit", "word"));
         /* An enum is an int32: negative numbers come sign-extended to 64
          * bits, and nothing else above 2^31 - 1 is one. */
         submit_with(&env, (uint64_t)-1, 0, 0);

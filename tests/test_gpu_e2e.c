@@ -1042,6 +1042,7 @@ Test(gpu_e2e, resident_kernel_same_bits_as_launches)
 struct early_out {
         uint64_t hash[EARLY_SMALL + 1];
         long long ops_early;
+        long long ops_word_dev; /* answered by the GPU in their completion words */
         int before_others; /* ops answered before another op of their group */
         int beside_long;   /* small ops in the long op's group */
         int bad;
@@ -1154,6 +1155,7 @@ static int early_client(const struct e2e_daemon *d, void *arg)
         if (gemmd_stats(c, 1, &json))
                 return 10;
         out->ops_early = device_number(json, "ops_early");
+        out->ops_word_dev = device_number(json, "ops_word_dev");
         free(json);
         for (int i = 0; i < N; i++)
                 e2e_prob_free(&p[i]);
@@ -1164,7 +1166,10 @@ static int early_client(const struct e2e_daemon *d, void *arg)
         return 0;
 }
 
-static void early_run(const char *early, struct early_out *out)
+/* words: whether the client names completion words (proto/ring.h); an
+ * op they answer has no group or timings in its result, so the runs that
+ * look at those go without. */
+static void early_run(const char *early, int words, struct early_out *out)
 {
         struct e2e_daemon d;
 
@@ -1172,17 +1177,20 @@ static void early_run(const char *early, struct early_out *out)
         cr_assert_eq(e2e_daemon_start(&d, "--backend", "cuda", "--early-completion", early, "--mode", "spt",
                                       "--batch-window-us", "200000", NULL),
                      0);
+        setenv("GEMMD_WORDS", words ? "1" : "0", 1);
         run_client(&d, early_client, out, early);
+        unsetenv("GEMMD_WORDS");
 }
 
 Test(gpu_e2e, early_completion_answers_each_op_when_its_c_is_whole)
 {
-        struct early_out *o = mmap(NULL, 2 * sizeof(*o), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+        struct early_out *o = mmap(NULL, 3 * sizeof(*o), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
 
         SKIP_WITHOUT_GPU();
         cr_assert_neq(o, MAP_FAILED);
-        early_run("yes", &o[0]);
-        early_run("no", &o[1]);
+        early_run("yes", 0, &o[0]);
+        early_run("no", 0, &o[1]);
+        early_run("yes", 1, &o[2]);
         printf("early completion: %lld ops answered early, %d before another op of their group, %d small "
                "ops beside the long one (--early-completion yes); %lld, %d, %d (no)\n",
                o[0].ops_early, o[0].before_others, o[0].beside_long, o[1].ops_early, o[1].before_others,
@@ -1199,5 +1207,15 @@ Test(gpu_e2e, early_completion_answers_each_op_when_its_c_is_whole)
         cr_expect_eq(o[1].before_others, 0, "--early-completion no: ops of one group answered apart");
         for (int i = 0; i < EARLY_SMALL + 1; i++)
                 cr_expect_eq(o[0].hash[i], o[1].hash[i], "op %d: bits differ", i);
-        munmap(o, 2 * sizeof(*o));
+        /* With completion words, the GPU itself answers ops (once the
+         * words are page-locked, after the first group): each C copied
+         * back the moment its word said so is whole and right. */
+        printf("completion words: %lld ops answered by the GPU in their words, %lld early in all\n",
+               o[2].ops_word_dev, o[2].ops_early);
+        cr_expect_eq(o[2].bad, 0, "with words: %d wrong, last: %s", o[2].bad, o[2].why);
+        cr_expect_gt(o[2].ops_word_dev, 0, "the GPU stored no completion word");
+        cr_expect_eq(o[0].ops_word_dev, 0, "a client without words was answered in one");
+        for (int i = 0; i < EARLY_SMALL + 1; i++)
+                cr_expect_eq(o[2].hash[i], o[0].hash[i], "op %d: bits differ with words", i);
+        munmap(o, 3 * sizeof(*o));
 }

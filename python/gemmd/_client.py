@@ -45,7 +45,10 @@ class GemmdError(Exception):
 
 OpInfo = collections.namedtuple("OpInfo", "queue_us run_us group_id group_size kernel")
 OpInfo.__doc__ = """Where and how an op ran: microseconds from admission to its group's
-launch and from launch to done, the group's id and size, and the kernel config."""
+launch and from launch to done, the group's id and size, and the kernel config.
+All zero (and the kernel empty) for an op answered by its completion word, the
+short way libgemmd takes for a success; GEMMD_WORDS=0 has every op answered in
+full."""
 
 
 class Future(concurrent.futures.Future):

@@ -425,7 +425,7 @@ Test(attack_budget, inline_results_never_read_meet_the_byte_budgets_and_memory_s
          * device process its group slots (max-groups-inflight + 1 on the
          * CPU backend), each with at most the inline bytes admitted. */
         per_session = 64 * 1024 + frame + (2 * frame + 512 * ops_per_submit) + out + 1024 * inflight +
-                      RING_BYTES;
+                      RING_FILE_BYTES(GEMMD_RING_VERSION);
         inline_part = (AMP_SESSIONS + 1) * session_budget < user_budget ? (AMP_SESSIONS + 1) * session_budget
                                                                         : user_budget;
         bound = (AMP_SESSIONS + 1) * per_session + inline_part;

@@ -213,9 +213,9 @@ Test(attack_seals, a_ring_truncated_and_sealed_during_its_attach_is_refused)
                         int fd = memfd_create("attack-ring", MFD_CLOEXEC | MFD_ALLOW_SEALING);
 
                         cr_assert_geq(fd, 0);
-                        cr_assert_eq(ftruncate(fd, (off_t)RING_BYTES), 0);
+                        cr_assert_eq(ftruncate(fd, (off_t)RING_FILE_BYTES(GEMMD_RING_VERSION)), 0);
                         ra.version = GEMMD_RING_VERSION;
-                        ra.bytes = RING_BYTES;
+                        ra.bytes = RING_FILE_BYTES(GEMMD_RING_VERSION);
                         env.body_case = GEMMD__V1__ENVELOPE__BODY_RING_ATTACH;
                         env.ring_attach = &ra;
                         cr_assert_eq(hard_raw_send(&r, ++rid, &env, &fd, 1, 0), 0);

@@ -1,7 +1,8 @@
 /*
  * fuzz_shm.c - libFuzzer target: the mapping of a client's memfd, as a
  * buffer registration (gbuf_new_shm) and as a ring attach (ring.c's
- * map_ring, which is gbuf_map_sealed of RING_BYTES), while a second
+ * map_ring, which is gbuf_map_sealed of RING_BYTES, and its completion
+ * words, gbuf_new_shm_at past them), while a second
  * thread plays the client: it truncates, punches, grows and seals the
  * same file in an order and with timings taken from the input. Whatever
  * the race, a mapping the daemon accepts must stay readable and writable
@@ -136,6 +137,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
                 return 0;
         if (ring)
                 want = RING_BYTES;
+        struct gbuf *words = NULL;
         if (ftruncate(c.fd, (off_t)file) < 0)
                 goto out;
         seals |= (flags & 4) ? F_SEAL_SHRINK : 0;
@@ -149,6 +151,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         atomic_store_explicit(&c.go, 1, memory_order_release);
         if (ring) {
                 rc = gbuf_map_sealed(c.fd, want, &map);
+                if (!rc && gbuf_new_shm_at(c.fd, RING_WORDS_OFF, RING_WORDS * sizeof(uint64_t), &words))
+                        words = NULL;
         } else {
                 rc = gbuf_new_shm(c.fd, want, &b);
                 map = rc ? NULL : b->host;
@@ -157,10 +161,17 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
          * once it is done. */
         if (!rc)
                 touch(map, want);
+        if (words)
+                touch(words->host, words->bytes);
         pthread_join(t, NULL);
         if (!rc) {
                 check_sealed(c.fd, want);
                 touch(map, want);
+        }
+        if (words) {
+                check_sealed(c.fd, RING_WORDS_OFF + words->bytes);
+                touch(words->host, words->bytes);
+                gbuf_unref(words);
         }
         if (b)
                 gbuf_unref(b);
