@@ -686,42 +686,6 @@ static uint64_t now_ns(void)
         return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
-/* How long a polling wait watches its completion words and ring between
- * two looks at its socket (a recv and a yield, about a microsecond of
- * system calls): an answer by word or in the ring is seen within a few
- * loads of its store. */
-#ifndef WATCH_NS /* a build may set it to measure again */
-#define WATCH_NS 2000u
-#endif
-
-/* One step of a polling loop: tells the core it spins. */
-static inline void spin_pause(void)
-{
-#if defined(__x86_64__) || defined(__i386__)
-        __builtin_ia32_pause();
-#elif defined(__aarch64__)
-        __asm__ __volatile__("yield");
-#endif
-}
-
-/* Watches c's words and completion ring for up to WATCH_NS, without a
- * system call, until what wait_for waits for is done or a Completion is
- * in the ring. */
-static void watch(struct gemmd_client *c, const int *flag)
-{
-        const uint64_t until = now_ns() + WATCH_NS;
-
-        if (!c->ring)
-                return;
-        for (;;) {
-                if (take_words(c) && (flag ? *flag : c->done_head != NULL))
-                        return;
-                if (ring_avail(&c->ring->cq, c->cq_tail, RING_CQ) != 0 || now_ns() >= until)
-                        return;
-                spin_pause();
-        }
-}
-
 /* Reads and dispatches replies until *flag is set (flag NULL: until some
  * ticket is done and not yet polled), for at most timeout_ms (-1: no
  * limit). Returns 0 once it is, -ETIMEDOUT, or a negative errno from
@@ -755,7 +719,6 @@ static int wait_for(struct gemmd_client *c, const int *flag, int timeout_ms)
                         /* On a host with more runnable threads than CPUs
                          * (many clients, the daemon's polling threads),
                          * a poll that does not yield holds a CPU they need. */
-                        watch(c, flag);
                         sched_yield();
                         continue;
                 }

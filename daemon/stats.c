@@ -237,9 +237,11 @@ static void render_text(struct server *srv, FILE *f, double up_s, long long only
                         fprintf(f, "  groups with packed copies of operands: %llu\n",
                                 (unsigned long long)st.packed_groups);
                 if (st.ops_early)
-                        fprintf(f, "  ops answered before their group ended: %llu (%llu of them by the GPU "
-                                   "itself, in their completion words)\n",
-                                (unsigned long long)st.ops_early, (unsigned long long)st.ops_word_dev);
+                        fprintf(f, "  ops answered before their group ended: %llu\n",
+                                (unsigned long long)st.ops_early);
+                if (st.ops_word_dev)
+                        fprintf(f, "  ops answered by the GPU itself, in their completion words: %llu\n",
+                                (unsigned long long)st.ops_word_dev);
                 /* The queue time's parts (worker_stats.staged_ns). */
                 if (st.ops)
                         fprintf(f, "  per op, admitted to launched: staged by its loop %.1f us, waiting for a "
