@@ -74,6 +74,13 @@ static int map_words(int fd, struct gbuf **out)
         return rc == GEMMD_EBOUNDS ? GEMMD_EINVAL : rc;
 }
 
+/* The daemon's mappings that rings of `version` take: the words are a
+ * mapping of their own. */
+static unsigned ring_maps(uint32_t version)
+{
+        return version >= 2 ? 2 : 1;
+}
+
 int ring_attach(struct session *s, uint64_t rid, const Gemmd__V1__RingAttach *m)
 {
         struct evloop *ev = s->ev;
@@ -92,12 +99,12 @@ int ring_attach(struct session *s, uint64_t rid, const Gemmd__V1__RingAttach *m)
                 rc = GEMMD_EUNSUPPORTED;
         else if (m->bytes != RING_FILE_BYTES(m->version))
                 rc = GEMMD_EINVAL;
-        else if (users_map_take(s, rid))
+        else if (users_map_take_n(s, rid, ring_maps(m->version)))
                 rc = GEMMD_ELIMIT; /* the client was told */
         else if ((rc = map_ring(fd, &ring)) != 0 || (m->version >= 2 && (rc = map_words(fd, &words)) != 0)) {
                 if (ring)
                         munmap(ring, RING_BYTES);
-                users_map_give(s);
+                users_map_give_n(s, ring_maps(m->version));
         }
         if (fd >= 0)
                 close(fd);
@@ -154,7 +161,7 @@ void ring_free(struct session *s)
 {
         if (s->ring) {
                 munmap(s->ring, RING_BYTES);
-                users_map_give(s);
+                users_map_give_n(s, s->words ? 2 : 1);
         }
         s->ring = NULL;
         gbuf_unref(s->words);

@@ -92,6 +92,11 @@ struct user *users_get(struct server *srv, uint32_t uid)
 
 int users_map_take(struct session *s, uint64_t rid)
 {
+        return users_map_take_n(s, rid, 1);
+}
+
+int users_map_take_n(struct session *s, uint64_t rid, unsigned n)
+{
         struct server *srv = s->srv;
         const struct limits *lim = &srv->cfg->lim;
         unsigned user, all;
@@ -102,10 +107,10 @@ int users_map_take(struct session *s, uint64_t rid)
         pthread_mutex_lock(&srv->lock);
         user = atomic_load(&s->user->mappings);
         all = atomic_load(&srv->mappings);
-        over = user >= lim->max_user_buffers || all >= lim->max_mappings;
+        over = user >= lim->max_user_buffers || all + n > lim->max_mappings;
         if (!over) {
                 atomic_fetch_add(&s->user->mappings, 1);
-                atomic_fetch_add(&srv->mappings, 1);
+                atomic_fetch_add(&srv->mappings, n);
         }
         pthread_mutex_unlock(&srv->lock);
         if (!over)
@@ -125,8 +130,13 @@ int users_map_take(struct session *s, uint64_t rid)
 
 void users_map_give(struct session *s)
 {
+        users_map_give_n(s, 1);
+}
+
+void users_map_give_n(struct session *s, unsigned n)
+{
         atomic_fetch_sub(&s->user->mappings, 1);
-        atomic_fetch_sub(&s->srv->mappings, 1);
+        atomic_fetch_sub(&s->srv->mappings, n);
 }
 
 void users_map_pass(struct session *s, struct gbuf *b)

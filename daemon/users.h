@@ -69,6 +69,10 @@ struct gbuf;
 int users_map_take(struct session *s, uint64_t rid);
 /* Gives back a mapping that users_map_take counted for s. Any thread. */
 void users_map_give(struct session *s);
+/* The same for one thing of the user's held in n of the daemon's mappings
+ * (rings with their completion words: 2), against --max-mappings. */
+int users_map_take_n(struct session *s, uint64_t rid, unsigned n);
+void users_map_give_n(struct session *s, unsigned n);
 /* Hands the mapping counted for s to buffer b: b's last reference gives
  * it back, whichever thread drops it. */
 void users_map_pass(struct session *s, struct gbuf *b);
