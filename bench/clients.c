@@ -975,7 +975,8 @@ struct agg {
         int clients_ok, failed;
         double flops, tflops, rps;
         double p50, p90, p99, max, mean;
-        double queue_us, run_us, group_size;
+        double queue_us, run_us, group_size; /* means over the requests that carried them */
+        uint64_t accounted;
         struct bench_hops hops; /* means once aggregated */
         const char *first_error;
         uint64_t nsamples;
@@ -1011,6 +1012,7 @@ static void aggregate(struct run *r, struct agg *a)
                 a->queue_us += x->queue_us_sum;
                 a->run_us += x->run_us_sum;
                 a->group_size += x->group_size_sum;
+                a->accounted += x->accounted;
                 bench_hops_merge(&a->hops, &x->hops);
                 if (x->window_requests < a->req_min)
                         a->req_min = x->window_requests;
@@ -1028,10 +1030,10 @@ static void aggregate(struct run *r, struct agg *a)
         a->errors = a->status_errors + a->timeouts + a->check_errors + (uint64_t)a->failed;
         a->tflops = a->flops / r->o.seconds / 1e12;
         a->rps = (double)a->requests / r->o.seconds;
-        if (a->requests) {
-                a->queue_us /= (double)a->requests;
-                a->run_us /= (double)a->requests;
-                a->group_size /= (double)a->requests;
+        if (a->accounted) {
+                a->queue_us /= (double)a->accounted;
+                a->run_us /= (double)a->accounted;
+                a->group_size /= (double)a->accounted;
         }
         if (a->hops.n) {
                 a->hops.in_us /= (double)a->hops.n;
@@ -1125,9 +1127,9 @@ static void report(struct run *r, const struct agg *a)
                 jnum("gpu_mem_device_mib", m->device, m->available);
                 jnum("gpu_mem_device_base_mib", m->device_base, m->available);
                 printf(",\"gpu_mem_samples\":%d", m->samples);
-                jnum("daemon_queue_us_mean", a->queue_us, gemmd && a->requests);
-                jnum("daemon_run_us_mean", a->run_us, gemmd && a->requests);
-                jnum("group_size_mean", a->group_size, gemmd && a->requests);
+                jnum("daemon_queue_us_mean", a->queue_us, gemmd && a->accounted);
+                jnum("daemon_run_us_mean", a->run_us, gemmd && a->accounted);
+                jnum("group_size_mean", a->group_size, gemmd && a->accounted);
                 jnum("submit_to_admit_us_mean", a->hops.in_us, gemmd && a->hops.n);
                 jnum("reply_to_client_us_mean", a->hops.out_us, gemmd && a->hops.n);
                 if (gemmd)

@@ -54,6 +54,7 @@ struct lat_report {
         uint32_t n;
         uint64_t errors;
         double queue_us_sum, run_us_sum, group_size_sum;
+        uint64_t accounted; /* requests that carried those (not one answered by its word) */
         /* From the daemon's stamps (same clock): submit -> admitted, reply
          * packed -> the wait's return. */
         struct bench_hops hops;
@@ -195,9 +196,12 @@ static int client_main(const struct lat_opts *o, int fd)
                 if (us < 0)
                         break;
                 samples[c.rep.n++] = (float)us;
-                c.rep.queue_us_sum += (double)res.queue_us;
-                c.rep.run_us_sum += (double)res.run_us;
-                c.rep.group_size_sum += res.group_size;
+                if (res.group_size) {
+                        c.rep.queue_us_sum += (double)res.queue_us;
+                        c.rep.run_us_sum += (double)res.run_us;
+                        c.rep.group_size_sum += res.group_size;
+                        c.rep.accounted++;
+                }
                 bench_hops_add(&c.rep.hops, &res, t_sub, t_got);
         }
         gemmd_disconnect(c.gc);
@@ -410,6 +414,7 @@ static int run_clients(const struct lat_opts *o, struct lat_report *sum, float *
                         sum->queue_us_sum += r.queue_us_sum;
                         sum->run_us_sum += r.run_us_sum;
                         sum->group_size_sum += r.group_size_sum;
+                        sum->accounted += r.accounted;
                         bench_hops_merge(&sum->hops, &r.hops);
                         if (r.status && !sum->status) {
                                 sum->status = r.status;
@@ -428,7 +433,7 @@ static int run_clients(const struct lat_opts *o, struct lat_report *sum, float *
 static void report(const struct lat_opts *o, const struct lat_report *sum, const float *s,
                    size_t n, int failed, int daemon_exit)
 {
-        double mean = 0, k = n ? (double)n : 1, ks = sum->hops.n ? (double)sum->hops.n : 1;
+        double mean = 0, k = n ? (double)n : 1, ka = sum->accounted ? (double)sum->accounted : 1, ks = sum->hops.n ? (double)sum->hops.n : 1;
         /* p50, p90, p99, p99.9; 0 without samples, as the JSON has no NaN */
         double q[4] = {0, 0, 0, 0};
 
@@ -450,8 +455,8 @@ static void report(const struct lat_opts *o, const struct lat_report *sum, const
                        "\"errors\":%llu,\"clients_failed\":%d,\"daemon_exit\":%d,"
                        "\"first_error\":\"%s\"}\n",
                        o->nclients, o->dim, o->shm ? "shm" : "inline", n, q[0], q[1], q[2], q[3],
-                       n ? s[0] : 0, n ? s[n - 1] : 0, mean, sum->queue_us_sum / k, sum->run_us_sum / k,
-                       sum->group_size_sum / k, sum->hops.in_us / ks, sum->hops.out_us / ks,
+                       n ? s[0] : 0, n ? s[n - 1] : 0, mean, sum->queue_us_sum / ka, sum->run_us_sum / ka,
+                       sum->group_size_sum / ka, sum->hops.in_us / ks, sum->hops.out_us / ks,
                        (unsigned long long)sum->errors, failed,
                        daemon_exit, sum->msg);
                 return;
@@ -462,7 +467,7 @@ static void report(const struct lat_opts *o, const struct lat_report *sum, const
                "mean %.1f\n",
                n, q[0], q[1], q[2], q[3], n ? s[0] : 0, n ? s[n - 1] : 0, mean);
         printf("daemon's account: queue %.2f us, run %.2f us, group size %.3f (means)\n",
-               sum->queue_us_sum / k, sum->run_us_sum / k, sum->group_size_sum / k);
+               sum->queue_us_sum / ka, sum->run_us_sum / ka, sum->group_size_sum / ka);
         printf("hops: submit to admitted %.2f us, reply packed to client %.2f us (means)\n",
                sum->hops.in_us / ks, sum->hops.out_us / ks);
         if (sum->errors || failed || daemon_exit)
