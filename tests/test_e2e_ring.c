@@ -933,6 +933,21 @@ Test(ring, indices_the_other_side_made_impossible_are_caught)
 
 /* ---- completion words ------------------------------------------------- */
 
+/* A number from the daemon's JSON stats, asked on the raw connection. */
+static long long raw_stat(struct raw *r, uint64_t id, const char *key)
+{
+        Gemmd__V1__Envelope env = GEMMD__V1__ENVELOPE__INIT, *rep;
+        Gemmd__V1__StatsRequest q = GEMMD__V1__STATS_REQUEST__INIT;
+
+        q.json = 1;
+        env.body_case = GEMMD__V1__ENVELOPE__BODY_STATS_REQUEST;
+        env.stats_request = &q;
+        raw_send(r, id, &env, -1);
+        rep = raw_recv_reply(r);
+        cr_assert_eq(rep->body_case, GEMMD__V1__ENVELOPE__BODY_STATS_REPLY, "body %d", (int)rep->body_case);
+        return hard_json_number(rep->stats_reply->text, key);
+}
+
 /* Registers a sealed memfd of `bytes` as a shared-memory buffer and maps
  * it here too. Returns the buffer id. */
 static uint64_t raw_shm(struct raw *r, uint64_t rid, uint64_t bytes, void **map)
@@ -985,18 +1000,22 @@ Test(ring, completion_words_answer_only_what_they_may)
         struct raw r;
         void *data;
         uint64_t did;
+        long long maps;
         int fd;
 
         cr_assert_eq(e2e_daemon_start(&d, NULL), 0);
 
-        /* Rings of version 1 are still taken, and have no words. */
+        /* Rings of version 1 are still taken, and have no words: one of the
+         * daemon's mappings, where version 2's take two. */
         raw_open(&r, &d);
         raw_hello(&r);
         did = raw_shm(&r, 2, 4096, &data);
+        maps = raw_stat(&r, 20, "mappings");
         fd = ring_fd(RING_BYTES, 1);
         rep = raw_attach(&r, 3, 1, RING_BYTES, fd);
         close(fd);
         cr_assert_eq(rep->body_case, GEMMD__V1__ENVELOPE__BODY_ACK, "version 1: body %d", (int)rep->body_case);
+        cr_assert_eq(raw_stat(&r, 21, "mappings"), maps + 1);
         memcpy(data, ab, sizeof(ab));
         shm_gemm2(&g, &env, did, 32, 1);
         raw_send(&r, 4, &env, -1);
@@ -1013,7 +1032,9 @@ Test(ring, completion_words_answer_only_what_they_may)
         cr_assert_eq(attach_refused(&r, 2, GEMMD_RING_VERSION, RING_FILE, fd), GEMMD__V1__CODE__INVALID,
                      "no room for the words");
         close(fd);
+        maps = raw_stat(&r, 22, "mappings");
         raw_attach_ok(&r);
+        cr_assert_eq(raw_stat(&r, 23, "mappings"), maps + 2);
         did = raw_shm(&r, 3, 4096, &data);
         memcpy(data, ab, sizeof(ab));
 
