@@ -106,8 +106,8 @@ static void store_words(struct request *head, const struct request *tail)
 {
         for (struct request *x = head;; x = x->next) {
                 if (by_word(x)) {
+                        dispatch_count_reply(x); /* before the client can see it */
                         ring_cq_word(x->s, x->word - 1, x->id);
-                        dispatch_count_reply(x);
                 }
                 if (x == tail)
                         break;
@@ -334,8 +334,8 @@ static int ring_by_loop(struct request *r)
                 return -1;
         }
         if (word) {
-                ring_cq_word(s, r->word - 1, r->id);
                 dispatch_count_reply(r);
+                ring_cq_word(s, r->word - 1, r->id);
         }
         ring_cq_end(s, !word, word);
         ring_kick_owed(s);

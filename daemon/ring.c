@@ -323,6 +323,8 @@ void ring_cq_word(struct session *s, uint32_t k, uint64_t id)
 {
         _Atomic uint64_t *w = (_Atomic uint64_t *)s->words->host + k;
 
+        /* Counted before it is seen, as ring_cq_end counts the slots. */
+        atomic_fetch_add(&s->srv->replies_word, 1);
         atomic_store_explicit(w, WORD_VALUE(id, WORD_OK | WORD_FINAL), memory_order_release);
 }
 
@@ -334,7 +336,6 @@ void ring_cq_end(struct session *s, uint32_t n, uint32_t nwords)
                 /* Counted before they are seen: a client's stats request
                  * sent in answer to them then finds them counted. */
                 atomic_fetch_add(&s->srv->replies_ring, n);
-                atomic_fetch_add(&s->srv->replies_word, nwords);
                 /* The kick is owed under the lock: the loop's ring_taken
                  * takes the lock before it looks. */
                 if (ring_publish(&s->ring->cq, s->cq_head) &&

@@ -61,7 +61,8 @@ void ring_hint(struct session *s);
  * asleep meanwhile is owed a RingKick, which its loop sends
  * (ring_kick_owed, ring_taken). In between, ring_cq_word answers request
  * `id` by its completion word k instead of a slot (s->words set, k below
- * RING_WORDS), and ring_cq_end counts nwords of those.
+ * RING_WORDS), counted in the stats before the client can see it; nwords
+ * tells ring_cq_end how many, for the sleep handshake.
  */
 int ring_cq_begin(struct session *s);
 struct ring_slot *ring_cq_slot(struct session *s, uint32_t i);
