@@ -513,6 +513,12 @@ static void render_devices(FILE *f, struct server *srv, double up_s)
         PER_DEVICE("gemmd_device_packed_groups_total", "counter",
                    "Groups run with packed copies of 16-bit operands the Hopper kernel cannot read in place", "%llu",
                    (unsigned long long)st[i].packed_groups);
+        PER_DEVICE("gemmd_device_ops_early_total", "counter",
+                   "Ops answered before their group ended (--early-completion)", "%llu",
+                   (unsigned long long)st[i].ops_early);
+        PER_DEVICE("gemmd_device_ops_word_total", "counter",
+                   "Ops the GPU answered itself, in their clients' completion words", "%llu",
+                   (unsigned long long)st[i].ops_word_dev);
         PER_DEVICE("gemmd_device_idle_gaps_total", "counter",
                    "Idle gaps between groups while work was waiting", "%llu",
                    (unsigned long long)st[i].idle_gaps);

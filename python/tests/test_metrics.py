@@ -93,6 +93,7 @@ class TestMetricsTcp(DaemonTestCase):
         before, types = self.scrape()
         self.assertEqual(types["gemmd_ops_total"], "counter")
         self.assertEqual(types["gemmd_queue_time_seconds"], "histogram")
+        self.assertEqual(types["gemmd_device_ops_word_total"], "counter")
         time.sleep(0.3)  # idle: no work for the device, so not in its loaded time
         rng = np.random.default_rng(11)
         flops = 0
