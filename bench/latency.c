@@ -433,7 +433,9 @@ static int run_clients(const struct lat_opts *o, struct lat_report *sum, float *
 static void report(const struct lat_opts *o, const struct lat_report *sum, const float *s,
                    size_t n, int failed, int daemon_exit)
 {
-        double mean = 0, k = n ? (double)n : 1, ka = sum->accounted ? (double)sum->accounted : 1, ks = sum->hops.n ? (double)sum->hops.n : 1;
+        /* Samples, requests that carried the daemon's account, hops measured. */
+        double mean = 0, k = n ? (double)n : 1;
+        double ka = sum->accounted ? (double)sum->accounted : 1, ks = sum->hops.n ? (double)sum->hops.n : 1;
         /* p50, p90, p99, p99.9; 0 without samples, as the JSON has no NaN */
         double q[4] = {0, 0, 0, 0};
 

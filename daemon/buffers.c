@@ -80,15 +80,17 @@ int gbuf_map_sealed_at(int fd, uint64_t off, uint64_t bytes, void **out)
         return 0;
 }
 
-int gbuf_new_shm(int fd, uint64_t bytes, struct gbuf **out)
+/* gbuf_new_shm and gbuf_new_shm_at: bytes [off, off + bytes) of fd, and
+ * the descriptor kept when keep_fd (and gbuf_keep_fds) says so. */
+static int new_shm(int fd, uint64_t off, uint64_t bytes, int keep_fd, struct gbuf **out)
 {
         struct gbuf *b;
         void *p;
         int rc;
 
-        if (bytes == 0)
+        if (bytes == 0 || off % (uint64_t)sysconf(_SC_PAGESIZE))
                 return GEMMD_EINVAL;
-        rc = gbuf_map_sealed(fd, bytes, &p);
+        rc = gbuf_map_sealed_at(fd, off, bytes, &p);
         if (rc)
                 return rc;
         b = calloc(1, sizeof(*b));
@@ -97,7 +99,7 @@ int gbuf_new_shm(int fd, uint64_t bytes, struct gbuf **out)
                 return -ENOMEM;
         }
         b->fd = -1;
-        if (gbuf_keep_fds && (b->fd = fcntl(fd, F_DUPFD_CLOEXEC, 3)) < 0) {
+        if (keep_fd && gbuf_keep_fds && (b->fd = fcntl(fd, F_DUPFD_CLOEXEC, 3)) < 0) {
                 /* Out of descriptors is the daemon's state, not the client's
                  * mistake (main.c: sessions and descriptors). */
                 int rc = errno == EMFILE || errno == ENFILE ? GEMMD_ERESOURCE : -errno;
@@ -115,30 +117,14 @@ int gbuf_new_shm(int fd, uint64_t bytes, struct gbuf **out)
         return 0;
 }
 
+int gbuf_new_shm(int fd, uint64_t bytes, struct gbuf **out)
+{
+        return new_shm(fd, 0, bytes, 1, out);
+}
+
 int gbuf_new_shm_at(int fd, uint64_t off, uint64_t bytes, struct gbuf **out)
 {
-        struct gbuf *b;
-        void *p;
-        int rc;
-
-        if (bytes == 0 || (off & 4095))
-                return GEMMD_EINVAL;
-        rc = gbuf_map_sealed_at(fd, off, bytes, &p);
-        if (rc)
-                return rc;
-        b = calloc(1, sizeof(*b));
-        if (!b) {
-                munmap(p, bytes);
-                return -ENOMEM;
-        }
-        b->fd = -1;
-        atomic_init(&b->refs, 1);
-        b->kind = GBUF_SHM;
-        b->bytes = bytes;
-        b->host = p;
-        b->release = release_shm;
-        *out = b;
-        return 0;
+        return new_shm(fd, off, bytes, 0, out);
 }
 
 int gbuf_new_inline(uint64_t bytes, const void *init, struct gbuf **out)

@@ -216,12 +216,15 @@ static void plan_early(const struct cuda_backend *cb, const struct group *g, str
         if (st->early) {
                 st->need_off = (st->blob + 15) & ~(size_t)15;
                 st->blob = st->need_off + g->nops * sizeof(uint32_t);
-                st->word_off = 0;
-                for (uint32_t i = 0; cb->words_on && i < g->nops && !st->word_off; i++)
-                        if (g->ops[i]->req->word_dev)
-                                st->word_off = (st->blob + 15) & ~(size_t)15;
-                if (st->word_off)
+                /* The words' array only when some request may take one. */
+                uint32_t i = 0;
+
+                while (cb->words_on && i < g->nops && !g->ops[i]->req->word_dev)
+                        i++;
+                if (cb->words_on && i < g->nops) {
+                        st->word_off = (st->blob + 15) & ~(size_t)15;
                         st->blob = st->word_off + g->nops * 2 * sizeof(uint64_t);
+                }
         }
 }
 
@@ -351,7 +354,7 @@ static void fill_words(struct cuda_backend *cb, struct cuda_slot *s, const struc
         uint64_t *w = (uint64_t *)((char *)s->h_blob + st->word_off);
 
         st->nwords = 0;
-        if (!st->early || !st->word_off)
+        if (!st->word_off) /* set only under early completion (plan_early) */
                 return;
         for (uint32_t i = 0; i < g->nops; i++) {
                 const struct request *r = g->ops[i]->req;

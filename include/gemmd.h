@@ -218,8 +218,8 @@ struct gemmd_device {
  * handle also shares a pair of rings with it (about 320 KiB of shared
  * memory) through which small submits and their completions skip the
  * socket's system calls; $GEMMD_RING=0 keeps the handle to the socket.
- * With the rings comes a page of completion words (4 KiB more of the same
- * shared memory): a request whose results all land in registered memory
+ * With the rings come 4 KiB of completion words, after them in the same
+ * shared memory: a request whose results all land in registered memory
  * names one, and its success is then one 8-byte store, by the daemon or,
  * for one op on a GPU, by the GPU itself the moment its C is whole;
  * failures still come as replies. $GEMMD_WORDS=0 goes without them (every

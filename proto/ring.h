@@ -52,7 +52,7 @@
  * decode; a request that only wants to hear "every op succeeded" can be
  * answered by one 8-byte store instead. Rings of version 2 are followed,
  * in the same memfd, by an array of RING_WORDS words (at RING_WORDS_OFF,
- * a page of its own), and a Submit may name one (Submit.word, 1 + its
+ * mapped apart), and a Submit may name one (Submit.word, 1 + its
  * index). The daemon then
  * answers that request in one of two ways, never both:
  *
@@ -119,9 +119,10 @@ struct gemmd_ring {
 #define WORD_VALUE(id, flags) ((uint64_t)(id) << 2 | (flags))
 #define WORD_ID_MATCH(v, id) ((((uint64_t)(v) ^ (uint64_t)(id) << 2) >> 2) == 0)
 
-/* Where the words lie in the memfd, and its size for a RingAttach of
- * version v. */
-#define RING_WORDS_OFF ((RING_BYTES + 4095) & ~(uint64_t)4095)
+/* Where the words lie in the memfd (on a 64 KiB boundary, which every
+ * page size divides: the daemon maps them apart), and its size for a
+ * RingAttach of version v. */
+#define RING_WORDS_OFF ((RING_BYTES + 65535) & ~(uint64_t)65535)
 #define RING_FILE_BYTES(v) ((v) >= 2 ? RING_WORDS_OFF + RING_WORDS * sizeof(uint64_t) : RING_BYTES)
 
 /* Producer: free slots after `head` (its own count), or -1 when the
