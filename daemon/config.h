@@ -130,6 +130,29 @@ int config_parse_args(struct gemmd_config *cfg, int argc, char **argv);
  * descriptor limit lowers max_sessions (main.c). */
 void config_session_limits(struct gemmd_config *cfg);
 
+/*
+ * The event loops a daemon runs when --loops is not given, for `ndevices`
+ * backends (GPU ones when `gpu`) on a host of `cpus` online CPUs. The CPU
+ * backend's cores compute, so it gets one. On GPUs every op crosses a loop
+ * twice, so the loops bound how many ops a second reach the devices: they
+ * grow with the devices, three a device and at least four, and past four
+ * never more than a quarter of the host's CPUs (a loop takes a core while
+ * it polls).
+ * docs/performance.md, "More GPUs", has the runs behind the numbers.
+ */
+static inline int config_auto_loops(int gpu, int ndevices, long cpus)
+{
+        int want = 3 * ndevices, cap = (int)(cpus / 4);
+
+        if (!gpu || cpus < 8)
+                return 1;
+        if (cap > LOOPS_MAX)
+                cap = LOOPS_MAX;
+        if (want > cap)
+                want = cap;
+        return want > 4 ? want : 4;
+}
+
 /* Reads a config file: `key = value` lines with the long option names as
  * keys ("max-sessions = 64"), `key` alone or `key = yes|no` for options
  * without a value, blank lines and lines starting with '#' ignored.

@@ -645,13 +645,11 @@ int server_init(struct server *srv, uv_loop_t *loop, const struct gemmd_config *
         if (rc)
                 goto err;
         {
-                /* The CPU backend's cores compute. On a GPU, one loop
-                 * throttles admission once many clients have work in
-                 * flight, and four serve them faster. */
                 const int gpu = strcmp(srv->backends[0]->kind, "cpu") != 0;
 
-                want = cfg->loops != LOOPS_AUTO ? cfg->loops
-                                                : gpu && sysconf(_SC_NPROCESSORS_ONLN) >= 8 ? 4 : 1;
+                want = cfg->loops != LOOPS_AUTO
+                               ? cfg->loops
+                               : config_auto_loops(gpu, (int)srv->nbackends, sysconf(_SC_NPROCESSORS_ONLN));
         }
         srv->loops = calloc((size_t)want, sizeof(*srv->loops));
         if (!srv->loops) {
