@@ -134,15 +134,15 @@ void config_session_limits(struct gemmd_config *cfg);
  * The event loops a daemon runs when --loops is not given, for `ndevices`
  * backends (GPU ones when `gpu`) on a host of `cpus` online CPUs. The CPU
  * backend's cores compute, so it gets one. On GPUs every op crosses a loop
- * twice, so the loops bound how many ops a second reach the devices: they
- * grow with the devices, three a device and at least four, and past four
- * never more than a quarter of the host's CPUs (a loop takes a core while
- * it polls).
+ * twice, so the loops bound how many ops a second reach the devices: four
+ * serve two GPUs, and they grow with the devices, two a device, and past
+ * four never more than a quarter of the host's CPUs (a loop takes a core
+ * while it polls; more loops cost each op more CPU).
  * docs/performance.md, "More GPUs", has the runs behind the numbers.
  */
 static inline int config_auto_loops(int gpu, int ndevices, long cpus)
 {
-        int want = 3 * ndevices, cap = (int)(cpus / 4);
+        int want = 2 * ndevices, cap = (int)(cpus / 4);
 
         if (!gpu || cpus < 8)
                 return 1;

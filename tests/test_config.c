@@ -21,21 +21,22 @@ Test(auto_loops, small_hosts_take_one)
         cr_expect_eq(config_auto_loops(1, 4, 7), 1);
 }
 
-/* Three a device, at least four. */
-Test(auto_loops, three_a_device)
+/* Two a device, at least four. */
+Test(auto_loops, two_a_device)
 {
         cr_expect_eq(config_auto_loops(1, 1, 8), 4);
         cr_expect_eq(config_auto_loops(1, 1, 16), 4);
-        cr_expect_eq(config_auto_loops(1, 2, 32), 6);
-        cr_expect_eq(config_auto_loops(1, 4, 64), 12);
-        cr_expect_eq(config_auto_loops(1, 8, 128), 24);
+        cr_expect_eq(config_auto_loops(1, 2, 32), 4);
+        cr_expect_eq(config_auto_loops(1, 3, 32), 6);
+        cr_expect_eq(config_auto_loops(1, 4, 64), 8);
+        cr_expect_eq(config_auto_loops(1, 8, 128), 16);
 }
 
 /* Past four, never more than a quarter of the CPUs, nor LOOPS_MAX. */
 Test(auto_loops, capped_by_the_cpus)
 {
         cr_expect_eq(config_auto_loops(1, 4, 16), 4);
-        cr_expect_eq(config_auto_loops(1, 4, 32), 8);
-        cr_expect_eq(config_auto_loops(1, 8, 64), 16);
+        cr_expect_eq(config_auto_loops(1, 4, 24), 6);
+        cr_expect_eq(config_auto_loops(1, 8, 48), 12);
         cr_expect_eq(config_auto_loops(1, 64, 4096), LOOPS_MAX);
 }
