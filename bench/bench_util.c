@@ -190,6 +190,16 @@ int bench_read_all(int fd, void *p, size_t n)
         return 0;
 }
 
+void bench_account_add(struct bench_account *a, const struct gemmd_result *r)
+{
+        if (!r->group_size)
+                return;
+        a->queue_us += (double)r->queue_us;
+        a->run_us += (double)r->run_us;
+        a->group_size += r->group_size;
+        a->n++;
+}
+
 void bench_hops_add(struct bench_hops *h, const struct gemmd_result *r, uint64_t t_submit,
                     uint64_t t_got)
 {

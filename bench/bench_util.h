@@ -76,4 +76,24 @@ static inline void bench_hops_merge(struct bench_hops *a, const struct bench_hop
         a->n += b->n;
 }
 
+/* Sums of the daemon's own account of its requests (admitted -> launched,
+ * launched -> done, group size) over the n results that carried one. */
+struct bench_account {
+        double queue_us, run_us, group_size;
+        uint64_t n;
+};
+
+/* Adds one request's account; a result without one (answered by its
+ * completion word: no group) adds nothing. */
+void bench_account_add(struct bench_account *a, const struct gemmd_result *r);
+
+/* Adds the sums of b to a. */
+static inline void bench_account_merge(struct bench_account *a, const struct bench_account *b)
+{
+        a->queue_us += b->queue_us;
+        a->run_us += b->run_us;
+        a->group_size += b->group_size;
+        a->n += b->n;
+}
+
 #endif /* GEMMD_BENCH_UTIL_H */

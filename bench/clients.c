@@ -975,9 +975,8 @@ struct agg {
         int clients_ok, failed;
         double flops, tflops, rps;
         double p50, p90, p99, max, mean;
-        double queue_us, run_us, group_size; /* means over the requests that carried them */
-        uint64_t accounted;
-        struct bench_hops hops; /* means once aggregated */
+        struct bench_account account; /* means once aggregated */
+        struct bench_hops hops;       /* likewise */
         const char *first_error;
         uint64_t nsamples;
 };
@@ -1009,10 +1008,7 @@ static void aggregate(struct run *r, struct agg *a)
                 a->status_errors += x->errors;
                 a->timeouts += x->timeouts;
                 a->check_errors += x->check_errors;
-                a->queue_us += x->queue_us_sum;
-                a->run_us += x->run_us_sum;
-                a->group_size += x->group_size_sum;
-                a->accounted += x->accounted;
+                bench_account_merge(&a->account, &x->account);
                 bench_hops_merge(&a->hops, &x->hops);
                 if (x->window_requests < a->req_min)
                         a->req_min = x->window_requests;
@@ -1030,10 +1026,10 @@ static void aggregate(struct run *r, struct agg *a)
         a->errors = a->status_errors + a->timeouts + a->check_errors + (uint64_t)a->failed;
         a->tflops = a->flops / r->o.seconds / 1e12;
         a->rps = (double)a->requests / r->o.seconds;
-        if (a->accounted) {
-                a->queue_us /= (double)a->accounted;
-                a->run_us /= (double)a->accounted;
-                a->group_size /= (double)a->accounted;
+        if (a->account.n) {
+                a->account.queue_us /= (double)a->account.n;
+                a->account.run_us /= (double)a->account.n;
+                a->account.group_size /= (double)a->account.n;
         }
         if (a->hops.n) {
                 a->hops.in_us /= (double)a->hops.n;
@@ -1127,9 +1123,9 @@ static void report(struct run *r, const struct agg *a)
                 jnum("gpu_mem_device_mib", m->device, m->available);
                 jnum("gpu_mem_device_base_mib", m->device_base, m->available);
                 printf(",\"gpu_mem_samples\":%d", m->samples);
-                jnum("daemon_queue_us_mean", a->queue_us, gemmd && a->accounted);
-                jnum("daemon_run_us_mean", a->run_us, gemmd && a->accounted);
-                jnum("group_size_mean", a->group_size, gemmd && a->accounted);
+                jnum("daemon_queue_us_mean", a->account.queue_us, gemmd && a->account.n);
+                jnum("daemon_run_us_mean", a->account.run_us, gemmd && a->account.n);
+                jnum("group_size_mean", a->account.group_size, gemmd && a->account.n);
                 jnum("submit_to_admit_us_mean", a->hops.in_us, gemmd && a->hops.n);
                 jnum("reply_to_client_us_mean", a->hops.out_us, gemmd && a->hops.n);
                 if (gemmd)
@@ -1166,9 +1162,9 @@ static void report(struct run *r, const struct agg *a)
                        m->total, m->clients, m->server, m->all, m->device, m->device_base);
         else
                 printf("  gpu memory  n/a (no nvidia-smi)\n");
-        if (gemmd && a->requests)
+        if (gemmd && a->account.n)
                 printf("  daemon      queue %.1f us, run %.1f us, group size %.2f (means)\n",
-                       a->queue_us, a->run_us, a->group_size);
+                       a->account.queue_us, a->account.run_us, a->account.group_size);
         if (gemmd && a->hops.n)
                 printf("  hops        submit to admitted %.1f us, reply packed to client %.1f us (means)\n",
                        a->hops.in_us, a->hops.out_us);

@@ -75,11 +75,9 @@ struct clients_result {
         uint64_t check_errors; /* sampled elements of C that were wrong */
         uint64_t window_requests; /* completed inside the measured window */
         double window_flops;
-        /* gemmd mode: sums over the window's requests of the daemon's own
-         * account (admitted -> launched, launched -> done, group size), and
-         * how many carried it (one answered by its completion word does not). */
-        double queue_us_sum, run_us_sum, group_size_sum;
-        uint64_t accounted;
+        /* gemmd mode: the daemon's own account of the window's requests
+         * (one answered by its completion word carries none). */
+        struct bench_account account;
         /* ... and of the hops around it, from the daemon's stamps (same
          * clock): submit -> admitted, reply packed -> seen here. */
         struct bench_hops hops;

@@ -266,14 +266,10 @@ static void complete(struct client *c, struct slot *s, uint64_t now, int status,
                         c->r.window_requests++;
                         c->r.window_flops += p->flops;
                         add_sample(c, (float)((now - s->t_submit) / 1e3));
-                        if (res && res->group_size) {
-                                c->r.queue_us_sum += (double)res->queue_us;
-                                c->r.run_us_sum += (double)res->run_us;
-                                c->r.group_size_sum += res->group_size;
-                                c->r.accounted++;
-                        }
-                        if (res)
+                        if (res) {
+                                bench_account_add(&c->r.account, res);
                                 bench_hops_add(&c->r.hops, res, s->t_submit, now);
+                        }
                 }
         }
         s->busy = 0;

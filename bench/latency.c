@@ -53,8 +53,7 @@ struct lat_report {
         int32_t status; /* 0, or the first failure's code */
         uint32_t n;
         uint64_t errors;
-        double queue_us_sum, run_us_sum, group_size_sum;
-        uint64_t accounted; /* requests that carried those (not one answered by its word) */
+        struct bench_account account; /* the daemon's own account */
         /* From the daemon's stamps (same clock): submit -> admitted, reply
          * packed -> the wait's return. */
         struct bench_hops hops;
@@ -196,12 +195,7 @@ static int client_main(const struct lat_opts *o, int fd)
                 if (us < 0)
                         break;
                 samples[c.rep.n++] = (float)us;
-                if (res.group_size) {
-                        c.rep.queue_us_sum += (double)res.queue_us;
-                        c.rep.run_us_sum += (double)res.run_us;
-                        c.rep.group_size_sum += res.group_size;
-                        c.rep.accounted++;
-                }
+                bench_account_add(&c.rep.account, &res);
                 bench_hops_add(&c.rep.hops, &res, t_sub, t_got);
         }
         gemmd_disconnect(c.gc);
@@ -411,10 +405,7 @@ static int run_clients(const struct lat_opts *o, struct lat_report *sum, float *
                 } else {
                         *nall += r.n;
                         sum->errors += r.errors;
-                        sum->queue_us_sum += r.queue_us_sum;
-                        sum->run_us_sum += r.run_us_sum;
-                        sum->group_size_sum += r.group_size_sum;
-                        sum->accounted += r.accounted;
+                        bench_account_merge(&sum->account, &r.account);
                         bench_hops_merge(&sum->hops, &r.hops);
                         if (r.status && !sum->status) {
                                 sum->status = r.status;
@@ -435,7 +426,7 @@ static void report(const struct lat_opts *o, const struct lat_report *sum, const
 {
         /* Samples, requests that carried the daemon's account, hops measured. */
         double mean = 0, k = n ? (double)n : 1;
-        double ka = sum->accounted ? (double)sum->accounted : 1, ks = sum->hops.n ? (double)sum->hops.n : 1;
+        double ka = sum->account.n ? (double)sum->account.n : 1, ks = sum->hops.n ? (double)sum->hops.n : 1;
         /* p50, p90, p99, p99.9; 0 without samples, as the JSON has no NaN */
         double q[4] = {0, 0, 0, 0};
 
@@ -457,8 +448,8 @@ static void report(const struct lat_opts *o, const struct lat_report *sum, const
                        "\"errors\":%llu,\"clients_failed\":%d,\"daemon_exit\":%d,"
                        "\"first_error\":\"%s\"}\n",
                        o->nclients, o->dim, o->shm ? "shm" : "inline", n, q[0], q[1], q[2], q[3],
-                       n ? s[0] : 0, n ? s[n - 1] : 0, mean, sum->queue_us_sum / ka, sum->run_us_sum / ka,
-                       sum->group_size_sum / ka, sum->hops.in_us / ks, sum->hops.out_us / ks,
+                       n ? s[0] : 0, n ? s[n - 1] : 0, mean, sum->account.queue_us / ka, sum->account.run_us / ka,
+                       sum->account.group_size / ka, sum->hops.in_us / ks, sum->hops.out_us / ks,
                        (unsigned long long)sum->errors, failed,
                        daemon_exit, sum->msg);
                 return;
@@ -469,7 +460,7 @@ static void report(const struct lat_opts *o, const struct lat_report *sum, const
                "mean %.1f\n",
                n, q[0], q[1], q[2], q[3], n ? s[0] : 0, n ? s[n - 1] : 0, mean);
         printf("daemon's account: queue %.2f us, run %.2f us, group size %.3f (means)\n",
-               sum->queue_us_sum / ka, sum->run_us_sum / ka, sum->group_size_sum / ka);
+               sum->account.queue_us / ka, sum->account.run_us / ka, sum->account.group_size / ka);
         printf("hops: submit to admitted %.2f us, reply packed to client %.2f us (means)\n",
                sum->hops.in_us / ks, sum->hops.out_us / ks);
         if (sum->errors || failed || daemon_exit)

@@ -73,12 +73,6 @@ struct Dev {
         double ghz;
 };
 
-static double median(std::vector<double> &v)
-{
-        std::sort(v.begin(), v.end());
-        return v[v.size() / 2];
-}
-
 /* Launches fn REPS times (after warm-ups), draining the stream after each;
  * prints the host time of the call, the event-to-event time and the CTAs'
  * median chain time. */
@@ -107,7 +101,8 @@ template <typename F> static void series(const char *name, const Dev &d, cudaStr
                         chainus.push_back(x / (d.ghz * 1e3));
         }
         printf("%-22s launch call %5.2f us   event to event %5.2f us   chain %5.3f us (median of CTAs)\n", name,
-               median(host), median(dev), median(chainus));
+               median(host.data(), (int)host.size()), median(dev.data(), (int)dev.size()),
+               median(chainus.data(), (int)chainus.size()));
         CK(cudaEventDestroy(e0));
         CK(cudaEventDestroy(e1));
 }

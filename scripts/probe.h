@@ -34,6 +34,13 @@ static int cmpd(const void *a, const void *b)
         return (x > y) - (x < y);
 }
 
+/* Sorts the n values in t and returns their median. */
+static double median(double *t, int n)
+{
+        qsort(t, n, sizeof *t, cmpd);
+        return t[n / 2];
+}
+
 /* Sorts the n round trips in t (us) and prints their p50, p90 and p99. */
 static void report(const char *name, double *t, int n)
 {
