@@ -74,11 +74,11 @@ static int map_words(int fd, struct gbuf **out)
         return rc == GEMMD_EBOUNDS ? GEMMD_EINVAL : rc;
 }
 
-/* The daemon's mappings that rings of `version` take: the words are a
- * mapping of their own. */
-static unsigned ring_maps(uint32_t version)
+/* The daemon's mappings that rings take, with their completion words or
+ * without: the words are a mapping of their own. */
+static unsigned ring_maps(int with_words)
 {
-        return version >= 2 ? 2 : 1;
+        return with_words ? 2 : 1;
 }
 
 int ring_attach(struct session *s, uint64_t rid, const Gemmd__V1__RingAttach *m)
@@ -99,12 +99,12 @@ int ring_attach(struct session *s, uint64_t rid, const Gemmd__V1__RingAttach *m)
                 rc = GEMMD_EUNSUPPORTED;
         else if (m->bytes != RING_FILE_BYTES(m->version))
                 rc = GEMMD_EINVAL;
-        else if (users_map_take_n(s, rid, ring_maps(m->version)))
+        else if (users_map_take_n(s, rid, ring_maps(m->version >= 2)))
                 rc = GEMMD_ELIMIT; /* the client was told */
         else if ((rc = map_ring(fd, &ring)) != 0 || (m->version >= 2 && (rc = map_words(fd, &words)) != 0)) {
                 if (ring)
                         munmap(ring, RING_BYTES);
-                users_map_give_n(s, ring_maps(m->version));
+                users_map_give_n(s, ring_maps(m->version >= 2));
         }
         if (fd >= 0)
                 close(fd);
@@ -161,7 +161,7 @@ void ring_free(struct session *s)
 {
         if (s->ring) {
                 munmap(s->ring, RING_BYTES);
-                users_map_give_n(s, s->words ? 2 : 1);
+                users_map_give_n(s, ring_maps(s->words != NULL));
         }
         s->ring = NULL;
         gbuf_unref(s->words);
