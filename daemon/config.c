@@ -698,6 +698,8 @@ static int parse_args(struct gemmd_config *cfg, int argc, char **argv)
                         bad = sched_mode_parse(optarg, &cfg->mode) != 0;
                         break;
                 case OPT_GROUPS:
+                        /* At most 8: half the resident kernel's slots
+                         * (CUDA_RES_SLOTS), which its CTAs rely on. */
                         bad = parse_u64(optarg, 1, 8, &v);
                         cfg->max_groups_inflight = (uint32_t)v;
                         break;

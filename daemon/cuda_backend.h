@@ -272,7 +272,7 @@ void dev_free(struct backend *be, void *token);
 /* cuda_resident.c */
 void res_stop(struct cuda_backend *cb);
 void res_init(struct cuda_backend *cb);
-int res_post(struct cuda_backend *cb, struct cuda_slot *s, int dtype, struct cuda_res_post *rp);
+int res_post(struct cuda_backend *cb, struct cuda_slot *s, int dtype, struct cuda_res_post *rp, const void *blob);
 cudaError_t res_query(struct cuda_backend *cb, struct cuda_slot *s);
 
 #endif

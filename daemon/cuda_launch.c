@@ -8,6 +8,7 @@
  * it from there.
  */
 #include <errno.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -425,10 +426,11 @@ static int launch_resident(struct cuda_backend *cb, struct cuda_slot *s, struct 
         s->res = cb->res_on && !st->pack && res_takes(cb, g, st->nfast, st->nsyr2k, st->stage, st->blob, st->notify);
         if (!s->res)
                 return 0;
-        memset(&rp, 0, sizeof(rp));
-        /* Pinned: the same address on the device (res_init). */
-        rp.src = (uint64_t)(uintptr_t)s->h_blob;
+        memset(&rp, 0, offsetof(struct cuda_res_post, data));
         rp.bytes = (uint32_t)((st->blob + 15) & ~(size_t)15);
+        /* Pinned: the same address on the device (res_init). Small launch
+         * data goes in the post itself (res_post copies it there). */
+        rp.src = rp.bytes <= CUDA_RES_INLINE ? 0 : (uint64_t)(uintptr_t)s->h_blob;
         rp.nprobs = g->nops;
         rp.nctas = plan->nctas;
         rp.probs = 0;
@@ -439,9 +441,12 @@ static int launch_resident(struct cuda_backend *cb, struct cuda_slot *s, struct 
         rp.tmaps = st->tm_off;
         rp.ws = plan->nsplit ? (uint64_t)(uintptr_t)s->d_ws : 0;
         rp.arrivals = plan->nsplit ? (uint64_t)(uintptr_t)s->d_arr : 0;
-        rc = res_post(cb, s, (int)(g->key & 3), &rp);
+        /* The kernel stores the completion words once the group is done. */
+        rp.words = st->nwords ? st->word_off : 0;
+        rc = res_post(cb, s, (int)(g->key & 3), &rp, s->h_blob);
         if (!rc) {
                 g->resident = 1;
+                g->words_dev = st->nwords;
                 watch(cb, s);
                 *posted = 1;
                 return 0;

@@ -4,6 +4,7 @@
  * is done, and stopped.
  */
 #include <errno.h>
+#include <stddef.h>
 #include <string.h>
 
 #include "daemon/cuda_backend.h"
@@ -61,9 +62,11 @@ void res_init(struct cuda_backend *cb)
 }
 
 /* Posts a group to the resident kernel, starting one for its type if
- * none runs; s->rseq names it. -EAGAIN: its slot still holds a group in
- * flight (more groups in flight than slots), for a launch instead. */
-int res_post(struct cuda_backend *cb, struct cuda_slot *s, int dtype, struct cuda_res_post *rp)
+ * none runs; s->rseq names it. rp: the post's fields; with rp->src 0, its
+ * launch data (rp->bytes of blob) goes in the post. -EAGAIN: its slot
+ * still holds a group in flight (more groups in flight than slots), for a
+ * launch instead. */
+int res_post(struct cuda_backend *cb, struct cuda_slot *s, int dtype, struct cuda_res_post *rp, const void *blob)
 {
         struct cuda_res_post *p;
         uint64_t seq = cb->res_seq + 1;
@@ -107,8 +110,10 @@ int res_post(struct cuda_backend *cb, struct cuda_slot *s, int dtype, struct cud
         rp->rot = cb->res_rot;
         cb->res_rot = (cb->res_rot + rp->nctas) % cb->b.ctas;
         rp->seq = p->seq;
-        *p = *rp;
-        __atomic_store_n(&p->seq, seq, __ATOMIC_RELEASE);
+        memcpy(p, rp, offsetof(struct cuda_res_post, data));
+        if (!rp->src)
+                memcpy(p->data, blob, rp->bytes);
+        __atomic_store_n(&p->seq, seq | (rp->src ? 0 : (uint64_t)rp->bytes << 48), __ATOMIC_RELEASE);
         s->rseq = seq;
         s->posted_ns = now_ns();
         pthread_mutex_unlock(&cb->res_lock);

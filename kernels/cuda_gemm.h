@@ -252,11 +252,13 @@ uint32_t cuda_gemm_tmaps_cmaps(const void *buf, uint32_t nproblems);
  * struct cuda_res_host lives in pinned host memory that the device maps.
  * The host posts group seq (1, 2, ...) in post[seq % CUDA_RES_SLOTS]:
  * every field, then seq last (a release store). Warps 1-3 of CTA 0 poll
- * it, copy the launch data (bytes from src: problems, plan and tensor maps
- * at the offsets given, as cuda_gemm_launch's blob) into device memory
- * (the area, slot seq % CUDA_RES_SLOTS) and hand it to every CTA. When the
- * last CTA is done with the group, done[slot] gets t0 and t1 (device
- * clock, ns: handed over, finished) and then seq. Groups finish in order.
+ * it, copy the launch data (bytes from src, or from the post itself:
+ * problems, plan and tensor maps at the offsets given, as
+ * cuda_gemm_launch's blob) into device memory (the area, slot seq %
+ * CUDA_RES_SLOTS) and hand it to every CTA. When the last of the plan's
+ * CTAs is done with the group, its completion words are stored, done[slot]
+ * gets t0 and t1 (device clock, ns: handed over, finished) and then seq.
+ * A group may finish before groups posted ahead of it.
  * The host may post seq only when the group before it in that slot is
  * done. Each launch has a generation (gen, increasing), which each post
  * names: setting stop to it ends that launch once the groups posted to it
@@ -264,9 +266,14 @@ uint32_t cuda_gemm_tmaps_cmaps(const void *buf, uint32_t nproblems);
  * them), which the stream starts after this one has ended.
  */
 #define CUDA_RES_SLOTS 16
+/* Launch data of at most this many bytes travels inside its post (data),
+ * read in the same round trip over PCIe as the post's fields: a lone
+ * request's problem, plan and tensor maps. */
+#define CUDA_RES_INLINE 3968
+#define CUDA_RES_POST_SEQ ((1ull << 48) - 1)
 struct cuda_res_post {
-        uint64_t src;     /* launch data, in pinned host memory (its device address) */
-        uint32_t bytes;   /* a multiple of 16, at most the area's slot size */
+        uint64_t src;     /* launch data, in pinned host memory (its device address); 0: in data */
+        uint32_t bytes;   /* a multiple of 16, at most the area's slot size (CUDA_RES_INLINE in data) */
         /* The plan's CTA i runs on CTA (i + rot) % grid: groups of few
          * CTAs, one after another, then run side by side. */
         uint32_t rot;
@@ -275,8 +282,15 @@ struct cuda_res_post {
         uint64_t probs, cta_begin, entries, split_parts, split_ws, tmaps;
         uint64_t ws, arrivals; /* device addresses (plan->nsplit > 0) */
         uint64_t gen;          /* the launch it is for */
-        uint64_t seq;          /* written last */
-        uint64_t pad[3];       /* 128 bytes */
+        /* Offset into the launch data of each problem's completion word
+         * address and value (as cuda_group.early_word), 0: none. They are
+         * stored once the group is done, before done[slot].seq. */
+        uint64_t words;
+        /* Written last: the group's seq (CUDA_RES_POST_SEQ), and in bits
+         * 48-63 the bytes of launch data in data (0 with src). */
+        uint64_t seq;
+        uint64_t pad[2];
+        unsigned char data[CUDA_RES_INLINE]; /* the launch data when src is 0; 4 KiB a post in all */
 };
 struct cuda_res_done {
         uint64_t seq, t0, t1, tp; /* tp: device clock when the post was seen */

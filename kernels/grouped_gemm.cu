@@ -1702,6 +1702,8 @@ extern "C" uint32_t cuda_gemm_tmaps_cmaps(const void *buf, uint32_t n) { return 
 
 extern "C" uint32_t cuda_gemm_tmaps_syr2k(const void *buf, uint32_t n) { return count_flags(buf, n, 3, 2); }
 
+static_assert(sizeof(struct cuda_res_post) == 4096, "a post is 4 KiB: its fields, then CUDA_RES_INLINE of data");
+
 extern "C" size_t cuda_gemm_res_area_bytes(size_t slot_bytes)
 {
         return slot_bytes * CUDA_RES_SLOTS + sizeof(ResMeta);
@@ -1710,7 +1712,9 @@ extern "C" size_t cuda_gemm_res_area_bytes(size_t slot_bytes)
 extern "C" int cuda_gemm_res_launch(int dtype, struct cuda_res_host *host, void *area, size_t slot_bytes,
                                     uint64_t first_seq, uint64_t gen, uint32_t grid, void *stream)
 {
-        if (!host || !area || grid == 0 || slot_bytes % 1024 || first_seq == 0 || gen == 0 ||
+        /* (a slot's mark carries the plan's CTAs in 8 bits, its seq in 46) */
+        if (!host || !area || grid == 0 || grid > 255 || first_seq >= (1ull << 46) || slot_bytes % 1024 ||
+            first_seq == 0 || gen == 0 ||
             (dtype != GEMMD_F16 && dtype != GEMMD_BF16))
                 return -EINVAL;
 #if GEMMD_WGMMA

@@ -243,14 +243,27 @@ __device__ __forceinline__ void named_bar(uint32_t id, uint32_t n)
 struct ResSlot {
         KParams kp;
         const char *tmaps;
+        const uint64_t *words; /* cuda_res_post.words, NULL: none */
         uint32_t nctas, rot;
 };
 struct ResMeta {
         ResSlot slot[CUDA_RES_SLOTS];
-        alignas(128) uint64_t ready[CUDA_RES_SLOTS]; /* seq; an exit: RES_EXIT_BIT | gen */
+        alignas(128) uint64_t ready[CUDA_RES_SLOTS]; /* res_mark(seq, ...); an exit: RES_EXIT_BIT | gen */
         alignas(128) uint32_t count[CUDA_RES_SLOTS];
+        uint64_t exit_seq; /* the seq an exit was marked at, written before the mark */
 };
 constexpr uint64_t RES_EXIT_BIT = 1ull << 63;
+/* A slot's mark (ready) holds the group's seq with its plan's CTAs and
+ * their rotation (cuda_res_post.nctas, rot), so that a CTA tells from the
+ * mark alone whether the group has work for it: the slot's other fields
+ * may already be a later group's for a CTA that has none. */
+constexpr int RES_SEQ_BITS = 46;
+constexpr uint64_t RES_SEQ_MASK = (1ull << RES_SEQ_BITS) - 1;
+__device__ __forceinline__ uint64_t res_mark(uint64_t seq, uint32_t nctas, uint32_t rot)
+{
+        return (seq & RES_SEQ_MASK) | (uint64_t)(nctas & 255u) << RES_SEQ_BITS | (uint64_t)(rot & 255u)
+                                                                                   << (RES_SEQ_BITS + 8);
+}
 
 __device__ __forceinline__ size_t res_slots_bytes(uint64_t slot_bytes)
 {
@@ -310,9 +323,10 @@ __device__ unsigned long long g_kt[KT_N + 3]; /* intervals, CTAs, warpgroup tile
 /*
  * Warps 1-3 of CTA 0: for each posted group, copy its launch data from
  * pinned host memory into its slot of the area (one PCIe read per 16 bytes
- * and thread, eight in flight each), make the tensor maps among it visible
- * to the copy engine's tensormap proxy, and mark the slot ready for the
- * producers of every CTA. A stop is passed on the same way.
+ * and thread, eight in flight each; data carried in the post is read with
+ * the post's fields, in one round trip), make the tensor maps among it
+ * visible to the copy engine's tensormap proxy, and mark the slot ready
+ * for the producers of every CTA. A stop is passed on the same way.
  */
 __device__ __noinline__ void res_dispatch(const ResArgs r, int t)
 {
@@ -320,9 +334,12 @@ __device__ __noinline__ void res_dispatch(const ResArgs r, int t)
         ResMeta *meta = res_meta(r);
         /* The post, read in one go: each read of pinned host memory is a
          * round trip over PCIe (1-2 us), and dependent ones add up. */
-        __shared__ uint4 s_post[sizeof(struct cuda_res_post) / 16];
+        constexpr uint32_t HDR = offsetof(struct cuda_res_post, data) / 16, DATA = CUDA_RES_INLINE / 16;
+        constexpr uint32_t PER = (DATA + 95) / 96; /* data vectors a thread reads */
+        __shared__ uint4 s_post[HDR];
         __shared__ int s_posted;
-        static_assert(sizeof(struct cuda_res_post) % 16 == 0 && sizeof(struct cuda_res_post) / 16 <= 96, "post");
+        __shared__ uint32_t s_inl; /* bytes of launch data in the post */
+        static_assert(sizeof(struct cuda_res_post) % 16 == 0 && HDR <= 96 && CUDA_RES_INLINE % 16 == 0, "post");
         for (uint64_t seq = r.first_seq;; seq++) {
                 const uint32_t slot = (uint32_t)(seq % CUDA_RES_SLOTS);
                 struct cuda_res_post *p = &r.host->post[slot];
@@ -330,8 +347,10 @@ __device__ __noinline__ void res_dispatch(const ResArgs r, int t)
                 if (t == 0) {
                         /* A post, else a stop (looked at every fourth time). */
                         for (uint32_t i = 0;; i++) {
-                                if (ld_acquire_sys(&p->seq) == seq) {
+                                const uint64_t v = ld_acquire_sys(&p->seq);
+                                if ((v & CUDA_RES_POST_SEQ) == seq) {
                                         s_posted = 1;
+                                        s_inl = (uint32_t)(v >> 48);
                                         break;
                                 }
                                 if (i % 4 == 3 && ld_acquire_sys(&r.host->stop) >= r.gen) {
@@ -343,21 +362,40 @@ __device__ __noinline__ void res_dispatch(const ResArgs r, int t)
                         tp = globaltimer();
                 }
                 named_bar(4, 96);
-                if (s_posted && t < (int)(sizeof(s_post) / 16))
-                        s_post[t] = __ldcv((const uint4 *)p + t);
+                /* The fields and the data the post may carry, all loads
+                 * in flight at once: kept in registers until the fields
+                 * say how much of it is launch data. */
+                uint4 d[PER];
+                const uint32_t ni = s_inl / 16;
+                if (s_posted) {
+                        if (t < (int)HDR)
+                                s_post[t] = __ldcv((const uint4 *)p + t);
+#pragma unroll
+                        for (uint32_t u = 0; u < PER; u++)
+                                if (t + u * 96 < ni)
+                                        d[u] = __ldcv((const uint4 *)p->data + t + u * 96);
+                }
                 named_bar(4, 96);
                 const struct cuda_res_post *sp = (const struct cuda_res_post *)s_post;
                 /* Not posted, or posted for the next launch: a stop came first. */
                 if (!s_posted || sp->gen != r.gen) {
-                        if (t == 0)
+                        if (t == 0) {
+                                meta->exit_seq = seq;
                                 st_release_gpu(&meta->ready[slot], RES_EXIT_BIT | r.gen);
+                        }
                         return;
                 }
                 char *dst = r.area + (size_t)slot * r.slot_bytes;
                 const uint4 *src = (const uint4 *)(uintptr_t)sp->src;
                 const uint32_t n = sp->bytes / 16;
+                if (!src) {
+#pragma unroll
+                        for (uint32_t u = 0; u < PER; u++)
+                                if (t + u * 96 < ni && t + u * 96 < n)
+                                        ((uint4 *)dst)[t + u * 96] = d[u];
+                }
                 constexpr uint32_t U = 8;
-                for (uint32_t i0 = t; i0 < n; i0 += 96 * U) {
+                for (uint32_t i0 = t; src && i0 < n; i0 += 96 * U) {
                         uint4 v[U];
 #pragma unroll
                         for (uint32_t u = 0; u < U; u++)
@@ -381,6 +419,7 @@ __device__ __noinline__ void res_dispatch(const ResArgs r, int t)
                         kp.arrivals = (uint32_t *)(uintptr_t)sp->arrivals;
                         rs.kp = kp;
                         rs.tmaps = dst + sp->tmaps;
+                        rs.words = sp->words ? (const uint64_t *)(dst + sp->words) : nullptr;
                         rs.nctas = sp->nctas;
                         rs.rot = sp->rot;
                         r.host->done[slot].tp = tp;
@@ -392,18 +431,30 @@ __device__ __noinline__ void res_dispatch(const ResArgs r, int t)
                 __threadfence();
                 named_bar(4, 96);
                 if (t == 0)
-                        st_release_gpu(&meta->ready[slot], seq);
+                        st_release_gpu(&meta->ready[slot], res_mark(seq, sp->nctas, sp->rot));
         }
 #endif
 }
 
-/* The last consumer warpgroup done with a group tells the host. */
+/* The last consumer warpgroup of the plan's CTAs done with a group tells
+ * the host: first each client in its completion word (the group's C
+ * stores, each warpgroup's fenced before its arrival, are ordered before
+ * them by the system-scope fence), then the daemon. */
 __device__ __forceinline__ void res_group_done(const ResArgs &r, uint32_t slot, uint64_t seq)
 {
         ResMeta *meta = res_meta(r);
-        if (atomicAdd(&meta->count[slot], 1u) != 2 * gridDim.x - 1)
+        const ResSlot &rs = meta->slot[slot];
+        if (atomicAdd(&meta->count[slot], 1u) != 2 * rs.nctas - 1)
                 return;
         atomicExch(&meta->count[slot], 0u);
+        asm volatile("fence.acq_rel.sys;\n" ::: "memory");
+        if (rs.words)
+                for (uint32_t i = 0; i < rs.kp.nprobs; i++) {
+                        const uint64_t w = rs.words[2 * i];
+                        if (w)
+                                asm volatile("st.relaxed.sys.global.u64 [%0], %1;\n" ::"l"(w), "l"(rs.words[2 * i + 1])
+                                             : "memory");
+                }
         r.host->done[slot].t1 = globaltimer();
         __threadfence_system();
         st_release_sys(&r.host->done[slot].seq, seq);
@@ -1531,23 +1582,42 @@ __global__ void __launch_bounds__(WCfg::THREADS, 1) wgmma_kernel(const __grid_co
                         ResMeta *meta = res_meta(args.res);
                         for (uint64_t seq = args.res.first_seq;; seq++) {
                                 const uint32_t slot = (uint32_t)(seq % CUDA_RES_SLOTS);
+                                /* The group's mark in its slot, or a later one:
+                                 * a CTA outside a group's plan may fall behind
+                                 * it by a lap of the slots. The host posts to a
+                                 * slot only once its group is done (res_post),
+                                 * and stops a launch with at most 8 groups in
+                                 * flight, fewer than the slots, so a later mark
+                                 * or exit means this CTA has no part in the
+                                 * group. */
+                                const uint64_t ex = RES_EXIT_BIT | args.res.gen, sq = seq & RES_SEQ_MASK;
                                 uint64_t r = 0;
                                 if (lane == 0)
-                                        while ((r = ld_acquire_gpu(&meta->ready[slot])) != seq && r != (RES_EXIT_BIT | args.res.gen))
+                                        while ((r = ld_acquire_gpu(&meta->ready[slot])) != ex &&
+                                               ((r & RES_EXIT_BIT) || (r & RES_SEQ_MASK) < sq))
                                                 __nanosleep(32);
                                 r = __shfl_sync(0xffffffffu, r, 0);
-                                if (r != seq)
-                                        break;
-                                (void)ld_acquire_gpu(&meta->ready[slot]); /* for every lane's reads below */
+                                if (r == ex) {
+                                        if (ld_acquire_gpu(&meta->exit_seq) == seq)
+                                                break;
+                                        continue; /* an exit further on, in this group's slot */
+                                }
+                                if ((r & RES_SEQ_MASK) != sq)
+                                        continue;
+                                /* Only the plan's CTAs take part: the group
+                                 * is done when they are (res_group_done),
+                                 * whatever the others still run. */
+                                const uint32_t nctas = (uint32_t)(r >> RES_SEQ_BITS) & 255u;
+                                const uint32_t rot = (uint32_t)(r >> (RES_SEQ_BITS + 8)) & 255u;
+                                vcta = (blockIdx.x + gridDim.x - rot % gridDim.x) % gridDim.x;
+                                if (vcta >= nctas)
+                                        continue;
                                 kp = meta->slot[slot].kp;
                                 tmaps = meta->slot[slot].tmaps;
-                                const uint32_t nctas = meta->slot[slot].nctas;
-                                vcta = (blockIdx.x + gridDim.x - meta->slot[slot].rot % gridDim.x) % gridDim.x;
                                 lastp = UINT32_MAX;
                                 if (lane == 0)
                                         mark(HDR_GROUP_START, slot, seq);
-                                if (vcta < nctas)
-                                        walk();
+                                walk();
                                 if (lane == 0)
                                         mark(HDR_GROUP_END, slot, seq);
                                 __syncwarp();
