@@ -39,6 +39,7 @@
 #include "include/gemmd.h"
 #include "kernels/cuda_gemm.h"
 #include "kernels/kproblem.h"
+#include "kernels/res_mark.h"
 #include "kernels/tmap_memo.h"
 #include "scheduler/plan.h"
 #include "scheduler/tiles.h"
@@ -1712,8 +1713,8 @@ extern "C" size_t cuda_gemm_res_area_bytes(size_t slot_bytes)
 extern "C" int cuda_gemm_res_launch(int dtype, struct cuda_res_host *host, void *area, size_t slot_bytes,
                                     uint64_t first_seq, uint64_t gen, uint32_t grid, void *stream)
 {
-        /* (a slot's mark carries the plan's CTAs in 8 bits, its seq in 46) */
-        if (!host || !area || grid == 0 || grid > 255 || first_seq >= (1ull << 46) || slot_bytes % 1024 ||
+        /* (a slot's mark carries the plan's CTAs in 8 bits, its seq in 46: res_mark.h) */
+        if (!host || !area || grid == 0 || grid > RES_MARK_MAX_CTAS || first_seq > RES_SEQ_MASK || slot_bytes % 1024 ||
             first_seq == 0 || gen == 0 ||
             (dtype != GEMMD_F16 && dtype != GEMMD_BF16))
                 return -EINVAL;

@@ -252,18 +252,6 @@ struct ResMeta {
         alignas(128) uint32_t count[CUDA_RES_SLOTS];
         uint64_t exit_seq; /* the seq an exit was marked at, written before the mark */
 };
-constexpr uint64_t RES_EXIT_BIT = 1ull << 63;
-/* A slot's mark (ready) holds the group's seq with its plan's CTAs and
- * their rotation (cuda_res_post.nctas, rot), so that a CTA tells from the
- * mark alone whether the group has work for it: the slot's other fields
- * may already be a later group's for a CTA that has none. */
-constexpr int RES_SEQ_BITS = 46;
-constexpr uint64_t RES_SEQ_MASK = (1ull << RES_SEQ_BITS) - 1;
-__device__ __forceinline__ uint64_t res_mark(uint64_t seq, uint32_t nctas, uint32_t rot)
-{
-        return (seq & RES_SEQ_MASK) | (uint64_t)(nctas & 255u) << RES_SEQ_BITS | (uint64_t)(rot & 255u)
-                                                                                   << (RES_SEQ_BITS + 8);
-}
 
 __device__ __forceinline__ size_t res_slots_bytes(uint64_t slot_bytes)
 {
@@ -1582,36 +1570,25 @@ __global__ void __launch_bounds__(WCfg::THREADS, 1) wgmma_kernel(const __grid_co
                         ResMeta *meta = res_meta(args.res);
                         for (uint64_t seq = args.res.first_seq;; seq++) {
                                 const uint32_t slot = (uint32_t)(seq % CUDA_RES_SLOTS);
-                                /* The group's mark in its slot, or a later one:
-                                 * a CTA outside a group's plan may fall behind
-                                 * it by a lap of the slots. The host posts to a
-                                 * slot only once its group is done (res_post),
-                                 * and stops a launch with at most 8 groups in
-                                 * flight, fewer than the slots, so a later mark
-                                 * or exit means this CTA has no part in the
-                                 * group. */
-                                const uint64_t ex = RES_EXIT_BIT | args.res.gen, sq = seq & RES_SEQ_MASK;
-                                uint64_t r = 0;
-                                if (lane == 0)
-                                        while ((r = ld_acquire_gpu(&meta->ready[slot])) != ex &&
-                                               ((r & RES_EXIT_BIT) || (r & RES_SEQ_MASK) < sq))
-                                                __nanosleep(32);
-                                r = __shfl_sync(0xffffffffu, r, 0);
-                                if (r == ex) {
-                                        if (ld_acquire_gpu(&meta->exit_seq) == seq)
-                                                break;
-                                        continue; /* an exit further on, in this group's slot */
-                                }
-                                if ((r & RES_SEQ_MASK) != sq)
-                                        continue;
-                                /* Only the plan's CTAs take part: the group
+                                /* The group's mark in its slot (res_mark.h):
+                                 * only the plan's CTAs take part, and the group
                                  * is done when they are (res_group_done),
                                  * whatever the others still run. */
-                                const uint32_t nctas = (uint32_t)(r >> RES_SEQ_BITS) & 255u;
-                                const uint32_t rot = (uint32_t)(r >> (RES_SEQ_BITS + 8)) & 255u;
-                                vcta = (blockIdx.x + gridDim.x - rot % gridDim.x) % gridDim.x;
-                                if (vcta >= nctas)
+                                const uint64_t gen = args.res.gen;
+                                uint64_t r = 0;
+                                uint32_t v = 0;
+                                if (lane == 0)
+                                        while (res_step(r = ld_acquire_gpu(&meta->ready[slot]), seq, gen, 0, blockIdx.x,
+                                                        gridDim.x, &v) == RES_WAIT)
+                                                __nanosleep(32);
+                                r = __shfl_sync(0xffffffffu, r, 0);
+                                const uint64_t exit_seq = r == (RES_EXIT_BIT | gen) ? ld_acquire_gpu(&meta->exit_seq) : 0;
+                                const enum res_step step = res_step(r, seq, gen, exit_seq, blockIdx.x, gridDim.x, &v);
+                                if (step == RES_EXIT)
+                                        break;
+                                if (step != RES_TAKE)
                                         continue;
+                                vcta = v;
                                 kp = meta->slot[slot].kp;
                                 tmaps = meta->slot[slot].tmaps;
                                 lastp = UINT32_MAX;
