@@ -1574,20 +1574,27 @@ __global__ void __launch_bounds__(WCfg::THREADS, 1) wgmma_kernel(const __grid_co
                                  * only the plan's CTAs take part, and the group
                                  * is done when they are (res_group_done),
                                  * whatever the others still run. */
+                                /* Lane 0 reads the mark, and where it is an exit
+                                 * the seq it was marked at (written before it),
+                                 * for the whole warp: one decision. */
                                 const uint64_t gen = args.res.gen;
-                                uint64_t r = 0;
+                                uint64_t r = 0, exit_seq = 0;
                                 uint32_t v = 0;
-                                if (lane == 0)
+                                if (lane == 0) {
                                         while (res_step(r = ld_acquire_gpu(&meta->ready[slot]), seq, gen, 0, blockIdx.x,
                                                         gridDim.x, &v) == RES_WAIT)
                                                 __nanosleep(32);
+                                        if (r == (RES_EXIT_BIT | gen))
+                                                exit_seq = ld_acquire_gpu(&meta->exit_seq);
+                                }
                                 r = __shfl_sync(0xffffffffu, r, 0);
-                                const uint64_t exit_seq = r == (RES_EXIT_BIT | gen) ? ld_acquire_gpu(&meta->exit_seq) : 0;
+                                exit_seq = __shfl_sync(0xffffffffu, exit_seq, 0);
                                 const enum res_step step = res_step(r, seq, gen, exit_seq, blockIdx.x, gridDim.x, &v);
                                 if (step == RES_EXIT)
                                         break;
                                 if (step != RES_TAKE)
                                         continue;
+                                (void)ld_acquire_gpu(&meta->ready[slot]); /* for every lane's reads below */
                                 vcta = v;
                                 kp = meta->slot[slot].kp;
                                 tmaps = meta->slot[slot].tmaps;
