@@ -173,7 +173,7 @@ int e2e_daemon_start(struct e2e_daemon *d, ...)
 
 int e2e_daemon_startv(struct e2e_daemon *d, const char *const *flags)
 {
-        char *argv[MAX_FLAGS + 8];
+        char *argv[MAX_FLAGS + 12]; /* the flags after at most 11 of its own */
         /* E2E_GEMMD names another daemon binary beside it (gemmd-fi). */
         const char *name = getenv("E2E_GEMMD");
         /* E2E_LOOPS=N: every daemon serves with N event loops (make test
@@ -182,6 +182,10 @@ int e2e_daemon_startv(struct e2e_daemon *d, const char *const *flags)
         /* E2E_DEVPROC=yes: every daemon drives its device from a device
          * process (make test's second pass). */
         const char *devproc = getenv("E2E_DEVPROC");
+        /* E2E_RESIDENT=yes: every daemon keeps the resident kernel
+         * (--resident; the CUDA backend's, which the CPU one ignores), for
+         * running the GPU suites and the soak on it. */
+        const char *resident = getenv("E2E_RESIDENT");
         char *bin = e2e_build_path(name && *name ? name : "gemmd");
         int argc = 0, slot = -1, n = ndaemons_started++;
         uint64_t deadline;
@@ -203,7 +207,11 @@ int e2e_daemon_startv(struct e2e_daemon *d, const char *const *flags)
                 argv[argc++] = "--device-process";
                 argv[argc++] = (char *)devproc;
         }
-        for (int i = 0; flags[i] && argc < MAX_FLAGS + 6; i++)
+        if (resident && *resident) {
+                argv[argc++] = "--resident";
+                argv[argc++] = (char *)resident;
+        }
+        for (int i = 0; flags[i] && argc < MAX_FLAGS + 11; i++)
                 argv[argc++] = (char *)flags[i];
         argv[argc] = NULL;
         for (int i = 0; i < MAX_DAEMONS && slot < 0; i++)
