@@ -1573,10 +1573,10 @@ __global__ void __launch_bounds__(WCfg::THREADS, 1) wgmma_kernel(const __grid_co
                                 /* The group's mark in its slot (res_mark.h):
                                  * only the plan's CTAs take part, and the group
                                  * is done when they are (res_group_done),
-                                 * whatever the others still run. */
-                                /* Lane 0 reads the mark, and where it is an exit
-                                 * the seq it was marked at (written before it),
-                                 * for the whole warp: one decision. */
+                                 * whatever the others still run. Lane 0 reads
+                                 * the mark, and where it is an exit the seq it
+                                 * was marked at (written before it), for the
+                                 * whole warp: one decision. */
                                 const uint64_t gen = args.res.gen;
                                 uint64_t r = 0, exit_seq = 0;
                                 uint32_t v = 0;
