@@ -428,9 +428,6 @@ static int launch_resident(struct cuda_backend *cb, struct cuda_slot *s, struct 
                 return 0;
         memset(&rp, 0, offsetof(struct cuda_res_post, data));
         rp.bytes = (uint32_t)((st->blob + 15) & ~(size_t)15);
-        /* Pinned: the same address on the device (res_init). Small launch
-         * data goes in the post itself (res_post copies it there). */
-        rp.src = rp.bytes <= CUDA_RES_INLINE ? 0 : (uint64_t)(uintptr_t)s->h_blob;
         rp.nprobs = g->nops;
         rp.nctas = plan->nctas;
         rp.probs = 0;

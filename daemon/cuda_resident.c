@@ -62,10 +62,11 @@ void res_init(struct cuda_backend *cb)
 }
 
 /* Posts a group to the resident kernel, starting one for its type if
- * none runs; s->rseq names it. rp: the post's fields; with rp->src 0, its
- * launch data (rp->bytes of blob) goes in the post. -EAGAIN: its slot
- * still holds a group in flight (more groups in flight than slots), for a
- * launch instead. */
+ * none runs; s->rseq names it. rp: the post's fields but src; its launch
+ * data is rp->bytes of blob (pinned: the same address on the device,
+ * res_init), which goes in the post itself when it fits (src 0). -EAGAIN:
+ * its slot still holds a group in flight (more groups in flight than
+ * slots), for a launch instead. */
 int res_post(struct cuda_backend *cb, struct cuda_slot *s, int dtype, struct cuda_res_post *rp, const void *blob)
 {
         struct cuda_res_post *p;
@@ -109,6 +110,7 @@ int res_post(struct cuda_backend *cb, struct cuda_slot *s, int dtype, struct cud
         rp->gen = cb->res_gen;
         rp->rot = cb->res_rot;
         cb->res_rot = (cb->res_rot + rp->nctas) % cb->b.ctas;
+        rp->src = rp->bytes <= CUDA_RES_INLINE ? 0 : (uint64_t)(uintptr_t)blob;
         rp->seq = p->seq;
         memcpy(p, rp, offsetof(struct cuda_res_post, data));
         if (!rp->src)

@@ -244,7 +244,7 @@ struct ResSlot {
         KParams kp;
         const char *tmaps;
         const uint64_t *words; /* cuda_res_post.words, NULL: none */
-        uint32_t nctas, rot;
+        uint32_t nctas;        /* the plan's, for res_group_done (each CTA reads its part from the mark) */
 };
 struct ResMeta {
         ResSlot slot[CUDA_RES_SLOTS];
@@ -409,7 +409,6 @@ __device__ __noinline__ void res_dispatch(const ResArgs r, int t)
                         rs.tmaps = dst + sp->tmaps;
                         rs.words = sp->words ? (const uint64_t *)(dst + sp->words) : nullptr;
                         rs.nctas = sp->nctas;
-                        rs.rot = sp->rot;
                         r.host->done[slot].tp = tp;
                         r.host->done[slot].t0 = globaltimer();
                 }
@@ -422,6 +421,16 @@ __device__ __noinline__ void res_dispatch(const ResArgs r, int t)
                         st_release_gpu(&meta->ready[slot], res_mark(seq, sp->nctas, sp->rot));
         }
 #endif
+}
+
+/* Stores problem i's completion word, if it has one (words[2i]: its
+ * address, 0: none; words[2i + 1]: the value, cuda_group.early_word),
+ * after the caller's system-scope fence over the stores it stands for. */
+__device__ __forceinline__ void store_word(const uint64_t *words, uint32_t i)
+{
+        const uint64_t w = words[2 * i];
+        if (w)
+                asm volatile("st.relaxed.sys.global.u64 [%0], %1;\n" ::"l"(w), "l"(words[2 * i + 1]) : "memory");
 }
 
 /* The last consumer warpgroup of the plan's CTAs done with a group tells
@@ -437,12 +446,8 @@ __device__ __forceinline__ void res_group_done(const ResArgs &r, uint32_t slot, 
         atomicExch(&meta->count[slot], 0u);
         asm volatile("fence.acq_rel.sys;\n" ::: "memory");
         if (rs.words)
-                for (uint32_t i = 0; i < rs.kp.nprobs; i++) {
-                        const uint64_t w = rs.words[2 * i];
-                        if (w)
-                                asm volatile("st.relaxed.sys.global.u64 [%0], %1;\n" ::"l"(w), "l"(rs.words[2 * i + 1])
-                                             : "memory");
-                }
+                for (uint32_t i = 0; i < rs.kp.nprobs; i++)
+                        store_word(rs.words, i);
         r.host->done[slot].t1 = globaltimer();
         __threadfence_system();
         st_release_sys(&r.host->done[slot].seq, seq);
@@ -460,13 +465,8 @@ __device__ __forceinline__ void early_arrive(const KParams &kp, uint32_t prob)
                 return;
         kp.early_cnt[prob] = 0; /* all of this launch's arrivals are in: zero for the next */
         asm volatile("fence.acq_rel.sys;\n" ::: "memory");
-        if (kp.early_word) {
-                const uint64_t w = kp.early_word[2 * prob];
-                if (w)
-                        asm volatile("st.relaxed.sys.global.u64 [%0], %1;\n" ::"l"(w),
-                                     "l"(kp.early_word[2 * prob + 1])
-                                     : "memory");
-        }
+        if (kp.early_word)
+                store_word(kp.early_word, prob);
         asm volatile("st.release.sys.global.u32 [%0], %1;\n" ::"l"(kp.early_flag + prob), "r"(kp.early_seq)
                      : "memory");
 }

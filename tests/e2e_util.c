@@ -176,16 +176,14 @@ int e2e_daemon_startv(struct e2e_daemon *d, const char *const *flags)
         char *argv[MAX_FLAGS + 12]; /* the flags after at most 11 of its own */
         /* E2E_GEMMD names another daemon binary beside it (gemmd-fi). */
         const char *name = getenv("E2E_GEMMD");
-        /* E2E_LOOPS=N: every daemon serves with N event loops (make test
-         * runs the e2e suites once more so). */
-        const char *loops = getenv("E2E_LOOPS");
-        /* E2E_DEVPROC=yes: every daemon drives its device from a device
-         * process (make test's second pass). */
-        const char *devproc = getenv("E2E_DEVPROC");
-        /* E2E_RESIDENT=yes: every daemon keeps the resident kernel
-         * (--resident; the CUDA backend's, which the CPU one ignores), for
+        /* Flags every daemon gets from the environment: E2E_LOOPS=N serves
+         * with N event loops and E2E_DEVPROC=yes from a device process
+         * (make test's second pass); E2E_RESIDENT=yes keeps the resident
+         * kernel (the CUDA backend's, which the CPU one ignores), for
          * running the GPU suites and the soak on it. */
-        const char *resident = getenv("E2E_RESIDENT");
+        static const struct {
+                const char *env, *flag;
+        } env_flags[] = {{"E2E_LOOPS", "--loops"}, {"E2E_DEVPROC", "--device-process"}, {"E2E_RESIDENT", "--resident"}};
         char *bin = e2e_build_path(name && *name ? name : "gemmd");
         int argc = 0, slot = -1, n = ndaemons_started++;
         uint64_t deadline;
@@ -199,17 +197,13 @@ int e2e_daemon_startv(struct e2e_daemon *d, const char *const *flags)
         argv[argc++] = d->sock;
         argv[argc++] = "--backend";
         argv[argc++] = "cpu";
-        if (loops && *loops) {
-                argv[argc++] = "--loops";
-                argv[argc++] = (char *)loops;
-        }
-        if (devproc && *devproc) {
-                argv[argc++] = "--device-process";
-                argv[argc++] = (char *)devproc;
-        }
-        if (resident && *resident) {
-                argv[argc++] = "--resident";
-                argv[argc++] = (char *)resident;
+        for (size_t i = 0; i < sizeof(env_flags) / sizeof(env_flags[0]); i++) {
+                const char *v = getenv(env_flags[i].env);
+
+                if (v && *v) {
+                        argv[argc++] = (char *)env_flags[i].flag;
+                        argv[argc++] = (char *)v;
+                }
         }
         for (int i = 0; flags[i] && argc < MAX_FLAGS + 11; i++)
                 argv[argc++] = (char *)flags[i];

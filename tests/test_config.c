@@ -35,9 +35,10 @@ static const struct {
 
 Test(auto_loops, by_backend_devices_and_cpus)
 {
-        for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++)
-                cr_expect_eq(config_auto_loops(cases[i].gpu, cases[i].ndevices, cases[i].cpus), cases[i].want,
-                             "gpu %d, %d devices, %ld CPUs: %d loops, want %d", cases[i].gpu, cases[i].ndevices,
-                             cases[i].cpus, config_auto_loops(cases[i].gpu, cases[i].ndevices, cases[i].cpus),
-                             cases[i].want);
+        for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+                const int got = config_auto_loops(cases[i].gpu, cases[i].ndevices, cases[i].cpus);
+
+                cr_expect_eq(got, cases[i].want, "gpu %d, %d devices, %ld CPUs: %d loops, want %d", cases[i].gpu,
+                             cases[i].ndevices, cases[i].cpus, got, cases[i].want);
+        }
 }
