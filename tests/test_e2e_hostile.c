@@ -593,8 +593,8 @@ static void c_cuda_ipc_on_a_cpu_daemon(struct hctx *x)
 
 static void c_per_session_caps(struct hctx *x)
 {
+        static const uint8_t big[64 * 64 * 4]; /* one inline 64 x 64 f32 operand */
         struct opbox o;
-        uint8_t big[8192] = {0};
 
         /* --max-buffers 2: the session has one; a second fits, a third not. */
         cr_assert_gt(hard_raw_register(&x->r, 180, 4096, 4096), 0);
@@ -602,8 +602,8 @@ static void c_per_session_caps(struct hctx *x)
         /* --max-inline-bytes 16384: one inline 64 x 64 f32 A fits, three do not. */
         op_init(&o, x->buf);
         o.a.buffer_id = 0;
-        o.a.data.data = big;
-        o.a.data.len = 64 * 64 * 4;
+        o.a.data.data = (uint8_t *)big;
+        o.a.data.len = sizeof(big);
         {
                 Gemmd__V1__Op *p[3] = {&o.op, &o.op, &o.op};
 
