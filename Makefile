@@ -4,6 +4,7 @@
 #   make            build gemmd, gemmctl, libgemmd (and the CUDA backend if nvcc exists)
 #   make test       install missing Debian packages, build, run every test that needs no GPU
 #   make test-gpu   run the GPU tests (needs an NVIDIA GPU)
+#   make test-sanitize  the daemon's suites against sanitized builds of it (tests/sanitize.mk)
 #   make demo       start gemmd on a temporary socket and run a few clients against it
 #   make deb        build/deb/gemmd_VERSION_ARCH.deb (deploy/module.mk)
 #   V=1             show full commands

@@ -529,6 +529,37 @@ static int in_file;
 
 static int parse_args(struct gemmd_config *cfg, int argc, char **argv);
 
+/* A copy of a config file's value that lives as long as the config, which
+ * may point into it (paths, lists), or NULL when out of memory. */
+static char *keep_value(struct gemmd_config *cfg, const char *val)
+{
+        size_t n = strlen(val) + 1;
+        struct config_value *v = malloc(sizeof(*v) + n);
+
+        if (!v)
+                return NULL;
+        memcpy(v->s, val, n);
+        v->next = cfg->file_values;
+        cfg->file_values = v;
+        return v->s;
+}
+
+void config_release(struct gemmd_config *cfg)
+{
+        while (cfg->file_values) {
+                struct config_value *v = cfg->file_values;
+
+                cfg->file_values = v->next;
+                free(v);
+        }
+        free(cfg->allow_uids);
+        free(cfg->allow_gids);
+        free(cfg->admin_gids);
+        free(cfg->device_ids);
+        cfg->allow_uids = cfg->allow_gids = cfg->admin_gids = cfg->device_ids = NULL;
+        cfg->n_allow_uids = cfg->n_allow_gids = cfg->n_admin_gids = cfg->n_device_ids = 0;
+}
+
 int config_load_file(struct gemmd_config *cfg, const char *path)
 {
         FILE *f = fopen(path, "re");
@@ -576,8 +607,7 @@ int config_load_file(struct gemmd_config *cfg, const char *path)
                                 rc = -EINVAL;
                                 break;
                         }
-                        /* Values stay referenced by the config (paths, lists). */
-                        argv[2] = strdup(val);
+                        argv[2] = keep_value(cfg, val);
                         if (!argv[2]) {
                                 rc = -ENOMEM;
                                 break;

@@ -108,6 +108,7 @@ struct gemmd_config {
         uint32_t *admin_gids;
         uint32_t n_admin_gids;
         const char *config_file; /* --config, already applied */
+        struct config_value *file_values; /* the values read from it, which strings above may point into */
         /* --max-user-sessions and --first-session-slots as given (0 and
          * SLOTS_AUTO: not given); lim's values follow from them and from
          * lim.max_sessions (config_session_limits). */
@@ -115,8 +116,19 @@ struct gemmd_config {
 #define SLOTS_AUTO UINT32_MAX
 };
 
+/* A value read from a --config file, kept while the config may point
+ * into it. */
+struct config_value {
+        struct config_value *next;
+        char s[];
+};
+
 /* Fills *cfg with the defaults. */
 void config_defaults(struct gemmd_config *cfg);
+
+/* Frees what parsing allocated (lists of ids, the values of config files);
+ * the strings of *cfg that pointed there are gone with them. */
+void config_release(struct gemmd_config *cfg);
 
 /* Parses the command line into *cfg. A --config FILE is read first,
  * wherever it appears, so the command line overrides the file. Returns 0 to

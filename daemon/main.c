@@ -122,8 +122,10 @@ int main(int argc, char **argv)
         cpuacct_thread_start(CPU_LOOP); /* this thread runs loop 0 */
         config_defaults(&cfg);
         rc = config_parse_args(&cfg, argc, argv);
-        if (rc)
+        if (rc) {
+                config_release(&cfg);
                 return rc > 0 ? 0 : 2;
+        }
         if (cfg.verbose)
                 log_verbosity = LOG_DEBUG;
         /* A client that hangs up must cost an EPIPE, never the daemon. */
@@ -165,5 +167,6 @@ out_loop:
                 log_err("uv_loop_close: handles left open");
                 rc = rc ? rc : -1;
         }
+        config_release(&cfg);
         return rc ? 1 : exit_code;
 }
