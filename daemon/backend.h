@@ -32,6 +32,10 @@ struct backend {
          * refuses an op of any other at validation (validate.h) and never
          * routes one here (server_pick_worker). */
         uint32_t dtypes;
+        /* 1 if launch() may run on any thread (one at a time), so that a
+         * loop thread may launch onto an idle device (worker.c,
+         * launch_here); 0: only on the worker thread. */
+        int launch_any_thread;
 
         /* Tile shape for ops of kernel-config key `key`. */
         struct sched_shape (*shape)(struct backend *b, uint32_t key);

@@ -280,6 +280,7 @@ int backend_cpu_new(int threads, int alt_tiles, struct backend **out)
         }
         cb->b.kernel_name = kernel_name;
         cb->b.launch = launch;
+        cb->b.launch_any_thread = 1;
         cb->b.slot_init = slot_init;
         cb->b.slot_deinit = slot_deinit;
         cb->b.destroy = destroy;

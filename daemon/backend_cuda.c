@@ -361,6 +361,7 @@ int backend_cuda_new(int ordinal, const struct gemmd_config *cfg, struct backend
         cb->b.narrow_shape = narrow_shape;
         cb->b.kernel_name = kernel_name;
         cb->b.launch = launch;
+        cb->b.launch_any_thread = 1;
         cb->b.collect = collect;
         cb->b.ipc_open = ipc_open;
         cb->b.ipc_close = ipc_close;

@@ -74,6 +74,9 @@ struct gemmd_config {
         /* A GPU keeps its 16-bit GEMM kernel resident between groups
          * (cuda_gemm_res_launch) instead of launching one per group. */
         int resident;
+        /* A request that finds its device idle is launched by the loop
+         * thread that read it (worker.c, launch_here). */
+        int loop_launch;
         /* A GPU answers each op of a 16-bit GEMM group once its own C is
          * whole, before the group ends (cuda_group.early_*). */
         int early_completion;

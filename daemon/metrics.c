@@ -510,6 +510,9 @@ static void render_devices(FILE *f, struct server *srv, double up_s)
         PER_DEVICE("gemmd_device_resident_groups_total", "counter",
                    "Groups its resident kernel took (--resident)", "%llu",
                    (unsigned long long)st[i].resident_groups);
+        PER_DEVICE("gemmd_device_loop_groups_total", "counter",
+                   "Groups launched by the event loop that read them, onto an idle device (--loop-launch)", "%llu",
+                   (unsigned long long)st[i].loop_groups);
         PER_DEVICE("gemmd_device_packed_groups_total", "counter",
                    "Groups run with packed copies of 16-bit operands the Hopper kernel cannot read in place", "%llu",
                    (unsigned long long)st[i].packed_groups);

@@ -233,6 +233,9 @@ static void render_text(struct server *srv, FILE *f, double up_s, long long only
                 if (st.resident_groups)
                         fprintf(f, "  groups taken by the resident kernel: %llu\n",
                                 (unsigned long long)st.resident_groups);
+                if (st.loop_groups)
+                        fprintf(f, "  groups launched by the event loop that read them: %llu\n",
+                                (unsigned long long)st.loop_groups);
                 if (st.packed_groups)
                         fprintf(f, "  groups with packed copies of operands: %llu\n",
                                 (unsigned long long)st.packed_groups);
@@ -345,7 +348,8 @@ static void render_json(struct server *srv, FILE *f, double up_s, long long only
                         (unsigned long long)st.fill_groups, (unsigned long long)st.resident_groups,
                         (unsigned long long)st.packed_groups, (unsigned long long)st.ops_early,
                         (unsigned long long)st.ops_word_dev, st.staged_ns / 1e9, st.waiting_ns / 1e9, st.forming_ns / 1e9);
-                fprintf(f, "\"recoveries\":%llu,", (unsigned long long)st.recoveries);
+                fprintf(f, "\"recoveries\":%llu,\"loop_groups\":%llu,", (unsigned long long)st.recoveries,
+                        (unsigned long long)st.loop_groups);
                 hist_json(f, "group_size_log2", st.group_size_hist);
                 fprintf(f, ",");
                 hist_json(f, "queue_us_log2", st.queue_us_hist);

@@ -248,6 +248,7 @@ static void loaded_update(struct worker *w)
 {
         const int loaded = w->pending_ops || w->inflight;
 
+        atomic_store_explicit(&w->inflight_hint, w->inflight != 0, memory_order_relaxed);
         if (loaded == w->loaded)
                 return;
         const uint64_t t = now_ns();
@@ -265,40 +266,6 @@ static void loaded_update(struct worker *w)
 static void nudge(struct worker *w)
 {
         atomic_fetch_add_explicit(&w->nudges, 1, memory_order_release);
-}
-
-void worker_enqueue(struct worker *w, struct lane *l, int prio)
-{
-        struct op *first = l->st_head;
-
-        if (!first)
-                return;
-        const uint64_t t = now_ns();
-
-        for (struct op *o = first; o; o = o->next)
-                o->t_enq_ns = t;
-        first->in_lane = l;
-        first->in_prio = prio;
-        l->st_head = l->st_tail = NULL;
-        l->staged = 0;
-        struct op *old = atomic_load_explicit(&w->inbox, memory_order_relaxed);
-
-        do
-                first->in_next = old;
-        while (!atomic_compare_exchange_weak_explicit(&w->inbox, &old, first, memory_order_seq_cst,
-                                                      memory_order_relaxed));
-        nudge(w); /* a polling worker sees the count move */
-        /* The worker sets sleeping and then looks at the inbox once more
-         * (both sequentially consistent, as the push and this load are),
-         * so either it sees the batch or this sees it sleeping. It holds
-         * the lock until it waits, so the signal cannot come first. (The
-         * loop thread is the one that stops workers, so the worker
-         * outlives this call.) */
-        if (atomic_load_explicit(&w->sleeping, memory_order_seq_cst)) {
-                pthread_mutex_lock(&w->lock);
-                pthread_cond_signal(&w->cond);
-                pthread_mutex_unlock(&w->lock);
-        }
 }
 
 /* Under the lock: moves the batches on the inbox onto their lanes, oldest
@@ -372,6 +339,82 @@ static struct group *free_slot(struct worker *w)
                 if (!w->slots[i].busy)
                         return &w->slots[i];
         return NULL;
+}
+
+static int launch_next(struct worker *w, struct group *g);
+
+/*
+ * On a device with nothing in flight, the thread that hands over a batch
+ * (a loop thread) launches its group itself, instead of waking the worker
+ * thread to do it: the hop between them is on the path of every request
+ * of a client with one in flight. Only where the backend's launch may run
+ * on any thread, and never while the worker is busy (its lock taken,
+ * groups in flight, a launch, a repair or a batch window): the worker's
+ * fair share, priorities and caps form the group as they would on its
+ * own thread. Returns 1 when nothing is left for the worker thread to do,
+ * 0 when the caller must wake it as usual.
+ */
+static int launch_here(struct worker *w)
+{
+        struct group *g = NULL;
+        int left;
+
+        if (!w->cfg->loop_launch || !w->be->launch_any_thread || w->cfg->batch_window_us ||
+            atomic_load_explicit(&w->inflight_hint, memory_order_relaxed) ||
+            pthread_mutex_trylock(&w->lock))
+                return 0;
+        inbox_drain(w);
+        if (w->pending_ops && !w->inflight && !w->backend_busy && !w->recover_pending && !w->broken &&
+            !w->stopping && !w->ctl_head && (g = free_slot(w))) {
+                w->st.loop_groups += launch_next(w, g);
+        }
+        /* What only the worker does, or ops beyond the group: the lock is
+         * held from the worker's last look to its wait, so a signal here
+         * cannot be missed. */
+        left = w->pending_ops || w->ctl_head || w->done || w->recover_pending ||
+               atomic_load(&w->inbox) || w->stopping;
+        if (left) {
+                nudge(w);
+                pthread_cond_signal(&w->cond);
+        }
+        pthread_mutex_unlock(&w->lock);
+        return 1;
+}
+
+void worker_enqueue(struct worker *w, struct lane *l, int prio)
+{
+        struct op *first = l->st_head;
+
+        if (!first)
+                return;
+        const uint64_t t = now_ns();
+
+        for (struct op *o = first; o; o = o->next)
+                o->t_enq_ns = t;
+        first->in_lane = l;
+        first->in_prio = prio;
+        l->st_head = l->st_tail = NULL;
+        l->staged = 0;
+        struct op *old = atomic_load_explicit(&w->inbox, memory_order_relaxed);
+
+        do
+                first->in_next = old;
+        while (!atomic_compare_exchange_weak_explicit(&w->inbox, &old, first, memory_order_seq_cst,
+                                                      memory_order_relaxed));
+        if (launch_here(w))
+                return;
+        nudge(w); /* a polling worker sees the count move */
+        /* The worker sets sleeping and then looks at the inbox once more
+         * (both sequentially consistent, as the push and this load are),
+         * so either it sees the batch or this sees it sleeping. It holds
+         * the lock until it waits, so the signal cannot come first. (The
+         * loop thread is the one that stops workers, so the worker
+         * outlives this call.) */
+        if (atomic_load_explicit(&w->sleeping, memory_order_seq_cst)) {
+                pthread_mutex_lock(&w->lock);
+                pthread_cond_signal(&w->cond);
+                pthread_mutex_unlock(&w->lock);
+        }
 }
 
 static int group_reserve(struct group *g, uint32_t n)
@@ -795,6 +838,61 @@ static int launch_group(struct worker *w, struct group *g, uint64_t *launch_ns)
         return rc;
 }
 
+/*
+ * Forms a group in free slot g from the pending ops and launches it: the
+ * launch path of the worker thread, and of a loop thread that launches
+ * itself onto an idle device (launch_here). Called with the lock held,
+ * released around the launch; w->backend_busy keeps the backend to one
+ * thread at a time, whichever thread launches. Returns 1 when a group
+ * went to the backend, 0 when every op was refused.
+ */
+static int launch_next(struct worker *w, struct group *g)
+{
+        struct done_list refused = DONE_LIST_INIT(refused);
+        int formed;
+
+        w->backend_busy = 1;
+        g->busy = 1;
+        g->id = ++w->next_group_id;
+        g->alone = w->inflight == 0;
+        form_group(w, g, &refused);
+        if (refused.head) {
+                pthread_mutex_unlock(&w->lock);
+                hand_back(w, &refused);
+                pthread_mutex_lock(&w->lock);
+        }
+        formed = g->nops > 0;
+        if (!formed) {
+                g->busy = 0;
+                loaded_update(w); /* every op refused */
+        } else {
+                uint64_t launch_ns;
+
+                pthread_mutex_unlock(&w->lock);
+                int rc = launch_group(w, g, &launch_ns);
+                pthread_mutex_lock(&w->lock);
+                /* What the launch path costs the launching thread: with
+                 * device_ns and run_ns, where a group's time goes. */
+                w->st.launch_ns += launch_ns;
+                if (rc) {
+                        struct done_list done = DONE_LIST_INIT(done);
+
+                        /* A recovery (finish_group) only for what the
+                         * device did. */
+                        g->status = worker_launch_status(rc);
+                        g->timed = 0; /* nothing to measure */
+                        g->t_done_ns = g->t_launch_ns = now_ns();
+                        complete_ops(w, g, &done);
+                        finish_group(w, g);
+                        pthread_mutex_unlock(&w->lock);
+                        hand_back(w, &done);
+                        pthread_mutex_lock(&w->lock);
+                }
+        }
+        w->backend_busy = 0;
+        return formed;
+}
+
 int worker_launch_status(int rc)
 {
         switch (rc) {
@@ -953,6 +1051,14 @@ static void *worker_main(void *arg)
         pthread_mutex_lock(&w->lock);
         for (;;) {
                 inbox_drain(w);
+                /* A loop thread launching onto the idle device (launch_here)
+                 * has the backend to itself: tasks, collects and repairs
+                 * wait for it, as launches do. It signals when done. */
+                if (w->backend_busy) {
+                        if (!spin(w))
+                                sleep_unless_inbox(w, NULL);
+                        continue;
+                }
                 while (w->ctl_head) {
                         struct wctl *c = w->ctl_head;
 
@@ -962,12 +1068,14 @@ static void *worker_main(void *arg)
                         /* A task without done() may free itself in run(). */
                         int has_done = c->done != NULL;
 
+                        w->backend_busy = 1;
                         pthread_mutex_unlock(&w->lock);
                         c->run(c, w);
                         atomic_fetch_add_explicit(&w->progress, 1, memory_order_relaxed);
                         if (has_done)
                                 w->control_done(c, w->ctx);
                         pthread_mutex_lock(&w->lock);
+                        w->backend_busy = 0;
                 }
                 while (w->done) {
                         struct group *g = w->done;
@@ -978,9 +1086,11 @@ static void *worker_main(void *arg)
                 if (w->recover_pending && !w->inflight) {
                         /* A failed group may have broken the device: repair
                          * it before anything else is launched. */
+                        w->backend_busy = 1;
                         pthread_mutex_unlock(&w->lock);
                         int rc = w->be->recover(w->be);
                         pthread_mutex_lock(&w->lock);
+                        w->backend_busy = 0;
                         w->recover_pending = 0;
                         w->st.recoveries++;
                         if (rc) {
@@ -994,7 +1104,7 @@ static void *worker_main(void *arg)
                         }
                         continue;
                 }
-                if (w->pending_ops && w->inflight < w->max_inflight && !w->recover_pending) {
+                if (w->pending_ops && w->inflight < w->max_inflight && !w->recover_pending && !w->backend_busy) {
                         struct group *g = free_slot(w);
 
                         /* On an idle device, the batch window (if any) lets
@@ -1017,51 +1127,13 @@ static void *worker_main(void *arg)
                                 }
                         }
                         if (g) {
-                                struct done_list refused = DONE_LIST_INIT(refused);
-
-                                g->busy = 1;
-                                g->id = ++w->next_group_id;
-                                g->alone = w->inflight == 0;
-                                form_group(w, g, &refused);
-                                if (refused.head) {
-                                        pthread_mutex_unlock(&w->lock);
-                                        hand_back(w, &refused);
-                                        pthread_mutex_lock(&w->lock);
-                                }
-                                if (g->nops == 0) {
-                                        g->busy = 0;
-                                        loaded_update(w); /* every op refused */
-                                } else {
-                                        uint64_t launch_ns;
-
-                                        pthread_mutex_unlock(&w->lock);
-                                        int rc = launch_group(w, g, &launch_ns);
-                                        pthread_mutex_lock(&w->lock);
-                                        w->active_ns = now_ns();
-                                        /* What the launch path costs the worker
-                                         * thread: with device_ns and run_ns, where
-                                         * a group's time goes. */
-                                        w->st.launch_ns += launch_ns;
-                                        if (rc) {
-                                                struct done_list done = DONE_LIST_INIT(done);
-
-                                                /* A recovery (finish_group) only
-                                                 * for what the device did. */
-                                                g->status = worker_launch_status(rc);
-                                                g->timed = 0; /* nothing to measure */
-                                                g->t_done_ns = g->t_launch_ns = now_ns();
-                                                complete_ops(w, g, &done);
-                                                finish_group(w, g);
-                                                pthread_mutex_unlock(&w->lock);
-                                                hand_back(w, &done);
-                                                pthread_mutex_lock(&w->lock);
-                                        }
-                                }
+                                launch_next(w, g);
+                                w->active_ns = now_ns();
                                 continue;
                         }
                 }
                 if (w->stopping && !w->pending_ops && !w->inflight && !w->done && !w->ctl_head &&
-                    !atomic_load(&w->inbox))
+                    !w->backend_busy && !atomic_load(&w->inbox))
                         break;
                 if (spin(w))
                         continue;

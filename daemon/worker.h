@@ -103,6 +103,7 @@ struct worker_stats {
         uint64_t split_groups;   /* groups on a split plan (--mode split, or auto's choice) */
         uint64_t fill_groups;    /* of them, one wave cut to fill the device (the fill split) */
         uint64_t resident_groups; /* groups its resident kernel took (--resident) */
+        uint64_t loop_groups;     /* groups a loop thread launched onto the idle device (--loop-launch) */
         uint64_t packed_groups;   /* groups run with packed copies of operands (cuda_gemm_pack_bytes) */
         uint64_t ops_early; /* ops answered before their group ended (--early-completion) */
         uint64_t ops_word_dev; /* of all ops, those whose completion word the GPU stored itself */
@@ -159,6 +160,12 @@ struct worker {
         uint32_t pending_ops;  /* queued, not yet in a group */
         uint64_t pending_tiles;
         uint32_t inflight;     /* groups launched, not done */
+        atomic_int inflight_hint; /* inflight != 0, read without the lock (launch_here) */
+        /* A thread uses the backend outside the lock: forms or launches a
+         * group (launch_next), runs a task or repairs the device. One at a
+         * time, so the backend sees launches, tasks and collects in turn,
+         * as on one thread. */
+        int backend_busy;
         int recover_pending;   /* a group failed: repair before launching */
         atomic_int sleeping;   /* waiting on cond: enqueues must signal */
         /* Batches handed over by the loops (worker_enqueue), newest first,

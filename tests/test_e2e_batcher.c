@@ -102,6 +102,58 @@ Test(e2e, lone_request_on_idle_daemon_is_not_delayed)
         STOP(&d);
 }
 
+/* A request that finds its device idle is launched by the event loop that
+ * read it (--loop-launch, default yes), which gemmctl stats counts; with
+ * --loop-launch no, with a batch window, or from a device process (whose
+ * launches stay with the worker) the worker launches every group. Each
+ * result is checked either way. */
+Test(e2e, lone_requests_are_launched_by_the_loop_that_read_them)
+{
+        static const char *const flags[][2] = {
+                {"--loop-launch", "yes"}, {"--loop-launch", "no"}, {"--batch-window-us", "200"}};
+        const char *dp = getenv("E2E_DEVPROC");
+        const int devproc = dp && !strcmp(dp, "yes");
+        struct e2e_spec s = {.kind = GEMMD_GEMM, .dtype = GEMMD_F32, .m = 48, .n = 40, .k = 56,
+                             .alpha = 1.0f, .beta = 0.5f};
+
+        for (int f = 0; f < 3; f++) {
+                struct e2e_daemon d;
+                struct e2e_arena ar;
+                struct e2e_prob p;
+                struct gemmd_result r;
+                uint64_t seed = 31 + (uint64_t)f;
+                long long groups, by_loop;
+                gemmd_client *c;
+                char why[256];
+
+                START(&d, "--threads", "2", flags[f][0], flags[f][1], NULL);
+                c = e2e_connect(&d);
+                cr_assert_not_null(c);
+                cr_assert_eq(e2e_arena_init(&ar, c, 1u << 20), 0);
+                cr_assert_eq(e2e_prob_place(&p, &s, &ar, &seed), 0);
+                for (int i = 0; i < 20; i++) {
+                        usleep(2000); /* the device goes idle between requests */
+                        e2e_prob_reset(&p);
+                        cr_assert_eq(e2e_run_checked(c, &p, 1, 1, &r, why, sizeof(why)), 0, "%s %s: %s",
+                                     flags[f][0], flags[f][1], why);
+                }
+                groups = hard_device_number(c, "groups");
+                by_loop = hard_device_number(c, "loop_groups");
+                fprintf(stderr, "%s %s%s: %lld of %lld groups launched by the loop\n", flags[f][0], flags[f][1],
+                        devproc ? " (device process)" : "", by_loop, groups);
+                cr_expect_eq(groups, 20);
+                if (f == 0 && !devproc)
+                        /* (the worker thread may take the odd one first) */
+                        cr_expect_geq(by_loop, 15, "%lld of %lld groups launched by the loop", by_loop, groups);
+                else
+                        cr_expect_eq(by_loop, 0, "%s %s: %lld groups launched by the loop", flags[f][0],
+                                     flags[f][1], by_loop);
+                e2e_prob_free(&p);
+                gemmd_disconnect(c);
+                STOP(&d);
+        }
+}
+
 Test(e2e, batch_window_holds_a_lone_request_for_company)
 {
         struct e2e_spec s = {.kind = GEMMD_GEMM, .dtype = GEMMD_F32, .m = 32, .n = 32, .k = 32,

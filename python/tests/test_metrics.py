@@ -156,10 +156,17 @@ class TestMetricsTcp(DaemonTestCase):
         self.assertLess(d("gemmd_loop_busy_seconds_total", loop="0"),
                         get(after, "gemmd_uptime_seconds") - get(before, "gemmd_uptime_seconds"))
         # The host's CPU by thread role: the loop read the requests, the
-        # worker grouped them and the compute threads ran them.
+        # compute threads ran them, and whoever launched a group paid for
+        # it: the loop that read it, onto an idle device (--loop-launch),
+        # else the worker.
         self.assertEqual(types["gemmd_cpu_seconds_total"], "counter")
-        for role in ("loop", "worker", "compute"):
+        for role in ("loop", "compute"):
             self.assertGreater(d("gemmd_cpu_seconds_total", role=role), 0, role)
+        groups = d("gemmd_group_size_ops_count")
+        by_loop = d("gemmd_device_loop_groups_total", device="0")
+        self.assertTrue(0 <= by_loop <= groups, (by_loop, groups))
+        if by_loop < groups:
+            self.assertGreater(d("gemmd_cpu_seconds_total", role="worker"), 0)
         self.assertEqual(get(after, "gemmd_cpu_seconds_total", role="device-process"), 0)
         busy = get(after, "gemmd_device_busy_ratio", device="0")
         self.assertTrue(0 < busy <= 1, busy)
