@@ -365,9 +365,8 @@ static int launch_here(struct worker *w)
                 return 0;
         inbox_drain(w);
         if (w->pending_ops && !w->inflight && !w->backend_busy && !w->recover_pending && !w->broken &&
-            !w->stopping && !w->ctl_head && (g = free_slot(w))) {
+            !w->stopping && !w->ctl_head && (g = free_slot(w)))
                 w->st.loop_groups += launch_next(w, g);
-        }
         /* What only the worker does, or ops beyond the group: the lock is
          * held from the worker's last look to its wait, so a signal here
          * cannot be missed. */
