@@ -7,6 +7,9 @@
 #                     and run each for FUZZ_SECONDS (60) from tests/fuzz/corpus/;
 #                     new inputs go to build/fuzz/corpus/, crashes to build/fuzz/artifacts/
 #   make fuzz-seeds   rewrite the seed corpus in tests/fuzz/corpus/
+#   make fuzz-socket  tests/fuzz/socket_fuzz.py: the frame corpus, mutated, over
+#                     the socket of a running gemmd for FUZZ_SECONDS (GEMMD_BIN=DIR
+#                     takes another build's, such as build/asan's from make test-asan)
 #
 # `make test` replays the committed corpus through both targets, built with
 # the ordinary compiler and tests/fuzz/driver.c instead of libFuzzer.
@@ -73,5 +76,8 @@ $(BUILD)/tests/fuzz_replay_%: $(BUILD)/tests/fuzz/fuzz_%.o $(BUILD)/tests/fuzz/d
 
 TESTS += $(addprefix $(BUILD)/tests/fuzz_replay_,$(FUZZ_TARGETS))
 
-.PHONY: fuzz fuzz-seeds
+fuzz-socket: $(BUILD)/gemmd $(BUILD)/gemmctl
+	$(Q)tests/fuzz/socket_fuzz.py --seconds $(FUZZ_SECONDS) --bin $(or $(GEMMD_BIN),$(BUILD))
+
+.PHONY: fuzz fuzz-seeds fuzz-socket
 .SECONDARY: $(addprefix $(BUILD)/tests/fuzz/driver_,$(FUZZ_TARGETS:=.o))
