@@ -248,7 +248,8 @@ static void loaded_update(struct worker *w)
 {
         const int loaded = w->pending_ops || w->inflight;
 
-        atomic_store_explicit(&w->inflight_hint, w->inflight != 0, memory_order_relaxed);
+        if (atomic_load_explicit(&w->inflight_hint, memory_order_relaxed) != (w->inflight != 0))
+                atomic_store_explicit(&w->inflight_hint, w->inflight != 0, memory_order_relaxed);
         if (loaded == w->loaded)
                 return;
         const uint64_t t = now_ns();
@@ -356,7 +357,7 @@ static int launch_next(struct worker *w, struct group *g);
  */
 static int launch_here(struct worker *w)
 {
-        struct group *g = NULL;
+        struct group *g;
         int left;
 
         if (!w->cfg->loop_launch || !w->be->launch_any_thread || w->cfg->batch_window_us ||
@@ -364,8 +365,8 @@ static int launch_here(struct worker *w)
             pthread_mutex_trylock(&w->lock))
                 return 0;
         inbox_drain(w);
-        if (w->pending_ops && !w->inflight && !w->backend_busy && !w->recover_pending && !w->broken &&
-            !w->stopping && !w->ctl_head && (g = free_slot(w)))
+        if (w->pending_ops && !w->inflight && !w->backend_busy && !w->recover_pending && !w->stopping &&
+            !w->ctl_head && (g = free_slot(w)))
                 w->st.loop_groups += launch_next(w, g);
         /* What only the worker does, or ops beyond the group: the lock is
          * held from the worker's last look to its wait, so a signal here
@@ -1051,8 +1052,10 @@ static void *worker_main(void *arg)
         for (;;) {
                 inbox_drain(w);
                 /* A loop thread launching onto the idle device (launch_here)
-                 * has the backend to itself: tasks, collects and repairs
-                 * wait for it, as launches do. It signals when done. */
+                 * has the backend to itself: tasks, collects, repairs and
+                 * launches wait for it, and it signals when done. Past this
+                 * point the worker holds the lock or the backend itself for
+                 * the rest of the turn, so no loop takes it meanwhile. */
                 if (w->backend_busy) {
                         if (!spin(w))
                                 sleep_unless_inbox(w, NULL);
@@ -1103,7 +1106,7 @@ static void *worker_main(void *arg)
                         }
                         continue;
                 }
-                if (w->pending_ops && w->inflight < w->max_inflight && !w->recover_pending && !w->backend_busy) {
+                if (w->pending_ops && w->inflight < w->max_inflight && !w->recover_pending) {
                         struct group *g = free_slot(w);
 
                         /* On an idle device, the batch window (if any) lets
@@ -1132,7 +1135,7 @@ static void *worker_main(void *arg)
                         }
                 }
                 if (w->stopping && !w->pending_ops && !w->inflight && !w->done && !w->ctl_head &&
-                    !w->backend_busy && !atomic_load(&w->inbox))
+                    !atomic_load(&w->inbox))
                         break;
                 if (spin(w))
                         continue;

@@ -8,7 +8,8 @@
 # test-asan` and `make test-tsan` build them); the suites are the ordinary
 # build's, whose daemons and soak come from BINDIR. Each suite runs twice:
 # as the daemon starts by default, and with 3 event loops and a device
-# process (as `make test`'s second pass). Reports go to BINDIR/reports/.
+# process (as `make test`'s second pass: $E2E_SECOND_PASS, which the
+# Makefile sets). Reports go to BINDIR/reports/.
 set -u
 
 kind=$1
@@ -27,7 +28,7 @@ asan)
         export UBSAN_OPTIONS="log_path=$reports/ubsan:print_stacktrace=1:halt_on_error=1"
         ;;
 tsan)
-        export TSAN_OPTIONS="log_path=$reports/tsan:halt_on_error=0"
+        export TSAN_OPTIONS="log_path=$reports/tsan"
         ;;
 *)
         echo "usage: $0 asan|tsan BINDIR SUITE..." >&2
@@ -39,8 +40,9 @@ export GEMMD_BIN="$bin"
 st=0
 echo "== $kind: the daemon as it starts by default"
 scripts/run-tests.sh "$@" || st=1
-echo "== $kind: 3 event loops and a device process"
-E2E_LOOPS=3 E2E_DEVPROC=yes scripts/run-tests.sh "$@" || st=1
+second=${E2E_SECOND_PASS:-E2E_LOOPS=3 E2E_DEVPROC=yes}
+echo "== $kind: $second"
+env $second scripts/run-tests.sh "$@" || st=1
 
 n=$(find "$reports" -type f | wc -l)
 if [ "$n" -ne 0 ]; then

@@ -19,7 +19,7 @@ test-asan test-tsan: test-%: deps
 	$(Q)$(MAKE) --no-print-directory -s -j$(NPROC) $(SAN_SUITES)
 	$(Q)$(MAKE) --no-print-directory -j$(NPROC) BUILD=$(BUILD)/$* WITH_CUDA=0 OPT=-O1 \
 		CC="$(CC) $(SAN_FLAGS_$*)" $(call SAN_BINS,$*)
-	$(Q)scripts/test-sanitize.sh $* $(BUILD)/$* $(SAN_SUITES)
+	$(Q)E2E_SECOND_PASS="$(E2E_SECOND_PASS)" scripts/test-sanitize.sh $* $(BUILD)/$* $(SAN_SUITES)
 
 test-sanitize: test-asan test-tsan
 

@@ -111,8 +111,6 @@ Test(e2e, lone_requests_are_launched_by_the_loop_that_read_them)
 {
         static const char *const flags[][2] = {
                 {"--loop-launch", "yes"}, {"--loop-launch", "no"}, {"--batch-window-us", "200"}};
-        const char *dp = getenv("E2E_DEVPROC");
-        const int devproc = dp && !strcmp(dp, "yes");
         struct e2e_spec s = {.kind = GEMMD_GEMM, .dtype = GEMMD_F32, .m = 48, .n = 40, .k = 56,
                              .alpha = 1.0f, .beta = 0.5f};
 
@@ -123,6 +121,7 @@ Test(e2e, lone_requests_are_launched_by_the_loop_that_read_them)
                 struct gemmd_result r;
                 uint64_t seed = 31 + (uint64_t)f;
                 long long groups, by_loop;
+                int devproc;
                 gemmd_client *c;
                 char why[256];
 
@@ -139,6 +138,7 @@ Test(e2e, lone_requests_are_launched_by_the_loop_that_read_them)
                 }
                 groups = hard_device_number(c, "groups");
                 by_loop = hard_device_number(c, "loop_groups");
+                devproc = hard_device_number(c, "process_pid") > 0;
                 fprintf(stderr, "%s %s%s: %lld of %lld groups launched by the loop\n", flags[f][0], flags[f][1],
                         devproc ? " (device process)" : "", by_loop, groups);
                 cr_expect_eq(groups, 20);
