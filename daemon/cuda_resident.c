@@ -61,6 +61,16 @@ void res_init(struct cuda_backend *cb)
         memset(cb->res_host, 0, sizeof(*cb->res_host));
 }
 
+/* Stores the n 32-bit words at src as slot words from..from + n - 1,
+ * each beside seq's tag in one 64-bit store, which the device reads whole. */
+static void put_tagged(uint64_t *w, uint32_t from, const void *src, uint32_t n, uint64_t seq)
+{
+        const uint32_t *v = src;
+
+        for (uint32_t i = 0; i < n; i++)
+                __atomic_store_n(&w[from + i], cuda_res_tag(seq, v[i]), __ATOMIC_RELAXED);
+}
+
 /* Posts a group to the resident kernel, starting one for its type if
  * none runs; s->rseq names it. rp: the post's fields but src; its launch
  * data is rp->bytes of blob (pinned: the same address on the device,
@@ -69,8 +79,8 @@ void res_init(struct cuda_backend *cb)
  * slots), for a launch instead. */
 int res_post(struct cuda_backend *cb, struct cuda_slot *s, int dtype, struct cuda_res_post *rp, const void *blob)
 {
-        struct cuda_res_post *p;
-        uint64_t seq = cb->res_seq + 1;
+        const uint32_t hw = offsetof(struct cuda_res_post, data) / 4;
+        uint64_t seq = cb->res_seq + 1, *w;
 
         if (seq > CUDA_RES_SLOTS &&
             __atomic_load_n(&cb->res_host->done[seq % CUDA_RES_SLOTS].seq, __ATOMIC_ACQUIRE) <
@@ -106,16 +116,24 @@ int res_post(struct cuda_backend *cb, struct cuda_slot *s, int dtype, struct cud
                 __atomic_store_n(&cb->res_alive, 1, __ATOMIC_RELEASE);
         }
         seq = ++cb->res_seq; /* the worker's alone: as checked above */
-        p = &cb->res_host->post[seq % CUDA_RES_SLOTS];
+        w = cb->res_host->post[seq % CUDA_RES_SLOTS];
+        /* The first post of the slot since seq's low 32 bits wrapped: its
+         * words get the tag of seq + 1, which no post of this slot has
+         * (theirs differ by CUDA_RES_SLOTS), so none left from before the
+         * wrap can pass for this post or a later one. */
+        if ((uint32_t)seq < CUDA_RES_SLOTS)
+                for (uint32_t i = 0; i < CUDA_RES_WORDS; i++)
+                        __atomic_store_n(&w[i], cuda_res_tag(seq + 1, 0), __ATOMIC_RELAXED);
         rp->gen = cb->res_gen;
         rp->rot = cb->res_rot;
         cb->res_rot = (cb->res_rot + rp->nctas) % cb->b.ctas;
         rp->src = rp->bytes <= CUDA_RES_INLINE ? 0 : (uint64_t)(uintptr_t)blob;
-        rp->seq = p->seq;
-        memcpy(p, rp, offsetof(struct cuda_res_post, data));
+        rp->seq = seq | (rp->src ? 0 : (uint64_t)rp->bytes << 48);
+        /* Launch data read from src is read after the fields say so. */
+        __atomic_thread_fence(__ATOMIC_RELEASE);
         if (!rp->src)
-                memcpy(p->data, blob, rp->bytes);
-        __atomic_store_n(&p->seq, seq | (rp->src ? 0 : (uint64_t)rp->bytes << 48), __ATOMIC_RELEASE);
+                put_tagged(w, hw, blob, rp->bytes / 4, seq);
+        put_tagged(w, 0, rp, hw, seq);
         s->rseq = seq;
         s->posted_ns = now_ns();
         pthread_mutex_unlock(&cb->res_lock);

@@ -250,9 +250,20 @@ uint32_t cuda_gemm_tmaps_cmaps(const void *buf, uint32_t nproblems);
  * the device a poll instead of a launch's round trip.
  *
  * struct cuda_res_host lives in pinned host memory that the device maps.
- * The host posts group seq (1, 2, ...) in post[seq % CUDA_RES_SLOTS]:
- * every field, then seq last (a release store). Warps 1-3 of CTA 0 poll
- * it, copy the launch data (bytes from src, or from the post itself:
+ * The host posts group seq (1, 2, ...) in post[seq % CUDA_RES_SLOTS]: a
+ * struct cuda_res_post (its fields, then the launch data if it fits in
+ * data) written as tagged words, each 32 bits of it beside the low 32 bits
+ * of seq in one 64-bit store (cuda_res_tag). Warps 1-3 of CTA 0 read the
+ * slot's first CUDA_RES_SPEC words at once, again and again: a post is
+ * whole once every word it needs carries its seq, so one round trip over
+ * PCIe brings both the news and the data, where a sequence number read
+ * before them took two. Each 64-bit word is stored and read whole, so a
+ * word with the right tag holds what the host wrote for that post and
+ * nothing else; a slot's words are rewritten with a tag no post of that
+ * slot can have whenever seq's low 32 bits wrap (res_post), so no word
+ * left from an earlier round of them can pass. After a while without
+ * posts only the fields are read. Those warps copy the launch data
+ * (bytes from src, or from the post itself:
  * problems, plan and tensor maps at the offsets given, as
  * cuda_gemm_launch's blob) into device memory (the area, slot seq %
  * CUDA_RES_SLOTS) and hand it to every CTA. When the last of the plan's
@@ -266,11 +277,23 @@ uint32_t cuda_gemm_tmaps_cmaps(const void *buf, uint32_t nproblems);
  * them), which the stream starts after this one has ended.
  */
 #define CUDA_RES_SLOTS 16
-/* Launch data of at most this many bytes travels inside its post (data),
- * read in the same round trip over PCIe as the post's fields: a lone
- * request's problem, plan and tensor maps. */
+/* Launch data of at most this many bytes travels inside its post (data):
+ * a lone request's problem, plan and tensor maps. Read with the post's
+ * fields when the post fits in CUDA_RES_SPEC words, else in one more
+ * round trip. */
 #define CUDA_RES_INLINE 3968
 #define CUDA_RES_POST_SEQ ((1ull << 48) - 1)
+/* Tagged words of a post (one per 4 bytes of struct cuda_res_post), and
+ * how many of them every poll reads: 2304 bytes of fields and data. */
+#define CUDA_RES_WORDS 1024
+#define CUDA_RES_SPEC 576
+
+/* Tagged word: 4 bytes of a post (v) beside the low 32 bits of its seq. */
+static inline uint64_t cuda_res_tag(uint64_t seq, uint32_t v)
+{
+        return (uint64_t)(uint32_t)seq << 32 | v;
+}
+/* A post's content, as its tagged words carry it. */
 struct cuda_res_post {
         uint64_t src;     /* launch data, in pinned host memory (its device address); 0: in data */
         uint32_t bytes;   /* a multiple of 16, at most the area's slot size (CUDA_RES_INLINE in data) */
@@ -286,8 +309,8 @@ struct cuda_res_post {
          * address and value (as cuda_group.early_word), 0: none. They are
          * stored once the group is done, before done[slot].seq. */
         uint64_t words;
-        /* Written last: the group's seq (CUDA_RES_POST_SEQ), and in bits
-         * 48-63 the bytes of launch data in data (0 with src). */
+        /* The group's seq (CUDA_RES_POST_SEQ), and in bits 48-63 the
+         * bytes of launch data in data (0 with src). */
         uint64_t seq;
         uint64_t pad[2];
         unsigned char data[CUDA_RES_INLINE]; /* the launch data when src is 0; 4 KiB a post in all */
@@ -297,7 +320,7 @@ struct cuda_res_done {
         uint64_t pad[4];
 };
 struct cuda_res_host {
-        struct cuda_res_post post[CUDA_RES_SLOTS];
+        uint64_t post[CUDA_RES_SLOTS][CUDA_RES_WORDS]; /* tagged struct cuda_res_post */
         struct cuda_res_done done[CUDA_RES_SLOTS];
         uint64_t stop, pad[15];
 };

@@ -267,12 +267,6 @@ __device__ __forceinline__ uint64_t ld_acquire_gpu(const uint64_t *p)
         asm volatile("ld.acquire.gpu.global.u64 %0, [%1];\n" : "=l"(v) : "l"(p) : "memory");
         return v;
 }
-__device__ __forceinline__ uint64_t ld_acquire_sys(const uint64_t *p)
-{
-        uint64_t v;
-        asm volatile("ld.acquire.sys.global.u64 %0, [%1];\n" : "=l"(v) : "l"(p) : "memory");
-        return v;
-}
 __device__ __forceinline__ void st_release_gpu(uint64_t *p, uint64_t v)
 {
         asm volatile("st.release.gpu.global.u64 [%0], %1;\n" ::"l"(p), "l"(v) : "memory");
@@ -308,80 +302,151 @@ __device__ unsigned long long g_kt[KT_N + 3]; /* intervals, CTAs, warpgroup tile
 #define KT_AT(s, i) ((void)0)
 #endif
 
+/* Rounds of the post's reading without a post before only its fields are
+ * read (about 2 us each over PCIe): while groups come, every round reads
+ * what a lone group's post needs. */
+#define RES_IDLE_ROUNDS 64
+
+__device__ __forceinline__ void ld_relaxed_sys_v2(const uint64_t *p, uint64_t &a, uint64_t &b)
+{
+        asm volatile("ld.relaxed.sys.global.v2.u64 {%0, %1}, [%2];\n" : "=l"(a), "=l"(b) : "l"(p) : "memory");
+}
+
 /*
- * Warps 1-3 of CTA 0: for each posted group, copy its launch data from
- * pinned host memory into its slot of the area (one PCIe read per 16 bytes
- * and thread, eight in flight each; data carried in the post is read with
- * the post's fields, in one round trip), make the tensor maps among it
- * visible to the copy engine's tensormap proxy, and mark the slot ready
- * for the producers of every CTA. A stop is passed on the same way.
+ * One read of a post's tagged words (cuda_gemm.h) by 96 threads: slabs
+ * [0, s1) of 192 words, thread t taking words 192u + 2t and the next of
+ * slab u, three slabs' loads in flight at once. Each word carrying tag is
+ * kept where it goes (the post's fields in hdr, its launch data at dst,
+ * the slot of the area); returns the lowest index of a word read without
+ * it (UINT32_MAX: none).
+ */
+__device__ __forceinline__ uint32_t res_read(const uint64_t *w, uint32_t s1, uint32_t tag, uint32_t *hdr,
+                                             uint32_t *dst, int t)
+{
+        constexpr uint32_t HW = offsetof(struct cuda_res_post, data) / 4;
+        uint32_t low = UINT32_MAX;
+        for (uint32_t u0 = 0; u0 < s1; u0 += 3) {
+                uint64_t v[6];
+#pragma unroll
+                for (uint32_t j = 0; j < 3; j++) {
+                        const uint32_t i = 192 * (u0 + j) + 2 * t;
+                        if (u0 + j < s1 && i < CUDA_RES_WORDS)
+                                ld_relaxed_sys_v2(w + i, v[2 * j], v[2 * j + 1]);
+                }
+#pragma unroll
+                for (uint32_t j = 0; j < 6; j++) {
+                        const uint32_t i = 192 * (u0 + j / 2) + 2 * t + j % 2;
+                        if (u0 + j / 2 >= s1 || i >= CUDA_RES_WORDS)
+                                continue;
+                        if ((uint32_t)(v[j] >> 32) != tag)
+                                low = min(low, i);
+                        else if (i < HW)
+                                hdr[i] = (uint32_t)v[j];
+                        else
+                                dst[i - HW] = (uint32_t)v[j];
+                }
+        }
+        return low;
+}
+
+/*
+ * Warps 1-3 of CTA 0: for each posted group, read its post (res_read)
+ * until every word it needs carries its seq: its fields and, when they
+ * fit, its launch data come in the same round trip over PCIe; launch data
+ * in pinned memory beyond the post (src) is copied after them. Then make
+ * the tensor maps among it visible to the copy engine's tensormap proxy,
+ * and mark the slot ready for the producers of every CTA. A stop (the
+ * host's stop word at this launch's generation, with no post) is passed
+ * on the same way; the host stores it after its last post to this
+ * launch, so one more read after seeing it, ordered by a fence, finds any
+ * such post.
  */
 __device__ __noinline__ void res_dispatch(const ResArgs r, int t)
 {
 #ifdef GEMMD_SM90A
         ResMeta *meta = res_meta(r);
-        /* The post, read in one go: each read of pinned host memory is a
-         * round trip over PCIe (1-2 us), and dependent ones add up. */
-        constexpr uint32_t HDR = offsetof(struct cuda_res_post, data) / 16, DATA = CUDA_RES_INLINE / 16;
-        constexpr uint32_t PER = (DATA + 95) / 96; /* data vectors a thread reads */
-        __shared__ uint4 s_post[HDR];
-        __shared__ int s_posted;
-        __shared__ uint32_t s_inl; /* bytes of launch data in the post */
-        static_assert(sizeof(struct cuda_res_post) % 16 == 0 && HDR <= 96 && CUDA_RES_INLINE % 16 == 0, "post");
+        constexpr uint32_t HW = offsetof(struct cuda_res_post, data) / 4, SPEC = CUDA_RES_SPEC / 192;
+        static_assert(sizeof(struct cuda_res_post) == 4 * CUDA_RES_WORDS && HW <= 32 && CUDA_RES_SPEC % 192 == 0,
+                      "post");
+        __shared__ uint32_t s_hdr[HW];
+        __shared__ uint32_t s_low[2]; /* by round: the lowest word read without its tag */
+        __shared__ int s_stop;
+        const struct cuda_res_post *sp = (const struct cuda_res_post *)s_hdr;
+        if (t == 0)
+                s_low[0] = s_low[1] = UINT32_MAX;
+        named_bar(4, 96);
+        uint32_t round = 0, idle = 0;
         for (uint64_t seq = r.first_seq;; seq++) {
                 const uint32_t slot = (uint32_t)(seq % CUDA_RES_SLOTS);
-                struct cuda_res_post *p = &r.host->post[slot];
+                char *dst = r.area + (size_t)slot * r.slot_bytes;
+                uint32_t nw = 0; /* words the post needs, once its fields are in */
+                bool stopping = false, whole = false;
                 uint64_t tp = 0;
-                if (t == 0) {
-                        /* A post, else a stop (looked at every fourth time). */
-                        for (uint32_t i = 0;; i++) {
-                                const uint64_t v = ld_acquire_sys(&p->seq);
-                                if ((v & CUDA_RES_POST_SEQ) == seq) {
-                                        s_posted = 1;
-                                        s_inl = (uint32_t)(v >> 48);
-                                        break;
-                                }
-                                if (i % 4 == 3 && ld_acquire_sys(&r.host->stop) >= r.gen) {
-                                        s_posted = 0;
-                                        break;
-                                }
-                                __nanosleep(64);
+                for (;;) {
+                        const uint32_t rb = round++ & 1;
+                        /* Idle for long: the fields alone (16 threads). */
+                        const bool lazy = idle >= RES_IDLE_ROUNDS && nw == 0;
+                        const uint32_t s1 = lazy ? (t < (int)HW / 2) : max(SPEC, (nw + 191) / 192);
+                        int stop = 0;
+                        if (t == 0) {
+                                uint64_t v;
+                                asm volatile("ld.relaxed.sys.global.u64 %0, [%1];\n"
+                                             : "=l"(v)
+                                             : "l"(&r.host->stop)
+                                             : "memory");
+                                stop = v >= r.gen;
                         }
-                        tp = globaltimer();
+                        uint32_t low = res_read(r.host->post[slot], s1, (uint32_t)seq, s_hdr, (uint32_t *)dst, t);
+                        low = min(low, lazy ? HW : 192 * s1);
+                        atomicMin(&s_low[rb], low);
+                        if (t == 0) {
+                                s_low[rb ^ 1] = UINT32_MAX;
+                                s_stop = stop;
+                        }
+                        named_bar(4, 96);
+                        low = s_low[rb];
+                        const bool fields = low >= HW && (sp->seq & CUDA_RES_POST_SEQ) == seq;
+                        const bool other_gen = fields && sp->gen != r.gen;
+                        if (fields && !other_gen)
+                                nw = HW + (sp->src ? 0 : (uint32_t)(sp->seq >> 48) / 4);
+                        whole = fields && !other_gen && low >= nw;
+                        stop = s_stop;
+                        named_bar(4, 96);
+                        if (whole || other_gen)
+                                break;
+                        if (fields) {
+                                idle = 0;
+                                if (t == 0 && !tp)
+                                        tp = globaltimer();
+                                continue;
+                        }
+                        if (stop) {
+                                if (stopping)
+                                        break;
+                                /* Whatever was posted before the stop is
+                                 * seen by the next read. */
+                                stopping = true;
+                                asm volatile("fence.acq_rel.sys;\n" ::: "memory");
+                                continue;
+                        }
+                        if (++idle > RES_IDLE_ROUNDS)
+                                __nanosleep(64);
                 }
-                named_bar(4, 96);
-                /* The fields and the data the post may carry, all loads
-                 * in flight at once: kept in registers until the fields
-                 * say how much of it is launch data. */
-                uint4 d[PER];
-                const uint32_t ni = s_inl / 16;
-                if (s_posted) {
-                        if (t < (int)HDR)
-                                s_post[t] = __ldcv((const uint4 *)p + t);
-#pragma unroll
-                        for (uint32_t u = 0; u < PER; u++)
-                                if (t + u * 96 < ni)
-                                        d[u] = __ldcv((const uint4 *)p->data + t + u * 96);
-                }
-                named_bar(4, 96);
-                const struct cuda_res_post *sp = (const struct cuda_res_post *)s_post;
-                /* Not posted, or posted for the next launch: a stop came first. */
-                if (!s_posted || sp->gen != r.gen) {
+                /* No post for this launch: a stop came first. */
+                if (!whole) {
                         if (t == 0) {
                                 meta->exit_seq = seq;
                                 st_release_gpu(&meta->ready[slot], RES_EXIT_BIT | r.gen);
                         }
                         return;
                 }
-                char *dst = r.area + (size_t)slot * r.slot_bytes;
+                idle = 0;
+                if (t == 0 && !tp)
+                        tp = globaltimer();
                 const uint4 *src = (const uint4 *)(uintptr_t)sp->src;
                 const uint32_t n = sp->bytes / 16;
-                if (!src) {
-#pragma unroll
-                        for (uint32_t u = 0; u < PER; u++)
-                                if (t + u * 96 < ni && t + u * 96 < n)
-                                        ((uint4 *)dst)[t + u * 96] = d[u];
-                }
+                if (src)
+                        asm volatile("fence.acq_rel.sys;\n" ::: "memory"); /* the fields before what they name */
                 constexpr uint32_t U = 8;
                 for (uint32_t i0 = t; src && i0 < n; i0 += 96 * U) {
                         uint4 v[U];
