@@ -36,6 +36,9 @@ struct backend {
          * loop thread may launch onto an idle device (worker.c,
          * launch_here); 0: only on the worker thread. */
         int launch_any_thread;
+        /* Whether a loop thread launches onto an idle device unless told
+         * (--loop-launch auto): where it measured faster. */
+        int loop_launch_pays;
 
         /* Tile shape for ops of kernel-config key `key`. */
         struct sched_shape (*shape)(struct backend *b, uint32_t key);

@@ -281,6 +281,7 @@ int backend_cpu_new(int threads, int alt_tiles, struct backend **out)
         cb->b.kernel_name = kernel_name;
         cb->b.launch = launch;
         cb->b.launch_any_thread = 1;
+        cb->b.loop_launch_pays = 1; /* the worker thread's wake-up is the hop it saves */
         cb->b.slot_init = slot_init;
         cb->b.slot_deinit = slot_deinit;
         cb->b.destroy = destroy;

@@ -43,7 +43,7 @@ void config_defaults(struct gemmd_config *cfg)
         /* A request answered when its own C is whole need not wait for
          * the larger problems of its group. */
         cfg->early_completion = 1;
-        cfg->loop_launch = 1;
+        cfg->loop_launch = -1; /* auto: the backend's (struct backend) */
         /* Timing events cost each launch host time and round trip, so a
          * GPU times two consecutive groups in every 16 (the pair gives the
          * idle gap between them) and the stats report the sample. */
@@ -286,8 +286,9 @@ static void usage(FILE *f, const struct gemmd_config *d)
                 "      --resident yes|no        a GPU keeps its 16-bit GEMM kernel running between groups and\n"
                 "                               feeds it through pinned memory instead of a launch per group\n"
                 "                               (default: no)\n"
-                "      --loop-launch yes|no     a request that finds its device idle is launched by the event\n"
-                "                               loop that read it, not handed to the device's worker (default: yes)\n"
+                "      --loop-launch yes|no|auto  a request that finds its device idle is launched by the event\n"
+                "                               loop that read it, not handed to the device's worker (default:\n"
+                "                               auto: on the CPU backend, not on a GPU, where it was no faster)\n"
                 "      --early-completion yes|no  a GPU answers each request of a 16-bit GEMM group once its own\n"
                 "                               tiles are done, before the whole group is (default: yes)\n"
                 "      --one-kernel-groups yes|no  groups hold ops of one kernel configuration on the CPU backend\n"
@@ -766,7 +767,10 @@ static int parse_args(struct gemmd_config *cfg, int argc, char **argv)
                         bad = parse_yes_no(optarg, &cfg->resident) != 0;
                         break;
                 case OPT_LOOP_LAUNCH:
-                        bad = parse_yes_no(optarg, &cfg->loop_launch) != 0;
+                        if (!strcmp(optarg, "auto"))
+                                cfg->loop_launch = -1;
+                        else
+                                bad = parse_yes_no(optarg, &cfg->loop_launch) != 0;
                         break;
                 case OPT_EARLY:
                         bad = parse_yes_no(optarg, &cfg->early_completion) != 0;

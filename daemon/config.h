@@ -75,7 +75,8 @@ struct gemmd_config {
          * (cuda_gemm_res_launch) instead of launching one per group. */
         int resident;
         /* A request that finds its device idle is launched by the loop
-         * thread that read it (worker.c, launch_here). */
+         * thread that read it (worker.c, launch_here); -1: where the
+         * backend says it pays (auto). */
         int loop_launch;
         /* A GPU answers each op of a 16-bit GEMM group once its own C is
          * whole, before the group ends (cuda_group.early_*). */

@@ -357,10 +357,11 @@ static int launch_next(struct worker *w, struct group *g);
  */
 static int launch_here(struct worker *w)
 {
+        const int on = w->cfg->loop_launch < 0 ? w->be->loop_launch_pays : w->cfg->loop_launch;
         struct group *g;
         int left;
 
-        if (!w->cfg->loop_launch || !w->be->launch_any_thread || w->cfg->batch_window_us ||
+        if (!on || !w->be->launch_any_thread || w->cfg->batch_window_us ||
             atomic_load_explicit(&w->inflight_hint, memory_order_relaxed) ||
             pthread_mutex_trylock(&w->lock))
                 return 0;
@@ -1253,6 +1254,8 @@ void worker_get_stats(struct worker *w, struct worker_stats *st, uint32_t *pendi
                 st->loaded_ns += now_ns() - w->loaded_since_ns;
         *pending = w->pending_ops;
         *inflight = w->inflight;
+        for (struct group *g = w->done; g; g = g->next_done)
+                ++*inflight;
         pthread_mutex_unlock(&w->lock);
 }
 

@@ -283,7 +283,10 @@ void worker_stop(struct worker *w);
 /* The progress counter, and whether work is queued or running. */
 void worker_progress(struct worker *w, uint64_t *progress, int *busy);
 
-/* Copies the counters under the worker's lock. */
+/* Copies the counters under the worker's lock. *inflight: groups launched
+ * and not yet accounted for, those done on the device whose counters the
+ * worker thread has yet to add (finish_group) among them, so that a
+ * reader that sees none knows the counters hold every group. */
 void worker_get_stats(struct worker *w, struct worker_stats *st, uint32_t *pending,
                       uint32_t *inflight);
 
