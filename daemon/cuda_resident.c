@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "daemon/cuda_backend.h"
+#include "kernels/res_post.h"
 
 /*
  * The resident kernel. A group it takes costs the worker a few stores
@@ -61,16 +62,6 @@ void res_init(struct cuda_backend *cb)
         memset(cb->res_host, 0, sizeof(*cb->res_host));
 }
 
-/* Stores the n 32-bit words at src as slot words from..from + n - 1,
- * each beside seq's tag in one 64-bit store, which the device reads whole. */
-static void put_tagged(uint64_t *w, uint32_t from, const void *src, uint32_t n, uint64_t seq)
-{
-        const uint32_t *v = src;
-
-        for (uint32_t i = 0; i < n; i++)
-                __atomic_store_n(&w[from + i], cuda_res_tag(seq, v[i]), __ATOMIC_RELAXED);
-}
-
 /* Posts a group to the resident kernel, starting one for its type if
  * none runs; s->rseq names it. rp: the post's fields but src; its launch
  * data is rp->bytes of blob (pinned: the same address on the device,
@@ -79,8 +70,7 @@ static void put_tagged(uint64_t *w, uint32_t from, const void *src, uint32_t n, 
  * slots), for a launch instead. */
 int res_post(struct cuda_backend *cb, struct cuda_slot *s, int dtype, struct cuda_res_post *rp, const void *blob)
 {
-        const uint32_t hw = offsetof(struct cuda_res_post, data) / 4;
-        uint64_t seq = cb->res_seq + 1, *w;
+        uint64_t seq = cb->res_seq + 1;
 
         if (seq > CUDA_RES_SLOTS &&
             __atomic_load_n(&cb->res_host->done[seq % CUDA_RES_SLOTS].seq, __ATOMIC_ACQUIRE) <
@@ -116,14 +106,6 @@ int res_post(struct cuda_backend *cb, struct cuda_slot *s, int dtype, struct cud
                 __atomic_store_n(&cb->res_alive, 1, __ATOMIC_RELEASE);
         }
         seq = ++cb->res_seq; /* the worker's alone: as checked above */
-        w = cb->res_host->post[seq % CUDA_RES_SLOTS];
-        /* The first post of the slot since seq's low 32 bits wrapped: its
-         * words get the tag of seq + 1, which no post of this slot has
-         * (theirs differ by CUDA_RES_SLOTS), so none left from before the
-         * wrap can pass for this post or a later one. */
-        if ((uint32_t)seq < CUDA_RES_SLOTS)
-                for (uint32_t i = 0; i < CUDA_RES_WORDS; i++)
-                        __atomic_store_n(&w[i], cuda_res_tag(seq + 1, 0), __ATOMIC_RELAXED);
         rp->gen = cb->res_gen;
         rp->rot = cb->res_rot;
         cb->res_rot = (cb->res_rot + rp->nctas) % cb->b.ctas;
@@ -131,9 +113,7 @@ int res_post(struct cuda_backend *cb, struct cuda_slot *s, int dtype, struct cud
         rp->seq = seq | (rp->src ? 0 : (uint64_t)rp->bytes << 48);
         /* Launch data read from src is read after the fields say so. */
         __atomic_thread_fence(__ATOMIC_RELEASE);
-        if (!rp->src)
-                put_tagged(w, hw, blob, rp->bytes / 4, seq);
-        put_tagged(w, 0, rp, hw, seq);
+        res_post_put(cb->res_host->post[seq % CUDA_RES_SLOTS], rp, blob, seq);
         s->rseq = seq;
         s->posted_ns = now_ns();
         pthread_mutex_unlock(&cb->res_lock);

@@ -253,14 +253,15 @@ uint32_t cuda_gemm_tmaps_cmaps(const void *buf, uint32_t nproblems);
  * The host posts group seq (1, 2, ...) in post[seq % CUDA_RES_SLOTS]: a
  * struct cuda_res_post (its fields, then the launch data if it fits in
  * data) written as tagged words, each 32 bits of it beside the low 32 bits
- * of seq in one 64-bit store (cuda_res_tag). Warps 1-3 of CTA 0 read the
+ * of seq in one 64-bit store (kernels/res_post.h: the rule, and the
+ * writer). Warps 1-3 of CTA 0 read the
  * slot's first CUDA_RES_SPEC words at once, again and again: a post is
  * whole once every word it needs carries its seq, so one round trip over
  * PCIe brings both the news and the data, where a sequence number read
  * before them took two. Each 64-bit word is stored and read whole, so a
  * word with the right tag holds what the host wrote for that post and
  * nothing else; a slot's words are rewritten with a tag no post of that
- * slot can have whenever seq's low 32 bits wrap (res_post), so no word
+ * slot can have whenever seq's low 32 bits wrap, so no word
  * left from an earlier round of them can pass. After a while without
  * posts only the fields are read. Those warps copy the launch data
  * (bytes from src, or from the post itself:
@@ -287,12 +288,6 @@ uint32_t cuda_gemm_tmaps_cmaps(const void *buf, uint32_t nproblems);
  * how many of them every poll reads: 2304 bytes of fields and data. */
 #define CUDA_RES_WORDS 1024
 #define CUDA_RES_SPEC 576
-
-/* Tagged word: 4 bytes of a post (v) beside the low 32 bits of its seq. */
-static inline uint64_t cuda_res_tag(uint64_t seq, uint32_t v)
-{
-        return (uint64_t)(uint32_t)seq << 32 | v;
-}
 /* A post's content, as its tagged words carry it. */
 struct cuda_res_post {
         uint64_t src;     /* launch data, in pinned host memory (its device address); 0: in data */

@@ -40,6 +40,7 @@
 #include "kernels/cuda_gemm.h"
 #include "kernels/kproblem.h"
 #include "kernels/res_mark.h"
+#include "kernels/res_post.h"
 #include "kernels/tmap_memo.h"
 #include "scheduler/plan.h"
 #include "scheduler/tiles.h"

@@ -313,17 +313,17 @@ __device__ __forceinline__ void ld_relaxed_sys_v2(const uint64_t *p, uint64_t &a
 }
 
 /*
- * One read of a post's tagged words (cuda_gemm.h) by 96 threads: slabs
+ * One read of a post's tagged words (res_post.h) by 96 threads: slabs
  * [0, s1) of 192 words, thread t taking words 192u + 2t and the next of
- * slab u, three slabs' loads in flight at once. Each word carrying tag is
+ * slab u, three slabs' loads in flight at once. Each word of post seq is
  * kept where it goes (the post's fields in hdr, its launch data at dst,
  * the slot of the area); returns the lowest index of a word read without
  * it (UINT32_MAX: none).
  */
-__device__ __forceinline__ uint32_t res_read(const uint64_t *w, uint32_t s1, uint32_t tag, uint32_t *hdr,
+__device__ __forceinline__ uint32_t res_read(const uint64_t *w, uint32_t s1, uint64_t seq, uint32_t *hdr,
                                              uint32_t *dst, int t)
 {
-        constexpr uint32_t HW = offsetof(struct cuda_res_post, data) / 4;
+        constexpr uint32_t HW = RES_POST_FIELD_WORDS;
         uint32_t low = UINT32_MAX;
         for (uint32_t u0 = 0; u0 < s1; u0 += 3) {
                 uint64_t v[6];
@@ -338,7 +338,7 @@ __device__ __forceinline__ uint32_t res_read(const uint64_t *w, uint32_t s1, uin
                         const uint32_t i = 192 * (u0 + j / 2) + 2 * t + j % 2;
                         if (u0 + j / 2 >= s1 || i >= CUDA_RES_WORDS)
                                 continue;
-                        if ((uint32_t)(v[j] >> 32) != tag)
+                        if (!res_tag_ok(v[j], seq))
                                 low = min(low, i);
                         else if (i < HW)
                                 hdr[i] = (uint32_t)v[j];
@@ -365,7 +365,7 @@ __device__ __noinline__ void res_dispatch(const ResArgs r, int t)
 {
 #ifdef GEMMD_SM90A
         ResMeta *meta = res_meta(r);
-        constexpr uint32_t HW = offsetof(struct cuda_res_post, data) / 4, SPEC = CUDA_RES_SPEC / 192;
+        constexpr uint32_t HW = RES_POST_FIELD_WORDS, SPEC = CUDA_RES_SPEC / 192;
         static_assert(sizeof(struct cuda_res_post) == 4 * CUDA_RES_WORDS && HW <= 32 && CUDA_RES_SPEC % 192 == 0,
                       "post");
         __shared__ uint32_t s_hdr[HW];
@@ -396,7 +396,7 @@ __device__ __noinline__ void res_dispatch(const ResArgs r, int t)
                                              : "memory");
                                 stop = v >= r.gen;
                         }
-                        uint32_t low = res_read(r.host->post[slot], s1, (uint32_t)seq, s_hdr, (uint32_t *)dst, t);
+                        uint32_t low = res_read(r.host->post[slot], s1, seq, s_hdr, (uint32_t *)dst, t);
                         low = min(low, lazy ? HW : 192 * s1);
                         atomicMin(&s_low[rb], low);
                         if (t == 0) {
@@ -408,7 +408,7 @@ __device__ __noinline__ void res_dispatch(const ResArgs r, int t)
                         const bool fields = low >= HW && (sp->seq & CUDA_RES_POST_SEQ) == seq;
                         const bool other_gen = fields && sp->gen != r.gen;
                         if (fields && !other_gen)
-                                nw = HW + (sp->src ? 0 : (uint32_t)(sp->seq >> 48) / 4);
+                                nw = res_post_words(sp);
                         whole = fields && !other_gen && low >= nw;
                         stop = s_stop;
                         named_bar(4, 96);
