@@ -115,7 +115,7 @@ Test(e2e, lone_requests_are_launched_by_the_loop_that_read_them)
         struct e2e_spec s = {.kind = GEMMD_GEMM, .dtype = GEMMD_F32, .m = 48, .n = 40, .k = 56,
                              .alpha = 1.0f, .beta = 0.5f};
 
-        for (int f = 0; f < 4; f++) {
+        for (size_t f = 0; f < sizeof(flags) / sizeof(flags[0]); f++) {
                 struct e2e_daemon d;
                 struct e2e_arena ar;
                 struct e2e_prob p;
@@ -535,7 +535,7 @@ Test(e2e, narrow_tile_only_for_a_group_alone_on_the_device)
         static const char *const devproc[] = {"no", "no", "yes"};
         uint8_t *first[NNARROW] = {0};
 
-        for (int f = 0; f < 4; f++) {
+        for (size_t f = 0; f < sizeof(flags) / sizeof(flags[0]); f++) {
                 const int narrow = !strcmp(flags[f], "yes");
                 struct e2e_daemon d;
                 struct e2e_arena ar;
