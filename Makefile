@@ -94,6 +94,7 @@ NPROC := $(shell nproc 2>/dev/null || echo 2)
 # The daemon's suites run once more with every daemon serving thus (also
 # under the sanitizers, tests/sanitize.mk).
 E2E_SECOND_PASS := E2E_LOOPS=3 E2E_DEVPROC=yes
+SECOND_PASS_SUITES = $(filter-out %/test_systemd,$(E2E_SUITES) $(HARD_SUITES))
 
 # The scripted suites (Python, gemmbench) take this build's binaries.
 test: deps
@@ -102,7 +103,7 @@ test: deps
 		scripts/run-tests.sh $(TESTS)
 	@echo "== the daemon's suites once more, each daemon serving with 3 event loops and a device process"
 	$(Q)$(E2E_SECOND_PASS) GEMMD_BIN=$(abspath $(BUILD)) GEMMD_LIBRARY=$(abspath $(BUILD))/libgemmd.so \
-		scripts/run-tests.sh $(filter-out %/test_systemd,$(E2E_SUITES) $(HARD_SUITES))
+		scripts/run-tests.sh $(SECOND_PASS_SUITES)
 
 test-gpu: bins $(GPU_TESTS)
 	$(Q)scripts/run-tests.sh --gpu $(GPU_TESTS)

@@ -357,12 +357,10 @@ static int launch_next(struct worker *w, struct group *g);
  */
 static int launch_here(struct worker *w)
 {
-        const int on = w->cfg->loop_launch < 0 ? w->be->loop_launch_pays : w->cfg->loop_launch;
         struct group *g;
         int left;
 
-        if (!on || !w->be->launch_any_thread || w->cfg->batch_window_us ||
-            atomic_load_explicit(&w->inflight_hint, memory_order_relaxed) ||
+        if (!w->loop_launch || atomic_load_explicit(&w->inflight_hint, memory_order_relaxed) ||
             pthread_mutex_trylock(&w->lock))
                 return 0;
         inbox_drain(w);
@@ -1162,6 +1160,11 @@ int worker_start(struct worker *w, int index, struct backend *be, const struct g
         w->launch_notice = launch_notice;
         w->ctx = ctx;
         w->max_inflight = cfg->max_groups_inflight ? cfg->max_groups_inflight : be->groups_inflight;
+        /* --loop-launch, auto the backend's choice; never where its
+         * launches must stay on this thread, nor with a batch window,
+         * which only the worker's wait applies. */
+        w->loop_launch = (cfg->loop_launch < 0 ? be->loop_launch_pays : cfg->loop_launch) && be->launch_any_thread &&
+                         !cfg->batch_window_us;
         w->nslots = w->max_inflight + 1;
         w->slots = calloc(w->nslots, sizeof(*w->slots));
         if (!w->slots)

@@ -160,6 +160,7 @@ struct worker {
         uint32_t pending_ops;  /* queued, not yet in a group */
         uint64_t pending_tiles;
         uint32_t inflight;     /* groups launched, not done */
+        int loop_launch;          /* loop threads launch onto the idle device (launch_here) */
         atomic_int inflight_hint; /* inflight != 0, read without the lock (launch_here) */
         /* A thread uses the backend outside the lock: forms or launches a
          * group (launch_next), runs a task or repairs the device. One at a

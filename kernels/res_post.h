@@ -50,6 +50,12 @@ RES_POST_FN int res_tag_ok(uint64_t w, uint64_t seq)
         return (uint32_t)(w >> 32) == (uint32_t)seq;
 }
 
+/* Whether fields p, each word of them with seq's tag, are post seq's. */
+RES_POST_FN int res_post_is(const struct cuda_res_post *p, uint64_t seq)
+{
+        return (p->seq & CUDA_RES_POST_SEQ) == seq;
+}
+
 /* The words post p needs, its fields in hand: the fields, and the launch
  * data carried inside it (the seq field's bits 48-63; none with src). */
 RES_POST_FN uint32_t res_post_words(const struct cuda_res_post *p)
@@ -100,7 +106,7 @@ static inline int res_post_take(const uint64_t *w, uint64_t seq, struct cuda_res
                 v = (uint32_t)w[i];
                 memcpy((char *)p + 4 * i, &v, 4);
         }
-        if ((p->seq & CUDA_RES_POST_SEQ) != seq || (n = res_post_words(p)) > CUDA_RES_WORDS)
+        if (!res_post_is(p, seq) || (n = res_post_words(p)) > CUDA_RES_WORDS)
                 return 0;
         for (uint32_t i = RES_POST_FIELD_WORDS; i < n; i++) {
                 if (!res_tag_ok(w[i], seq))

@@ -405,7 +405,7 @@ __device__ __noinline__ void res_dispatch(const ResArgs r, int t)
                         }
                         named_bar(4, 96);
                         low = s_low[rb];
-                        const bool fields = low >= HW && (sp->seq & CUDA_RES_POST_SEQ) == seq;
+                        const bool fields = low >= HW && res_post_is(sp, seq);
                         const bool other_gen = fields && sp->gen != r.gen;
                         if (fields && !other_gen)
                                 nw = res_post_words(sp);

@@ -125,12 +125,12 @@ static void run(post *p, done *d, uint4 *dev, cudaStream_t st, uint32_t bytes, i
         }
         __atomic_store_n(&p->seq, STOP, __ATOMIC_RELEASE);
         CK(cudaStreamSynchronize(st));
-        const double dmed = median(dv, REPS);
+        double pct[3];
         char name[64];
         snprintf(name, sizeof name, "%4u B, %s", bytes, sleep ? "sleep" : "spin");
-        qsort(rt, REPS, sizeof *rt, cmpd);
-        printf("%-16s round trip p50 %5.2f us  p90 %5.2f  p99 %5.2f; seen to read p50 %5.2f us\n", name, rt[REPS / 2],
-               rt[REPS * 9 / 10], rt[REPS * 99 / 100], dmed);
+        percentiles(rt, REPS, pct);
+        printf("%-16s round trip p50 %5.2f us  p90 %5.2f  p99 %5.2f; seen to read p50 %5.2f us\n", name, pct[0],
+               pct[1], pct[2], median(dv, REPS));
 }
 
 int main(void)

@@ -41,11 +41,22 @@ static double median(double *t, int n)
         return t[n / 2];
 }
 
-/* Sorts the n round trips in t (us) and prints their p50, p90 and p99. */
-static void report(const char *name, double *t, int n)
+/* Sorts the n values in t and gives their p50, p90 and p99 in p. */
+static void percentiles(double *t, int n, double p[3])
 {
         qsort(t, n, sizeof *t, cmpd);
-        printf("%-28s p50 %6.1f us  p90 %6.1f us  p99 %6.1f us\n", name, t[n / 2], t[n * 9 / 10], t[n * 99 / 100]);
+        p[0] = t[n / 2];
+        p[1] = t[n * 9 / 10];
+        p[2] = t[n * 99 / 100];
+}
+
+/* Prints the p50, p90 and p99 of the n round trips in t (us), sorting t. */
+static void report(const char *name, double *t, int n)
+{
+        double p[3];
+
+        percentiles(t, n, p);
+        printf("%-28s p50 %6.1f us  p90 %6.1f us  p99 %6.1f us\n", name, p[0], p[1], p[2]);
 }
 
 #endif

@@ -8,13 +8,14 @@
 # test-asan` and `make test-tsan` build them); the suites are the ordinary
 # build's, whose daemons and soak come from BINDIR. Each suite runs twice:
 # as the daemon starts by default, and with 3 event loops and a device
-# process (as `make test`'s second pass: $E2E_SECOND_PASS, which the
-# Makefile sets). Reports go to BINDIR/reports/.
+# process (`make test`'s second pass: $E2E_SECOND_PASS, which the Makefile
+# sets). Reports go to BINDIR/reports/.
 set -u
 
 kind=$1
 bin=$(cd "$2" && pwd)
 shift 2
+second=${E2E_SECOND_PASS:?"not set: run this by make test-asan or make test-tsan"}
 reports=$bin/reports
 rm -rf "$reports"
 mkdir -p "$reports"
@@ -40,7 +41,6 @@ export GEMMD_BIN="$bin"
 st=0
 echo "== $kind: the daemon as it starts by default"
 scripts/run-tests.sh "$@" || st=1
-second=${E2E_SECOND_PASS:-E2E_LOOPS=3 E2E_DEVPROC=yes}
 echo "== $kind: $second"
 env $second scripts/run-tests.sh "$@" || st=1
 

@@ -300,6 +300,39 @@ int e2e_round_trip(gemmd_client *c)
         return rc;
 }
 
+/* Whether every device of JSON stats has key at 0 (and there is one). */
+static int devices_zero(const char *json, const char *key)
+{
+        const char *p = strstr(json, "\"devices\":[");
+        char pat[64];
+        int seen = 0;
+
+        snprintf(pat, sizeof(pat), "\"%s\":", key);
+        while (p && (p = strstr(p, pat))) {
+                p += strlen(pat);
+                if (strtoll(p, NULL, 10) != 0)
+                        return 0;
+                seen = 1;
+        }
+        return seen;
+}
+
+char *e2e_idle_stats(gemmd_client *c, int timeout_ms)
+{
+        for (int waited = 0; waited <= timeout_ms; waited += 10) {
+                char *json = NULL;
+
+                if (gemmd_stats(c, 1, &json))
+                        return NULL;
+                /* Both counts from one snapshot. */
+                if (devices_zero(json, "queued") && devices_zero(json, "inflight_groups"))
+                        return json;
+                free(json);
+                usleep(10000);
+        }
+        return NULL;
+}
+
 /* ---- processes -------------------------------------------------------- */
 
 char *e2e_build_path(const char *name)

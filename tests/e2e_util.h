@@ -76,6 +76,13 @@ gemmd_client *e2e_connect(const struct e2e_daemon *d);
  * Returns 0 or gemmd_stats's error. */
 int e2e_round_trip(gemmd_client *c);
 
+/* The daemon's JSON stats once every device has nothing queued and no
+ * group in flight or waiting to be counted: a client can have its answers
+ * (from the GPU's completion words) before the worker counts their group,
+ * and a killed client's memory stays mapped until the group that reads it
+ * is done. NULL on an error or after timeout_ms; the caller frees it. */
+char *e2e_idle_stats(gemmd_client *c, int timeout_ms);
+
 /* ---- processes -------------------------------------------------------- */
 
 /* Path of a program in the build directory, found from this executable's

@@ -10,7 +10,7 @@
 # The CPU backend only: the suites are the ordinary build's, and their
 # daemons (and the soak program) come from the sanitized build. Any report
 # fails the run and is printed.
-SAN_SUITES := $(filter-out %/test_systemd,$(E2E_SUITES) $(HARD_SUITES)) $(BUILD)/tests/test_e2e_cpu
+SAN_SUITES = $(SECOND_PASS_SUITES) $(BUILD)/tests/test_e2e_cpu
 SAN_BINS = $(addprefix $(BUILD)/$(1)/,gemmd gemmd-fi gemmctl soak)
 SAN_FLAGS_asan := -fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer
 SAN_FLAGS_tsan := -fsanitize=thread

@@ -22,28 +22,15 @@
 
 TestSuite(faults, .init = e2e_setup, .fini = e2e_teardown, .timeout = 180);
 
-/* Waits until the first device has nothing queued or in flight: a killed
+/* Waits until the devices have nothing queued or in flight: a killed
  * client's memory stays mapped until the group that reads it is done.
  * Returns 0, or -1 on timeout. */
 static int wait_device_idle(gemmd_client *c, int timeout_ms)
 {
-        for (int waited = 0; waited < timeout_ms; waited += 10) {
-                char *json = NULL;
-                int idle = 0;
+        char *json = e2e_idle_stats(c, timeout_ms);
 
-                /* Both counts from one snapshot. */
-                if (gemmd_stats(c, 1, &json) == 0) {
-                        const char *dev = strstr(json, "\"devices\":");
-
-                        idle = dev && hard_json_number(dev, "queued") == 0 &&
-                               hard_json_number(dev, "inflight_groups") == 0;
-                }
-                free(json);
-                if (idle)
-                        return 0;
-                usleep(10000);
-        }
-        return -1;
+        free(json);
+        return json ? 0 : -1;
 }
 
 /* ---- killed clients ---------------------------------------------------------- */

@@ -66,24 +66,6 @@ static long long devices_sum(const char *json, const char *key)
         return sum;
 }
 
-/* The daemon's JSON stats (NULL: not had) once no group is in flight or
- * waiting to be accounted for: a client can have its answers (from the
- * GPU's completion words) before the worker adds their group to the
- * counters. Waits at most 5 s. */
-static char *settled_stats(gemmd_client *c)
-{
-        for (int i = 0;; i++) {
-                char *json = NULL;
-
-                if (gemmd_stats(c, 1, &json))
-                        return NULL;
-                if ((devices_sum(json, "inflight_groups") == 0 && devices_sum(json, "queued") == 0) || i == 500)
-                        return json;
-                free(json);
-                usleep(10000);
-        }
-}
-
 /* Random problems of every kind, dtype, op and layout, through shared memory
  * and inline, several submits in flight so they share groups. The shared
  * memory is page-locked off the worker while the first groups bounce it,
@@ -120,7 +102,7 @@ Test(gpu_e2e, shared_and_inline_operands)
                 char *json = NULL;
                 long long groups, timed;
 
-                cr_assert_not_null(json = settled_stats(c));
+                cr_assert_not_null(json = e2e_idle_stats(c, 5000));
                 groups = device_number(json, "groups");
                 timed = device_number(json, "timed_groups");
                 cr_expect_gt(timed, 0, "%s", json);
@@ -658,7 +640,7 @@ static long long spec_run(const char *const *flags, const struct e2e_spec *s, in
                 memcpy(p[i].c0, p[i].c, p[i].cbytes);
                 p[i].a = p[i].b = p[i].c = NULL;
         }
-        cr_assert_not_null(json = settled_stats(c));
+        cr_assert_not_null(json = e2e_idle_stats(c, 5000));
         const long long v = device_number(json, key);
         free(json);
         gemmd_disconnect(c);
@@ -843,7 +825,7 @@ static void narrow_run(const char *narrow, void *out[NARROW_OPS], uint64_t bytes
                 bytes[i] = p.cbytes;
                 free(p.c0);
         }
-        cr_assert_not_null(json = settled_stats(c));
+        cr_assert_not_null(json = e2e_idle_stats(c, 5000));
         *narrow_groups = device_number(json, "narrow_groups");
         free(json);
         gemmd_disconnect(c);
@@ -979,7 +961,7 @@ static int res_client(const struct e2e_daemon *d, void *arg)
                 }
                 usleep(20000); /* idle: the resident kernel stops */
         }
-        if (!(json = settled_stats(c)))
+        if (!(json = e2e_idle_stats(c, 5000)))
                 return 8;
         out->resident_groups = device_number(json, "resident_groups");
         out->groups = device_number(json, "groups");
@@ -1173,7 +1155,7 @@ static int early_client(const struct e2e_daemon *d, void *arg)
                 out->before_others += first;
                 out->beside_long += i > 0 && r[i].group_id == r[0].group_id;
         }
-        if (!(json = settled_stats(c)))
+        if (!(json = e2e_idle_stats(c, 5000)))
                 return 10;
         out->ops_early = device_number(json, "ops_early");
         out->ops_word_dev = device_number(json, "ops_word_dev");

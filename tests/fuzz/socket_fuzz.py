@@ -17,6 +17,7 @@ which is printed if the daemon fails. Exits 0 when the daemon held.
 """
 import argparse
 import glob
+import json
 import os
 import random
 import shutil
@@ -165,24 +166,26 @@ def main():
                 os._exit(0 if n else 1)
             pids.append(pid)
         answered = missed = 0
-        while any(os.waitpid(p, os.WNOHANG) == (0, 0) for p in pids):
-            if stats(gemmctl, path):
-                answered += 1
-            else:
-                missed += 1
-            time.sleep(1)
-        for p in pids:
-            try:
-                os.waitpid(p, 0)
-            except ChildProcessError:
-                pass
+        live, failed = set(pids), 0
+        while live:
+            for p in list(live):
+                done, st = os.waitpid(p, os.WNOHANG)
+                if done:
+                    live.discard(p)
+                    failed += os.waitstatus_to_exitcode(st) != 0  # a worker that got no session in
+            if live:
+                if stats(gemmctl, path):
+                    answered += 1
+                else:
+                    missed += 1
+                time.sleep(1)
         final = stats(gemmctl, path)
         daemon.send_signal(signal.SIGTERM)
         rc = daemon.wait(timeout=30)
-        total = final.decode().split('"sessions_total":')[1].split(",")[0] if final else "?"
+        total = json.loads(final)["sessions_total"] if final else "?"
         print("socket_fuzz: %s sessions in all; stats answered %d times while fuzzed, missed %d; "
-              "gemmd exited %d" % (total, answered, missed, rc))
-        ok = final is not None and missed == 0 and rc == 0
+              "%d of %d workers got no session in; gemmd exited %d" % (total, answered, missed, failed, len(pids), rc))
+        ok = final is not None and missed == 0 and failed == 0 and rc == 0
     finally:
         if daemon.poll() is None:
             daemon.kill()
