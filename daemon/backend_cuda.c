@@ -252,6 +252,15 @@ static void destroy(struct backend *be)
                          cb->ordinal, (unsigned long long)cb->res_groups, (unsigned long long)cb->res_gen,
                          cb->res_host_ns / 1e3 / cb->res_groups, cb->res_take_ns / 1e3 / cb->res_groups,
                          cb->res_run_ns / 1e3 / cb->res_groups);
+        if (cb->res_tr_groups) {
+                const double n = 1e3 * (double)cb->res_tr_groups;
+
+                log_info("cuda %d: resident kernel, handed over to done by step (%llu groups, us): mark seen "
+                         "%.2f, first stage full %.2f, C's stores issued %.2f, last arrival counted %.2f, "
+                         "done %.2f",
+                         cb->ordinal, (unsigned long long)cb->res_tr_groups, cb->res_tr_ns[0] / n,
+                         cb->res_tr_ns[1] / n, cb->res_tr_ns[2] / n, cb->res_tr_ns[3] / n, cb->res_tr_ns[4] / n);
+        }
         if (cb->res_on) {
                 cudaFreeHost(cb->res_host);
                 cudaFree(cb->res_area);

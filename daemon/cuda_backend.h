@@ -135,6 +135,11 @@ struct cuda_backend {
          * to done seen, and on the device, post seen to handed over and
          * handed over to done. */
         uint64_t res_groups, res_host_ns, res_take_ns, res_run_ns;
+        /* A GEMMD_RTRACE build's finer steps of handed over to done
+         * (cuda_res_done.pad: mark seen, first stage full, C's stores
+         * issued, last arrival counted; then done), summed likewise. */
+        uint64_t res_tr_groups;
+        int64_t res_tr_ns[5];
         uint64_t res_queried_ns; /* when res_query last asked the stream */
 
         /* The pin thread (pin_main) and its queue of tasks. */

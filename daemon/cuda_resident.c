@@ -120,6 +120,19 @@ int res_post(struct cuda_backend *cb, struct cuda_slot *s, int dtype, struct cud
         return 0;
 }
 
+/* Adds a GEMMD_RTRACE build's stamps of a done group (none: pad[3] 0)
+ * to the backend's sums: t0, then pad[0..3], then t1, step by step. */
+static void res_trace(struct cuda_backend *cb, const struct cuda_res_done *d)
+{
+        const uint64_t at[6] = {d->t0, d->pad[0], d->pad[1], d->pad[2], d->pad[3], d->t1};
+
+        if (!d->pad[3])
+                return;
+        for (int i = 0; i < 5; i++)
+                cb->res_tr_ns[i] += (int64_t)(at[i + 1] - at[i]);
+        cb->res_tr_groups++;
+}
+
 /* Whether a resident group is done: cudaSuccess, cudaErrorNotReady, or the
  * error that ended the kernel before it. */
 cudaError_t res_query(struct cuda_backend *cb, struct cuda_slot *s)
@@ -135,6 +148,7 @@ cudaError_t res_query(struct cuda_backend *cb, struct cuda_slot *s)
                         cb->res_host_ns += now_ns() - s->posted_ns;
                         cb->res_take_ns += d->t0 > d->tp ? d->t0 - d->tp : 0;
                         cb->res_run_ns += d->t1 > d->t0 ? d->t1 - d->t0 : 0;
+                        res_trace(cb, d);
                         return cudaSuccess;
                 }
                 if (again)

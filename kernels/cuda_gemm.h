@@ -312,7 +312,7 @@ struct cuda_res_post {
 };
 struct cuda_res_done {
         uint64_t seq, t0, t1, tp; /* tp: device clock when the post was seen */
-        uint64_t pad[4];
+        uint64_t pad[4]; /* a GEMMD_RTRACE build's stamps (wgmma_gemm.cuh, RT_*), else 0 */
 };
 struct cuda_res_host {
         uint64_t post[CUDA_RES_SLOTS][CUDA_RES_WORDS]; /* tagged struct cuda_res_post */

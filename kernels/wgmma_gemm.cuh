@@ -239,18 +239,31 @@ __device__ __forceinline__ void named_bar(uint32_t id, uint32_t n)
 
 /* The area (device memory): the launch data of each slot, then per slot
  * what every CTA needs of the group, when it is ready, and how many
- * consumer warpgroups are done with it. */
+ * of its CTAs are done with it (groups of more than one). */
 struct ResSlot {
         KParams kp;
         const char *tmaps;
         const uint64_t *words; /* cuda_res_post.words, NULL: none */
         uint32_t nctas;        /* the plan's, for res_group_done (each CTA reads its part from the mark) */
 };
+/* GEMMD_RTRACE (a diagnostic build): a resident group's device clock
+ * (globaltimer) where one of its CTAs saw its mark, where a consumer found
+ * its first stage full, and where a consumer reached its end (C's stores
+ * issued); the last writer's stay. res_group_done hands them to the
+ * host's done record (pad) with the time the last arrival was counted. */
+enum { RT_TAKE, RT_FULL, RT_END, RT_N };
+#ifdef GEMMD_RTRACE
+#define RT_AT(meta, slot, i) ((meta)->trace[slot][i] = globaltimer())
+#else
+#define RT_AT(meta, slot, i) ((void)0)
+#endif
+
 struct ResMeta {
         ResSlot slot[CUDA_RES_SLOTS];
         alignas(128) uint64_t ready[CUDA_RES_SLOTS]; /* res_mark(seq, ...); an exit: RES_EXIT_BIT | gen */
         alignas(128) uint32_t count[CUDA_RES_SLOTS];
         uint64_t exit_seq; /* the seq an exit was marked at, written before the mark */
+        uint64_t trace[CUDA_RES_SLOTS][RT_N]; /* GEMMD_RTRACE: RT_AT */
 };
 
 __device__ __forceinline__ size_t res_slots_bytes(uint64_t slot_bytes)
@@ -480,7 +493,8 @@ __device__ __noinline__ void res_dispatch(const ResArgs r, int t)
                 /* Generic writes of tensor maps, read next through the
                  * tensormap proxy (the producers acquire each map). */
                 asm volatile("fence.proxy.tensormap::generic.release.gpu;\n" ::: "memory");
-                __threadfence();
+                /* The barrier orders the other threads' writes before
+                 * thread 0's release, which is cumulative: one fence. */
                 named_bar(4, 96);
                 if (t == 0)
                         st_release_gpu(&meta->ready[slot], res_mark(seq, sp->nctas, sp->rot));
@@ -498,22 +512,40 @@ __device__ __forceinline__ void store_word(const uint64_t *words, uint32_t i)
                 asm volatile("st.relaxed.sys.global.u64 [%0], %1;\n" ::"l"(w), "l"(words[2 * i + 1]) : "memory");
 }
 
-/* The last consumer warpgroup of the plan's CTAs done with a group tells
- * the host: first each client in its completion word (the group's C
- * stores, each warpgroup's fenced before its arrival, are ordered before
- * them by the system-scope fence), then the daemon. */
+/* The last of the plan's CTAs done with a group (one arrival a CTA, by
+ * its consumers' thread 0 after their barrier) tells the host: first each
+ * client in its completion word (the group's C stores are ordered before
+ * them by the system-scope fence, which for a group of one CTA is the
+ * only one), then the daemon. What the words need is read beside the
+ * count, so that nothing but the fence stands between the last arrival
+ * and the first word; the count is zeroed for the slot's next group after
+ * them (that group is posted only once the host has seen this one done,
+ * which is released after). */
 __device__ __forceinline__ void res_group_done(const ResArgs &r, uint32_t slot, uint64_t seq)
 {
         ResMeta *meta = res_meta(r);
         const ResSlot &rs = meta->slot[slot];
-        if (atomicAdd(&meta->count[slot], 1u) != 2 * rs.nctas - 1)
-                return;
-        atomicExch(&meta->count[slot], 0u);
+        const uint32_t nctas = rs.nctas, nprobs = rs.kp.nprobs;
+        const uint64_t *words = rs.words;
+        const uint64_t w0 = words ? words[0] : 0, v0 = words ? words[1] : 0;
+        if (nctas > 1) {
+                __threadfence();
+                if (atomicAdd(&meta->count[slot], 1u) != nctas - 1)
+                        return;
+        }
+#ifdef GEMMD_RTRACE
+        for (int i = 0; i < RT_N; i++)
+                r.host->done[slot].pad[i] = meta->trace[slot][i];
+        r.host->done[slot].pad[RT_N] = globaltimer();
+#endif
         asm volatile("fence.acq_rel.sys;\n" ::: "memory");
-        if (rs.words)
-                for (uint32_t i = 0; i < rs.kp.nprobs; i++)
-                        store_word(rs.words, i);
+        if (w0)
+                asm volatile("st.relaxed.sys.global.u64 [%0], %1;\n" ::"l"(w0), "l"(v0) : "memory");
+        for (uint32_t i = 1; words && i < nprobs; i++)
+                store_word(words, i);
         r.host->done[slot].t1 = globaltimer();
+        if (nctas > 1)
+                atomicExch(&meta->count[slot], 0u);
         __threadfence_system();
         st_release_sys(&r.host->done[slot].seq, seq);
 }
@@ -1659,7 +1691,11 @@ __global__ void __launch_bounds__(WCfg::THREADS, 1) wgmma_kernel(const __grid_co
                                         break;
                                 if (step != RES_TAKE)
                                         continue;
-                                (void)ld_acquire_gpu(&meta->ready[slot]); /* for every lane's reads below */
+                                /* Lane 0's acquire, then the warp's barrier, orders
+                                 * every lane's reads below after the mark. */
+                                __syncwarp();
+                                if (lane == 0)
+                                        RT_AT(meta, slot, RT_TAKE);
                                 vcta = v;
                                 kp = meta->slot[slot].kp;
                                 tmaps = meta->slot[slot].tmaps;
@@ -1686,6 +1722,9 @@ __global__ void __launch_bounds__(WCfg::THREADS, 1) wgmma_kernel(const __grid_co
         Pipe pp = {0, 0, -1, bars, 0, base + W::A_BYTES, lane}; /* a_off: set per tile */
         float acc[NA], tot[NA], csum[NA]; /* csum: X3 only */
         uint32_t cphase = 0; /* F32C: the phase of this warpgroup's c_load barrier */
+        uint32_t rslot = 0;  /* RES: the current group's slot */
+        bool rfull = true;   /* RES: its first full stage seen (RT_FULL) */
+        (void)rslot;
 #pragma unroll
         for (int i = 0; i < NA; i++)
                 acc[i] = 0.f;
@@ -1748,14 +1787,17 @@ __global__ void __launch_bounds__(WCfg::THREADS, 1) wgmma_kernel(const __grid_co
                         }
                         if (start) {
                                 kp = res_meta(args.res)->slot[slot].kp;
+                                rslot = slot;
+                                rfull = false;
                                 continue;
                         }
-                        /* This warpgroup's stores of C are done, and seen
-                         * before its arrival (each thread's fence, then the
-                         * barrier). */
-                        __threadfence();
-                        named_bar(2 + cw, 128);
                         if (wt == 0)
+                                RT_AT(res_meta(args.res), slot, RT_END);
+                        /* Both warpgroups' stores of C are issued: after
+                         * the CTA's barrier, thread 0's fence (cumulative)
+                         * orders them before its arrival (res_group_done). */
+                        named_bar(1, 256);
+                        if (ctid == 0)
                                 res_group_done(args.res, slot, seq);
                         continue;
                 }
@@ -1795,6 +1837,11 @@ __global__ void __launch_bounds__(WCfg::THREADS, 1) wgmma_kernel(const __grid_co
                 if (wt == 0 && s_kt[KT_FULL] == 0)
                         KT_AT(s_kt, KT_FULL);
 #endif
+                if (RES && !rfull) {
+                        if (wt == 0)
+                                RT_AT(res_meta(args.res), rslot, RT_FULL);
+                        rfull = true;
+                }
                 /* This consumer's rows of the tile: its 64, or all of a half tile. */
                 const uint32_t rsh = own >= 0 ? 0u : (uint32_t)cw * 64;
                 pp.a_off = base + rsh * 128;
