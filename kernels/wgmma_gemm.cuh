@@ -255,7 +255,7 @@ enum { RT_TAKE, RT_FULL, RT_END, RT_N };
 #ifdef GEMMD_RTRACE
 #define RT_AT(meta, slot, i) ((meta)->trace[slot][i] = globaltimer())
 #else
-#define RT_AT(meta, slot, i) ((void)0)
+#define RT_AT(meta, slot, i) ((void)(slot))
 #endif
 
 struct ResMeta {
@@ -502,14 +502,19 @@ __device__ __noinline__ void res_dispatch(const ResArgs r, int t)
 #endif
 }
 
+/* Stores completion word value v at address w (0: none), after the
+ * caller's system-scope fence over the stores it stands for. */
+__device__ __forceinline__ void store_word_at(uint64_t w, uint64_t v)
+{
+        if (w)
+                asm volatile("st.relaxed.sys.global.u64 [%0], %1;\n" ::"l"(w), "l"(v) : "memory");
+}
+
 /* Stores problem i's completion word, if it has one (words[2i]: its
- * address, 0: none; words[2i + 1]: the value, cuda_group.early_word),
- * after the caller's system-scope fence over the stores it stands for. */
+ * address, 0: none; words[2i + 1]: the value, cuda_group.early_word). */
 __device__ __forceinline__ void store_word(const uint64_t *words, uint32_t i)
 {
-        const uint64_t w = words[2 * i];
-        if (w)
-                asm volatile("st.relaxed.sys.global.u64 [%0], %1;\n" ::"l"(w), "l"(words[2 * i + 1]) : "memory");
+        store_word_at(words[2 * i], words[2 * i + 1]);
 }
 
 /* The last of the plan's CTAs done with a group (one arrival a CTA, by
@@ -539,8 +544,7 @@ __device__ __forceinline__ void res_group_done(const ResArgs &r, uint32_t slot, 
         r.host->done[slot].pad[RT_N] = globaltimer();
 #endif
         asm volatile("fence.acq_rel.sys;\n" ::: "memory");
-        if (w0)
-                asm volatile("st.relaxed.sys.global.u64 [%0], %1;\n" ::"l"(w0), "l"(v0) : "memory");
+        store_word_at(w0, v0);
         for (uint32_t i = 1; words && i < nprobs; i++)
                 store_word(words, i);
         r.host->done[slot].t1 = globaltimer();
@@ -1724,7 +1728,6 @@ __global__ void __launch_bounds__(WCfg::THREADS, 1) wgmma_kernel(const __grid_co
         uint32_t cphase = 0; /* F32C: the phase of this warpgroup's c_load barrier */
         uint32_t rslot = 0;  /* RES: the current group's slot */
         bool rfull = true;   /* RES: its first full stage seen (RT_FULL) */
-        (void)rslot;
 #pragma unroll
         for (int i = 0; i < NA; i++)
                 acc[i] = 0.f;

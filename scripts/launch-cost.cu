@@ -91,7 +91,7 @@ int main(void)
         CK(cudaGetDeviceProperties(&prop, 0));
         printf("# %s, %d SMs: host time of one call, us, %d calls after %d warm-ups\n", prop.name,
                prop.multiProcessorCount, REPS, WARM);
-        CK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
+        st = probe_stream();
         CK(cudaMalloc((void **)&d_out, 4));
         CK(cudaMallocHost(&h_buf, 4096));
         CK(cudaMalloc(&d_buf, 4096));

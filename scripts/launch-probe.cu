@@ -90,7 +90,7 @@ int main(void)
         CK(cudaGetDeviceProperties(&prop, 0));
         printf("# %s; a 1-CTA kernel reading a %u-byte plan, round trip to cudaEventQuery done, 2000 runs\n",
                prop.name, bytes);
-        CK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
+        st = probe_stream();
         CK(cudaMallocHost((void **)&h_plan, 8192));
         CK(cudaMalloc((void **)&d_plan, 8192));
         CK(cudaMalloc((void **)&d_out, 4));

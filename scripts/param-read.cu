@@ -135,7 +135,7 @@ int main(void)
         d.ghz = khz / 1e6;
         printf("# %s, %d SMs, SM clock %.3f GHz (the chain's us assume it); medians of %d launches\n", prop.name,
                d.sms, d.ghz, REPS);
-        CK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
+        st = probe_stream();
         CK(cudaMalloc((void **)&d.cyc, d.sms * sizeof(long long)));
         CK(cudaMalloc((void **)&d.sink, d.sms * sizeof(uint32_t)));
 

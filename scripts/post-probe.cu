@@ -138,16 +138,11 @@ int main(void)
         setvbuf(stdout, NULL, _IOLBF, 0);
         cudaDeviceProp prop;
         CK(cudaGetDeviceProperties(&prop, 0));
-        post *p;
-        done *d;
+        post *p = (post *)mapped_zeroed(sizeof *p);
+        done *d = (done *)mapped_zeroed(sizeof *d);
         uint4 *dev;
-        CK(cudaHostAlloc((void **)&p, sizeof *p, cudaHostAllocMapped));
-        CK(cudaHostAlloc((void **)&d, sizeof *d, cudaHostAllocMapped));
         CK(cudaMalloc((void **)&dev, MAX_BYTES));
-        memset(p, 0, sizeof *p);
-        memset(d, 0, sizeof *d);
-        cudaStream_t st;
-        CK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
+        cudaStream_t st = probe_stream();
         printf("# %s: a post of N bytes read by 96 threads after its number, %d runs after %d warm-ups\n", prop.name,
                REPS, WARM);
         static const uint32_t sizes[] = {16, 256, 512, 1024, 2048, 3968};

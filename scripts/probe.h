@@ -1,8 +1,9 @@
 /*
- * probe.h - what the probes in scripts/ (launch-probe.cu, ring-probe.cu)
- * share: a check of every CUDA call, a monotonic clock, and the percentile
- * line each prints for a series of round trips. Header-only: each probe
- * still builds with one nvcc command.
+ * probe.h - what the probes in scripts/ (launch-cost.cu, launch-probe.cu,
+ * param-read.cu, post-probe.cu, ring-probe.cu) share: a check of every
+ * CUDA call, their set-up (pinned memory both sides see, a stream), a
+ * monotonic clock, and the percentile line each prints for a series of
+ * round trips. Header-only: each probe still builds with one nvcc command.
  */
 #ifndef GEMMD_PROBE_H
 #define GEMMD_PROBE_H
@@ -10,6 +11,7 @@
 #include <cuda_runtime.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 
 #define CK(x)                                                                                    \
@@ -20,6 +22,26 @@
                         exit(1);                                                                 \
                 }                                                                                \
         } while (0)
+
+/* n bytes of pinned host memory mapped into the device's address space
+ * (the same address there), zeroed. */
+static void *mapped_zeroed(size_t n)
+{
+        void *p;
+
+        CK(cudaHostAlloc(&p, n, cudaHostAllocMapped));
+        memset(p, 0, n);
+        return p;
+}
+
+/* A stream that does not wait on the legacy default stream. */
+static cudaStream_t probe_stream(void)
+{
+        cudaStream_t st;
+
+        CK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
+        return st;
+}
 
 static double now_us(void)
 {

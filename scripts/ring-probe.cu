@@ -211,16 +211,11 @@ int main(void)
         setvbuf(stdout, NULL, _IOLBF, 0);
         cudaDeviceProp p;
         CK(cudaGetDeviceProperties(&p, 0));
-        ring *r;
-        done *d;
+        ring *r = (ring *)mapped_zeroed(sizeof *r);
+        done *d = (done *)mapped_zeroed(sizeof *d);
         shared_state *sst;
-        CK(cudaHostAlloc((void **)&r, sizeof *r, cudaHostAllocMapped));
-        CK(cudaHostAlloc((void **)&d, sizeof *d, cudaHostAllocMapped));
         CK(cudaMalloc((void **)&sst, sizeof *sst));
-        memset(r, 0, sizeof *r);
-        memset(d, 0, sizeof *d);
-        cudaStream_t st;
-        CK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
+        cudaStream_t st = probe_stream();
         printf("# %s, %d SMs; a lone group's round trip, host to done, %d runs after %d warm-ups\n", p.name,
                p.multiProcessorCount, REPS, WARM);
         for (int round = 0; round < 2; round++) {
