@@ -39,6 +39,10 @@ struct backend {
         /* Whether a loop thread launches onto an idle device unless told
          * (--loop-launch auto): where it measured faster. */
         int loop_launch_pays;
+        /* 1 if its groups may go to a kernel that stays running
+         * (--resident): small groups there skip a launch, and so take
+         * the usual tile rather than the narrow one (worker.c). */
+        int resident;
 
         /* Tile shape for ops of kernel-config key `key`. */
         struct sched_shape (*shape)(struct backend *b, uint32_t key);

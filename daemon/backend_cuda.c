@@ -121,6 +121,7 @@ static int recover(struct backend *be)
         }
         if (cb->res_on)
                 res_init(cb);
+        cb->b.resident = cb->res_on;
         for (struct ipc_map *m = cb->maps; m; m = m->next) {
                 cudaIpcMemHandle_t h;
 
@@ -316,9 +317,9 @@ int backend_cuda_new(int ordinal, const struct gemmd_config *cfg, struct backend
         pthread_mutex_init(&cb->res_lock, NULL);
         /* The resident kernel reads launch data where the host wrote it:
          * pinned memory at the same address on the device. */
-        cb->res_on = cfg->resident && cuda_gemm_fast_available() && prop.unifiedAddressing &&
-                     prop.canMapHostMemory;
-        if (cfg->resident && !cb->res_on)
+        cb->res_on = (cfg->resident < 0 ? !cfg->device_process : cfg->resident) && cuda_gemm_fast_available() &&
+                     prop.unifiedAddressing && prop.canMapHostMemory;
+        if (cfg->resident > 0 && !cb->res_on)
                 log_warn("cuda %d: no resident kernel on this device (it needs sm_90 and mapped host memory)",
                          ordinal);
         if (cb->res_on)
@@ -374,6 +375,7 @@ int backend_cuda_new(int ordinal, const struct gemmd_config *cfg, struct backend
         /* Not by default: on an H200 a lone request was no faster
          * launched by its loop than by the spinning worker. */
         cb->b.loop_launch_pays = 0;
+        cb->b.resident = cb->res_on;
         cb->b.collect = collect;
         cb->b.ipc_open = ipc_open;
         cb->b.ipc_close = ipc_close;

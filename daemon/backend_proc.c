@@ -955,6 +955,7 @@ int backend_proc_new(int kind, int ordinal, const struct gemmd_config *cfg, stru
         p->b.memory_bytes = r.memory_bytes;
         p->b.mixed_keys = r.mixed_keys;
         p->b.groups_inflight = r.groups_inflight;
+        p->b.resident = r.resident;
         p->b.dtypes = r.dtypes;
         memcpy(p->shapes, r.shapes, sizeof(p->shapes));
         memcpy(p->wide, r.wide, sizeof(p->wide));

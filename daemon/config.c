@@ -44,6 +44,10 @@ void config_defaults(struct gemmd_config *cfg)
          * the larger problems of its group. */
         cfg->early_completion = 1;
         cfg->loop_launch = -1; /* auto: the backend's (struct backend) */
+        /* A lone request on a GPU skips a launch's host path and start;
+         * auto: the backend's (struct backend), not under a device
+         * process, where it has not been measured. */
+        cfg->resident = -1;
         /* Timing events cost each launch host time and round trip, so a
          * GPU times two consecutive groups in every 16 (the pair gives the
          * idle gap between them) and the stats report the sample. */
@@ -283,9 +287,11 @@ static void usage(FILE *f, const struct gemmd_config *d)
                 "                               one wave (default: yes)\n"
                 "      --rings yes|no           let clients submit and take completions through rings in\n"
                 "                               shared memory beside the socket (default: yes)\n"
-                "      --resident yes|no        a GPU keeps its 16-bit GEMM kernel running between groups and\n"
-                "                               feeds it through pinned memory instead of a launch per group\n"
-                "                               (default: no)\n"
+                "      --resident yes|no|auto   a GPU keeps its 16-bit GEMM kernel running between groups and\n"
+                "                               feeds it through pinned memory instead of a launch per group;\n"
+                "                               it holds every SM while requests keep coming and stops 2 ms\n"
+                "                               after the last (default: auto: yes on an sm_90 GPU, not with\n"
+                "                               --device-process yes)\n"
                 "      --loop-launch yes|no|auto  a request that finds its device idle is launched by the event\n"
                 "                               loop that read it, not handed to the device's worker (default:\n"
                 "                               auto: on the CPU backend, not on a GPU, where it was no faster)\n"
@@ -764,7 +770,10 @@ static int parse_args(struct gemmd_config *cfg, int argc, char **argv)
                         bad = parse_yes_no(optarg, &cfg->rings) != 0;
                         break;
                 case OPT_RESIDENT:
-                        bad = parse_yes_no(optarg, &cfg->resident) != 0;
+                        if (!strcmp(optarg, "auto"))
+                                cfg->resident = -1;
+                        else
+                                bad = parse_yes_no(optarg, &cfg->resident) != 0;
                         break;
                 case OPT_LOOP_LAUNCH:
                         if (!strcmp(optarg, "auto"))

@@ -72,7 +72,8 @@ struct gemmd_config {
         int narrow_tiles;
         int rings;                    /* sessions may attach shared-memory rings (proto/ring.h) */
         /* A GPU keeps its 16-bit GEMM kernel resident between groups
-         * (cuda_gemm_res_launch) instead of launching one per group. */
+         * (cuda_gemm_res_launch) instead of launching one per group; -1:
+         * where the device can (auto), not under a device process. */
         int resident;
         /* A request that finds its device idle is launched by the loop
          * thread that read it (worker.c, launch_here); -1: where the

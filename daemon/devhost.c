@@ -341,6 +341,7 @@ static int start(void)
                 r.memory_bytes = be->memory_bytes;
                 r.mixed_keys = be->mixed_keys;
                 r.groups_inflight = be->groups_inflight;
+                r.resident = be->resident;
                 r.dtypes = be->dtypes;
                 r.has_ipc = be->ipc_open != NULL;
                 r.has_alloc = be->dev_alloc != NULL;

@@ -162,6 +162,7 @@ struct xready {
         struct sched_shape narrow[XKEYS]; /* all zero: none */
         char kernels[XKEYS][48];
         uint32_t dtypes; /* struct backend's */
+        int32_t resident; /* struct backend's */
 };
 
 /* Where an operand of a launched op is, for the device process. */

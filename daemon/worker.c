@@ -754,7 +754,7 @@ static uint64_t take_tile(struct worker *w, struct group *g)
         const struct sched_shape ws = w->cfg->wide_tiles && w->be->wide_shape && !f32_reads_c(g)
                                               ? w->be->wide_shape(w->be, g->key)
                                               : (struct sched_shape){0, 0, 0};
-        const struct sched_shape ns = w->cfg->narrow_tiles && w->be->narrow_shape && g->alone && !w->cfg->resident
+        const struct sched_shape ns = w->cfg->narrow_tiles && w->be->narrow_shape && g->alone && !w->be->resident
                                               ? w->be->narrow_shape(w->be, g->key)
                                               : (struct sched_shape){0, 0, 0};
 

@@ -1,7 +1,7 @@
 #!/bin/bash
-# The resident kernel (gemmd --resident yes) against a launch per group,
-# point by point, each on a daemon of its own: gemmbench clients (bf16,
-# max-dim 1024, CUDA IPC operands, 2 s), the daemon's per-group figures
+# The resident kernel (gemmd --resident yes) against a launch per group
+# (--resident no), point by point, each on a daemon of its own: gemmbench
+# clients (bf16, max-dim 1024, CUDA IPC operands, 2 s), the daemon's per-group figures
 # (gemmctl stats) and, when it stops, the resident kernel's own breakdown
 # (post seen to handed over, handed over to done) from its log.
 # Binaries from $GEMMD_BIN (default .gpubin-all, scripts/gpu-bundle.sh);
@@ -18,7 +18,7 @@ trap service_cleanup EXIT
 for pt in ${POINTS:-1:1 8:1 8:8}; do
         c=${pt%%:*} w=${pt##*:}
         for v in launch resident; do
-                args=()
+                args=(--resident no)
                 # shellcheck disable=SC2206
                 [ "$v" = resident ] && args=(--resident yes ${RES_ARGS:-})
                 log=$tmp/$v-$c-$w.log

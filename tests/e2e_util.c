@@ -178,9 +178,9 @@ int e2e_daemon_startv(struct e2e_daemon *d, const char *const *flags)
         const char *name = getenv("E2E_GEMMD");
         /* Flags every daemon gets from the environment: E2E_LOOPS=N serves
          * with N event loops and E2E_DEVPROC=yes from a device process
-         * (make test's second pass); E2E_RESIDENT=yes keeps the resident
-         * kernel (the CUDA backend's, which the CPU one ignores), for
-         * running the GPU suites and the soak on it. */
+         * (make test's second pass); E2E_RESIDENT=no runs the GPU suites
+         * and the soak with a launch per group, where by default an sm_90
+         * GPU keeps the resident kernel (the CPU backend ignores it). */
         static const struct {
                 const char *env, *flag;
         } env_flags[] = {{"E2E_LOOPS", "--loops"}, {"E2E_DEVPROC", "--device-process"}, {"E2E_RESIDENT", "--resident"}};

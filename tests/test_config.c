@@ -1,9 +1,11 @@
 /*
  * test_config.c - the daemon's defaults that depend on the host: how many
  * event loops serve the connections when --loops is not given
- * (config_auto_loops).
+ * (config_auto_loops), and how --resident reads (config_parse_args).
  */
 #include <criterion/criterion.h>
+#include <errno.h>
+#include <stdio.h>
 
 #include "daemon/config.h"
 
@@ -40,5 +42,44 @@ Test(auto_loops, by_backend_devices_and_cpus)
 
                 cr_expect_eq(got, cases[i].want, "gpu %d, %d devices, %ld CPUs: %d loops, want %d", cases[i].gpu,
                              cases[i].ndevices, cases[i].cpus, got, cases[i].want);
+        }
+}
+
+/* Parses "gemmd --resident VALUE" (NULL: no --resident) into *resident;
+ * returns config_parse_args's result. */
+static int parse_resident(const char *value, int *resident)
+{
+        char a0[] = "gemmd", a1[] = "--resident", a2[16];
+        char *argv[] = {a0, a1, a2, NULL};
+        struct gemmd_config cfg;
+        int rc;
+
+        config_defaults(&cfg);
+        if (value)
+                snprintf(a2, sizeof(a2), "%s", value);
+        rc = config_parse_args(&cfg, value ? 3 : 1, argv);
+        *resident = cfg.resident;
+        config_release(&cfg);
+        return rc;
+}
+
+/* --resident: auto (-1, the backend's choice) unless told yes or no; a
+ * value that is none of these is refused. */
+Test(resident, auto_by_default_yes_no_and_auto_as_given)
+{
+        static const struct {
+                const char *value;
+                int rc, want;
+        } rcases[] = {{NULL, 0, -1}, {"auto", 0, -1}, {"yes", 0, 1}, {"no", 0, 0}, {"sometimes", -EINVAL, 0}};
+
+        for (size_t i = 0; i < sizeof(rcases) / sizeof(rcases[0]); i++) {
+                int got = 0;
+                const int rc = parse_resident(rcases[i].value, &got);
+
+                cr_expect_eq(rc, rcases[i].rc, "--resident %s: rc %d, want %d", rcases[i].value ? rcases[i].value : "(none)",
+                             rc, rcases[i].rc);
+                if (rcases[i].rc == 0)
+                        cr_expect_eq(got, rcases[i].want, "--resident %s: %d, want %d",
+                                     rcases[i].value ? rcases[i].value : "(none)", got, rcases[i].want);
         }
 }
