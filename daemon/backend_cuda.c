@@ -121,7 +121,6 @@ static int recover(struct backend *be)
         }
         if (cb->res_on)
                 res_init(cb);
-        cb->b.resident = cb->res_on;
         for (struct ipc_map *m = cb->maps; m; m = m->next) {
                 cudaIpcMemHandle_t h;
 
@@ -375,7 +374,6 @@ int backend_cuda_new(int ordinal, const struct gemmd_config *cfg, struct backend
         /* Not by default: on an H200 a lone request was no faster
          * launched by its loop than by the spinning worker. */
         cb->b.loop_launch_pays = 0;
-        cb->b.resident = cb->res_on;
         cb->b.collect = collect;
         cb->b.ipc_open = ipc_open;
         cb->b.ipc_close = ipc_close;

@@ -45,8 +45,8 @@ void config_defaults(struct gemmd_config *cfg)
         cfg->early_completion = 1;
         cfg->loop_launch = -1; /* auto: the backend's (struct backend) */
         /* A lone request on a GPU skips a launch's host path and start;
-         * auto: the backend's (struct backend), not under a device
-         * process, where it has not been measured. */
+         * auto: wherever the device can (backend_cuda_new), but not under
+         * a device process, where it has not been measured. */
         cfg->resident = -1;
         /* Timing events cost each launch host time and round trip, so a
          * GPU times two consecutive groups in every 16 (the pair gives the

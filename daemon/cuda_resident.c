@@ -41,7 +41,8 @@ void res_stop(struct cuda_backend *cb)
 }
 
 /* Its pinned and device memory and stream, in the current context; off
- * (with a warning) when they cannot be had. */
+ * (with a warning) when they cannot be had. The backend says which
+ * (b.resident), for the worker's choice of tile. */
 void res_init(struct cuda_backend *cb)
 {
         const size_t area = cuda_gemm_res_area_bytes(RES_SLOT_BYTES);
@@ -56,10 +57,11 @@ void res_init(struct cuda_backend *cb)
             cudaMalloc(&cb->res_area, area) != cudaSuccess || cudaMemset(cb->res_area, 0, area) != cudaSuccess ||
             cudaStreamCreateWithFlags(&cb->res_stream, cudaStreamNonBlocking) != cudaSuccess) {
                 log_warn("cuda %d: no resident kernel: %s", cb->ordinal, cudaGetErrorString(cudaGetLastError()));
-                cb->res_on = 0;
+                cb->res_on = cb->b.resident = 0;
                 return;
         }
         memset(cb->res_host, 0, sizeof(*cb->res_host));
+        cb->b.resident = 1;
 }
 
 /* Posts a group to the resident kernel, starting one for its type if

@@ -300,21 +300,16 @@ int e2e_round_trip(gemmd_client *c)
         return rc;
 }
 
-/* Whether every device of JSON stats has key at 0 (and there is one). */
-static int devices_zero(const char *json, const char *key)
+long long e2e_devices_sum(const char *json, const char *key)
 {
-        const char *p = strstr(json, "\"devices\":[");
+        const char *dev = strstr(json, "\"devices\":[");
         char pat[64];
-        int seen = 0;
+        long long sum = -1;
 
         snprintf(pat, sizeof(pat), "\"%s\":", key);
-        while (p && (p = strstr(p, pat))) {
-                p += strlen(pat);
-                if (strtoll(p, NULL, 10) != 0)
-                        return 0;
-                seen = 1;
-        }
-        return seen;
+        for (const char *p = dev; p && (p = strstr(p, pat)); p += strlen(pat))
+                sum = (sum < 0 ? 0 : sum) + strtoll(p + strlen(pat), NULL, 10);
+        return sum;
 }
 
 char *e2e_idle_stats(gemmd_client *c, int timeout_ms)
@@ -324,8 +319,9 @@ char *e2e_idle_stats(gemmd_client *c, int timeout_ms)
 
                 if (gemmd_stats(c, 1, &json))
                         return NULL;
-                /* Both counts from one snapshot. */
-                if (devices_zero(json, "queued") && devices_zero(json, "inflight_groups"))
+                /* Both counts from one snapshot; each a sum of counts,
+                 * 0 only where every device has none. */
+                if (e2e_devices_sum(json, "queued") == 0 && e2e_devices_sum(json, "inflight_groups") == 0)
                         return json;
                 free(json);
                 usleep(10000);

@@ -76,6 +76,10 @@ gemmd_client *e2e_connect(const struct e2e_daemon *d);
  * Returns 0 or gemmd_stats's error. */
 int e2e_round_trip(gemmd_client *c);
 
+/* The sum of figure `key` over every device in JSON stats (a fault may
+ * land on any device of several), or -1 when no device has it. */
+long long e2e_devices_sum(const char *json, const char *key);
+
 /* The daemon's JSON stats once every device has nothing queued and no
  * group in flight or waiting to be counted: a client can have its answers
  * (from the GPU's completion words) before the worker counts their group,

@@ -52,20 +52,6 @@ static long long device_number(const char *json, const char *key)
         return p ? strtoll(p + strlen(pat), NULL, 10) : -1;
 }
 
-/* The sum of a figure over every device in the JSON stats (a fault may
- * land on any device of several), or -1 when no device has it. */
-static long long devices_sum(const char *json, const char *key)
-{
-        const char *dev = strstr(json, "\"devices\":[");
-        char pat[64];
-        long long sum = -1;
-
-        snprintf(pat, sizeof(pat), "\"%s\":", key);
-        for (const char *p = dev; p && (p = strstr(p, pat)); p += strlen(pat))
-                sum = (sum < 0 ? 0 : sum) + strtoll(p + strlen(pat), NULL, 10);
-        return sum;
-}
-
 /* Random problems of every kind, dtype, op and layout, through shared memory
  * and inline, several submits in flight so they share groups. The shared
  * memory is page-locked off the worker while the first groups bounce it,
@@ -561,8 +547,8 @@ Test(gpu_e2e, device_fault_under_load_fails_only_the_groups_in_flight)
                 "served again %.1f ms after the faulting op was answered; device process "
                 "started again %lld times\n",
                 (unsigned long long)ok, (unsigned long long)failed, (t1 - t0) / 1e3,
-                devices_sum(json, "process_restarts"));
-        cr_expect_eq(devices_sum(json, "process_restarts"), 1);
+                e2e_devices_sum(json, "process_restarts"));
+        cr_expect_eq(e2e_devices_sum(json, "process_restarts"), 1);
         /* At most what was in flight: 4 clients x 4 requests. */
         cr_expect_leq(failed, 16);
         cr_expect_gt(ok, 100);
