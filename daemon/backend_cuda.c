@@ -325,7 +325,11 @@ int backend_cuda_new(int ordinal, const struct gemmd_config *cfg, struct backend
                 res_init(cb);
         for (uint32_t k = 0; k < 8; k++) {
                 cb->wide[k] = cuda_gemm_shape_wide((int)(k & 3), (int)(k >> 2) & 1);
-                cb->narrow[k] = cuda_gemm_shape_narrow((int)(k & 3), (int)(k >> 2) & 1);
+                /* With the resident kernel, whose one kernel runs the
+                 * usual tile, a 16-bit lone group's narrow tile is the
+                 * half tile (64 x 128), which that kernel also runs. */
+                const struct sched_shape h = cuda_gemm_shape_half((int)(k & 3), (int)(k >> 2) & 1);
+                cb->narrow[k] = cb->res_on && h.tn ? h : cuda_gemm_shape_narrow((int)(k & 3), (int)(k >> 2) & 1);
         }
         lock_init(&cb->done_lock);
         pthread_cond_init(&cb->done_cond, NULL);

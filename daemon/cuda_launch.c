@@ -50,8 +50,17 @@ static int launch_notices(const struct group *g)
         return 0;
 }
 
+/* Whether g's plan is on the half tile (cuda_gemm_shape_half): tiles of
+ * 64 rows, each one consumer's, on the usual kernel. */
+static int half_tiles(const struct group *g)
+{
+        const struct sched_shape h = cuda_gemm_shape_half((int)(g->key & 3), (int)(g->key >> 2) & 1);
+
+        return h.tn && g->cfg.shape.tm == h.tm && g->cfg.shape.tn == h.tn;
+}
+
 /* Whether the resident kernel takes group g: 16-bit GEMMs on the usual
- * tile, every one on the Hopper kernel, operands in device memory, launch
+ * or the half tile (whole), every one on the Hopper kernel, operands in device memory, launch
  * data that fits its slot, and no client waiting on a launch event; and
  * no more tiles than CTAs, whole in them (the kernel that adds split
  * tiles apart is launched after the group's). Groups on it finish in
@@ -65,7 +74,7 @@ static int res_takes(struct cuda_backend *cb, const struct group *g, int nfast, 
 
         if ((dt != GEMMD_F16 && dt != GEMMD_BF16) || nfast != (int)g->nops || nsyr2k || stage ||
             blob > RES_SLOT_BYTES || g->cfg.shape.tn != shape(&cb->b, g->key).tn || !g->plan.nentries ||
-            g->plan.reduce_apart ||
+            g->plan.reduce_apart || (half_tiles(g) && g->plan.nsplit) ||
             g->plan.nctas > cb->b.ctas || g->tiles > cb->b.ctas || notify)
                 return 0;
 #ifdef GEMMD_FAULT_INJECTION
@@ -440,6 +449,7 @@ static int launch_resident(struct cuda_backend *cb, struct cuda_slot *s, struct 
         rp.arrivals = plan->nsplit ? (uint64_t)(uintptr_t)s->d_arr : 0;
         /* The kernel stores the completion words once the group is done. */
         rp.words = st->nwords ? st->word_off : 0;
+        rp.tile_rows = half_tiles(g) ? g->cfg.shape.tm : 0;
         rc = res_post(cb, s, (int)(g->key & 3), &rp, s->h_blob);
         if (!rc) {
                 g->resident = 1;

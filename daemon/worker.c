@@ -672,7 +672,9 @@ static void finish_group(struct worker *w, struct group *g)
         w->st.run_ns += g->t_done_ns - g->t_launch_ns;
         w->st.tiles += g->tiles;
         w->st.wide_groups += g->cfg.shape.tn > w->be->shape(w->be, g->key).tn;
-        w->st.narrow_groups += g->cfg.shape.tn < w->be->shape(w->be, g->key).tn;
+        /* narrow: fewer columns, or (the half tile) fewer rows */
+        w->st.narrow_groups += g->cfg.shape.tn < w->be->shape(w->be, g->key).tn ||
+                               g->cfg.shape.tm < w->be->shape(w->be, g->key).tm;
         w->st.resident_groups += g->resident != 0;
         w->st.packed_groups += g->packed != 0;
         w->st.ops_word_dev += g->words_dev;
@@ -744,9 +746,10 @@ static int f32_reads_c(const struct group *g)
  * (sched_prefer_narrow: a lone small GEMM on twice the SMs). Only a group
  * with the device to itself takes the narrow tile: beside groups in
  * flight, the SMs its usual tiles leave idle are theirs, as for the wide
- * tile's threshold; and not with the resident kernel, which runs small
- * groups on the usual tile without a launch. The kernels sum the same
- * chunks on every tile, so no result depends on the choice.
+ * tile's threshold. (A backend with the resident kernel gives its 16-bit
+ * groups a narrow tile of half the rows, which that kernel runs; not in
+ * device mode, whose kernels map tiles of the usual rows themselves.) The kernels sum
+ * the same chunks on every tile, so no result depends on the choice.
  * Returns g's tiles on the shape it takes (g->tiles counts usual ones).
  */
 static uint64_t take_tile(struct worker *w, struct group *g)
@@ -754,12 +757,14 @@ static uint64_t take_tile(struct worker *w, struct group *g)
         const struct sched_shape ws = w->cfg->wide_tiles && w->be->wide_shape && !f32_reads_c(g)
                                               ? w->be->wide_shape(w->be, g->key)
                                               : (struct sched_shape){0, 0, 0};
-        const struct sched_shape ns = w->cfg->narrow_tiles && w->be->narrow_shape && g->alone && !w->be->resident
-                                              ? w->be->narrow_shape(w->be, g->key)
-                                              : (struct sched_shape){0, 0, 0};
+        struct sched_shape ns = w->cfg->narrow_tiles && w->be->narrow_shape && g->alone
+                                        ? w->be->narrow_shape(w->be, g->key)
+                                        : (struct sched_shape){0, 0, 0};
 
         uint64_t tiles = 0;
 
+        if (g->cfg.mode == SCHED_DEVICE && ns.tm != g->cfg.shape.tm)
+                ns = (struct sched_shape){0, 0, 0};
         if ((!ws.tn && !ns.tn) || !hopper_tiles_fit(g))
                 return g->tiles;
         if (ws.tn && sched_prefer_wide(sched_cost_get(), g->sp, g->nops, g->cfg.shape, ws, g->cfg.ctas))
@@ -771,6 +776,20 @@ static uint64_t take_tile(struct worker *w, struct group *g)
         for (uint32_t i = 0; i < g->nops; i++)
                 tiles += sched_tile_count(&g->sp[i], g->cfg.shape);
         return tiles;
+}
+
+/* Builds g's plan on its shape, whose tiles number `tiles`. */
+static int plan_group(struct worker *w, struct group *g, uint64_t tiles)
+{
+        g->cfg.ctas = w->be->ctas;
+        /* No more CTAs than tiles: the idle ones would only take SMs that
+         * the next group, on another stream, can use. Split mode keeps them
+         * all: it cuts K to give every CTA work; auto too, and cuts them
+         * itself when it leaves the tiles whole. */
+        if (g->cfg.mode != SCHED_SPLIT && g->cfg.mode != SCHED_DEVICE && g->cfg.mode != SCHED_AUTO &&
+            tiles < g->cfg.ctas)
+                g->cfg.ctas = tiles ? (uint32_t)tiles : 1;
+        return sched_plan_build(&g->plan, g->sp, g->nops, &g->cfg);
 }
 
 /* Builds g's plan and launches it. Called with the lock released; sets
@@ -790,15 +809,14 @@ static int launch_group(struct worker *w, struct group *g, uint64_t *launch_ns)
         g->cfg.shape = w->be->shape(w->be, g->key);
         g->cfg.ctas = w->be->ctas;
         tiles = take_tile(w, g);
-        /* No more CTAs than tiles: the idle ones would only take SMs that
-         * the next group, on another stream, can use. Split mode keeps them
-         * all: it cuts K to give every CTA work; auto too, and cuts them
-         * itself when it leaves the tiles whole. */
-        if (g->cfg.mode != SCHED_SPLIT && g->cfg.mode != SCHED_DEVICE && g->cfg.mode != SCHED_AUTO &&
-            tiles < g->cfg.ctas)
-                g->cfg.ctas = tiles ? (uint32_t)tiles : 1;
-        rc = group_alloc_fault(g, ALLOC_PLAN) ? -ENOMEM
-                                              : sched_plan_build(&g->plan, g->sp, g->nops, &g->cfg);
+        rc = group_alloc_fault(g, ALLOC_PLAN) ? -ENOMEM : plan_group(w, g, tiles);
+        /* A tile of fewer rows is a whole tile's (cuda_gemm_shape_half):
+         * a plan that cuts K (a lone long-K GEMM's fill) takes the usual
+         * tile instead. */
+        if (!rc && g->plan.nsplit && g->cfg.shape.tm != w->be->shape(w->be, g->key).tm) {
+                g->cfg.shape = w->be->shape(w->be, g->key);
+                rc = plan_group(w, g, g->tiles);
+        }
         pthread_mutex_lock(&w->lock);
         w->st.plan_ns += now_ns() - t0;
         if (rc) {

@@ -64,6 +64,14 @@ struct sched_shape cuda_gemm_shape_wide(int dtype, int tf32);
  * GEMM then spreads over twice the SMs, each loading a quarter less per
  * k-step and storing half the C. The same sums, so the same bits. */
 struct sched_shape cuda_gemm_shape_narrow(int dtype, int tf32);
+/* The half tile of config (dtype, tf32): 64 x 128 on an sm_90a device for
+ * f16 and bf16, else all zero. The usual kernel runs it, each plan tile
+ * on one consumer warpgroup (KParams.tile_rows), from host plans that cut
+ * no K (cuda_gemm_launch refuses others). It is the resident kernel's
+ * narrow tile: a lone small GEMM on twice the SMs without a kernel of
+ * its own, each SM's share of the k-loop halved. The same sums, so the
+ * same bits. */
+struct sched_shape cuda_gemm_shape_half(int dtype, int tf32);
 
 /* A short name for the config ("bf16-mma", "f32-ffma", ...), static. */
 const char *cuda_gemm_kernel_name(int dtype, int tf32);
@@ -307,7 +315,9 @@ struct cuda_res_post {
         /* The group's seq (CUDA_RES_POST_SEQ), and in bits 48-63 the
          * bytes of launch data in data (0 with src). */
         uint64_t seq;
-        uint64_t pad[2];
+        uint32_t tile_rows; /* the plan's, where not the usual (KParams.tile_rows): 64 for the half tile */
+        uint32_t pad0;
+        uint64_t pad;
         unsigned char data[CUDA_RES_INLINE]; /* the launch data when src is 0; 4 KiB a post in all */
 };
 struct cuda_res_done {

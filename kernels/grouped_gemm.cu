@@ -142,6 +142,10 @@ struct KParams {
         uint32_t *early_flag;
         uint32_t early_seq;
         const uint64_t *early_word;
+        /* Rows of the plan's tiles where they are not WCfg::BM (0): 64 for
+         * the half tile (cuda_gemm_shape_half), whose tiles one consumer
+         * computes. Host plans only (device mode maps the usual tiles). */
+        uint32_t tile_rows;
 };
 
 /* The Hopper kernel's launch parameter: the group's pointers and, when
@@ -1257,6 +1261,23 @@ extern "C" struct sched_shape cuda_gemm_shape_narrow(int dtype, int tf32)
         return hopper_shape(dtype, tf32, NARROW_BN);
 }
 
+extern "C" struct sched_shape cuda_gemm_shape_half(int dtype, int tf32)
+{
+        struct sched_shape s = {0, 0, 0};
+        if (dtype == GEMMD_F16 || dtype == GEMMD_BF16) {
+                s = hopper_shape(dtype, tf32, 128);
+                s.tm = s.tn ? 64 : 0;
+        }
+        return s;
+}
+
+/* Whether shape is a half tile's (cuda_gemm_shape_half): the usual
+ * kernel, 64 rows a plan tile. */
+static bool half_shape(struct sched_shape shape)
+{
+        return shape.tm == 64 && shape.tn == 128 && shape.tm < WCfg::BM;
+}
+
 extern "C" const char *cuda_gemm_kernel_name(int dtype, int tf32)
 {
         switch (dtype) {
@@ -1641,7 +1662,8 @@ extern "C" int cuda_gemm_tmaps_build_packed(const struct gemmd_kproblem *probs, 
         static_assert(sizeof(CUtensorMap) == 128, "a tensor map is 128 bytes");
         if ((!probs || !out) && n > 0)
                 return -EINVAL;
-        if (shape.tm != WCfg::BM || (shape.tn != 128 && shape.tn != WIDE_BN && shape.tn != NARROW_BN))
+        if ((shape.tm != WCfg::BM && !half_shape(shape)) ||
+            (shape.tn != 128 && shape.tn != WIDE_BN && shape.tn != NARROW_BN))
                 return -EINVAL;
         if (((uintptr_t)out & 63) != 0)
                 return -EINVAL;
@@ -1667,10 +1689,13 @@ extern "C" int cuda_gemm_tmaps_build_packed(const struct gemmd_kproblem *probs, 
                         }
                         continue;
                 }
-                /* A wide tile is a GEMM's (a SYR2K's B rows are A rows too). */
-                if (shape.tn != 128 && p.kind != SCHED_GEMM)
+                /* A wide, narrow or half tile is a GEMM's (a SYR2K's B
+                 * rows are A rows too, on square tiles). */
+                if ((shape.tn != 128 || half_shape(shape)) && p.kind != SCHED_GEMM)
                         continue;
-                if (!encode_kmajor(fn, &m[0], p.dtype, p.a, p.m, p.k, p.lda, shape.tm) ||
+                /* A's box is the stage's rows, a half tile's too (it
+                 * computes the first 64 of them). */
+                if (!encode_kmajor(fn, &m[0], p.dtype, p.a, p.m, p.k, p.lda, WCfg::BM) ||
                     !encode_kmajor(fn, &m[1], p.dtype, p.b, p.n, p.k, p.ldb, shape.tn))
                         continue;
                 flags[i] = p.kind == SCHED_SYR2K ? 2 : 1;
@@ -1788,12 +1813,15 @@ static bool whole_on_sm80(const struct cuda_group *g, bool own_tile)
 #endif
 
 /* Which of the Hopper kernel's own tiles g's plan uses: WIDE_BN or
- * NARROW_BN, 0 for the usual tile (which every kernel runs), -1 for a
+ * NARROW_BN, 0 for the usual tile (which every kernel runs) and for the
+ * half tile (the usual kernel, which alone runs it: half_shape), -1 for a
  * shape no kernel runs. */
 static int hopper_tile_bn(const struct cuda_group *g)
 {
         const struct sched_shape want = cuda_gemm_shape(g->dtype, g->tf32), have = g->cfg.shape;
 
+        if (half_shape(have))
+                return cuda_gemm_shape_half(g->dtype, g->tf32).tk == have.tk ? 0 : -1;
         if (have.tm != want.tm || have.tk != want.tk)
                 return -1;
         if (have.tn == want.tn)
@@ -1838,9 +1866,14 @@ extern "C" int cuda_gemm_launch(const struct cuda_group *g, void *stream)
         const int bn = hopper_tile_bn(g);
         if (bn < 0 || !g->problems)
                 return -EINVAL;
-        /* The wide and narrow tiles are the Hopper kernel's alone: every problem on it. */
-        const bool own_tile = bn != 0;
+        /* The wide, narrow and half tiles are the Hopper kernel's alone:
+         * every problem on it. A half tile is whole (a split one would
+         * need both consumers' sums, as a usual tile's). */
+        const bool half = half_shape(g->cfg.shape);
+        const bool own_tile = bn != 0 || half;
         if (own_tile && (!g->tmaps || g->nfast != g->nproblems || g->nfast_syr2k))
+                return -EINVAL;
+        if (half && (!g->plan || g->plan->nentries == 0 || g->plan->nsplit > 0))
                 return -EINVAL;
 
         if (g->inline_bytes > CUDA_GEMM_INLINE_MAX ||
@@ -1875,6 +1908,7 @@ extern "C" int cuda_gemm_launch(const struct cuda_group *g, void *stream)
                 kp.split_ws = (const uint32_t *)(b + pl->off_split_ws);
                 kp.ws = g->ws;
                 kp.arrivals = g->arrivals;
+                kp.tile_rows = half ? g->cfg.shape.tm : 0;
                 grid = pl->nctas;
         } else {
                 grid = g->cfg.ctas;

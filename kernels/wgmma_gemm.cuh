@@ -483,6 +483,7 @@ __device__ __noinline__ void res_dispatch(const ResArgs r, int t)
                         kp.split_ws = (const uint32_t *)(dst + sp->split_ws);
                         kp.ws = (float *)(uintptr_t)sp->ws;
                         kp.arrivals = (uint32_t *)(uintptr_t)sp->arrivals;
+                        kp.tile_rows = sp->tile_rows;
                         rs.kp = kp;
                         rs.tmaps = dst + sp->tmaps;
                         rs.words = sp->words ? (const uint64_t *)(dst + sp->words) : nullptr;
@@ -1056,16 +1057,17 @@ template <int BK, int BN> __device__ __forceinline__ bool work_next(const KParam
         }
 }
 
-/* Tile origin and k-tile count of a unit of work. */
+/* Tile origin and k-tile count of a unit of work on tiles of bm rows
+ * (KParams.tile_rows). */
 template <int BK, int BN>
-__device__ __forceinline__ void work_geom(const struct gemmd_kproblem &p, const Work &w, uint32_t &m0,
+__device__ __forceinline__ void work_geom(const struct gemmd_kproblem &p, const Work &w, uint32_t bm, uint32_t &m0,
                                           uint32_t &n0, uint32_t &kbeg, uint32_t &niter)
 {
         const struct sched_problem sp = to_sched(p);
-        const struct sched_shape shape = {WCfg::BM, BN, BK};
+        const struct sched_shape shape = {bm, BN, BK};
         uint32_t row = 0, col = 0, klen;
         sched_tile_coord(&sp, shape, w.tile, &row, &col);
-        m0 = row * WCfg::BM;
+        m0 = row * bm;
         n0 = col * BN;
         sched_chunk_span(p.k, w.kc0, w.kc1, &kbeg, &klen);
         niter = (klen + BK - 1) / BK;
@@ -1093,8 +1095,15 @@ struct PWork {
         float alpha, beta;
 };
 
-template <int BK, int BN> __device__ __forceinline__ PWork pwork(const struct gemmd_kproblem &p, const Work &w)
+/* What the producer needs of unit w of problem p, on tiles of `rows` rows
+ * (KParams.tile_rows; 0: the usual WCfg::BM). A tile of 64 rows (the half
+ * tile's plan) names the problem's rows as ending with it, so that the
+ * walk takes it for a half tile (one consumer computes it) and its
+ * epilogue stores no row of the next. */
+template <int BK, int BN>
+__device__ __forceinline__ PWork pwork(const struct gemmd_kproblem &p, const Work &w, uint32_t rows)
 {
+        const uint32_t bm = rows ? rows : (uint32_t)WCfg::BM;
         PWork x;
         x.prob = w.prob;
         x.kc0 = w.kc0;
@@ -1108,7 +1117,9 @@ template <int BK, int BN> __device__ __forceinline__ PWork pwork(const struct ge
         x.beta = p.beta;
         x.tri = p.kind == SCHED_SYR2K ? TRI_SYR2K | (p.uplo ? TRI_UPPER : 0u) : 0u;
         x.cmap = 0;
-        work_geom<BK, BN>(p, w, x.m0, x.n0, x.kbeg, x.niter);
+        work_geom<BK, BN>(p, w, bm, x.m0, x.n0, x.kbeg, x.niter);
+        if (bm < WCfg::BM)
+                x.m = min(p.m, x.m0 + bm);
         return x;
 }
 
@@ -1621,7 +1632,7 @@ __global__ void __launch_bounds__(WCfg::THREADS, 1) wgmma_kernel(const __grid_co
                                                 ok = !kp.fast || (kp.fast[en.problem] != 0) == kp.want_fast;
                                                 if (ok) {
                                                         const Work w = {en.problem, en.tile, en.kc_begin, en.kc_end, en.split};
-                                                        x = pwork<WK<T>::BK, BN>(kp.probs[en.problem], w);
+                                                        x = pwork<WK<T>::BK, BN>(kp.probs[en.problem], w, kp.tile_rows);
                                                         x.cmap = e + 1 < e1 ? cmap_of(en.problem) : 0u;
                                                 }
                                         }
@@ -1659,7 +1670,7 @@ __global__ void __launch_bounds__(WCfg::THREADS, 1) wgmma_kernel(const __grid_co
                                 WorkIter it = work_begin(kp);
                                 Work w;
                                 while (work_next<WK<T>::BK, BN>(kp, it, w)) {
-                                        PWork x = pwork<WK<T>::BK, BN>(kp.probs[w.prob], w);
+                                        PWork x = pwork<WK<T>::BK, BN>(kp.probs[w.prob], w, kp.tile_rows);
                                         x.cmap = cmap_of(w.prob);
                                         if (lane == 0)
                                                 issue(x);

@@ -758,14 +758,17 @@ Test(gpu_e2e, packed_copies_same_bits_as_in_place)
  * no narrow group.
  * Sizes off the tile (edges in m and n), k off the chunk, beta 0 and not,
  * f16 and bf16.
- * The narrow tile is a launch's: with --resident yes (E2E_RESIDENT) the
- * resident kernel, on the usual tile, takes such a lone group first, so
- * these daemons keep it off.
+ * The first two daemons launch each group (--resident no), with and
+ * without the narrow tile. With the resident kernel the narrow tile of a 16-bit group is the half
+ * tile (64 x 128, on the resident kernel itself): a third daemon runs the
+ * same calls with it, and must give the same bits, take it for every op
+ * whose half tiles outnumber its usual ones (all but the one of 64 rows)
+ * and run those on the resident kernel.
  */
 #define NARROW_OPS 6
 
-static void narrow_run(const char *narrow, void *out[NARROW_OPS], uint64_t bytes[NARROW_OPS],
-                       long long *narrow_groups)
+static void narrow_run(const char *narrow, const char *resident, void *out[NARROW_OPS],
+                       uint64_t bytes[NARROW_OPS], long long *narrow_groups, long long *resident_groups)
 {
         static const struct e2e_spec specs[NARROW_OPS] = {
                 {.kind = GEMMD_GEMM, .dtype = GEMMD_BF16, .ta = GEMMD_OP_T, .tb = GEMMD_OP_N, .m = 544, .n = 544,
@@ -783,14 +786,22 @@ static void narrow_run(const char *narrow, void *out[NARROW_OPS], uint64_t bytes
         };
         struct e2e_daemon d;
         gemmd_client *c;
-        struct e2e_arena ar;
+        struct e2e_arena ar = {0};
+        gemmd_buffer dev_id = 0;
+        void *dev = NULL;
         uint64_t seed = 11;
         char *json = NULL;
 
-        cr_assert_eq(e2e_daemon_start(&d, "--backend", "cuda", "--narrow-tiles", narrow, "--resident", "no", NULL), 0);
+        cr_assert_eq(e2e_daemon_start(&d, "--backend", "cuda", "--narrow-tiles", narrow, "--resident", resident, NULL),
+                     0);
         c = e2e_connect(&d);
         cr_assert_not_null(c);
-        cr_assert_eq(e2e_arena_init(&ar, c, 64u << 20), 0);
+        /* Operands in the client's device memory (CUDA IPC), as the
+         * resident kernel takes them; placed and checked in a host copy. */
+        ar.size = 64u << 20;
+        cr_assert_not_null(ar.base = malloc(ar.size));
+        cr_assert_eq(cudaMalloc(&dev, ar.size), cudaSuccess);
+        cr_assert_eq(gemmd_register_device(c, dev, ar.size, &dev_id), 0);
         for (int i = 0; i < NARROW_OPS; i++) {
                 struct e2e_prob p;
                 struct gemmd_result res;
@@ -799,9 +810,12 @@ static void narrow_run(const char *narrow, void *out[NARROW_OPS], uint64_t bytes
                 char why[200];
 
                 cr_assert_eq(e2e_prob_place(&p, &specs[i], &ar, &seed), 0);
+                p.op.a.buffer = p.op.b.buffer = p.op.c.buffer = dev_id;
+                cr_assert_eq(cudaMemcpy(dev, ar.base, ar.used, cudaMemcpyHostToDevice), cudaSuccess);
                 cr_assert_eq(gemmd_submit(c, &p.op, 1, GEMMD_PRIO_NORMAL, &t), 0);
                 cr_assert_eq(gemmd_wait(c, t, 60000, &res, 1), 0);
                 cr_assert_eq(res.status, 0, "op %d: %s", i, gemmd_strerror(res.status));
+                cr_assert_eq(cudaMemcpy(ar.base, dev, ar.used, cudaMemcpyDeviceToHost), cudaSuccess);
                 /* The reference once; the other daemon's bits must equal these. */
                 if (!strcmp(narrow, "yes"))
                         cr_assert_eq(e2e_prob_check(&p, &err, why, sizeof(why)), 0, "op %d: %s", i, why);
@@ -813,27 +827,37 @@ static void narrow_run(const char *narrow, void *out[NARROW_OPS], uint64_t bytes
         }
         cr_assert_not_null(json = e2e_idle_stats(c, 5000));
         *narrow_groups = device_number(json, "narrow_groups");
+        *resident_groups = device_number(json, "resident_groups");
         free(json);
         gemmd_disconnect(c);
+        cr_assert_eq(cudaFree(dev), cudaSuccess);
+        free(ar.base);
         cr_assert_eq(e2e_daemon_stop(&d), 0);
 }
 
-Test(gpu_e2e, narrow_tile_for_lone_calls_same_bits_as_the_usual_one)
+Test(gpu_e2e, narrow_and_half_tiles_for_lone_calls_same_bits_as_the_usual_one)
 {
-        void *nw[NARROW_OPS], *us[NARROW_OPS];
-        uint64_t nwb[NARROW_OPS], usb[NARROW_OPS];
-        long long nn = -1, nu = -1;
+        void *nw[NARROW_OPS], *us[NARROW_OPS], *hf[NARROW_OPS];
+        uint64_t nwb[NARROW_OPS], usb[NARROW_OPS], hfb[NARROW_OPS];
+        long long nn = -1, nu = -1, nh = -1, rn = -1, ru = -1, rh = -1;
 
         SKIP_WITHOUT_GPU();
-        narrow_run("yes", nw, nwb, &nn);
-        narrow_run("no", us, usb, &nu);
+        narrow_run("yes", "no", nw, nwb, &nn, &rn);
+        narrow_run("no", "no", us, usb, &nu, &ru);
+        narrow_run("yes", "yes", hf, hfb, &nh, &rh);
         cr_expect_eq(nn, NARROW_OPS, "every lone GEMM should take the narrow tile");
         cr_expect_eq(nu, 0, "--narrow-tiles no still took it");
+        cr_expect_eq(nh, NARROW_OPS - 1, "every lone GEMM but the one of 64 rows should take the half tile");
+        cr_expect_eq(rn + ru, 0, "--resident no ran a group on it");
+        cr_expect_eq(rh, NARROW_OPS, "the resident kernel took %lld of the %d lone GEMMs", rh, NARROW_OPS);
         for (int i = 0; i < NARROW_OPS; i++) {
                 cr_assert_eq(nwb[i], usb[i]);
+                cr_assert_eq(hfb[i], usb[i]);
                 cr_assert_eq(memcmp(nw[i], us[i], nwb[i]), 0, "op %d: bits differ between the tiles", i);
+                cr_assert_eq(memcmp(hf[i], us[i], hfb[i]), 0, "op %d: bits differ between the half tile and the usual", i);
                 free(nw[i]);
                 free(us[i]);
+                free(hf[i]);
         }
 }
 

@@ -12,8 +12,9 @@
  * one pass, never split), and every element
  * of C's storage that the op must not write (padding rows, the other
  * triangle of a SYR2K) must keep its bits. Groups whose every problem
- * takes the wide and narrow tiles (cuda_gemm_shape_wide, _narrow: GEMMs
- * only, K-major) run every mode again on each, and must match the first
+ * takes the wide, narrow and half tiles (cuda_gemm_shape_wide, _narrow,
+ * _half: GEMMs only, K-major; the half tile 16-bit, its plans whole) run
+ * every mode again on each, and must match the first
  * run bit for bit too; so must one wave of a few long-K tiles cut to fill
  * the SMs, its sums added by a second kernel (the fill split). f64
  * groups take full 53-bit random inputs, are checked against a long double
@@ -24,6 +25,7 @@
  * present, so `make test` passes on machines without a GPU.
  */
 #include <cuda_runtime_api.h>
+#include <errno.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -302,7 +304,7 @@ static const char *pdesc(const struct gemmd_kproblem *p, char *buf, size_t n)
 static int failures;
 static int inline_runs; /* launches whose data went as a kernel parameter */
 static int packed_groups; /* groups run with packed copies of their operands */
-static int tile_groups[3]; /* groups that also ran on the wide [1] and narrow [2] tiles */
+static int tile_groups[4]; /* groups that also ran on the wide [1], narrow [2] and half [3] tiles */
 static int cmap_groups16; /* 16-bit groups with problems whose C the kernel may store by TMA */
 
 /* Encodes the problems' tensor maps for tile `shape` into new host memory
@@ -506,11 +508,11 @@ static void run_group(const char *name, int dtype, int tf32, struct tprob *tp, u
         /* The wide and narrow tiles, where the whole group takes them:
          * every mode again on each, each run bit for bit the first (usual
          * tile) run. Variant 0 is the usual tile. */
-        static const char *const vname[3] = {"", " (wide)", " (narrow)"};
-        struct sched_shape vshape[3] = {cuda_gemm_shape(dtype, tf32), cuda_gemm_shape_wide(dtype, tf32),
-                                        cuda_gemm_shape_narrow(dtype, tf32)};
-        void *vtm[3] = {tm, NULL, NULL}, *vhtm[3] = {htm, NULL, NULL};
-        for (int v = 1; v < 3; v++) {
+        static const char *const vname[4] = {"", " (wide)", " (narrow)", " (half)"};
+        struct sched_shape vshape[4] = {cuda_gemm_shape(dtype, tf32), cuda_gemm_shape_wide(dtype, tf32),
+                                        cuda_gemm_shape_narrow(dtype, tf32), cuda_gemm_shape_half(dtype, tf32)};
+        void *vtm[4] = {tm, NULL, NULL, NULL}, *vhtm[4] = {htm, NULL, NULL, NULL};
+        for (int v = 1; v < 4; v++) {
                 if (!vshape[v].tn)
                         continue;
                 if (build_maps(kp, np, vshape[v], &vhtm[v], &vtm[v], NULL) == (int)np) {
@@ -531,7 +533,7 @@ static void run_group(const char *name, int dtype, int tf32, struct tprob *tp, u
         sched_plan_init(&plan);
         int have_first = 0;
         const uint32_t ctas_list[2] = {(uint32_t)nsm, 5};
-        for (int mi = 0; mi < SCHED_NMODES * 3; mi++) {
+        for (int mi = 0; mi < SCHED_NMODES * 4; mi++) {
                 const int mode = mi % SCHED_NMODES, var = mi / SCHED_NMODES;
                 void *ctm = vtm[var], *chtm = vhtm[var];
                 if (var > 0 && !ctm)
@@ -544,6 +546,19 @@ static void run_group(const char *name, int dtype, int tf32, struct tprob *tp, u
                         if (rc) {
                                 printf("FAIL %s %s: sched_plan_build = %d\n", name, sched_mode_name(cfg.mode), rc);
                                 failures++;
+                                continue;
+                        }
+                        /* The half tile runs whole tiles from host plans
+                         * only: the launch must refuse the others. */
+                        if (var == 3 && (plan.nsplit > 0 || plan.nentries == 0)) {
+                                struct cuda_group hg = {.problems = dp, .nproblems = np, .dtype = dtype,
+                                                        .tf32 = tf32, .plan = &plan, .cfg = cfg,
+                                                        .tmaps = ctm, .nfast = (uint32_t)nfast};
+                                if (cuda_gemm_launch(&hg, NULL) != -EINVAL) {
+                                        printf("FAIL %s %s (half): a plan that %s was launched\n", name,
+                                               sched_mode_name(cfg.mode), plan.nsplit ? "cuts K" : "has no entries");
+                                        failures++;
+                                }
                                 continue;
                         }
                         void *blob = NULL;
@@ -878,15 +893,16 @@ int main(int argc, char **argv)
                 printf("FAIL: no 16-bit group had a map of C\n");
                 failures++;
         }
-        printf("groups also run on the wide tile: %d, on the narrow tile: %d\n", tile_groups[1], tile_groups[2]);
+        printf("groups also run on the wide tile: %d, on the narrow tile: %d, on the half tile: %d\n",
+               tile_groups[1], tile_groups[2], tile_groups[3]);
         const uint64_t skinny = cuda_gemm_skinny_launches();
         printf("launches of the kernel with 64 rows of A: %llu\n", (unsigned long long)skinny);
         if (all && skinny == 0 && b16) {
                 printf("FAIL: no 16-bit group ran on the kernel with 64 rows of A\n");
                 failures++;
         }
-        if (all && (tile_groups[1] == 0 || tile_groups[2] == 0) && !only) {
-                printf("FAIL: no group ran on the wide or on the narrow tile\n");
+        if (all && (tile_groups[1] == 0 || tile_groups[2] == 0 || (b16 && tile_groups[3] == 0)) && !only) {
+                printf("FAIL: no group ran on the wide, the narrow or the half tile\n");
                 failures++;
         }
         if (all && inline_runs == 0 && !only) {
