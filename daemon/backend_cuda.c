@@ -245,6 +245,12 @@ static void destroy(struct backend *be)
                 log_info("cuda %d: launch path, host us per launched group (%llu groups): %s", cb->ordinal,
                          (unsigned long long)cb->ls_groups, line);
         }
+        if (cb->ps_groups)
+                log_info("cuda %d: resident path, host us per posted group (%llu groups): prepare %.2f, fill %.2f, "
+                         "maps %.2f, post %.2f",
+                         cb->ordinal, (unsigned long long)cb->ps_groups, cb->ps_ns[LS_PREPARE] / 1e3 / cb->ps_groups,
+                         cb->ps_ns[LS_FILL] / 1e3 / cb->ps_groups, cb->ps_ns[LS_MAPS] / 1e3 / cb->ps_groups,
+                         cb->ps_ns[LS_COPY] / 1e3 / cb->ps_groups);
         if (cb->res_groups)
                 log_info("cuda %d: resident kernel: %llu groups in %llu launches; per group %.1f us from "
                          "post to done seen, of which on the device %.1f us from post seen to handed over "

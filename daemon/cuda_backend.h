@@ -68,6 +68,9 @@ struct cuda_backend {
         struct backend b;
         int ordinal;
         uint64_t ls_ns[LS_N], ls_groups;
+        /* The same for groups posted to the resident kernel: its steps up
+         * to the maps, then the post (in LS_COPY's place). */
+        uint64_t ps_ns[LS_COPY + 1], ps_groups;
         struct ipc_map *maps; /* worker thread only */
         struct dev_mem *allocs; /* worker thread only */
         struct cuda_slot *slots; /* every group slot, for a context rebuild */

@@ -634,8 +634,15 @@ int launch(struct backend *be, struct group *g)
         if ((rc = build_tmaps(cb, s, g, &st)))
                 return rc;
         lstep(&st, LS_MAPS);
-        if ((rc = launch_resident(cb, s, g, &st, &posted)) || posted)
+        if ((rc = launch_resident(cb, s, g, &st, &posted)) || posted) {
+                if (posted) {
+                        lstep(&st, LS_COPY);
+                        for (int i = 0; i <= LS_COPY; i++)
+                                cb->ps_ns[i] += st.ls[i];
+                        cb->ps_groups++;
+                }
                 return rc;
+        }
         /* Any other kernel needs the SMs the resident one holds. */
         res_stop(cb);
         if (st.in_lo == 0 && g->timed)
