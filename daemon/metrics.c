@@ -527,6 +527,9 @@ static void render_devices(FILE *f, struct server *srv, double up_s)
                    (unsigned long long)st[i].idle_gaps);
         PER_DEVICE("gemmd_device_idle_gap_seconds_total", "counter",
                    "Seconds of those idle gaps", "%.9g", st[i].idle_gap_ns / 1e9);
+        PER_DEVICE("gemmd_device_capped_seconds_total", "counter",
+                   "Seconds with ops waiting while every group slot was in flight (--max-groups-inflight)", "%.9g",
+                   st[i].capped_ns / 1e9);
 #undef PER_DEVICE
 
         for (int i = 0; i < n; i++) {

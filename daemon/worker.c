@@ -247,18 +247,28 @@ static void refuse_op(struct worker *w, struct op *o, struct done_list *done)
 static void loaded_update(struct worker *w)
 {
         const int loaded = w->pending_ops || w->inflight;
+        const int capped = w->pending_ops && w->inflight >= w->max_inflight;
 
         if (atomic_load_explicit(&w->inflight_hint, memory_order_relaxed) != (w->inflight != 0))
                 atomic_store_explicit(&w->inflight_hint, w->inflight != 0, memory_order_relaxed);
-        if (loaded == w->loaded)
+        if (loaded == w->loaded && capped == w->capped)
                 return;
         const uint64_t t = now_ns();
 
-        if (loaded)
-                w->loaded_since_ns = t;
-        else
-                w->st.loaded_ns += t - w->loaded_since_ns;
-        w->loaded = loaded;
+        if (loaded != w->loaded) {
+                if (loaded)
+                        w->loaded_since_ns = t;
+                else
+                        w->st.loaded_ns += t - w->loaded_since_ns;
+                w->loaded = loaded;
+        }
+        if (capped != w->capped) {
+                if (capped)
+                        w->capped_since_ns = t;
+                else
+                        w->st.capped_ns += t - w->capped_since_ns;
+                w->capped = capped;
+        }
 }
 
 /* Called after any change the worker thread may have to act on (under
@@ -829,8 +839,12 @@ static int launch_group(struct worker *w, struct group *g, uint64_t *launch_ns)
         w->st.fill_groups += g->plan.reduce_apart;
         g->t_launch_ns = now_ns();
         g->b2b = w->inflight > 0;
-        if (w->inflight++ == 0) {
-                loaded_update(w); /* a cancel while it formed may have cleared it */
+        const int was_idle = w->inflight++ == 0;
+
+        /* (a cancel while it formed may have cleared the loaded state; its
+         * slot may have been the last free one) */
+        loaded_update(w);
+        if (was_idle) {
                 w->busy_since_ns = g->t_launch_ns;
                 /* Without device timing, the host's view of an idle device
                  * that had work waiting is the gap. */
@@ -1273,6 +1287,8 @@ void worker_get_stats(struct worker *w, struct worker_stats *st, uint32_t *pendi
                 st->busy_ns += now_ns() - w->busy_since_ns;
         if (w->loaded)
                 st->loaded_ns += now_ns() - w->loaded_since_ns;
+        if (w->capped)
+                st->capped_ns += now_ns() - w->capped_since_ns;
         *pending = w->pending_ops;
         *inflight = w->inflight;
         for (struct group *g = w->done; g; g = g->next_done)

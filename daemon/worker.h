@@ -112,6 +112,9 @@ struct worker_stats {
          * (waiting for the worker and a free slot), to launched (the
          * group's forming and plan build). */
         uint64_t staged_ns, waiting_ns, forming_ns;
+        /* Time with ops waiting while every group slot was in flight
+         * (--max-groups-inflight): how long that limit held work back. */
+        uint64_t capped_ns;
         uint64_t recoveries; /* device recoveries after a group failed with GEMMD_EDEVICE */
 };
 
@@ -192,6 +195,8 @@ struct worker {
         uint64_t busy_since_ns;
         int loaded;              /* ops queued or groups in flight (loaded_update) */
         uint64_t loaded_since_ns;
+        int capped;              /* ops queued and no group slot free (loaded_update) */
+        uint64_t capped_since_ns;
         uint64_t last_done_ns; /* when the device last became idle */
         struct group *done;    /* finished groups for the worker thread's collect() */
         struct wctl *ctl_head, *ctl_tail;

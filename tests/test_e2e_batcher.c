@@ -21,7 +21,6 @@
 #include "gemmd.h"
 #include "tests/e2e_util.h"
 #include "tests/hard_util.h"
-#include "tests/hard_util.h"
 #include "tests/e2e_assert.h"
 
 /* These tests read each result's group and queue time, which a request
@@ -941,6 +940,60 @@ Test(e2e, high_priority_overtakes_queued_low_priority_work)
         e2e_prob_free(&p);
         gemmd_disconnect(c);
         STOP(&d);
+}
+
+/*
+ * The stats say how long --max-groups-inflight held work back: ops
+ * waiting while every group slot was in flight. A burst on one slot
+ * waits behind it for most of its time; one synchronous call at a time
+ * never finds the slots full (the worker frees a group's slot before its
+ * client has the answer), so its figure stays at zero.
+ */
+Test(e2e, stats_count_the_time_the_group_slot_limit_held_work_back)
+{
+        static const char *const limits[] = {"1", "2"};
+
+        for (int run = 0; run < 2; run++) {
+                struct e2e_daemon d;
+                struct e2e_arena ar;
+                struct e2e_prob p;
+                struct gemmd_result r;
+                gemmd_ticket t[8];
+                gemmd_client *c;
+                uint64_t seed = 27;
+                char *json = NULL;
+                double capped, loaded;
+
+                START(&d, "--threads", "1", "--max-group-ops", "1", "--max-groups-inflight", limits[run], NULL);
+                c = e2e_connect(&d);
+                cr_assert_not_null(c);
+                cr_assert_eq(e2e_arena_init(&ar, c, 2u << 20), 0);
+                cr_assert_eq(e2e_prob_place(&p, &big_f32, &ar, &seed), 0);
+                if (run == 0) {
+                        for (int i = 0; i < 8; i++)
+                                t[i] = submit1(c, &p.op, GEMMD_PRIO_NORMAL);
+                        for (int i = 0; i < 8; i++)
+                                wait1(c, t[i], &r);
+                } else {
+                        for (int i = 0; i < 8; i++)
+                                wait1(c, submit1(c, &p.op, GEMMD_PRIO_NORMAL), &r);
+                }
+                cr_assert_eq(r.status, 0);
+                cr_assert_eq(gemmd_stats(c, 1, &json), 0);
+                capped = hard_json_double(json, "capped_s");
+                loaded = hard_json_double(json, "loaded_s");
+                free(json);
+                if (run == 0) {
+                        /* Seven of eight ops queued behind the one slot. */
+                        cr_assert_gt(capped, 0.0, "a burst on one group slot: capped_s %g", capped);
+                        cr_assert_leq(capped, loaded, "capped_s %g beyond loaded_s %g", capped, loaded);
+                } else {
+                        cr_assert_eq(capped, 0.0, "one call at a time found every slot in flight for %g s", capped);
+                }
+                e2e_prob_free(&p);
+                gemmd_disconnect(c);
+                STOP(&d);
+        }
 }
 
 /* ---- (f) fairness -------------------------------------------------------- */

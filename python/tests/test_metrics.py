@@ -144,6 +144,9 @@ class TestMetricsTcp(DaemonTestCase):
         loaded = d("gemmd_device_loaded_seconds_total", device="0")
         self.assertGreaterEqual(loaded + 1e-6, d("gemmd_device_busy_seconds_total", device="0"))
         self.assertLess(loaded, get(after, "gemmd_uptime_seconds") - get(before, "gemmd_uptime_seconds") - 0.25)
+        # One call at a time never finds every group slot in flight.
+        self.assertEqual(types["gemmd_device_capped_seconds_total"], "counter")
+        self.assertEqual(d("gemmd_device_capped_seconds_total", device="0"), 0)
         # The CPU backend does not measure device time: no group is timed.
         self.assertEqual(types["gemmd_device_timed_groups_total"], "counter")
         self.assertEqual(get(after, "gemmd_device_timed_groups_total", device="0"), 0)
