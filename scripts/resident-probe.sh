@@ -1,9 +1,11 @@
 #!/bin/bash
 # The resident kernel (gemmd --resident yes) against a launch per group
 # (--resident no), point by point, each on a daemon of its own: gemmbench
-# clients (bf16, max-dim 1024, CUDA IPC operands, 2 s), the daemon's per-group figures
-# (gemmctl stats) and, when it stops, the resident kernel's own breakdown
-# (post seen to handed over, handed over to done) from its log.
+# clients (bf16, max-dim 1024, CUDA IPC operands, 2 s), the daemon's per-group and
+# per-op figures (gemmctl stats: plan and launch, the op's wait for a group, the
+# time every group slot was in flight) and, when it stops, the host's steps per
+# launched or posted group and the resident kernel's own breakdown (post seen
+# to handed over, handed over to done) from its log.
 # Binaries from $GEMMD_BIN (default .gpubin-all, scripts/gpu-bundle.sh);
 # POINTS (default "1:1 8:1 8:8"): CLIENTS:WINDOW ...; MAXDIM (default 1024):
 # gemmbench clients --max-dim; RES_ARGS: more daemon arguments for the
@@ -30,8 +32,9 @@ d = json.load(open(sys.argv[1]))
 keys = ("tflops", "lat_p50_us", "lat_mean_us", "errors", "daemon_run_us_mean", "daemon_queue_us_mean",
         "group_size_mean")
 print({k: d[k] for k in keys if k in d})' "$tmp/out" 2>&1)"
-                "$bin/gemmctl" --socket "$tmp/gemmd.sock" stats 2>/dev/null | grep -E "per group|resident"
+                "$bin/gemmctl" --socket "$tmp/gemmd.sock" stats 2>/dev/null |
+                        grep -E "per group|per op|every group slot|resident"
                 stop_daemon
-                grep -E "resident kernel|error|warn" "$log" | head -6
+                grep -E "resident kernel|resident path|launch path|error|warn" "$log" | head -8
         done
 done
