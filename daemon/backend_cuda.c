@@ -16,6 +16,23 @@
 #include "gemmd.h"
 
 static const char *const ls_names[LS_N] = {"prepare", "fill", "maps", "copy", "kernel", "after"};
+/* A posted group's steps (cuda_backend.ps_ns): the post in LS_COPY's place. */
+static const char *const ps_names[LS_COPY + 1] = {"prepare", "fill", "maps", "post"};
+
+/* Logs the mean host time of each of n steps (sums ns over `groups`). */
+static void log_steps(const struct cuda_backend *cb, const char *what, const char *const *names,
+                      const uint64_t *ns, int n, uint64_t groups)
+{
+        char line[256];
+        int len = 0;
+
+        if (!groups)
+                return;
+        for (int i = 0; i < n && len < (int)sizeof(line); i++)
+                len += snprintf(line + len, sizeof(line) - (size_t)len, "%s%s %.2f", i ? ", " : "", names[i],
+                                ns[i] / 1e3 / groups);
+        log_info("cuda %d: %s (%llu groups): %s", cb->ordinal, what, (unsigned long long)groups, line);
+}
 
 int backend_cuda_count(void)
 {
@@ -235,22 +252,8 @@ static void destroy(struct backend *be)
                 cudaEventDestroy(cb->ev_ipc[i]);
         }
         cudaStreamDestroy(cb->stream);
-        if (cb->ls_groups) {
-                char line[256];
-                int n = 0;
-
-                for (int i = 0; i < LS_N && n < (int)sizeof(line); i++)
-                        n += snprintf(line + n, sizeof(line) - (size_t)n, "%s%s %.2f", i ? ", " : "",
-                                      ls_names[i], cb->ls_ns[i] / 1e3 / cb->ls_groups);
-                log_info("cuda %d: launch path, host us per launched group (%llu groups): %s", cb->ordinal,
-                         (unsigned long long)cb->ls_groups, line);
-        }
-        if (cb->ps_groups)
-                log_info("cuda %d: resident path, host us per posted group (%llu groups): prepare %.2f, fill %.2f, "
-                         "maps %.2f, post %.2f",
-                         cb->ordinal, (unsigned long long)cb->ps_groups, cb->ps_ns[LS_PREPARE] / 1e3 / cb->ps_groups,
-                         cb->ps_ns[LS_FILL] / 1e3 / cb->ps_groups, cb->ps_ns[LS_MAPS] / 1e3 / cb->ps_groups,
-                         cb->ps_ns[LS_COPY] / 1e3 / cb->ps_groups);
+        log_steps(cb, "launch path, host us per launched group", ls_names, cb->ls_ns, LS_N, cb->ls_groups);
+        log_steps(cb, "resident path, host us per posted group", ps_names, cb->ps_ns, LS_COPY + 1, cb->ps_groups);
         if (cb->res_groups)
                 log_info("cuda %d: resident kernel: %llu groups in %llu launches; per group %.1f us from "
                          "post to done seen, of which on the device %.1f us from post seen to handed over "

@@ -50,31 +50,30 @@ static int launch_notices(const struct group *g)
         return 0;
 }
 
-/* Whether g's plan is on the half tile (cuda_gemm_shape_half): tiles of
- * 64 rows, each one consumer's, on the usual kernel. */
-static int half_tiles(const struct group *g)
+/* The rows of g's tiles where its plan is on the half tile, else 0
+ * (cuda_gemm_half_rows). */
+static uint32_t half_rows(const struct group *g)
 {
-        const struct sched_shape h = cuda_gemm_shape_half((int)(g->key & 3), (int)(g->key >> 2) & 1);
-
-        return h.tn && g->cfg.shape.tm == h.tm && g->cfg.shape.tn == h.tn;
+        return cuda_gemm_half_rows((int)(g->key & 3), (int)(g->key >> 2) & 1, g->cfg.shape);
 }
 
 /* Whether the resident kernel takes group g: 16-bit GEMMs on the usual
- * or the half tile (whole), every one on the Hopper kernel, operands in device memory, launch
+ * tile, or on the half tile (rows: half_rows) with none split, every one
+ * on the Hopper kernel, operands in device memory, launch
  * data that fits its slot, and no client waiting on a launch event; and
  * no more tiles than CTAs, whole in them (the kernel that adds split
  * tiles apart is launched after the group's). Groups on it finish in
  * order, and a larger group holds up the small ones behind it, where on
  * streams of their own a small group launched after it finishes first,
  * so larger groups run better launched. */
-static int res_takes(struct cuda_backend *cb, const struct group *g, int nfast, uint32_t nsyr2k, size_t stage,
-                     size_t blob, int notify)
+static int res_takes(struct cuda_backend *cb, const struct group *g, uint32_t rows, int nfast, uint32_t nsyr2k,
+                     size_t stage, size_t blob, int notify)
 {
         const int dt = (int)(g->key & 3);
 
         if ((dt != GEMMD_F16 && dt != GEMMD_BF16) || nfast != (int)g->nops || nsyr2k || stage ||
             blob > RES_SLOT_BYTES || g->cfg.shape.tn != shape(&cb->b, g->key).tn || !g->plan.nentries ||
-            g->plan.reduce_apart || (half_tiles(g) && g->plan.nsplit) ||
+            g->plan.reduce_apart || (rows && g->plan.nsplit) ||
             g->plan.nctas > cb->b.ctas || g->tiles > cb->b.ctas || notify)
                 return 0;
 #ifdef GEMMD_FAULT_INJECTION
@@ -430,9 +429,12 @@ static int launch_resident(struct cuda_backend *cb, struct cuda_slot *s, struct 
         struct cuda_res_post rp;
         int rc;
 
+        const uint32_t rows = half_rows(g);
+
         *posted = 0;
         /* (packed copies are made by a kernel of their own first) */
-        s->res = cb->res_on && !st->pack && res_takes(cb, g, st->nfast, st->nsyr2k, st->stage, st->blob, st->notify);
+        s->res = cb->res_on && !st->pack &&
+                 res_takes(cb, g, rows, st->nfast, st->nsyr2k, st->stage, st->blob, st->notify);
         if (!s->res)
                 return 0;
         memset(&rp, 0, offsetof(struct cuda_res_post, data));
@@ -449,7 +451,7 @@ static int launch_resident(struct cuda_backend *cb, struct cuda_slot *s, struct 
         rp.arrivals = plan->nsplit ? (uint64_t)(uintptr_t)s->d_arr : 0;
         /* The kernel stores the completion words once the group is done. */
         rp.words = st->nwords ? st->word_off : 0;
-        rp.tile_rows = half_tiles(g) ? g->cfg.shape.tm : 0;
+        rp.tile_rows = rows;
         rc = res_post(cb, s, (int)(g->key & 3), &rp, s->h_blob);
         if (!rc) {
                 g->resident = 1;

@@ -351,8 +351,8 @@ static void render_json(struct server *srv, FILE *f, double up_s, long long only
                         (unsigned long long)st.fill_groups, (unsigned long long)st.resident_groups,
                         (unsigned long long)st.packed_groups, (unsigned long long)st.ops_early,
                         (unsigned long long)st.ops_word_dev, st.staged_ns / 1e9, st.waiting_ns / 1e9, st.forming_ns / 1e9);
-                fprintf(f, "\"recoveries\":%llu,\"loop_groups\":%llu,\"capped_s\":%.6f,", (unsigned long long)st.recoveries,
-                        (unsigned long long)st.loop_groups, st.capped_ns / 1e9);
+                fprintf(f, "\"recoveries\":%llu,\"loop_groups\":%llu,\"capped_s\":%.6f,",
+                        (unsigned long long)st.recoveries, (unsigned long long)st.loop_groups, st.capped_ns / 1e9);
                 hist_json(f, "group_size_log2", st.group_size_hist);
                 fprintf(f, ",");
                 hist_json(f, "queue_us_log2", st.queue_us_hist);

@@ -244,6 +244,25 @@ static void refuse_op(struct worker *w, struct op *o, struct done_list *done)
  * flight), for worker_stats.loaded_ns: the time it had work, of which
  * busy_ns is the part it was running some. A group being formed counts
  * as its ops did (they left the queue for a launch). Lock held. */
+/* Sets timed state s to `on` at time t; an interval that ends is added
+ * to *sum. */
+static void timed_set(struct timed_state *s, int on, uint64_t t, uint64_t *sum)
+{
+        if (on == s->on)
+                return;
+        if (on)
+                s->since_ns = t;
+        else
+                *sum += t - s->since_ns;
+        s->on = on;
+}
+
+/* The part of s's interval that has not ended by t (0 while it is off). */
+static uint64_t timed_open(const struct timed_state *s, uint64_t t)
+{
+        return s->on ? t - s->since_ns : 0;
+}
+
 static void loaded_update(struct worker *w)
 {
         const int loaded = w->pending_ops || w->inflight;
@@ -251,24 +270,12 @@ static void loaded_update(struct worker *w)
 
         if (atomic_load_explicit(&w->inflight_hint, memory_order_relaxed) != (w->inflight != 0))
                 atomic_store_explicit(&w->inflight_hint, w->inflight != 0, memory_order_relaxed);
-        if (loaded == w->loaded && capped == w->capped)
+        if (loaded == w->loaded.on && capped == w->capped.on)
                 return;
         const uint64_t t = now_ns();
 
-        if (loaded != w->loaded) {
-                if (loaded)
-                        w->loaded_since_ns = t;
-                else
-                        w->st.loaded_ns += t - w->loaded_since_ns;
-                w->loaded = loaded;
-        }
-        if (capped != w->capped) {
-                if (capped)
-                        w->capped_since_ns = t;
-                else
-                        w->st.capped_ns += t - w->capped_since_ns;
-                w->capped = capped;
-        }
+        timed_set(&w->loaded, loaded, t, &w->st.loaded_ns);
+        timed_set(&w->capped, capped, t, &w->st.capped_ns);
 }
 
 /* Called after any change the worker thread may have to act on (under
@@ -681,10 +688,11 @@ static void finish_group(struct worker *w, struct group *g)
         w->st.run_us_hist[hist_bucket(run_us)]++;
         w->st.run_ns += g->t_done_ns - g->t_launch_ns;
         w->st.tiles += g->tiles;
-        w->st.wide_groups += g->cfg.shape.tn > w->be->shape(w->be, g->key).tn;
+        const struct sched_shape usual = w->be->shape(w->be, g->key);
+
+        w->st.wide_groups += g->cfg.shape.tn > usual.tn;
         /* narrow: fewer columns, or (the half tile) fewer rows */
-        w->st.narrow_groups += g->cfg.shape.tn < w->be->shape(w->be, g->key).tn ||
-                               g->cfg.shape.tm < w->be->shape(w->be, g->key).tm;
+        w->st.narrow_groups += g->cfg.shape.tn < usual.tn || g->cfg.shape.tm < usual.tm;
         w->st.resident_groups += g->resident != 0;
         w->st.packed_groups += g->packed != 0;
         w->st.ops_word_dev += g->words_dev;
@@ -758,8 +766,9 @@ static int f32_reads_c(const struct group *g)
  * flight, the SMs its usual tiles leave idle are theirs, as for the wide
  * tile's threshold. (A backend with the resident kernel gives its 16-bit
  * groups a narrow tile of half the rows, which that kernel runs; not in
- * device mode, whose kernels map tiles of the usual rows themselves.) The kernels sum
- * the same chunks on every tile, so no result depends on the choice.
+ * device mode, whose kernels map tiles of the usual rows themselves.)
+ * The kernels sum the same chunks on every tile, so no result depends on
+ * the choice.
  * Returns g's tiles on the shape it takes (g->tiles counts usual ones).
  */
 static uint64_t take_tile(struct worker *w, struct group *g)
@@ -809,6 +818,7 @@ static int plan_group(struct worker *w, struct group *g, uint64_t tiles)
  * (worker_launch_status: memory that ran out is not the device's). */
 static int launch_group(struct worker *w, struct group *g, uint64_t *launch_ns)
 {
+        const struct sched_shape usual = w->be->shape(w->be, g->key);
         uint64_t t0 = now_ns(), tiles;
         int rc;
 
@@ -816,15 +826,15 @@ static int launch_group(struct worker *w, struct group *g, uint64_t *launch_ns)
         if (w->broken)
                 return GEMMD_EDEVICE;
         g->cfg.mode = w->cfg->mode;
-        g->cfg.shape = w->be->shape(w->be, g->key);
-        g->cfg.ctas = w->be->ctas;
+        g->cfg.shape = usual;
+        g->cfg.ctas = w->be->ctas; /* the cost model's, in take_tile */
         tiles = take_tile(w, g);
         rc = group_alloc_fault(g, ALLOC_PLAN) ? -ENOMEM : plan_group(w, g, tiles);
         /* A tile of fewer rows is a whole tile's (cuda_gemm_shape_half):
          * a plan that cuts K (a lone long-K GEMM's fill) takes the usual
          * tile instead. */
-        if (!rc && g->plan.nsplit && g->cfg.shape.tm != w->be->shape(w->be, g->key).tm) {
-                g->cfg.shape = w->be->shape(w->be, g->key);
+        if (!rc && g->plan.nsplit && g->cfg.shape.tm != usual.tm) {
+                g->cfg.shape = usual;
                 rc = plan_group(w, g, g->tiles);
         }
         pthread_mutex_lock(&w->lock);
@@ -1285,10 +1295,8 @@ void worker_get_stats(struct worker *w, struct worker_stats *st, uint32_t *pendi
         *st = w->st;
         if (w->inflight)
                 st->busy_ns += now_ns() - w->busy_since_ns;
-        if (w->loaded)
-                st->loaded_ns += now_ns() - w->loaded_since_ns;
-        if (w->capped)
-                st->capped_ns += now_ns() - w->capped_since_ns;
+        st->loaded_ns += timed_open(&w->loaded, now_ns());
+        st->capped_ns += timed_open(&w->capped, now_ns());
         *pending = w->pending_ops;
         *inflight = w->inflight;
         for (struct group *g = w->done; g; g = g->next_done)

@@ -82,6 +82,12 @@ struct group {
         void *bdata; /* the backend's per-slot state */
 };
 
+/* A state timed while it holds: on since since_ns. */
+struct timed_state {
+        int on;
+        uint64_t since_ns;
+};
+
 /* Counters a worker keeps; read under its lock by the stats reply. */
 struct worker_stats {
         uint64_t groups, ops, ops_failed, tiles, flops;
@@ -193,10 +199,9 @@ struct worker {
         void (*hosted_done)(struct group *g, int status);
         void (*hosted_launched)(struct group *g, const uint8_t handle[64], int device);
         uint64_t busy_since_ns;
-        int loaded;              /* ops queued or groups in flight (loaded_update) */
-        uint64_t loaded_since_ns;
-        int capped;              /* ops queued and no group slot free (loaded_update) */
-        uint64_t capped_since_ns;
+        /* Timed while they hold (loaded_update): ops queued or groups in
+         * flight; ops queued and no group slot free. */
+        struct timed_state loaded, capped;
         uint64_t last_done_ns; /* when the device last became idle */
         struct group *done;    /* finished groups for the worker thread's collect() */
         struct wctl *ctl_head, *ctl_tail;

@@ -72,6 +72,9 @@ struct sched_shape cuda_gemm_shape_narrow(int dtype, int tf32);
  * its own, each SM's share of the k-loop halved. The same sums, so the
  * same bits. */
 struct sched_shape cuda_gemm_shape_half(int dtype, int tf32);
+/* The rows of shape's tiles where it is config (dtype, tf32)'s half tile,
+ * else 0: KParams.tile_rows, and cuda_res_post.tile_rows for a post. */
+uint32_t cuda_gemm_half_rows(int dtype, int tf32, struct sched_shape shape);
 
 /* A short name for the config ("bf16-mma", "f32-ffma", ...), static. */
 const char *cuda_gemm_kernel_name(int dtype, int tf32);

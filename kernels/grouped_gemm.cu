@@ -1271,11 +1271,17 @@ extern "C" struct sched_shape cuda_gemm_shape_half(int dtype, int tf32)
         return s;
 }
 
-/* Whether shape is a half tile's (cuda_gemm_shape_half): the usual
- * kernel, 64 rows a plan tile. */
+/* Whether shape is a half tile's (cuda_gemm_shape_half), whatever the
+ * config: the usual kernel, 64 rows a plan tile. */
 static bool half_shape(struct sched_shape shape)
 {
-        return shape.tm == 64 && shape.tn == 128 && shape.tm < WCfg::BM;
+        return shape.tm == 64 && shape.tn == 128;
+}
+
+extern "C" uint32_t cuda_gemm_half_rows(int dtype, int tf32, struct sched_shape shape)
+{
+        const struct sched_shape h = cuda_gemm_shape_half(dtype, tf32);
+        return h.tn && shape.tm == h.tm && shape.tn == h.tn && shape.tk == h.tk ? h.tm : 0u;
 }
 
 extern "C" const char *cuda_gemm_kernel_name(int dtype, int tf32)
@@ -1821,7 +1827,7 @@ static int hopper_tile_bn(const struct cuda_group *g)
         const struct sched_shape want = cuda_gemm_shape(g->dtype, g->tf32), have = g->cfg.shape;
 
         if (half_shape(have))
-                return cuda_gemm_shape_half(g->dtype, g->tf32).tk == have.tk ? 0 : -1;
+                return cuda_gemm_half_rows(g->dtype, g->tf32, have) ? 0 : -1;
         if (have.tm != want.tm || have.tk != want.tk)
                 return -1;
         if (have.tn == want.tn)

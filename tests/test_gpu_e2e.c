@@ -759,11 +759,11 @@ Test(gpu_e2e, packed_copies_same_bits_as_in_place)
  * Sizes off the tile (edges in m and n), k off the chunk, beta 0 and not,
  * f16 and bf16.
  * The first two daemons launch each group (--resident no), with and
- * without the narrow tile. With the resident kernel the narrow tile of a 16-bit group is the half
- * tile (64 x 128, on the resident kernel itself): a third daemon runs the
- * same calls with it, and must give the same bits, take it for every op
- * whose half tiles outnumber its usual ones (all but the one of 64 rows)
- * and run those on the resident kernel.
+ * without the narrow tile. With the resident kernel the narrow tile of a
+ * 16-bit group is the half tile (64 x 128, on the resident kernel
+ * itself): a third daemon runs the same calls with it, and must give the
+ * same bits, take it for every op whose half tiles outnumber its usual
+ * ones (all but the one of 64 rows) and run those on the resident kernel.
  */
 #define NARROW_OPS 6
 
@@ -809,13 +809,17 @@ static void narrow_run(const char *narrow, const char *resident, void *out[NARRO
                 double err;
                 char why[200];
 
+                const uint64_t from = ar.used; /* the op's operands lie beyond */
+
                 cr_assert_eq(e2e_prob_place(&p, &specs[i], &ar, &seed), 0);
                 p.op.a.buffer = p.op.b.buffer = p.op.c.buffer = dev_id;
-                cr_assert_eq(cudaMemcpy(dev, ar.base, ar.used, cudaMemcpyHostToDevice), cudaSuccess);
+                cr_assert_eq(cudaMemcpy((char *)dev + from, ar.base + from, ar.used - from, cudaMemcpyHostToDevice),
+                             cudaSuccess);
                 cr_assert_eq(gemmd_submit(c, &p.op, 1, GEMMD_PRIO_NORMAL, &t), 0);
                 cr_assert_eq(gemmd_wait(c, t, 60000, &res, 1), 0);
                 cr_assert_eq(res.status, 0, "op %d: %s", i, gemmd_strerror(res.status));
-                cr_assert_eq(cudaMemcpy(ar.base, dev, ar.used, cudaMemcpyDeviceToHost), cudaSuccess);
+                cr_assert_eq(cudaMemcpy(ar.base + from, (char *)dev + from, ar.used - from, cudaMemcpyDeviceToHost),
+                             cudaSuccess);
                 /* The reference once; the other daemon's bits must equal these. */
                 if (!strcmp(narrow, "yes"))
                         cr_assert_eq(e2e_prob_check(&p, &err, why, sizeof(why)), 0, "op %d: %s", i, why);
@@ -854,7 +858,8 @@ Test(gpu_e2e, narrow_and_half_tiles_for_lone_calls_same_bits_as_the_usual_one)
                 cr_assert_eq(nwb[i], usb[i]);
                 cr_assert_eq(hfb[i], usb[i]);
                 cr_assert_eq(memcmp(nw[i], us[i], nwb[i]), 0, "op %d: bits differ between the tiles", i);
-                cr_assert_eq(memcmp(hf[i], us[i], hfb[i]), 0, "op %d: bits differ between the half tile and the usual", i);
+                cr_assert_eq(memcmp(hf[i], us[i], hfb[i]), 0, "op %d: bits differ between the half tile and the usual",
+                             i);
                 free(nw[i]);
                 free(us[i]);
                 free(hf[i]);
