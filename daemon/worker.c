@@ -240,10 +240,6 @@ static void refuse_op(struct worker *w, struct op *o, struct done_list *done)
         op_finish(o, done);
 }
 
-/* Notes when the device gains or loses work (ops queued or groups in
- * flight), for worker_stats.loaded_ns: the time it had work, of which
- * busy_ns is the part it was running some. A group being formed counts
- * as its ops did (they left the queue for a launch). Lock held. */
 /* Sets timed state s to `on` at time t; an interval that ends is added
  * to *sum. */
 static void timed_set(struct timed_state *s, int on, uint64_t t, uint64_t *sum)
@@ -263,6 +259,11 @@ static uint64_t timed_open(const struct timed_state *s, uint64_t t)
         return s->on ? t - s->since_ns : 0;
 }
 
+/* Notes when the device gains or loses work (ops queued or groups in
+ * flight), for worker_stats.loaded_ns: the time it had work, of which
+ * busy_ns is the part it was running some; and when ops wait with no
+ * group slot free (worker_stats.capped_ns). A group being formed counts
+ * as its ops did (they left the queue for a launch). Lock held. */
 static void loaded_update(struct worker *w)
 {
         const int loaded = w->pending_ops || w->inflight;
