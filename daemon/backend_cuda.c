@@ -330,6 +330,7 @@ int backend_cuda_new(int ordinal, const struct gemmd_config *cfg, struct backend
         if (cfg->resident > 0 && !cb->res_on)
                 log_warn("cuda %d: no resident kernel on this device (it needs sm_90 and mapped host memory)",
                          ordinal);
+        cb->res_readers = cfg->resident_readers ? cfg->resident_readers : 1;
         if (cb->res_on)
                 res_init(cb);
         for (uint32_t k = 0; k < 8; k++) {
@@ -376,7 +377,10 @@ int backend_cuda_new(int ordinal, const struct gemmd_config *cfg, struct backend
         cb->b.dtypes = BACKEND_DTYPE(GEMMD_F32) | BACKEND_DTYPE(GEMMD_F16) | BACKEND_DTYPE(GEMMD_BF16) |
                        BACKEND_DTYPE(GEMMD_F64);
         /* Each in flight on a stream of its own: four let small groups
-         * pass large ones, and more only added variance. */
+         * pass large ones, and more only added variance. (With the
+         * resident kernel, eight and two readers measured 5% ahead with
+         * few requests in flight, but not yet shown correct under early
+         * completion: bench/results/resident-readers.txt.) */
         cb->b.groups_inflight = 4;
         cb->b.shape = shape;
         cb->b.wide_shape = wide_shape;

@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "gemmd.h"
+#include "kernels/cuda_gemm.h"
 #include "scheduler/cost.h"
 
 void config_defaults(struct gemmd_config *cfg)
@@ -48,6 +49,7 @@ void config_defaults(struct gemmd_config *cfg)
          * auto: wherever the device can (backend_cuda_new), but not under
          * a device process, where it has not been measured. */
         cfg->resident = -1;
+        cfg->resident_readers = 1;
         /* Timing events cost each launch host time and round trip, so a
          * GPU times two consecutive groups in every 16 (the pair gives the
          * idle gap between them) and the stats report the sample. */
@@ -159,6 +161,7 @@ enum {
         OPT_NARROW,
         OPT_RINGS,
         OPT_RESIDENT,
+        OPT_RESIDENT_READERS,
         OPT_LOOP_LAUNCH,
         OPT_CLIENT_POLL,
         OPT_EARLY,
@@ -220,6 +223,7 @@ static const struct option options[] = {
         {"narrow-tiles", required_argument, NULL, OPT_NARROW},
         {"rings", required_argument, NULL, OPT_RINGS},
         {"resident", required_argument, NULL, OPT_RESIDENT},
+        {"resident-readers", required_argument, NULL, OPT_RESIDENT_READERS},
         {"loop-launch", required_argument, NULL, OPT_LOOP_LAUNCH},
         {"client-poll-max", required_argument, NULL, OPT_CLIENT_POLL},
         {"early-completion", required_argument, NULL, OPT_EARLY},
@@ -266,8 +270,8 @@ static void usage(FILE *f, const struct gemmd_config *d)
                 "      --threads N              CPU backend threads (default: %d, the online CPUs)\n"
                 "      --devices LIST           CUDA devices to use, e.g. 0,1 (default: all)\n"
                 "      --mode rr|sorted|lpt|split|device|spt|auto  tile schedule of each group (default: %s)\n"
-                "      --max-groups-inflight D  groups launched and unfinished per device (default: 4 on a GPU,\n"
-                "                               2 on the CPU backend)\n"
+                "      --max-groups-inflight D  groups launched and unfinished per device, 1 to 8 (default: 4 on\n"
+                "                               a GPU, 2 on the CPU backend)\n"
                 "      --batch-window-us US     an idle device waits this long for more requests (default: %u)\n"
                 "      --spin-us US             the daemon's threads poll this long after their last work before\n"
                 "                               they sleep (default: 50, or 0 with --backend cpu or under 4 CPUs)\n"
@@ -292,6 +296,8 @@ static void usage(FILE *f, const struct gemmd_config *d)
                 "                               it holds every SM while requests keep coming and stops 2 ms\n"
                 "                               after the last (default: auto: yes on an sm_90 GPU, not with\n"
                 "                               --device-process yes)\n"
+                "      --resident-readers N     CTAs of the resident kernel that read the groups posted to it,\n"
+                "                               each every N-th group, 1 to 4 (default: 1)\n"
                 "      --loop-launch yes|no|auto  a request that finds its device idle is launched by the event\n"
                 "                               loop that read it, not handed to the device's worker (default:\n"
                 "                               auto: on the CPU backend, not on a GPU, where it was no faster)\n"
@@ -774,6 +780,10 @@ static int parse_args(struct gemmd_config *cfg, int argc, char **argv)
                                 cfg->resident = -1;
                         else
                                 bad = parse_yes_no(optarg, &cfg->resident) != 0;
+                        break;
+                case OPT_RESIDENT_READERS:
+                        bad = parse_u64(optarg, 1, CUDA_RES_DISPATCHERS_MAX, &v);
+                        cfg->resident_readers = (uint32_t)v;
                         break;
                 case OPT_LOOP_LAUNCH:
                         if (!strcmp(optarg, "auto"))

@@ -75,6 +75,10 @@ struct gemmd_config {
          * (cuda_gemm_res_launch) instead of launching one per group; -1:
          * where the device can (auto), not under a device process. */
         int resident;
+        /* Of the resident kernel, the CTAs that read its posts, each
+         * every resident_readers-th group (cuda_gemm_res_launch); 1 by
+         * default. */
+        uint32_t resident_readers;
         /* A request that finds its device idle is launched by the loop
          * thread that read it (worker.c, launch_here); -1: where the
          * backend says it pays (auto). */

@@ -133,6 +133,7 @@ struct cuda_backend {
         uint64_t res_gen; /* of the last launch */
         int res_alive;    /* launched and not stopped (atomic reads outside the lock) */
         int res_dtype;
+        uint32_t res_readers; /* CTAs reading the posts (cfg->resident_readers) */
         /* Where a resident group's time goes, summed by the completion
          * thread and logged when the backend goes: host time from post
          * to done seen, and on the device, post seen to handed over and

@@ -93,7 +93,7 @@ int res_post(struct cuda_backend *cb, struct cuda_slot *s, int dtype, struct cud
                                 rc = -EIO;
                 if (!rc)
                         rc = cuda_gemm_res_launch(dtype, cb->res_host, cb->res_area, RES_SLOT_BYTES, cb->res_seq + 1,
-                                              cb->res_gen + 1, cb->b.ctas, cb->res_stream);
+                                              cb->res_gen + 1, cb->b.ctas, cb->res_readers, cb->res_stream);
 
                 if (rc) {
                         pthread_mutex_unlock(&cb->res_lock);

@@ -289,6 +289,8 @@ uint32_t cuda_gemm_tmaps_cmaps(const void *buf, uint32_t nproblems);
  * them), which the stream starts after this one has ended.
  */
 #define CUDA_RES_SLOTS 16
+/* The most dispatchers (CTAs reading the posts) a resident launch takes. */
+#define CUDA_RES_DISPATCHERS_MAX 4
 /* Launch data of at most this many bytes travels inside its post (data):
  * a lone request's problem, plan and tensor maps. Read with the post's
  * fields when the post fits in CUDA_RES_SPEC words, else in one more
@@ -342,10 +344,11 @@ size_t cuda_gemm_res_area_bytes(size_t slot_bytes);
  * SM), taking groups from first_seq on, as generation gen (> host->stop).
  * host: the device address of the pinned struct; area:
  * cuda_gemm_res_area_bytes(slot_bytes) of device memory (slot_bytes a
- * multiple of 1024), zeroed before the first launch. Returns 0, -EINVAL or
- * -EIO. */
+ * multiple of 1024), zeroed before the first launch. ndisp CTAs (1 to
+ * CUDA_RES_DISPATCHERS_MAX, at most grid) read the posts, each every
+ * ndisp-th group. Returns 0, -EINVAL or -EIO. */
 int cuda_gemm_res_launch(int dtype, struct cuda_res_host *host, void *area, size_t slot_bytes, uint64_t first_seq,
-                         uint64_t gen, uint32_t grid, void *stream);
+                         uint64_t gen, uint32_t grid, uint32_t ndisp, void *stream);
 
 /* Bytes of split workspace a plan built with shape `s` for problems of
  * dtype (enum gemmd_dtype: f64 sums take twice the room) needs (0 if

@@ -158,6 +158,7 @@ struct ResArgs {
         struct cuda_res_host *host;
         char *area;
         uint64_t slot_bytes, first_seq, gen;
+        uint32_t ndisp; /* dispatchers: CTAs 0 .. ndisp - 1 read the posts (res_dispatch) */
 };
 
 struct KArgs {
@@ -1743,11 +1744,11 @@ extern "C" size_t cuda_gemm_res_area_bytes(size_t slot_bytes)
 }
 
 extern "C" int cuda_gemm_res_launch(int dtype, struct cuda_res_host *host, void *area, size_t slot_bytes,
-                                    uint64_t first_seq, uint64_t gen, uint32_t grid, void *stream)
+                                    uint64_t first_seq, uint64_t gen, uint32_t grid, uint32_t ndisp, void *stream)
 {
         /* (a slot's mark carries the plan's CTAs in 8 bits, its seq in 46: res_mark.h) */
         if (!host || !area || grid == 0 || grid > RES_MARK_MAX_CTAS || first_seq > RES_SEQ_MASK || slot_bytes % 1024 ||
-            first_seq == 0 || gen == 0 ||
+            first_seq == 0 || gen == 0 || ndisp == 0 || ndisp > CUDA_RES_DISPATCHERS_MAX || ndisp > grid ||
             (dtype != GEMMD_F16 && dtype != GEMMD_BF16))
                 return -EINVAL;
 #if GEMMD_WGMMA
@@ -1760,6 +1761,7 @@ extern "C" int cuda_gemm_res_launch(int dtype, struct cuda_res_host *host, void 
         args.res.slot_bytes = slot_bytes;
         args.res.first_seq = first_seq;
         args.res.gen = gen;
+        args.res.ndisp = ndisp;
         cudaStream_t st = (cudaStream_t)stream;
         return dtype == GEMMD_F16 ? launch_wgmma_res<__half>(args, grid, st)
                                   : launch_wgmma_res<__nv_bfloat16>(args, grid, st);

@@ -8,8 +8,14 @@
  * mark alone whether the group has work for it. A CTA with no part in a
  * group may fall behind it by a lap of the slots, by which time the
  * slot's other fields are a later group's; the mark, read in one load,
- * is never half of each. A stop is marked at the seq where the dispatch
+ * is never half of each. A stop is marked at the seq where a dispatcher
  * found it instead of a post: RES_EXIT_BIT with the launch's generation.
+ * With several dispatchers, each taking every n-th group, each marks one
+ * exit, at its first seq past the last post, having first raised the
+ * area's exit_seq to it. A CTA that finds an exit below exit_seq passes
+ * it; the last raise comes before its own exit's mark, so no CTA passes
+ * that exit, and each ends at one of them (tests/test_res_mark.c tries
+ * every order).
  *
  * Plain C as well as device code, so that tests can drive the rule
  * without a GPU (tests/test_res_mark.c).
@@ -49,8 +55,8 @@ enum res_step {
 
 /*
  * What CTA `cta` of `grid` does with mark r, read from the slot of group
- * seq in launch gen. exit_seq: where this launch's exit was marked, read
- * only once r is that exit (anything before). A mark of a later group, or
+ * seq in launch gen. exit_seq: the highest seq this launch's exits were
+ * marked at so far, read only once r is an exit (anything before). A mark of a later group, or
  * an exit at a later seq, in this group's slot means the slot was reused:
  * the host posts to a slot only once its group is done and stops a launch
  * with fewer groups in flight than slots, so the group had no work here.

@@ -262,7 +262,7 @@ struct ResMeta {
         ResSlot slot[CUDA_RES_SLOTS];
         alignas(128) uint64_t ready[CUDA_RES_SLOTS]; /* res_mark(seq, ...); an exit: RES_EXIT_BIT | gen */
         alignas(128) uint32_t count[CUDA_RES_SLOTS];
-        uint64_t exit_seq; /* the seq an exit was marked at, written before the mark */
+        uint64_t exit_seq; /* the highest seq an exit was marked at, written before the mark */
         uint64_t trace[CUDA_RES_SLOTS][RT_N]; /* GEMMD_RTRACE: RT_AT */
 };
 
@@ -363,7 +363,8 @@ __device__ __forceinline__ uint32_t res_read(const uint64_t *w, uint32_t s1, uin
 }
 
 /*
- * Warps 1-3 of CTA 0: for each posted group, read its post (res_read)
+ * Warps 1-3 of CTA d, for d below r.ndisp: for each posted group of seq
+ * first_seq + d + i * ndisp, read its post (res_read)
  * until every word it needs carries its seq: its fields and, when they
  * fit, its launch data come in the same round trip over PCIe; launch data
  * in pinned memory beyond the post (src) is copied after them. Then make
@@ -372,9 +373,12 @@ __device__ __forceinline__ uint32_t res_read(const uint64_t *w, uint32_t s1, uin
  * host's stop word at this launch's generation, with no post) is passed
  * on the same way; the host stores it after its last post to this
  * launch, so one more read after seeing it, ordered by a fence, finds any
- * such post.
+ * such post. Each of the ndisp dispatchers takes every ndisp-th group,
+ * so a group's post is read while the ones before it are still being
+ * taken: one dispatcher takes a post at most every round trip, which
+ * held up groups posted in quick succession.
  */
-__device__ __noinline__ void res_dispatch(const ResArgs r, int t)
+__device__ __noinline__ void res_dispatch(const ResArgs r, int t, uint32_t d)
 {
 #ifdef GEMMD_SM90A
         ResMeta *meta = res_meta(r);
@@ -389,7 +393,7 @@ __device__ __noinline__ void res_dispatch(const ResArgs r, int t)
                 s_low[0] = s_low[1] = UINT32_MAX;
         named_bar(4, 96);
         uint32_t round = 0, idle = 0;
-        for (uint64_t seq = r.first_seq;; seq++) {
+        for (uint64_t seq = r.first_seq + d;; seq += r.ndisp) {
                 const uint32_t slot = (uint32_t)(seq % CUDA_RES_SLOTS);
                 char *dst = r.area + (size_t)slot * r.slot_bytes;
                 uint32_t nw = 0; /* words the post needs, once its fields are in */
@@ -445,10 +449,13 @@ __device__ __noinline__ void res_dispatch(const ResArgs r, int t)
                         if (++idle > RES_IDLE_ROUNDS)
                                 __nanosleep(64);
                 }
-                /* No post for this launch: a stop came first. */
+                /* No post for this launch: a stop came first. Each
+                 * dispatcher marks an exit at its first seq without a
+                 * post, raising exit_seq to it first (res_mark.h: each
+                 * CTA ends at one of these exits). */
                 if (!whole) {
                         if (t == 0) {
-                                meta->exit_seq = seq;
+                                atomicMax((unsigned long long *)&meta->exit_seq, (unsigned long long)seq);
                                 st_release_gpu(&meta->ready[slot], RES_EXIT_BIT | r.gen);
                         }
                         return;
@@ -1487,8 +1494,8 @@ __global__ void __launch_bounds__(WCfg::THREADS, 1) wgmma_kernel(const __grid_co
                         return;
                 }
                 if (RES && warp != 0) {
-                        if (blockIdx.x == 0)
-                                res_dispatch(args.res, threadIdx.x - 32);
+                        if (blockIdx.x < args.res.ndisp)
+                                res_dispatch(args.res, threadIdx.x - 32, blockIdx.x);
                         return;
                 }
                 if (sizeof(T) == 2 && !SYRK && !RES && warp == 1 && args.kp.early_cnt) {

@@ -10,7 +10,8 @@
 # POINTS (default "1:1 8:1 8:8"): CLIENTS:WINDOW ...; MAXDIM (default 1024):
 # gemmbench clients --max-dim; RES_ARGS: more daemon arguments for the
 # resident runs (e.g. --max-groups-inflight 8); GEMMD: another daemon binary
-# (e.g. a GEMMD_RTRACE build, whose log breaks "handed over to done" down).
+# (e.g. a GEMMD_RTRACE build, whose log breaks "handed over to done" down);
+# VARIANTS (default "launch resident"): which of the two to run.
 set -u
 bin=${GEMMD_BIN:-.gpubin-all}
 [ -d "$bin/lib" ] && export LD_LIBRARY_PATH="$PWD/$bin/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
@@ -19,7 +20,7 @@ bin=${GEMMD_BIN:-.gpubin-all}
 trap service_cleanup EXIT
 for pt in ${POINTS:-1:1 8:1 8:8}; do
         c=${pt%%:*} w=${pt##*:}
-        for v in launch resident; do
+        for v in ${VARIANTS:-launch resident}; do
                 args=(--resident no)
                 # shellcheck disable=SC2206
                 [ "$v" = resident ] && args=(--resident yes ${RES_ARGS:-})

@@ -173,17 +173,21 @@ int e2e_daemon_start(struct e2e_daemon *d, ...)
 
 int e2e_daemon_startv(struct e2e_daemon *d, const char *const *flags)
 {
-        char *argv[MAX_FLAGS + 12]; /* the flags after at most 11 of its own */
+        char *argv[MAX_FLAGS + 14]; /* the flags after at most 13 of its own */
         /* E2E_GEMMD names another daemon binary beside it (gemmd-fi). */
         const char *name = getenv("E2E_GEMMD");
         /* Flags every daemon gets from the environment: E2E_LOOPS=N serves
          * with N event loops and E2E_DEVPROC=yes from a device process
          * (make test's second pass); E2E_RESIDENT=no runs the GPU suites
          * and the soak with a launch per group, where by default an sm_90
-         * GPU keeps the resident kernel (the CPU backend ignores it). */
+         * GPU keeps the resident kernel (the CPU backend ignores it);
+         * E2E_GROUPS=N runs N groups in flight per device. */
         static const struct {
                 const char *env, *flag;
-        } env_flags[] = {{"E2E_LOOPS", "--loops"}, {"E2E_DEVPROC", "--device-process"}, {"E2E_RESIDENT", "--resident"}};
+        } env_flags[] = {{"E2E_LOOPS", "--loops"},
+                         {"E2E_DEVPROC", "--device-process"},
+                         {"E2E_RESIDENT", "--resident"},
+                         {"E2E_GROUPS", "--max-groups-inflight"}};
         char *bin = e2e_build_path(name && *name ? name : "gemmd");
         int argc = 0, slot = -1, n = ndaemons_started++;
         uint64_t deadline;
@@ -205,7 +209,7 @@ int e2e_daemon_startv(struct e2e_daemon *d, const char *const *flags)
                         argv[argc++] = (char *)v;
                 }
         }
-        for (int i = 0; flags[i] && argc < MAX_FLAGS + 11; i++)
+        for (int i = 0; flags[i] && argc < MAX_FLAGS + 13; i++)
                 argv[argc++] = (char *)flags[i];
         argv[argc] = NULL;
         for (int i = 0; i < MAX_DAEMONS && slot < 0; i++)

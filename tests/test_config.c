@@ -83,3 +83,42 @@ Test(resident, auto_by_default_yes_no_and_auto_as_given)
                                      rcases[i].value ? rcases[i].value : "(none)", got, rcases[i].want);
         }
 }
+
+/* Parses "gemmd --resident-readers VALUE" (NULL: not given) into
+ * *readers; returns config_parse_args's result. */
+static int parse_readers(const char *value, uint32_t *readers)
+{
+        char a0[] = "gemmd", a1[] = "--resident-readers", a2[16];
+        char *argv[] = {a0, a1, a2, NULL};
+        struct gemmd_config cfg;
+        int rc;
+
+        config_defaults(&cfg);
+        if (value)
+                snprintf(a2, sizeof(a2), "%s", value);
+        rc = config_parse_args(&cfg, value ? 3 : 1, argv);
+        *readers = cfg.resident_readers;
+        config_release(&cfg);
+        return rc;
+}
+
+/* --resident-readers: 1 unless given, 1 to 4 (the kernel's most); any
+ * other value is refused. */
+Test(resident, readers_one_by_default_one_to_four_as_given)
+{
+        static const struct {
+                const char *value;
+                int rc;
+                uint32_t want;
+        } rcases[] = {{NULL, 0, 1}, {"2", 0, 2}, {"4", 0, 4}, {"0", -EINVAL, 0}, {"5", -EINVAL, 0}, {"two", -EINVAL, 0}};
+
+        for (size_t i = 0; i < sizeof(rcases) / sizeof(rcases[0]); i++) {
+                uint32_t got = 0;
+                const int rc = parse_readers(rcases[i].value, &got);
+                const char *v = rcases[i].value ? rcases[i].value : "(none)";
+
+                cr_expect_eq(rc, rcases[i].rc, "--resident-readers %s: rc %d, want %d", v, rc, rcases[i].rc);
+                if (rcases[i].rc == 0)
+                        cr_expect_eq(got, rcases[i].want, "--resident-readers %s: %u, want %u", v, got, rcases[i].want);
+        }
+}

@@ -65,6 +65,68 @@ Test(res_mark, an_exit_ends_the_launch_only_at_its_own_seq)
         cr_assert_eq(step(RES_EXIT_BIT | (gen - 1), 40, gen, 40, 0, &v), RES_WAIT);
 }
 
+/* One run of the exits of `nd` dispatchers after the last post (S - 1):
+ * ev[] names the order of their 2 nd stores (dispatcher d raising exit_seq
+ * to S + d is event 2d, its mark event 2d + 1, always after it), and a
+ * CTA walking from S reads whatever has been stored when it looks. Every
+ * interleaving of the CTA's looks with the stores is tried (recursively:
+ * `done` stores so far). The CTA must end at an exit, never wait once all
+ * is stored, and never pass the highest exit. */
+#define S 100u
+struct exits {
+        uint64_t ready[16], exit_seq;
+        uint32_t nd;
+        const int *ev;
+};
+
+static void apply(struct exits *x, int e)
+{
+        const uint64_t seq = S + (uint32_t)e / 2;
+
+        if (e % 2 == 0)
+                x->exit_seq = seq > x->exit_seq ? seq : x->exit_seq;
+        else
+                x->ready[seq % 16] = RES_EXIT_BIT | 7;
+}
+
+static void walk_exits(struct exits x, uint32_t done, uint64_t seq)
+{
+        uint32_t v;
+
+        cr_assert_lt(seq, S + x.nd, "passed the highest exit");
+        const enum res_step st = res_step(x.ready[seq % 16], seq, 7, x.exit_seq, 0, GRID, &v);
+
+        /* It looks now (an exit ends this branch), or after the next store. */
+        cr_assert_neq(st, RES_TAKE);
+        if (st == RES_PASS)
+                walk_exits(x, done, seq + 1);
+        else if (st == RES_WAIT)
+                cr_assert_lt(done, 2 * x.nd, "waits at %llu with every exit marked", (unsigned long long)seq);
+        if (done < 2 * x.nd) {
+                apply(&x, x.ev[done]);
+                walk_exits(x, done + 1, seq);
+        }
+}
+
+Test(res_mark, with_several_dispatchers_every_cta_ends_at_an_exit_in_any_order)
+{
+        /* Orders of three dispatchers' stores, each raise before its mark. */
+        static const int orders[][6] = {
+                {0, 1, 2, 3, 4, 5}, {4, 5, 2, 3, 0, 1}, {2, 3, 0, 1, 4, 5}, {0, 2, 4, 1, 3, 5},
+                {4, 2, 0, 5, 3, 1}, {2, 4, 0, 1, 5, 3}, {4, 0, 5, 2, 1, 3}, {0, 4, 1, 2, 5, 3},
+        };
+
+        for (uint32_t o = 0; o < sizeof(orders) / sizeof(orders[0]); o++) {
+                struct exits x = {.nd = 3, .ev = orders[o]};
+
+                /* The slots still hold the groups before, a lap back. */
+                for (uint32_t i = 0; i < 16; i++)
+                        x.ready[(S + i) % 16] = res_mark(S + i - 16, GRID, 0);
+                walk_exits(x, 0, S);
+        }
+}
+#undef S
+
 Test(res_mark, fields_survive_their_largest_values)
 {
         const uint64_t seq = RES_SEQ_MASK;
