@@ -45,20 +45,23 @@ Test(auto_loops, by_backend_devices_and_cpus)
         }
 }
 
-/* Parses "gemmd --resident VALUE" (NULL: no --resident) into *resident;
- * returns config_parse_args's result. */
-static int parse_resident(const char *value, int *resident)
+/* Parses "gemmd FLAG VALUE" (VALUE NULL: no flag at all) and returns
+ * config_parse_args's result, with what it made of --resident and
+ * --resident-readers. */
+static int parse_flag(const char *flag, const char *value, int *resident, uint32_t *readers)
 {
-        char a0[] = "gemmd", a1[] = "--resident", a2[16];
+        char a0[] = "gemmd", a1[32], a2[16];
         char *argv[] = {a0, a1, a2, NULL};
         struct gemmd_config cfg;
         int rc;
 
         config_defaults(&cfg);
+        snprintf(a1, sizeof(a1), "%s", flag);
         if (value)
                 snprintf(a2, sizeof(a2), "%s", value);
         rc = config_parse_args(&cfg, value ? 3 : 1, argv);
         *resident = cfg.resident;
+        *readers = cfg.resident_readers;
         config_release(&cfg);
         return rc;
 }
@@ -74,7 +77,8 @@ Test(resident, auto_by_default_yes_no_and_auto_as_given)
 
         for (size_t i = 0; i < sizeof(rcases) / sizeof(rcases[0]); i++) {
                 int got = 0;
-                const int rc = parse_resident(rcases[i].value, &got);
+                uint32_t readers;
+                const int rc = parse_flag("--resident", rcases[i].value, &got, &readers);
 
                 cr_expect_eq(rc, rcases[i].rc, "--resident %s: rc %d, want %d", rcases[i].value ? rcases[i].value : "(none)",
                              rc, rcases[i].rc);
@@ -82,24 +86,6 @@ Test(resident, auto_by_default_yes_no_and_auto_as_given)
                         cr_expect_eq(got, rcases[i].want, "--resident %s: %d, want %d",
                                      rcases[i].value ? rcases[i].value : "(none)", got, rcases[i].want);
         }
-}
-
-/* Parses "gemmd --resident-readers VALUE" (NULL: not given) into
- * *readers; returns config_parse_args's result. */
-static int parse_readers(const char *value, uint32_t *readers)
-{
-        char a0[] = "gemmd", a1[] = "--resident-readers", a2[16];
-        char *argv[] = {a0, a1, a2, NULL};
-        struct gemmd_config cfg;
-        int rc;
-
-        config_defaults(&cfg);
-        if (value)
-                snprintf(a2, sizeof(a2), "%s", value);
-        rc = config_parse_args(&cfg, value ? 3 : 1, argv);
-        *readers = cfg.resident_readers;
-        config_release(&cfg);
-        return rc;
 }
 
 /* --resident-readers: 1 unless given, 1 to 4 (the kernel's most); any
@@ -114,7 +100,8 @@ Test(resident, readers_one_by_default_one_to_four_as_given)
 
         for (size_t i = 0; i < sizeof(rcases) / sizeof(rcases[0]); i++) {
                 uint32_t got = 0;
-                const int rc = parse_readers(rcases[i].value, &got);
+                int resident;
+                const int rc = parse_flag("--resident-readers", rcases[i].value, &resident, &got);
                 const char *v = rcases[i].value ? rcases[i].value : "(none)";
 
                 cr_expect_eq(rc, rcases[i].rc, "--resident-readers %s: rc %d, want %d", v, rc, rcases[i].rc);
