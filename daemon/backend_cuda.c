@@ -377,10 +377,9 @@ int backend_cuda_new(int ordinal, const struct gemmd_config *cfg, struct backend
         cb->b.dtypes = BACKEND_DTYPE(GEMMD_F32) | BACKEND_DTYPE(GEMMD_F16) | BACKEND_DTYPE(GEMMD_BF16) |
                        BACKEND_DTYPE(GEMMD_F64);
         /* Each in flight on a stream of its own: four let small groups
-         * pass large ones, and more only added variance. (With the
-         * resident kernel, eight and two readers measured 5% ahead with
-         * few requests in flight, but not yet shown correct under early
-         * completion: bench/results/resident-readers.txt.) */
+         * pass large ones, and more only added variance. (Eight with
+         * the resident kernel's posts are an open question:
+         * bench/results/resident-readers.txt.) */
         cb->b.groups_inflight = 4;
         cb->b.shape = shape;
         cb->b.wide_shape = wide_shape;

@@ -55,11 +55,15 @@ enum res_step {
 
 /*
  * What CTA `cta` of `grid` does with mark r, read from the slot of group
- * seq in launch gen. exit_seq: the highest seq this launch's exits were
- * marked at so far, read only once r is an exit (anything before). A mark of a later group, or
- * an exit at a later seq, in this group's slot means the slot was reused:
- * the host posts to a slot only once its group is done and stops a launch
- * with fewer groups in flight than slots, so the group had no work here.
+ * seq in launch gen. exit_seq: the highest seq an exit was marked at so
+ * far, read only once r is an exit (anything before). A launch before
+ * this one may have left a higher value than some of this launch's
+ * exits, never than its last (this launch starts at the earlier one's
+ * first exit, with a post there, so its last exit lies past all of that
+ * one's). A mark of a later group, or an exit at a later seq, in this
+ * group's slot means the slot was reused: the host posts to a slot only
+ * once its group is done and stops a launch with fewer groups in flight
+ * than slots, so the group had no work here.
  */
 RES_MARK_FN enum res_step res_step(uint64_t r, uint64_t seq, uint64_t gen, uint64_t exit_seq, uint32_t cta,
                                    uint32_t grid, uint32_t *vcta)

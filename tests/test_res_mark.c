@@ -65,23 +65,24 @@ Test(res_mark, an_exit_ends_the_launch_only_at_its_own_seq)
         cr_assert_eq(step(RES_EXIT_BIT | (gen - 1), 40, gen, 40, 0, &v), RES_WAIT);
 }
 
-/* One run of the exits of `nd` dispatchers after the last post (S - 1):
- * ev[] names the order of their 2 nd stores (dispatcher d raising exit_seq
- * to S + d is event 2d, its mark event 2d + 1, always after it), and a
- * CTA walking from S reads whatever has been stored when it looks. Every
- * interleaving of the CTA's looks with the stores is tried (recursively:
- * `done` stores so far). The CTA must end at an exit, never wait once all
- * is stored, and never pass the highest exit. */
+/* One run of the exits of `nd` dispatchers of launch 7 after its last
+ * post (base - 1): ev[] names the order of their 2 nd stores (dispatcher
+ * d raising exit_seq to base + d is event 2d, its mark event 2d + 1,
+ * always after it), and a CTA walking from base reads whatever has been
+ * stored when it looks. Every interleaving of the CTA's looks with the
+ * stores is tried (recursively: `done` stores so far). The CTA must end
+ * at an exit, never wait once all is stored, and never pass the highest
+ * exit. */
 #define S 100u
 struct exits {
-        uint64_t ready[16], exit_seq;
+        uint64_t ready[16], exit_seq, base;
         uint32_t nd;
         const int *ev;
 };
 
 static void apply(struct exits *x, int e)
 {
-        const uint64_t seq = S + (uint32_t)e / 2;
+        const uint64_t seq = x->base + (uint32_t)e / 2;
 
         if (e % 2 == 0)
                 x->exit_seq = seq > x->exit_seq ? seq : x->exit_seq;
@@ -93,7 +94,7 @@ static void walk_exits(struct exits x, uint32_t done, uint64_t seq)
 {
         uint32_t v;
 
-        cr_assert_lt(seq, S + x.nd, "passed the highest exit");
+        cr_assert_lt(seq, x.base + x.nd, "passed the highest exit");
         const enum res_step st = res_step(x.ready[seq % 16], seq, 7, x.exit_seq, 0, GRID, &v);
 
         /* It looks now (an exit ends this branch), or after the next store. */
@@ -108,21 +109,38 @@ static void walk_exits(struct exits x, uint32_t done, uint64_t seq)
         }
 }
 
+/* Orders of three dispatchers' stores, each raise before its mark. */
+static const int orders[][6] = {
+        {0, 1, 2, 3, 4, 5}, {4, 5, 2, 3, 0, 1}, {2, 3, 0, 1, 4, 5}, {0, 2, 4, 1, 3, 5},
+        {4, 2, 0, 5, 3, 1}, {2, 4, 0, 1, 5, 3}, {4, 0, 5, 2, 1, 3}, {0, 4, 1, 2, 5, 3},
+};
+
 Test(res_mark, with_several_dispatchers_every_cta_ends_at_an_exit_in_any_order)
 {
-        /* Orders of three dispatchers' stores, each raise before its mark. */
-        static const int orders[][6] = {
-                {0, 1, 2, 3, 4, 5}, {4, 5, 2, 3, 0, 1}, {2, 3, 0, 1, 4, 5}, {0, 2, 4, 1, 3, 5},
-                {4, 2, 0, 5, 3, 1}, {2, 4, 0, 1, 5, 3}, {4, 0, 5, 2, 1, 3}, {0, 4, 1, 2, 5, 3},
-        };
-
         for (uint32_t o = 0; o < sizeof(orders) / sizeof(orders[0]); o++) {
-                struct exits x = {.nd = 3, .ev = orders[o]};
+                struct exits x = {.nd = 3, .ev = orders[o], .base = S};
 
                 /* The slots still hold the groups before, a lap back. */
                 for (uint32_t i = 0; i < 16; i++)
                         x.ready[(S + i) % 16] = res_mark(S + i - 16, GRID, 0);
                 walk_exits(x, 0, S);
+        }
+}
+
+/* Launch 6, of three dispatchers too, ended with its exits at S, S + 1
+ * and S + 2, leaving exit_seq at S + 2; launch 7 started at S, took the
+ * post there and ends with exits at S + 1 to S + 3. Its CTAs pass the
+ * old exits as not yet theirs, and end at one of the new ones. */
+Test(res_mark, an_earlier_launchs_higher_exit_seq_never_keeps_a_cta_from_ending)
+{
+        for (uint32_t o = 0; o < sizeof(orders) / sizeof(orders[0]); o++) {
+                struct exits x = {.nd = 3, .ev = orders[o], .base = S + 1, .exit_seq = S + 2};
+
+                for (uint32_t i = 0; i < 16; i++)
+                        x.ready[(S + i) % 16] = res_mark(S + i - 16, GRID, 0);
+                x.ready[S % 16] = res_mark(S, GRID, 0);
+                x.ready[(S + 1) % 16] = x.ready[(S + 2) % 16] = RES_EXIT_BIT | 6;
+                walk_exits(x, 0, S + 1);
         }
 }
 #undef S
