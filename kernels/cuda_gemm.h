@@ -265,7 +265,8 @@ uint32_t cuda_gemm_tmaps_cmaps(const void *buf, uint32_t nproblems);
  * struct cuda_res_post (its fields, then the launch data if it fits in
  * data) written as tagged words, each 32 bits of it beside the low 32 bits
  * of seq in one 64-bit store (kernels/res_post.h: the rule, and the
- * writer). Warps 1-3 of CTA 0 read the
+ * writer). Warps 1-3 of the post's reader (CTA (seq - first_seq) %
+ * ndisp, cuda_gemm_res_launch) read the
  * slot's first CUDA_RES_SPEC words at once, again and again: a post is
  * whole once every word it needs carries its seq, so one round trip over
  * PCIe brings both the news and the data, where a sequence number read
