@@ -1063,6 +1063,7 @@ struct early_out {
         long long ops_word_dev; /* answered by the GPU in their completion words */
         int before_others; /* ops answered before another op of their group */
         int beside_long;   /* small ops in the long op's group */
+        uint64_t long_run_us; /* the long op's run, launch to its C done: the window for early answers */
         int bad;
         char why[256];
 };
@@ -1170,6 +1171,7 @@ static int early_client(const struct e2e_daemon *d, void *arg)
                 out->before_others += first;
                 out->beside_long += i > 0 && r[i].group_id == r[0].group_id;
         }
+        out->long_run_us = r[0].run_us;
         if (!(json = e2e_idle_stats(c, 5000)))
                 return 10;
         out->ops_early = device_number(json, "ops_early");
@@ -1210,9 +1212,9 @@ Test(gpu_e2e, early_completion_answers_each_op_when_its_c_is_whole)
         early_run("no", 0, &o[1]);
         early_run("yes", 1, &o[2]);
         printf("early completion: %lld ops answered early, %d before another op of their group, %d small "
-               "ops beside the long one (--early-completion yes); %lld, %d, %d (no)\n",
-               o[0].ops_early, o[0].before_others, o[0].beside_long, o[1].ops_early, o[1].before_others,
-               o[1].beside_long);
+               "ops beside the long one, which ran %llu us (--early-completion yes); %lld, %d, %d (no)\n",
+               o[0].ops_early, o[0].before_others, o[0].beside_long, (unsigned long long)o[0].long_run_us,
+               o[1].ops_early, o[1].before_others, o[1].beside_long);
         cr_expect_eq(o[0].bad, 0, "--early-completion yes: %d wrong, last: %s", o[0].bad, o[0].why);
         cr_expect_eq(o[1].bad, 0, "--early-completion no: %d wrong, last: %s", o[1].bad, o[1].why);
         cr_expect_gt(o[0].ops_early, 0, "no op was answered early");
