@@ -330,7 +330,7 @@ int backend_cuda_new(int ordinal, const struct gemmd_config *cfg, struct backend
         if (cfg->resident > 0 && !cb->res_on)
                 log_warn("cuda %d: no resident kernel on this device (it needs sm_90 and mapped host memory)",
                          ordinal);
-        cb->res_readers = cfg->resident_readers ? cfg->resident_readers : 1;
+        cb->res_readers = cfg->resident_readers;
         if (cb->res_on)
                 res_init(cb);
         for (uint32_t k = 0; k < 8; k++) {

@@ -1272,8 +1272,9 @@ extern "C" struct sched_shape cuda_gemm_shape_half(int dtype, int tf32)
         return s;
 }
 
-/* Whether shape is a half tile's (cuda_gemm_shape_half), whatever the
- * config: the usual kernel, 64 rows a plan tile. */
+/* Whether shape is a half tile's (cuda_gemm_shape_half) whatever the
+ * config, for the tensor maps, which know no config; a launch asks
+ * cuda_gemm_half_rows. */
 static bool half_shape(struct sched_shape shape)
 {
         return shape.tm == 64 && shape.tn == 128;
@@ -1822,14 +1823,14 @@ static bool whole_on_sm80(const struct cuda_group *g, bool own_tile)
 
 /* Which of the Hopper kernel's own tiles g's plan uses: WIDE_BN or
  * NARROW_BN, 0 for the usual tile (which every kernel runs) and for the
- * half tile (the usual kernel, which alone runs it: half_shape), -1 for a
- * shape no kernel runs. */
-static int hopper_tile_bn(const struct cuda_group *g)
+ * half tile (half_rows, cuda_gemm_half_rows: the usual kernel, which alone
+ * runs it), -1 for a shape no kernel runs. */
+static int hopper_tile_bn(const struct cuda_group *g, uint32_t half_rows)
 {
         const struct sched_shape want = cuda_gemm_shape(g->dtype, g->tf32), have = g->cfg.shape;
 
-        if (half_shape(have))
-                return cuda_gemm_half_rows(g->dtype, g->tf32, have) ? 0 : -1;
+        if (half_rows)
+                return 0;
         if (have.tm != want.tm || have.tk != want.tk)
                 return -1;
         if (have.tn == want.tn)
@@ -1871,13 +1872,14 @@ extern "C" int cuda_gemm_launch(const struct cuda_group *g, void *stream)
         if (!kt_once.exchange(1))
                 atexit(ktrace_print);
 #endif
-        const int bn = hopper_tile_bn(g);
+        const uint32_t half_rows = cuda_gemm_half_rows(g->dtype, g->tf32, g->cfg.shape);
+        const int bn = hopper_tile_bn(g, half_rows);
         if (bn < 0 || !g->problems)
                 return -EINVAL;
         /* The wide, narrow and half tiles are the Hopper kernel's alone:
          * every problem on it. A half tile is whole (a split one would
          * need both consumers' sums, as a usual tile's). */
-        const bool half = half_shape(g->cfg.shape);
+        const bool half = half_rows != 0;
         const bool own_tile = bn != 0 || half;
         if (own_tile && (!g->tmaps || g->nfast != g->nproblems || g->nfast_syr2k))
                 return -EINVAL;
@@ -1916,7 +1918,7 @@ extern "C" int cuda_gemm_launch(const struct cuda_group *g, void *stream)
                 kp.split_ws = (const uint32_t *)(b + pl->off_split_ws);
                 kp.ws = g->ws;
                 kp.arrivals = g->arrivals;
-                kp.tile_rows = half ? g->cfg.shape.tm : 0;
+                kp.tile_rows = half_rows;
                 grid = pl->nctas;
         } else {
                 grid = g->cfg.ctas;

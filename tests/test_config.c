@@ -45,25 +45,18 @@ Test(auto_loops, by_backend_devices_and_cpus)
         }
 }
 
-/* Parses "gemmd FLAG VALUE" (VALUE NULL: no flag at all) and returns
- * config_parse_args's result, with what it made of --resident and
- * --resident-readers. */
-static int parse_flag(const char *flag, const char *value, int *resident, uint32_t *readers)
+/* Parses "gemmd FLAG VALUE" (VALUE NULL: no flag at all) into *cfg,
+ * which the caller releases; returns config_parse_args's result. */
+static int parse_flag(const char *flag, const char *value, struct gemmd_config *cfg)
 {
         char a0[] = "gemmd", a1[32], a2[16];
         char *argv[] = {a0, a1, a2, NULL};
-        struct gemmd_config cfg;
-        int rc;
 
-        config_defaults(&cfg);
+        config_defaults(cfg);
         snprintf(a1, sizeof(a1), "%s", flag);
         if (value)
                 snprintf(a2, sizeof(a2), "%s", value);
-        rc = config_parse_args(&cfg, value ? 3 : 1, argv);
-        *resident = cfg.resident;
-        *readers = cfg.resident_readers;
-        config_release(&cfg);
-        return rc;
+        return config_parse_args(cfg, value ? 3 : 1, argv);
 }
 
 /* --resident: auto (-1, the backend's choice) unless told yes or no; a
@@ -76,10 +69,11 @@ Test(resident, auto_by_default_yes_no_and_auto_as_given)
         } rcases[] = {{NULL, 0, -1}, {"auto", 0, -1}, {"yes", 0, 1}, {"no", 0, 0}, {"sometimes", -EINVAL, 0}};
 
         for (size_t i = 0; i < sizeof(rcases) / sizeof(rcases[0]); i++) {
-                int got = 0;
-                uint32_t readers;
-                const int rc = parse_flag("--resident", rcases[i].value, &got, &readers);
+                struct gemmd_config cfg;
+                const int rc = parse_flag("--resident", rcases[i].value, &cfg);
+                const int got = cfg.resident;
 
+                config_release(&cfg);
                 cr_expect_eq(rc, rcases[i].rc, "--resident %s: rc %d, want %d", rcases[i].value ? rcases[i].value : "(none)",
                              rc, rcases[i].rc);
                 if (rcases[i].rc == 0)
@@ -99,11 +93,12 @@ Test(resident, readers_one_by_default_one_to_four_as_given)
         } rcases[] = {{NULL, 0, 1}, {"2", 0, 2}, {"4", 0, 4}, {"0", -EINVAL, 0}, {"5", -EINVAL, 0}, {"two", -EINVAL, 0}};
 
         for (size_t i = 0; i < sizeof(rcases) / sizeof(rcases[0]); i++) {
-                uint32_t got = 0;
-                int resident;
-                const int rc = parse_flag("--resident-readers", rcases[i].value, &resident, &got);
+                struct gemmd_config cfg;
+                const int rc = parse_flag("--resident-readers", rcases[i].value, &cfg);
+                const uint32_t got = cfg.resident_readers;
                 const char *v = rcases[i].value ? rcases[i].value : "(none)";
 
+                config_release(&cfg);
                 cr_expect_eq(rc, rcases[i].rc, "--resident-readers %s: rc %d, want %d", v, rc, rcases[i].rc);
                 if (rcases[i].rc == 0)
                         cr_expect_eq(got, rcases[i].want, "--resident-readers %s: %u, want %u", v, got, rcases[i].want);

@@ -505,7 +505,7 @@ static void run_group(const char *name, int dtype, int tf32, struct tprob *tp, u
                 nfast = nfast < 0 ? 0 : nfast;
         }
         printf("  %-22s %d of %u problems qualify for the fast path\n", name, nfast, np);
-        /* The wide and narrow tiles, where the whole group takes them:
+        /* The wide, narrow and half tiles, where the whole group takes them:
          * every mode again on each, each run bit for bit the first (usual
          * tile) run. Variant 0 is the usual tile. */
         static const char *const vname[4] = {"", " (wide)", " (narrow)", " (half)"};
