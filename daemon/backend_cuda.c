@@ -377,10 +377,12 @@ int backend_cuda_new(int ordinal, const struct gemmd_config *cfg, struct backend
         cb->b.dtypes = BACKEND_DTYPE(GEMMD_F32) | BACKEND_DTYPE(GEMMD_F16) | BACKEND_DTYPE(GEMMD_BF16) |
                        BACKEND_DTYPE(GEMMD_F64);
         /* Each in flight on a stream of its own: four let small groups
-         * pass large ones, and more only added variance. (Eight with
-         * the resident kernel's posts are an open question:
-         * bench/results/resident-readers.txt.) */
-        cb->b.groups_inflight = 4;
+         * pass large ones, and more launches only added variance. A post
+         * to the resident kernel costs a few stores, and there four held
+         * ops back from clients with one request in flight each, which
+         * eight (read by two CTAs, --resident-readers) do not
+         * (bench/results/resident-readers.txt). */
+        cb->b.groups_inflight = cb->res_on ? 8 : 4;
         cb->b.shape = shape;
         cb->b.wide_shape = wide_shape;
         cb->b.narrow_shape = narrow_shape;

@@ -49,7 +49,7 @@ void config_defaults(struct gemmd_config *cfg)
          * auto: wherever the device can (backend_cuda_new), but not under
          * a device process, where it has not been measured. */
         cfg->resident = -1;
-        cfg->resident_readers = 1;
+        cfg->resident_readers = 2;
         /* Timing events cost each launch host time and round trip, so a
          * GPU times two consecutive groups in every 16 (the pair gives the
          * idle gap between them) and the stats report the sample. */
@@ -270,8 +270,9 @@ static void usage(FILE *f, const struct gemmd_config *d)
                 "      --threads N              CPU backend threads (default: %d, the online CPUs)\n"
                 "      --devices LIST           CUDA devices to use, e.g. 0,1 (default: all)\n"
                 "      --mode rr|sorted|lpt|split|device|spt|auto  tile schedule of each group (default: %s)\n"
-                "      --max-groups-inflight D  groups launched and unfinished per device, 1 to 8 (default: 4 on\n"
-                "                               a GPU, 2 on the CPU backend)\n"
+                "      --max-groups-inflight D  groups launched and unfinished per device, 1 to 8 (default: 8 on\n"
+                "                               a GPU with the resident kernel, 4 on one without, 2 on the CPU\n"
+                "                               backend)\n"
                 "      --batch-window-us US     an idle device waits this long for more requests (default: %u)\n"
                 "      --spin-us US             the daemon's threads poll this long after their last work before\n"
                 "                               they sleep (default: 50, or 0 with --backend cpu or under 4 CPUs)\n"
@@ -297,7 +298,7 @@ static void usage(FILE *f, const struct gemmd_config *d)
                 "                               after the last (default: auto: yes on an sm_90 GPU, not with\n"
                 "                               --device-process yes)\n"
                 "      --resident-readers N     CTAs of the resident kernel that read the groups posted to it,\n"
-                "                               each every N-th group, 1 to 4 (default: 1)\n"
+                "                               each every N-th group, 1 to 4 (default: 2)\n"
                 "      --loop-launch yes|no|auto  a request that finds its device idle is launched by the event\n"
                 "                               loop that read it, not handed to the device's worker (default:\n"
                 "                               auto: on the CPU backend, not on a GPU, where it was no faster)\n"

@@ -76,7 +76,7 @@ struct gemmd_config {
          * where the device can (auto), not under a device process. */
         int resident;
         /* Of the resident kernel, the CTAs that read its posts, each
-         * every resident_readers-th group (cuda_gemm_res_launch); 1 by
+         * every resident_readers-th group (cuda_gemm_res_launch); 2 by
          * default. */
         uint32_t resident_readers;
         /* A request that finds its device idle is launched by the loop

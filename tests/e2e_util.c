@@ -104,7 +104,12 @@ void e2e_teardown(void)
                 e2e_daemon_print_log(d, "the test ended with gemmd still running");
                 d->pid = 0;
         }
-        if (e2e_dir[0])
+        /* E2E_KEEP=1 leaves the daemons' logs for a look after the run. */
+        const char *keep = getenv("E2E_KEEP");
+
+        if (e2e_dir[0] && keep && *keep && strcmp(keep, "0"))
+                fprintf(stderr, "e2e: kept %s\n", e2e_dir);
+        else if (e2e_dir[0])
                 nftw(e2e_dir, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
         e2e_dir[0] = '\0';
 }
@@ -173,7 +178,7 @@ int e2e_daemon_start(struct e2e_daemon *d, ...)
 
 int e2e_daemon_startv(struct e2e_daemon *d, const char *const *flags)
 {
-        char *argv[MAX_FLAGS + 14]; /* the flags after at most 13 of its own */
+        char *argv[MAX_FLAGS + 16]; /* the flags after at most 15 of its own */
         /* E2E_GEMMD names another daemon binary beside it (gemmd-fi). */
         const char *name = getenv("E2E_GEMMD");
         /* Flags every daemon gets from the environment: E2E_LOOPS=N serves
@@ -181,13 +186,15 @@ int e2e_daemon_startv(struct e2e_daemon *d, const char *const *flags)
          * (make test's second pass); E2E_RESIDENT=no runs the GPU suites
          * and the soak with a launch per group, where by default an sm_90
          * GPU keeps the resident kernel (the CPU backend ignores it);
-         * E2E_GROUPS=N runs N groups in flight per device. */
+         * E2E_GROUPS=N runs N groups in flight per device and
+         * E2E_READERS=N N readers of the resident kernel's posts. */
         static const struct {
                 const char *env, *flag;
         } env_flags[] = {{"E2E_LOOPS", "--loops"},
                          {"E2E_DEVPROC", "--device-process"},
                          {"E2E_RESIDENT", "--resident"},
-                         {"E2E_GROUPS", "--max-groups-inflight"}};
+                         {"E2E_GROUPS", "--max-groups-inflight"},
+                         {"E2E_READERS", "--resident-readers"}};
         char *bin = e2e_build_path(name && *name ? name : "gemmd");
         int argc = 0, slot = -1, n = ndaemons_started++;
         uint64_t deadline;
@@ -209,7 +216,7 @@ int e2e_daemon_startv(struct e2e_daemon *d, const char *const *flags)
                         argv[argc++] = (char *)v;
                 }
         }
-        for (int i = 0; flags[i] && argc < MAX_FLAGS + 13; i++)
+        for (int i = 0; flags[i] && argc < MAX_FLAGS + 15; i++)
                 argv[argc++] = (char *)flags[i];
         argv[argc] = NULL;
         for (int i = 0; i < MAX_DAEMONS && slot < 0; i++)

@@ -90,7 +90,7 @@ Test(resident, readers_one_by_default_one_to_four_as_given)
                 const char *value;
                 int rc;
                 uint32_t want;
-        } rcases[] = {{NULL, 0, 1}, {"2", 0, 2}, {"4", 0, 4}, {"0", -EINVAL, 0}, {"5", -EINVAL, 0}, {"two", -EINVAL, 0}};
+        } rcases[] = {{NULL, 0, 2}, {"1", 0, 1}, {"4", 0, 4}, {"0", -EINVAL, 0}, {"5", -EINVAL, 0}, {"two", -EINVAL, 0}};
 
         for (size_t i = 0; i < sizeof(rcases) / sizeof(rcases[0]); i++) {
                 struct gemmd_config cfg;
