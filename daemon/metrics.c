@@ -530,6 +530,9 @@ static void render_devices(FILE *f, struct server *srv, double up_s)
         PER_DEVICE("gemmd_device_capped_seconds_total", "counter",
                    "Seconds with ops waiting while every group slot was in flight (--max-groups-inflight)", "%.9g",
                    st[i].capped_ns / 1e9);
+        PER_DEVICE("gemmd_device_worker_seconds_total", "counter",
+                   "Seconds the device's worker thread was at work, neither polling for work nor asleep", "%.9g",
+                   st[i].worker_ns / 1e9);
 #undef PER_DEVICE
 
         for (int i = 0; i < n; i++) {

@@ -254,6 +254,10 @@ static void render_text(struct server *srv, FILE *f, double up_s, long long only
                 /* How long --max-groups-inflight held work back. */
                 fprintf(f, "  ops waiting with every group slot in flight: %.3f s, %.1f%% of the time it had work\n",
                         st.capped_ns / 1e9, st.loaded_ns ? 100.0 * (double)st.capped_ns / (double)st.loaded_ns : 0.0);
+                /* Near 100% while ops wait for a group: the worker thread
+                 * is what they wait for. */
+                fprintf(f, "  its worker thread at work (not polling or asleep): %.3f s, %.1f%% of the time it had work\n",
+                        st.worker_ns / 1e9, st.loaded_ns ? 100.0 * (double)st.worker_ns / (double)st.loaded_ns : 0.0);
                 hist_text(f, "group size", "ops", st.group_size_hist);
                 hist_text(f, "queue time", "us ", st.queue_us_hist);
                 hist_text(f, "run time", "us ", st.run_us_hist);
@@ -351,8 +355,9 @@ static void render_json(struct server *srv, FILE *f, double up_s, long long only
                         (unsigned long long)st.fill_groups, (unsigned long long)st.resident_groups,
                         (unsigned long long)st.packed_groups, (unsigned long long)st.ops_early,
                         (unsigned long long)st.ops_word_dev, st.staged_ns / 1e9, st.waiting_ns / 1e9, st.forming_ns / 1e9);
-                fprintf(f, "\"recoveries\":%llu,\"loop_groups\":%llu,\"capped_s\":%.6f,",
-                        (unsigned long long)st.recoveries, (unsigned long long)st.loop_groups, st.capped_ns / 1e9);
+                fprintf(f, "\"recoveries\":%llu,\"loop_groups\":%llu,\"capped_s\":%.6f,\"worker_s\":%.6f,",
+                        (unsigned long long)st.recoveries, (unsigned long long)st.loop_groups, st.capped_ns / 1e9,
+                        st.worker_ns / 1e9);
                 hist_json(f, "group_size_log2", st.group_size_hist);
                 fprintf(f, ",");
                 hist_json(f, "queue_us_log2", st.queue_us_hist);

@@ -1036,14 +1036,29 @@ static uint64_t oldest_pending(struct worker *w)
  * batch is on the inbox: sleeping is set first and worker_enqueue looks
  * at it after its push, so a batch pushed in between is seen here or
  * signals the wait. Lock held. */
+/* The worker thread's waits, timed for worker_stats.worker_ns: called
+ * with the lock held, as are worker_get_stats' looks at an open one. */
+static void idle_begin(struct worker *w)
+{
+        w->idle_since_ns = now_ns();
+}
+
+static void idle_end(struct worker *w)
+{
+        w->idle_ns += now_ns() - w->idle_since_ns;
+        w->idle_since_ns = 0;
+}
+
 static void sleep_unless_inbox(struct worker *w, const struct timespec *until)
 {
         w->sleeping = 1;
         if (!atomic_load(&w->inbox)) {
+                idle_begin(w);
                 if (until)
                         pthread_cond_timedwait(&w->cond, &w->lock, until);
                 else
                         pthread_cond_wait(&w->cond, &w->lock);
+                idle_end(w);
         }
         w->sleeping = 0;
 }
@@ -1069,6 +1084,7 @@ static int spin(struct worker *w)
          * before `seen` was read: look again now, not after the window. */
         if (atomic_load(&w->inbox))
                 return 1;
+        idle_begin(w);
         pthread_mutex_unlock(&w->lock);
         while (now - w->active_ns < win) {
                 if (atomic_load_explicit(&w->nudges, memory_order_acquire) != seen) {
@@ -1079,6 +1095,7 @@ static int spin(struct worker *w)
                 now = now_ns();
         }
         pthread_mutex_lock(&w->lock);
+        idle_end(w);
         if (moved)
                 w->active_ns = now_ns();
         return 1;
@@ -1091,6 +1108,7 @@ static void *worker_main(void *arg)
 
         cpuacct_thread_start(CPU_WORKER);
         pthread_mutex_lock(&w->lock);
+        w->started_ns = now_ns();
         for (;;) {
                 inbox_drain(w);
                 /* A loop thread launching onto the idle device (launch_here)
@@ -1298,6 +1316,12 @@ void worker_get_stats(struct worker *w, struct worker_stats *st, uint32_t *pendi
                 st->busy_ns += now_ns() - w->busy_since_ns;
         st->loaded_ns += timed_open(&w->loaded, now_ns());
         st->capped_ns += timed_open(&w->capped, now_ns());
+        if (w->started_ns) {
+                const uint64_t now = now_ns();
+                const uint64_t idle = w->idle_ns + (w->idle_since_ns ? now - w->idle_since_ns : 0);
+
+                st->worker_ns = now - w->started_ns > idle ? now - w->started_ns - idle : 0;
+        }
         *pending = w->pending_ops;
         *inflight = w->inflight;
         for (struct group *g = w->done; g; g = g->next_done)

@@ -121,6 +121,11 @@ struct worker_stats {
         /* Time with ops waiting while every group slot was in flight
          * (--max-groups-inflight): how long that limit held work back. */
         uint64_t capped_ns;
+        /* The worker thread at work since it started: neither polling for
+         * work (--spin-us) nor asleep. Beside loaded_ns, how near the one
+         * thread that forms and launches a device's groups is to being
+         * what ops wait for. */
+        uint64_t worker_ns;
         uint64_t recoveries; /* device recoveries after a group failed with GEMMD_EDEVICE */
 };
 
@@ -199,6 +204,9 @@ struct worker {
         void (*hosted_done)(struct group *g, int status);
         void (*hosted_launched)(struct group *g, const uint8_t handle[64], int device);
         uint64_t busy_since_ns;
+        /* The worker thread's start, and the start of the wait it is in
+         * (spin, sleep_unless_inbox; 0 at work), for worker_stats.worker_ns. */
+        uint64_t started_ns, idle_since_ns, idle_ns;
         /* Timed while they hold (loaded_update): ops queued or groups in
          * flight; ops queued and no group slot free. */
         struct timed_state loaded, capped;

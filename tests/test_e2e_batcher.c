@@ -996,6 +996,56 @@ Test(e2e, stats_count_the_time_the_group_slot_limit_held_work_back)
         }
 }
 
+/*
+ * The stats say how long each device's worker thread was at work (neither
+ * polling for work nor asleep): some of the time its ops took, never more
+ * than the daemon has been up, and nothing while no work comes (an idle
+ * daemon's worker sleeps).
+ */
+Test(e2e, stats_count_the_worker_threads_time_at_work_and_none_while_idle)
+{
+        struct e2e_daemon d;
+        struct e2e_arena ar;
+        struct e2e_prob p;
+        struct gemmd_result r;
+        gemmd_client *c;
+        uint64_t seed = 28;
+        char *json = NULL;
+        double worker, uptime, later;
+
+        START(&d, "--threads", "1", "--max-group-ops", "1", NULL);
+        c = e2e_connect(&d);
+        cr_assert_not_null(c);
+        cr_assert_eq(e2e_arena_init(&ar, c, 2u << 20), 0);
+        cr_assert_eq(e2e_prob_place(&p, &big_f32, &ar, &seed), 0);
+        /* Bursts: a loop may launch onto the idle device itself
+         * (--loop-launch), but the ops queued behind go by the worker. */
+        for (int b = 0; b < 25; b++) {
+                gemmd_ticket t[8];
+
+                for (int i = 0; i < 8; i++)
+                        t[i] = submit1(c, &p.op, GEMMD_PRIO_NORMAL);
+                for (int i = 0; i < 8; i++) {
+                        wait1(c, t[i], &r);
+                        cr_assert_eq(r.status, 0);
+                }
+        }
+        cr_assert_eq(gemmd_stats(c, 1, &json), 0);
+        worker = hard_json_double(json, "worker_s");
+        uptime = hard_json_double(json, "uptime_s");
+        free(json);
+        cr_assert_gt(worker, 0.0, "200 groups formed and launched in no time at work");
+        cr_assert_leq(worker, uptime, "worker_s %g beyond the uptime %g", worker, uptime);
+        usleep(300 * 1000);
+        cr_assert_eq(gemmd_stats(c, 1, &json), 0);
+        later = hard_json_double(json, "worker_s");
+        free(json);
+        cr_assert_lt(later - worker, 0.03, "the worker was at work %g s of 0.3 s with nothing to do", later - worker);
+        e2e_prob_free(&p);
+        gemmd_disconnect(c);
+        STOP(&d);
+}
+
 /* ---- (f) fairness -------------------------------------------------------- */
 
 #define FLOOD_OPS 500
