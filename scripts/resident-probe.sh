@@ -3,7 +3,7 @@
 # (--resident no), point by point, each on a daemon of its own: gemmbench
 # clients (bf16, max-dim 1024, CUDA IPC operands, 2 s), the daemon's per-group and
 # per-op figures (gemmctl stats: plan and launch, the op's wait for a group, the
-# time every group slot was in flight) and, when it stops, the host's steps per
+# time every group slot was in flight, the worker thread's time at work) and, when it stops, the host's steps per
 # launched or posted group and the resident kernel's own breakdown (post seen
 # to handed over, handed over to done) from its log.
 # Binaries from $GEMMD_BIN (default .gpubin-all, scripts/gpu-bundle.sh);
@@ -34,7 +34,7 @@ keys = ("tflops", "lat_p50_us", "lat_mean_us", "errors", "daemon_run_us_mean", "
         "group_size_mean")
 print({k: d[k] for k in keys if k in d})' "$tmp/out" 2>&1)"
                 "$bin/gemmctl" --socket "$tmp/gemmd.sock" stats 2>/dev/null |
-                        grep -E "per group|per op|every group slot|resident"
+                        grep -E "per group|per op|every group slot|worker thread|resident"
                 stop_daemon
                 grep -E "resident kernel|resident path|launch path|error|warn" "$log" | head -8
         done
