@@ -1035,30 +1035,18 @@ static uint64_t oldest_pending(struct worker *w)
 /* Waits on the worker's condition (until *until, if given) unless a
  * batch is on the inbox: sleeping is set first and worker_enqueue looks
  * at it after its push, so a batch pushed in between is seen here or
- * signals the wait. Lock held. */
-/* The worker thread's waits, timed for worker_stats.worker_ns: called
- * with the lock held, as are worker_get_stats' looks at an open one. */
-static void idle_begin(struct worker *w)
-{
-        w->idle_since_ns = now_ns();
-}
-
-static void idle_end(struct worker *w)
-{
-        w->idle_ns += now_ns() - w->idle_since_ns;
-        w->idle_since_ns = 0;
-}
-
+ * signals the wait. The wait is timed as idle (worker_stats.worker_ns).
+ * Lock held. */
 static void sleep_unless_inbox(struct worker *w, const struct timespec *until)
 {
         w->sleeping = 1;
         if (!atomic_load(&w->inbox)) {
-                idle_begin(w);
+                timed_set(&w->idle, 1, now_ns(), &w->idle_ns);
                 if (until)
                         pthread_cond_timedwait(&w->cond, &w->lock, until);
                 else
                         pthread_cond_wait(&w->cond, &w->lock);
-                idle_end(w);
+                timed_set(&w->idle, 0, now_ns(), &w->idle_ns);
         }
         w->sleeping = 0;
 }
@@ -1084,7 +1072,7 @@ static int spin(struct worker *w)
          * before `seen` was read: look again now, not after the window. */
         if (atomic_load(&w->inbox))
                 return 1;
-        idle_begin(w);
+        timed_set(&w->idle, 1, now, &w->idle_ns); /* the poll is idle time too */
         pthread_mutex_unlock(&w->lock);
         while (now - w->active_ns < win) {
                 if (atomic_load_explicit(&w->nudges, memory_order_acquire) != seen) {
@@ -1095,9 +1083,10 @@ static int spin(struct worker *w)
                 now = now_ns();
         }
         pthread_mutex_lock(&w->lock);
-        idle_end(w);
+        now = now_ns();
+        timed_set(&w->idle, 0, now, &w->idle_ns);
         if (moved)
-                w->active_ns = now_ns();
+                w->active_ns = now;
         return 1;
 }
 
@@ -1108,7 +1097,6 @@ static void *worker_main(void *arg)
 
         cpuacct_thread_start(CPU_WORKER);
         pthread_mutex_lock(&w->lock);
-        w->started_ns = now_ns();
         for (;;) {
                 inbox_drain(w);
                 /* A loop thread launching onto the idle device (launch_here)
@@ -1243,6 +1231,7 @@ int worker_start(struct worker *w, int index, struct backend *be, const struct g
          * microseconds, many times per group. */
         lock_init(&w->lock);
         pthread_cond_init(&w->cond, NULL);
+        w->started_ns = now_ns();
         rc = -pthread_create(&w->thread, NULL, worker_main, w);
         if (rc)
                 goto err_sync;
@@ -1311,17 +1300,15 @@ void worker_get_stats(struct worker *w, struct worker_stats *st, uint32_t *pendi
 {
         pthread_mutex_lock(&w->lock);
         inbox_drain(w);
+        const uint64_t now = now_ns();
+        const uint64_t idle = w->idle_ns + timed_open(&w->idle, now);
+
         *st = w->st;
         if (w->inflight)
-                st->busy_ns += now_ns() - w->busy_since_ns;
-        st->loaded_ns += timed_open(&w->loaded, now_ns());
-        st->capped_ns += timed_open(&w->capped, now_ns());
-        if (w->started_ns) {
-                const uint64_t now = now_ns();
-                const uint64_t idle = w->idle_ns + (w->idle_since_ns ? now - w->idle_since_ns : 0);
-
-                st->worker_ns = now - w->started_ns > idle ? now - w->started_ns - idle : 0;
-        }
+                st->busy_ns += now - w->busy_since_ns;
+        st->loaded_ns += timed_open(&w->loaded, now);
+        st->capped_ns += timed_open(&w->capped, now);
+        st->worker_ns = now - w->started_ns > idle ? now - w->started_ns - idle : 0;
         *pending = w->pending_ops;
         *inflight = w->inflight;
         for (struct group *g = w->done; g; g = g->next_done)

@@ -204,12 +204,14 @@ struct worker {
         void (*hosted_done)(struct group *g, int status);
         void (*hosted_launched)(struct group *g, const uint8_t handle[64], int device);
         uint64_t busy_since_ns;
-        /* The worker thread's start, and the start of the wait it is in
-         * (spin, sleep_unless_inbox; 0 at work), for worker_stats.worker_ns. */
-        uint64_t started_ns, idle_since_ns, idle_ns;
         /* Timed while they hold (loaded_update): ops queued or groups in
          * flight; ops queued and no group slot free. */
         struct timed_state loaded, capped;
+        /* The worker thread's waits for work (spin, sleep_unless_inbox),
+         * summed in idle_ns; since started_ns the rest is
+         * worker_stats.worker_ns. */
+        struct timed_state idle;
+        uint64_t started_ns, idle_ns;
         uint64_t last_done_ns; /* when the device last became idle */
         struct group *done;    /* finished groups for the worker thread's collect() */
         struct wctl *ctl_head, *ctl_tail;

@@ -82,9 +82,9 @@ Test(resident, auto_by_default_yes_no_and_auto_as_given)
         }
 }
 
-/* --resident-readers: 1 unless given, 1 to 4 (the kernel's most); any
+/* --resident-readers: 2 unless given, 1 to 4 (the kernel's most); any
  * other value is refused. */
-Test(resident, readers_one_by_default_one_to_four_as_given)
+Test(resident, readers_two_by_default_one_to_four_as_given)
 {
         static const struct {
                 const char *value;
