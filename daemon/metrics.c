@@ -531,7 +531,7 @@ static void render_devices(FILE *f, struct server *srv, double up_s)
                    "Seconds with ops waiting while every group slot was in flight (--max-groups-inflight)", "%.9g",
                    st[i].capped_ns / 1e9);
         PER_DEVICE("gemmd_device_worker_seconds_total", "counter",
-                   "Seconds the device's worker thread was at work, neither polling for work nor asleep", "%.9g",
+                   "Seconds of the loaded time the device's worker thread was at work, neither polling for work nor asleep", "%.9g",
                    st[i].worker_ns / 1e9);
 #undef PER_DEVICE
 

@@ -259,6 +259,14 @@ static uint64_t timed_open(const struct timed_state *s, uint64_t t)
         return s->on ? t - s->since_ns : 0;
 }
 
+/* Times the worker thread's waits for work while the device has work
+ * (worker_stats.worker_ns is the rest of that time), after w->idle or
+ * w->loaded changed at t. Lock held. */
+static void idle_sync(struct worker *w, uint64_t t)
+{
+        timed_set(&w->idle_loaded, w->idle && w->loaded.on, t, &w->idle_loaded_ns);
+}
+
 /* Notes when the device gains or loses work (ops queued or groups in
  * flight), for worker_stats.loaded_ns: the time it had work, of which
  * busy_ns is the part it was running some; and when ops wait with no
@@ -277,6 +285,7 @@ static void loaded_update(struct worker *w)
 
         timed_set(&w->loaded, loaded, t, &w->st.loaded_ns);
         timed_set(&w->capped, capped, t, &w->st.capped_ns);
+        idle_sync(w, t);
 }
 
 /* Called after any change the worker thread may have to act on (under
@@ -1041,12 +1050,14 @@ static void sleep_unless_inbox(struct worker *w, const struct timespec *until)
 {
         w->sleeping = 1;
         if (!atomic_load(&w->inbox)) {
-                timed_set(&w->idle, 1, now_ns(), &w->idle_ns);
+                w->idle = 1;
+                idle_sync(w, now_ns());
                 if (until)
                         pthread_cond_timedwait(&w->cond, &w->lock, until);
                 else
                         pthread_cond_wait(&w->cond, &w->lock);
-                timed_set(&w->idle, 0, now_ns(), &w->idle_ns);
+                w->idle = 0;
+                idle_sync(w, now_ns());
         }
         w->sleeping = 0;
 }
@@ -1072,7 +1083,8 @@ static int spin(struct worker *w)
          * before `seen` was read: look again now, not after the window. */
         if (atomic_load(&w->inbox))
                 return 1;
-        timed_set(&w->idle, 1, now, &w->idle_ns); /* the poll is idle time too */
+        w->idle = 1; /* the poll is idle time too */
+        idle_sync(w, now);
         pthread_mutex_unlock(&w->lock);
         while (now - w->active_ns < win) {
                 if (atomic_load_explicit(&w->nudges, memory_order_acquire) != seen) {
@@ -1084,7 +1096,8 @@ static int spin(struct worker *w)
         }
         pthread_mutex_lock(&w->lock);
         now = now_ns();
-        timed_set(&w->idle, 0, now, &w->idle_ns);
+        w->idle = 0;
+        idle_sync(w, now);
         if (moved)
                 w->active_ns = now;
         return 1;
@@ -1231,7 +1244,6 @@ int worker_start(struct worker *w, int index, struct backend *be, const struct g
          * microseconds, many times per group. */
         lock_init(&w->lock);
         pthread_cond_init(&w->cond, NULL);
-        w->started_ns = now_ns();
         rc = -pthread_create(&w->thread, NULL, worker_main, w);
         if (rc)
                 goto err_sync;
@@ -1301,14 +1313,14 @@ void worker_get_stats(struct worker *w, struct worker_stats *st, uint32_t *pendi
         pthread_mutex_lock(&w->lock);
         inbox_drain(w);
         const uint64_t now = now_ns();
-        const uint64_t idle = w->idle_ns + timed_open(&w->idle, now);
+        const uint64_t idle = w->idle_loaded_ns + timed_open(&w->idle_loaded, now);
 
         *st = w->st;
         if (w->inflight)
                 st->busy_ns += now - w->busy_since_ns;
         st->loaded_ns += timed_open(&w->loaded, now);
         st->capped_ns += timed_open(&w->capped, now);
-        st->worker_ns = now - w->started_ns > idle ? now - w->started_ns - idle : 0;
+        st->worker_ns = st->loaded_ns > idle ? st->loaded_ns - idle : 0;
         *pending = w->pending_ops;
         *inflight = w->inflight;
         for (struct group *g = w->done; g; g = g->next_done)

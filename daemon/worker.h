@@ -121,10 +121,11 @@ struct worker_stats {
         /* Time with ops waiting while every group slot was in flight
          * (--max-groups-inflight): how long that limit held work back. */
         uint64_t capped_ns;
-        /* The worker thread at work since it started: neither polling for
-         * work (--spin-us) nor asleep. Beside loaded_ns, how near the one
+        /* The part of loaded_ns the worker thread was at work: neither
+         * polling for work (--spin-us) nor asleep. How near the one
          * thread that forms and launches a device's groups is to being
-         * what ops wait for. */
+         * what ops wait for. (Its tasks while the device has no work,
+         * such as opening a new client's memory, are not counted.) */
         uint64_t worker_ns;
         uint64_t recoveries; /* device recoveries after a group failed with GEMMD_EDEVICE */
 };
@@ -207,11 +208,13 @@ struct worker {
         /* Timed while they hold (loaded_update): ops queued or groups in
          * flight; ops queued and no group slot free. */
         struct timed_state loaded, capped;
-        /* The worker thread's waits for work (spin, sleep_unless_inbox),
-         * summed in idle_ns; since started_ns the rest is
+        /* Set while the worker thread waits for work (spin,
+         * sleep_unless_inbox); timed in idle_loaded while the device also
+         * has work (idle_sync): the rest of loaded is
          * worker_stats.worker_ns. */
-        struct timed_state idle;
-        uint64_t started_ns, idle_ns;
+        int idle;
+        struct timed_state idle_loaded;
+        uint64_t idle_loaded_ns;
         uint64_t last_done_ns; /* when the device last became idle */
         struct group *done;    /* finished groups for the worker thread's collect() */
         struct wctl *ctl_head, *ctl_tail;
