@@ -272,6 +272,7 @@ static void destroy(struct backend *be)
         }
         if (cb->res_on) {
                 cudaFreeHost(cb->res_host);
+                cudaFreeHost(cb->res_posts);
                 cudaFree(cb->res_area);
                 cudaStreamDestroy(cb->res_stream);
         }
@@ -296,7 +297,6 @@ int backend_cuda_new(int ordinal, const struct gemmd_config *cfg, struct backend
                 const size_t tiles = cfg->max_group_tiles, ops = tiles < cfg->max_group_ops ? tiles : cfg->max_group_ops;
 
                 cb->blob_init = align256(ops * sizeof(struct gemmd_kproblem)) +
-                                align256(ops * sizeof(struct sched_problem)) +
                                 align256((2 * tiles + 1024) * sizeof(struct sched_entry)) +
                                 cuda_gemm_tmaps_bytes((uint32_t)ops);
                 /* Past this (limits raised far beyond the defaults), the

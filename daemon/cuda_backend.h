@@ -126,6 +126,8 @@ struct cuda_backend {
         int words_on; /* the GPU stores clients' completion words (cuda_group.early_word) */
         pthread_mutex_t res_lock;
         struct cuda_res_host *res_host; /* pinned, mapped */
+        struct cuda_res_posts *res_posts; /* pinned, mapped, write-combined: written only */
+        const struct cuda_res_posts *res_posts_dev; /* its device address */
         void *res_area;
         cudaStream_t res_stream;
         uint64_t res_seq; /* the last group posted */
@@ -229,6 +231,11 @@ enum mem_kind { MEM_DEVICE, MEM_PINNED };
 static inline size_t align256(size_t v)
 {
         return (v + 255) & ~(size_t)255;
+}
+
+static inline size_t align64(size_t v)
+{
+        return (v + 63) & ~(size_t)63;
 }
 
 /* The bounce buffer's copy of staging offset off (off >= s->in_lo). */

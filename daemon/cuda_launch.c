@@ -2,10 +2,9 @@
  * cuda_launch.c - the CUDA backend's launch of a group (cuda_backend.h):
  * host operands staged (pinned ones copied from where they are, the
  * others through the slot's bounce buffer), the launch data (problems,
- * schedule problems, plan, tensor maps) written into the slot's pinned
- * blob, then the group posted to the resident kernel or copied in and
- * launched, and its host results copied out; the completion thread takes
- * it from there.
+ * plan, tensor maps) written into the slot's pinned blob, then the group
+ * posted to the resident kernel or copied in and launched, and its host
+ * results copied out; the completion thread takes it from there.
  */
 #include <errno.h>
 #include <stddef.h>
@@ -88,7 +87,7 @@ static int res_takes(struct cuda_backend *cb, const struct group *g, uint32_t ro
  * the launch data goes in the slot's blob, the staging area of the host
  * operands, the kernel's choices, and the host time of each step (LS_*). */
 struct launch_state {
-        size_t sp_off, plan_off, tm_off; /* in the blob: sched problems, plan, tensor maps */
+        size_t plan_off, tm_off; /* in the blob: the plan, the tensor maps */
         size_t tm_bytes;
         size_t blob;     /* the blob's bytes */
         size_t need_off; /* early completion's arrivals per problem, at the blob's end */
@@ -114,18 +113,20 @@ static void lstep(struct launch_state *st, int step)
 }
 
 /* Numbers the launch on slot s, decides whether it is timed, and lays out
- * the blob: the problems, their schedule problems, the plan, and the
- * tensor maps, each 256-aligned. */
+ * the blob: the problems, the plan and the tensor maps, each as aligned
+ * as it must be. */
 static int launch_begin(struct cuda_backend *cb, struct cuda_slot *s, struct group *g,
                         struct launch_state *st)
 {
         size_t kp_bytes = g->nops * sizeof(struct gemmd_kproblem);
 
         memset(st, 0, sizeof(*st));
-        st->sp_off = align256(kp_bytes);
-        st->plan_off = st->sp_off + align256(g->nops * sizeof(struct sched_problem));
-        /* Tensor maps of the Hopper path, 64-byte aligned (256 here). */
-        st->tm_off = st->plan_off + align256(g->plan.blob_bytes);
+        /* No more than each part's alignment between them: a resident
+         * group's launch data travels inside its post, read over PCIe,
+         * and the whole of a larger post takes another round trip. */
+        st->plan_off = align64(kp_bytes);
+        /* Tensor maps of the Hopper path, 64-byte aligned. */
+        st->tm_off = align64(st->plan_off + g->plan.blob_bytes);
         /* Every group but exact f32 on fused multiply-adds (key: dtype in
          * bits 0-1, tf32 in bit 2). */
         st->tm_bytes = (g->key != GEMMD_F32 || cb->f32_split) && (g->key & 3) != GEMMD_F64
@@ -331,13 +332,13 @@ static int fill_problems(struct cuda_backend *cb, struct cuda_slot *s, const str
         return 0;
 }
 
-/* Writes the schedule problems, the plan and early completion's arrival
- * counts into the blob after the problems. */
+/* Writes the plan and early completion's arrival counts into the blob
+ * after the problems. (The kernels work out each problem's schedule
+ * problem from the problem itself.) */
 static void fill_plan(struct cuda_slot *s, const struct group *g, const struct launch_state *st)
 {
         const struct sched_plan *plan = &g->plan;
 
-        memcpy((char *)s->h_blob + st->sp_off, g->sp, g->nops * sizeof(struct sched_problem));
         memcpy((char *)s->h_blob + st->plan_off, plan->blob, plan->blob_bytes);
         if (st->early) {
                 /* Both consumer warpgroups of a CTA arrive once per entry. */

@@ -20,6 +20,17 @@
 /* How often the completion thread asks whether it has ended (res_query). */
 #define RES_QUERY_NS 20000ull
 
+/* Orders every store before it (write-combined ones too) before every
+ * store after it, and sends the write-combining buffers out. */
+static inline void store_fence(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+        __asm__ __volatile__("sfence" ::: "memory");
+#else
+        __atomic_thread_fence(__ATOMIC_SEQ_CST);
+#endif
+}
+
 static void res_stop_locked(struct cuda_backend *cb)
 {
         if (!cb->res_alive)
@@ -48,19 +59,30 @@ void res_init(struct cuda_backend *cb)
         const size_t area = cuda_gemm_res_area_bytes(RES_SLOT_BYTES);
 
         cb->res_host = NULL;
+        cb->res_posts = NULL;
         cb->res_area = NULL;
         cb->res_alive = 0;
         /* Numbered afresh with the zeroed memory below. */
         cb->res_seq = cb->res_gen = 0;
         cb->res_rot = 0;
         if (cudaMallocHost((void **)&cb->res_host, sizeof(*cb->res_host)) != cudaSuccess ||
+            cudaHostAlloc((void **)&cb->res_posts, sizeof(*cb->res_posts),
+                          cudaHostAllocMapped | cudaHostAllocWriteCombined) != cudaSuccess ||
+            cudaHostGetDevicePointer((void **)&cb->res_posts_dev, cb->res_posts, 0) != cudaSuccess ||
             cudaMalloc(&cb->res_area, area) != cudaSuccess || cudaMemset(cb->res_area, 0, area) != cudaSuccess ||
             cudaStreamCreateWithFlags(&cb->res_stream, cudaStreamNonBlocking) != cudaSuccess) {
                 log_warn("cuda %d: no resident kernel: %s", cb->ordinal, cudaGetErrorString(cudaGetLastError()));
+                cudaFreeHost(cb->res_host);
+                cudaFreeHost(cb->res_posts);
+                cudaFree(cb->res_area);
+                cb->res_host = NULL;
+                cb->res_posts = NULL;
+                cb->res_area = NULL;
                 cb->res_on = cb->b.resident = 0;
                 return;
         }
         memset(cb->res_host, 0, sizeof(*cb->res_host));
+        memset(cb->res_posts, 0, sizeof(*cb->res_posts));
         cb->b.resident = 1;
 }
 
@@ -92,8 +114,9 @@ int res_post(struct cuda_backend *cb, struct cuda_slot *s, int dtype, struct cud
                                         cudaStreamWaitEvent(cb->res_stream, o->ev_fence, 0) != cudaSuccess))
                                 rc = -EIO;
                 if (!rc)
-                        rc = cuda_gemm_res_launch(dtype, cb->res_host, cb->res_area, RES_SLOT_BYTES, cb->res_seq + 1,
-                                              cb->res_gen + 1, cb->b.ctas, cb->res_readers, cb->res_stream);
+                        rc = cuda_gemm_res_launch(dtype, cb->res_host, cb->res_posts_dev, cb->res_area,
+                                                  RES_SLOT_BYTES, cb->res_seq + 1, cb->res_gen + 1, cb->b.ctas,
+                                                  cb->res_readers, cb->res_stream);
 
                 if (rc) {
                         pthread_mutex_unlock(&cb->res_lock);
@@ -113,9 +136,14 @@ int res_post(struct cuda_backend *cb, struct cuda_slot *s, int dtype, struct cud
         cb->res_rot = (cb->res_rot + rp->nctas) % cb->b.ctas;
         rp->src = rp->bytes <= CUDA_RES_INLINE ? 0 : (uint64_t)(uintptr_t)blob;
         rp->seq = seq | (rp->src ? 0 : (uint64_t)rp->bytes << 48);
-        /* Launch data read from src is read after the fields say so. */
-        __atomic_thread_fence(__ATOMIC_RELEASE);
-        res_post_put(cb->res_host->post[seq % CUDA_RES_SLOTS], rp, blob, seq);
+        /* Launch data read from src is read after the fields say so:
+         * the blob's stores (write-back memory) out before the post's
+         * (write-combined, which may pass them otherwise). */
+        store_fence();
+        res_post_put(cb->res_posts->post[seq % CUDA_RES_SLOTS], rp, blob, seq);
+        /* Out of the write-combining buffers now, not when they are next
+         * needed; and before a stop stored after it (res_stop). */
+        store_fence();
         s->rseq = seq;
         s->posted_ns = now_ns();
         pthread_mutex_unlock(&cb->res_lock);

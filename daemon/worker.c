@@ -526,6 +526,36 @@ static struct lane *pick(struct worker *w, int match, uint32_t key, double cap, 
         return best_l;
 }
 
+/* Outstanding tiles (queued, and in groups not yet finished; usual
+ * tiles) up to which a backend with a resident kernel gets groups of at
+ * most one wave (group_tile_cap). */
+#define RES_CAP_WAVES 2
+
+/*
+ * The most tiles group g, formed now, may hold. A backend whose kernel
+ * stays resident (backend.resident) takes groups of at most one wave of
+ * its CTAs; a larger group is launched, and a launch stops that kernel
+ * for every group behind it until it ends and the kernel starts again.
+ * While little work is outstanding (a few clients with a request or two
+ * in flight each), groups are cut at one wave, so that all of them stay
+ * on it and no request waits behind a stop; with more, larger groups
+ * launched run better, so the cut counts the tiles in flight too, not
+ * only the queued ones, which ebb as each large group is formed
+ * (docs/performance.md, "Latency").
+ */
+static uint64_t group_tile_cap(const struct worker *w, const struct group *g)
+{
+        const uint64_t cap = w->cfg->max_group_tiles, wave = w->be->ctas;
+        uint64_t out = w->pending_tiles;
+
+        if (!w->be->resident || !wave || wave >= cap)
+                return cap;
+        for (uint32_t i = 0; i < w->nslots; i++)
+                if (w->slots[i].busy && &w->slots[i] != g)
+                        out += w->slots[i].tiles;
+        return out <= RES_CAP_WAVES * wave ? wave : cap;
+}
+
 /* Takes pending ops into g. Within a priority, higher priorities first,
  * users are served by start-time fair queuing on each op's estimated
  * device time (op_cost), and a user's sessions one op each in turn, so
@@ -534,7 +564,8 @@ static struct lane *pick(struct worker *w, int match, uint32_t key, double cap, 
  * half-life) is over that share of the recent usage of all users with work
  * loses its priority while a user under the share has work: priorities
  * cannot buy more than the share (the device never idles for it: with
- * nobody under the share, everyone is served in fair turn). Stops at the group caps.
+ * nobody under the share, everyone is served in fair turn). Stops at the
+ * group caps (group_tile_cap).
  * An op that finds no memory in a group still empty fails with
  * GEMMD_ERESOURCE and goes on `refused`, to be handed back once the lock
  * is released. Called with the lock held. */
@@ -544,7 +575,7 @@ static void form_group(struct worker *w, struct group *g, struct done_list *refu
         double cap = cfg->lim.max_user_share < 100 ? cfg->lim.max_user_share / 100.0 : 0;
         double active = 0;
         int have_key = 0;
-        const uint64_t t_pick = now_ns();
+        const uint64_t t_pick = now_ns(), max_tiles = group_tile_cap(w, g);
         /* Once the first op set the group's key, the others must match it. */
         const int one_key = !w->be->mixed_keys || cfg->one_kernel_groups;
 
@@ -582,7 +613,7 @@ static void form_group(struct worker *w, struct group *g, struct done_list *refu
                 o = prev ? prev->next : l->head;
                 tiles = op_tiles(w, o);
                 if (g->nops > 0 && (g->nops >= cfg->max_group_ops ||
-                                    g->tiles + tiles > cfg->max_group_tiles ||
+                                    g->tiles + tiles > max_tiles ||
                                     g->bytes + o->bytes > cfg->max_group_bytes ||
                                     alloc_fault(o, ALLOC_GROUP) || group_reserve(g, g->nops + 1)))
                         break; /* a later group takes it */

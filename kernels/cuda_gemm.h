@@ -260,8 +260,9 @@ uint32_t cuda_gemm_tmaps_cmaps(const void *buf, uint32_t nproblems);
  * so that a group costs the host a few stores instead of a launch, and
  * the device a poll instead of a launch's round trip.
  *
- * struct cuda_res_host lives in pinned host memory that the device maps.
- * The host posts group seq (1, 2, ...) in post[seq % CUDA_RES_SLOTS]: a
+ * struct cuda_res_host and struct cuda_res_posts live in pinned host memory
+ * that the device maps. The host posts group seq (1, 2, ...) in
+ * post[seq % CUDA_RES_SLOTS]: a
  * struct cuda_res_post (its fields, then the launch data if it fits in
  * data) written as tagged words, each 32 bits of it beside the low 32 bits
  * of seq in one 64-bit store (kernels/res_post.h: the rule, and the
@@ -299,9 +300,12 @@ uint32_t cuda_gemm_tmaps_cmaps(const void *buf, uint32_t nproblems);
 #define CUDA_RES_INLINE 3968
 #define CUDA_RES_POST_SEQ ((1ull << 48) - 1)
 /* Tagged words of a post (one per 4 bytes of struct cuda_res_post), and
- * how many of them every poll reads: 2304 bytes of fields and data. */
+ * how many of them every poll reads: 2304 bytes of fields and data (a
+ * multiple of 192; a build may set another, -DCUDA_RES_SPEC=768). */
 #define CUDA_RES_WORDS 1024
+#ifndef CUDA_RES_SPEC
 #define CUDA_RES_SPEC 576
+#endif
 /* A post's content, as its tagged words carry it. */
 struct cuda_res_post {
         uint64_t src;     /* launch data, in pinned host memory (its device address); 0: in data */
@@ -330,8 +334,17 @@ struct cuda_res_done {
         uint64_t seq, t0, t1, tp; /* tp: device clock when the post was seen */
         uint64_t pad[4]; /* a GEMMD_RTRACE build's stamps (wgmma_gemm.cuh, RT_*), else 0 */
 };
-struct cuda_res_host {
+/* The posts, in pinned memory of their own, write-combined: the host
+ * only writes them, and its stores then go out in whole lines at once,
+ * neither read for ownership nor snooped by the device's reads, so a
+ * post is in memory a fraction of a microsecond after its first store
+ * and a read over PCIe seldom finds it half written (which costs the
+ * reader another round trip). */
+struct cuda_res_posts {
         uint64_t post[CUDA_RES_SLOTS][CUDA_RES_WORDS]; /* tagged struct cuda_res_post */
+};
+/* What the host reads (done) and the stop, in ordinary pinned memory. */
+struct cuda_res_host {
         struct cuda_res_done done[CUDA_RES_SLOTS];
         uint64_t stop, pad[15];
 };
@@ -343,13 +356,14 @@ size_t cuda_gemm_res_area_bytes(size_t slot_bytes);
 /* Launches the resident kernel for dtype (GEMMD_F16 or GEMMD_BF16) on
  * `stream`, over `grid` CTAs (all must fit on the device at once: one per
  * SM), taking groups from first_seq on, as generation gen (> host->stop).
- * host: the device address of the pinned struct; area:
+ * host and posts: the device addresses of the pinned structs; area:
  * cuda_gemm_res_area_bytes(slot_bytes) of device memory (slot_bytes a
  * multiple of 1024), zeroed before the first launch. ndisp CTAs (1 to
  * CUDA_RES_DISPATCHERS_MAX, at most grid) read the posts, each every
  * ndisp-th group. Returns 0, -EINVAL or -EIO. */
-int cuda_gemm_res_launch(int dtype, struct cuda_res_host *host, void *area, size_t slot_bytes, uint64_t first_seq,
-                         uint64_t gen, uint32_t grid, uint32_t ndisp, void *stream);
+int cuda_gemm_res_launch(int dtype, struct cuda_res_host *host, const struct cuda_res_posts *posts, void *area,
+                         size_t slot_bytes, uint64_t first_seq, uint64_t gen, uint32_t grid, uint32_t ndisp,
+                         void *stream);
 
 /* Bytes of split workspace a plan built with shape `s` for problems of
  * dtype (enum gemmd_dtype: f64 sums take twice the room) needs (0 if

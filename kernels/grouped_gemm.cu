@@ -156,6 +156,7 @@ struct KParams {
  * by the others. */
 struct ResArgs {
         struct cuda_res_host *host;
+        const struct cuda_res_posts *posts;
         char *area;
         uint64_t slot_bytes, first_seq, gen;
         uint32_t ndisp; /* dispatchers: CTAs 0 .. ndisp - 1 read the posts (res_dispatch) */
@@ -1744,20 +1745,47 @@ extern "C" size_t cuda_gemm_res_area_bytes(size_t slot_bytes)
         return slot_bytes * CUDA_RES_SLOTS + sizeof(ResMeta);
 }
 
-extern "C" int cuda_gemm_res_launch(int dtype, struct cuda_res_host *host, void *area, size_t slot_bytes,
-                                    uint64_t first_seq, uint64_t gen, uint32_t grid, uint32_t ndisp, void *stream)
+#if defined(GEMMD_RTRACE) && GEMMD_WGMMA
+/* The resident dispatchers' reading (wgmma_gemm.cuh, g_rr), at exit. */
+static void rread_print(void)
+{
+        unsigned long long v[CUDA_RES_DISPATCHERS_MAX][RR_N];
+        if (cudaMemcpyFromSymbol(v, g_rr, sizeof(v)) != cudaSuccess)
+                return;
+        for (int d = 0; d < CUDA_RES_DISPATCHERS_MAX; d++)
+                if (v[d][RR_ROUNDS])
+                        fprintf(stderr,
+                                "rread: dispatcher %d: %llu rounds, %.2f us each; %llu posts, %.1f%% with their "
+                                "fields a round early (lowest word missing %.1f, of %.1f), %llu rounds of fields "
+                                "alone\n",
+                                d, v[d][RR_ROUNDS], v[d][RR_NS] / 1e3 / (double)v[d][RR_ROUNDS], v[d][RR_POSTS],
+                                v[d][RR_POSTS] ? 100.0 * (double)v[d][RR_TORN] / (double)v[d][RR_POSTS] : 0.0,
+                                v[d][RR_TORN] ? (double)v[d][RR_LOW] / (double)v[d][RR_TORN] : 0.0,
+                                v[d][RR_TORN] ? (double)v[d][RR_NW] / (double)v[d][RR_TORN] : 0.0, v[d][RR_LAZY]);
+}
+#endif
+
+extern "C" int cuda_gemm_res_launch(int dtype, struct cuda_res_host *host, const struct cuda_res_posts *posts,
+                                    void *area, size_t slot_bytes, uint64_t first_seq, uint64_t gen, uint32_t grid,
+                                    uint32_t ndisp, void *stream)
 {
         /* (a slot's mark carries the plan's CTAs in 8 bits, its seq in 46: res_mark.h) */
-        if (!host || !area || grid == 0 || grid > RES_MARK_MAX_CTAS || first_seq > RES_SEQ_MASK || slot_bytes % 1024 ||
+        if (!host || !posts || !area || grid == 0 || grid > RES_MARK_MAX_CTAS || first_seq > RES_SEQ_MASK || slot_bytes % 1024 ||
             first_seq == 0 || gen == 0 || ndisp == 0 || ndisp > CUDA_RES_DISPATCHERS_MAX || ndisp > grid ||
             (dtype != GEMMD_F16 && dtype != GEMMD_BF16))
                 return -EINVAL;
 #if GEMMD_WGMMA
         if (!device_sm90())
                 return -EINVAL;
+#ifdef GEMMD_RTRACE
+        static std::atomic<int> rr_once{0};
+        if (!rr_once.exchange(1))
+                atexit(rread_print);
+#endif
         KArgs args;
         memset(&args, 0, offsetof(KArgs, inl));
         args.res.host = host;
+        args.res.posts = posts;
         args.res.area = (char *)area;
         args.res.slot_bytes = slot_bytes;
         args.res.first_seq = first_seq;
@@ -1790,6 +1818,7 @@ static void ktrace_print(void)
                 v[5] * us, v[6] * us, v[7] * us, v[8] * us);
 }
 #endif
+
 
 #if GEMMD_WGMMA
 /*

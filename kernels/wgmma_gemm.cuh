@@ -258,6 +258,18 @@ enum { RT_TAKE, RT_FULL, RT_END, RT_N };
 #define RT_AT(meta, slot, i) ((void)(slot))
 #endif
 
+#ifdef GEMMD_RTRACE
+/* Per dispatcher: rounds read, their ns, posts taken, posts whose fields
+ * came a round before the rest, rounds of fields alone, and over those
+ * early rounds the lowest word missing and the words the post needed
+ * (grouped_gemm.cu, rread_print, at exit). */
+enum { RR_ROUNDS, RR_NS, RR_POSTS, RR_TORN, RR_LAZY, RR_LOW, RR_NW, RR_N };
+__device__ unsigned long long g_rr[CUDA_RES_DISPATCHERS_MAX][RR_N];
+#define RR_ADD(d, i, v) (g_rr[d][i] += (v))
+#else
+#define RR_ADD(d, i, v) ((void)0)
+#endif
+
 struct ResMeta {
         ResSlot slot[CUDA_RES_SLOTS];
         alignas(128) uint64_t ready[CUDA_RES_SLOTS]; /* res_mark(seq, ...); an exit: RES_EXIT_BIT | gen */
@@ -325,10 +337,14 @@ __device__ __forceinline__ void ld_relaxed_sys_v2(const uint64_t *p, uint64_t &a
         asm volatile("ld.relaxed.sys.global.v2.u64 {%0, %1}, [%2];\n" : "=l"(a), "=l"(b) : "l"(p) : "memory");
 }
 
+/* Slabs of 192 words whose loads one read has in flight at once: the
+ * words every poll reads (CUDA_RES_SPEC) in one round trip. */
+#define RES_BATCH (CUDA_RES_SPEC / 192)
+
 /*
  * One read of a post's tagged words (res_post.h) by 96 threads: slabs
  * [0, s1) of 192 words, thread t taking words 192u + 2t and the next of
- * slab u, three slabs' loads in flight at once. Each word of post seq is
+ * slab u, RES_BATCH slabs' loads in flight at once. Each word of post seq is
  * kept where it goes (the post's fields in hdr, its launch data at dst,
  * the slot of the area); returns the lowest index of a word read without
  * it (UINT32_MAX: none).
@@ -338,16 +354,16 @@ __device__ __forceinline__ uint32_t res_read(const uint64_t *w, uint32_t s1, uin
 {
         constexpr uint32_t HW = RES_POST_FIELD_WORDS;
         uint32_t low = UINT32_MAX;
-        for (uint32_t u0 = 0; u0 < s1; u0 += 3) {
-                uint64_t v[6];
+        for (uint32_t u0 = 0; u0 < s1; u0 += RES_BATCH) {
+                uint64_t v[2 * RES_BATCH];
 #pragma unroll
-                for (uint32_t j = 0; j < 3; j++) {
+                for (uint32_t j = 0; j < RES_BATCH; j++) {
                         const uint32_t i = 192 * (u0 + j) + 2 * t;
                         if (u0 + j < s1 && i < CUDA_RES_WORDS)
                                 ld_relaxed_sys_v2(w + i, v[2 * j], v[2 * j + 1]);
                 }
 #pragma unroll
-                for (uint32_t j = 0; j < 6; j++) {
+                for (uint32_t j = 0; j < 2 * RES_BATCH; j++) {
                         const uint32_t i = 192 * (u0 + j / 2) + 2 * t + j % 2;
                         if (u0 + j / 2 >= s1 || i >= CUDA_RES_WORDS)
                                 continue;
@@ -405,6 +421,9 @@ __device__ __noinline__ void res_dispatch(const ResArgs r, int t, uint32_t d)
                         const bool lazy = idle >= RES_IDLE_ROUNDS && nw == 0;
                         const uint32_t s1 = lazy ? (t < (int)HW / 2) : max(SPEC, (nw + 191) / 192);
                         int stop = 0;
+#ifdef GEMMD_RTRACE
+                        const uint64_t rt0 = t == 0 ? globaltimer() : 0;
+#endif
                         if (t == 0) {
                                 uint64_t v;
                                 asm volatile("ld.relaxed.sys.global.u64 %0, [%1];\n"
@@ -413,7 +432,7 @@ __device__ __noinline__ void res_dispatch(const ResArgs r, int t, uint32_t d)
                                              : "memory");
                                 stop = v >= r.gen;
                         }
-                        uint32_t low = res_read(r.host->post[slot], s1, seq, s_hdr, (uint32_t *)dst, t);
+                        uint32_t low = res_read(r.posts->post[slot], s1, seq, s_hdr, (uint32_t *)dst, t);
                         low = min(low, lazy ? HW : 192 * s1);
                         atomicMin(&s_low[rb], low);
                         if (t == 0) {
@@ -428,6 +447,19 @@ __device__ __noinline__ void res_dispatch(const ResArgs r, int t, uint32_t d)
                                 nw = res_post_words(sp);
                         whole = fields && !other_gen && low >= nw;
                         stop = s_stop;
+#ifdef GEMMD_RTRACE
+                        if (t == 0) {
+                                RR_ADD(d, RR_ROUNDS, 1);
+                                RR_ADD(d, RR_NS, globaltimer() - rt0);
+                                RR_ADD(d, RR_LAZY, lazy);
+                                if (fields && !other_gen && !whole && !tp) {
+                                        RR_ADD(d, RR_TORN, 1);
+                                        RR_ADD(d, RR_LOW, low);
+                                        RR_ADD(d, RR_NW, nw);
+                                }
+                                RR_ADD(d, RR_POSTS, whole);
+                        }
+#endif
                         named_bar(4, 96);
                         if (whole || other_gen)
                                 break;
