@@ -39,9 +39,11 @@ struct backend {
         /* Whether a loop thread launches onto an idle device unless told
          * (--loop-launch auto): where it measured faster. */
         int loop_launch_pays;
-        /* 1 if its groups may go to a kernel that stays running
+        /* 1 if its 16-bit groups may go to a kernel that stays running
          * (--resident): small groups there skip a launch, and so take
-         * the usual tile rather than the narrow one (worker.c). */
+         * the usual tile rather than the narrow one, and groups are cut
+         * at one wave while little work is outstanding (worker.c,
+         * group_tile_cap). */
         int resident;
 
         /* Tile shape for ops of kernel-config key `key`. */

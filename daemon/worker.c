@@ -532,10 +532,11 @@ static struct lane *pick(struct worker *w, int match, uint32_t key, double cap, 
 #define RES_CAP_WAVES 2
 
 /*
- * The most tiles group g, formed now, may hold. A backend whose kernel
- * stays resident (backend.resident) takes groups of at most one wave of
- * its CTAs; a larger group is launched, and a launch stops that kernel
- * for every group behind it until it ends and the kernel starts again.
+ * The most tiles group g, being formed, may hold once its first op is in
+ * it (which sets its key). A backend whose 16-bit kernel stays resident
+ * (backend.resident) takes groups of at most one wave of its CTAs; a
+ * larger group is launched, and a launch stops that kernel for every
+ * group behind it until it ends and the kernel starts again.
  * While little work is outstanding (a few clients with a request or two
  * in flight each), groups are cut at one wave, so that all of them stay
  * on it and no request waits behind a stop; with more, larger groups
@@ -546,9 +547,10 @@ static struct lane *pick(struct worker *w, int match, uint32_t key, double cap, 
 static uint64_t group_tile_cap(const struct worker *w, const struct group *g)
 {
         const uint64_t cap = w->cfg->max_group_tiles, wave = w->be->ctas;
-        uint64_t out = w->pending_tiles;
+        uint64_t out = w->pending_tiles + g->tiles;
 
-        if (!w->be->resident || !wave || wave >= cap)
+        if (!w->be->resident || !wave || wave >= cap ||
+            ((g->key & 3) != GEMMD_F16 && (g->key & 3) != GEMMD_BF16))
                 return cap;
         for (uint32_t i = 0; i < w->nslots; i++)
                 if (w->slots[i].busy && &w->slots[i] != g)
@@ -575,7 +577,8 @@ static void form_group(struct worker *w, struct group *g, struct done_list *refu
         double cap = cfg->lim.max_user_share < 100 ? cfg->lim.max_user_share / 100.0 : 0;
         double active = 0;
         int have_key = 0;
-        const uint64_t t_pick = now_ns(), max_tiles = group_tile_cap(w, g);
+        const uint64_t t_pick = now_ns();
+        uint64_t max_tiles = cfg->max_group_tiles;
         /* Once the first op set the group's key, the others must match it. */
         const int one_key = !w->be->mixed_keys || cfg->one_kernel_groups;
 
@@ -650,6 +653,8 @@ static void form_group(struct worker *w, struct group *g, struct done_list *refu
                 g->nops++;
                 g->tiles += tiles;
                 g->bytes += o->bytes;
+                if (g->nops == 1)
+                        max_tiles = group_tile_cap(w, g);
         }
 }
 
