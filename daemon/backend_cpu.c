@@ -254,7 +254,7 @@ static void destroy(struct backend *be)
         free(cb);
 }
 
-int backend_cpu_new(int threads, int alt_tiles, struct backend **out)
+int backend_cpu_new(int threads, int alt_tiles, int wave_cut, struct backend **out)
 {
         struct cpu_backend *cb = calloc(1, sizeof(*cb));
         int rc;
@@ -278,6 +278,9 @@ int backend_cpu_new(int threads, int alt_tiles, struct backend **out)
                 cb->b.wide_shape = wide_shape;
                 cb->b.narrow_shape = narrow_shape;
         }
+        /* Only the worker's cut of groups at one wave (--cpu-wave-cut):
+         * no kernel here stays resident. */
+        cb->b.resident = wave_cut != 0;
         cb->b.kernel_name = kernel_name;
         cb->b.launch = launch;
         cb->b.launch_any_thread = 1;

@@ -167,6 +167,7 @@ enum {
         OPT_EARLY,
         OPT_ONE_KERNEL,
         OPT_CPU_ALT_TILES,
+        OPT_CPU_WAVE_CUT,
         OPT_COST,
         OPT_ADMIN_GID,
         OPT_USER_BUFFERS,
@@ -229,6 +230,7 @@ static const struct option options[] = {
         {"early-completion", required_argument, NULL, OPT_EARLY},
         {"one-kernel-groups", required_argument, NULL, OPT_ONE_KERNEL},
         {"cpu-alt-tiles", required_argument, NULL, OPT_CPU_ALT_TILES},
+        {"cpu-wave-cut", required_argument, NULL, OPT_CPU_WAVE_CUT},
         {"cost", required_argument, NULL, OPT_COST},
         {"max-user-buffers", required_argument, NULL, OPT_USER_BUFFERS},
         {"max-mappings", required_argument, NULL, OPT_MAPPINGS},
@@ -308,6 +310,9 @@ static void usage(FILE *f, const struct gemmd_config *d)
                 "                               too, as on a GPU (default: no; a GPU always does)\n"
                 "      --cpu-alt-tiles yes|no   the CPU backend offers a wide (64x96) and a narrow (64x32) tile\n"
                 "                               beside its 64x64, as a GPU does (default: no)\n"
+                "      --cpu-wave-cut yes|no    the CPU backend's 16-bit groups are cut at one wave while little\n"
+                "                               work is outstanding, as on a GPU with the resident kernel\n"
+                "                               (default: no)\n"
                 "      --cost SPEC              the scheduler's cost model, name=value,... (what `gemmbench\n"
                 "                               calibrate` measures; default: the built-in H100 figures)\n"
                 "      --f32-kernel split|ffma  exact f32 on an sm_90 GPU: each operand split into two TF32\n"
@@ -797,6 +802,9 @@ static int parse_args(struct gemmd_config *cfg, int argc, char **argv)
                         break;
                 case OPT_CPU_ALT_TILES:
                         bad = parse_yes_no(optarg, &cfg->cpu_alt_tiles) != 0;
+                        break;
+                case OPT_CPU_WAVE_CUT:
+                        bad = parse_yes_no(optarg, &cfg->cpu_wave_cut) != 0;
                         break;
                 case OPT_ONE_KERNEL:
                         bad = parse_yes_no(optarg, &cfg->one_kernel_groups) != 0;

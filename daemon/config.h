@@ -93,6 +93,10 @@ struct gemmd_config {
         /* The CPU backend offers a wide and a narrow tile beside its usual
          * one, as a GPU does: how the tests see the choice of tile. */
         int cpu_alt_tiles;
+        /* The CPU backend has its 16-bit groups cut at one wave while
+         * little work is outstanding, as a GPU with the resident kernel
+         * does (worker.c, group_tile_cap): how the tests see that rule. */
+        int cpu_wave_cut;
         const char *cost;             /* --cost: the cost model installed (sched_cost_set), or NULL */
         /* Clients are asked to sleep rather than poll while more sessions
          * than this have work in flight (proto/ring.h, cq.no_poll). */

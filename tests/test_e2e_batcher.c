@@ -327,6 +327,66 @@ Test(e2e, a_session_interleaving_types_is_batched_by_type)
         STOP(&d);
 }
 
+/*
+ * A GPU with the resident kernel cuts 16-bit groups at one wave while at
+ * most two waves of tiles are outstanding (worker.c, group_tile_cap), so
+ * that no group is launched and stops that kernel; the CPU backend does
+ * it under --cpu-wave-cut (a wave there: the 8 work lists of --threads 2;
+ * each 64 x 64 op is one tile). The batch window gathers the ops first.
+ * 12 ops (12 tiles, at most 16 outstanding): a group of 8, then one of
+ * the other 4; without the cut, one group of 12. 20 ops (more than two
+ * waves): one group of 20 either way.
+ */
+Test(e2e, sixteen_bit_groups_are_cut_at_one_wave_while_little_is_outstanding)
+{
+        static const struct {
+                const char *cut;
+                int n, want_big, want_small; /* ops in groups of (8 or n), in groups of 4 */
+        } cases[] = {{"yes", 12, 8, 4}, {"no", 12, 12, 0}, {"yes", 20, 20, 0}};
+
+        for (size_t k = 0; k < sizeof(cases) / sizeof(cases[0]); k++) {
+                struct e2e_daemon d;
+                struct e2e_arena ar;
+                struct e2e_prob p[20];
+                struct gemmd_result r[20];
+                gemmd_ticket t[20];
+                uint64_t seed = 29;
+                gemmd_client *c;
+                const int n = cases[k].n, big = n == 12 && !strcmp(cases[k].cut, "yes") ? 8 : n;
+                int nbig = 0, nsmall = 0;
+                char why[256];
+                double err;
+
+                START(&d, "--threads", "2", "--batch-window-us", "50000", "--cpu-wave-cut", cases[k].cut, NULL);
+                c = e2e_connect(&d);
+                cr_assert_not_null(c);
+                cr_assert_eq(e2e_arena_init(&ar, c, 4u << 20), 0);
+                for (int i = 0; i < n; i++) {
+                        const struct e2e_spec sp = {.kind = GEMMD_GEMM, .dtype = GEMMD_F16, .m = 64, .n = 64,
+                                                    .k = 64, .alpha = 1.0f, .beta = 0.0f};
+
+                        cr_assert_eq(e2e_prob_place(&p[i], &sp, &ar, &seed), 0);
+                }
+                for (int i = 0; i < n; i++)
+                        t[i] = submit1(c, &p[i].op, GEMMD_PRIO_NORMAL);
+                for (int i = 0; i < n; i++) {
+                        wait1(c, t[i], &r[i]);
+                        cr_assert_eq(r[i].status, 0, "op %d: %s", i, gemmd_strerror(r[i].status));
+                        cr_assert_eq(e2e_prob_check(&p[i], &err, why, sizeof(why)), 0, "op %d: %s", i, why);
+                        nbig += (int)r[i].group_size == big;
+                        nsmall += r[i].group_size == 4;
+                }
+                cr_assert_eq(nbig, cases[k].want_big, "--cpu-wave-cut %s, %d ops: %d in groups of %d, want %d",
+                             cases[k].cut, n, nbig, big, cases[k].want_big);
+                cr_assert_eq(nsmall, cases[k].want_small, "--cpu-wave-cut %s, %d ops: %d in groups of 4, want %d",
+                             cases[k].cut, n, nsmall, cases[k].want_small);
+                for (int i = 0; i < n; i++)
+                        e2e_prob_free(&p[i]);
+                gemmd_disconnect(c);
+                STOP(&d);
+        }
+}
+
 Test(e2e, burst_from_eight_processes_is_served_in_groups)
 {
         struct e2e_daemon d;
