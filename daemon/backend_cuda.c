@@ -274,9 +274,7 @@ static void destroy(struct backend *be)
                          cb->res_tr_ns[1] / n, cb->res_tr_ns[2] / n, cb->res_tr_ns[3] / n, cb->res_tr_ns[4] / n);
         }
         if (cb->res_on) {
-                cudaFreeHost(cb->res_host);
-                cudaFreeHost(cb->res_posts);
-                cudaFree(cb->res_area);
+                res_free(cb);
                 cudaStreamDestroy(cb->res_stream);
         }
         pthread_mutex_destroy(&cb->res_lock);

@@ -127,7 +127,6 @@ struct cuda_backend {
         pthread_mutex_t res_lock;
         struct cuda_res_host *res_host; /* pinned, mapped */
         struct cuda_res_posts *res_posts; /* pinned, mapped, write-combined: written only */
-        const struct cuda_res_posts *res_posts_dev; /* its device address */
         void *res_area;
         cudaStream_t res_stream;
         uint64_t res_seq; /* the last group posted */
@@ -292,6 +291,7 @@ void dev_free(struct backend *be, void *token);
 /* cuda_resident.c */
 void res_stop(struct cuda_backend *cb);
 void res_init(struct cuda_backend *cb);
+void res_free(struct cuda_backend *cb);
 int res_post(struct cuda_backend *cb, struct cuda_slot *s, int dtype, struct cuda_res_post *rp, const void *blob);
 cudaError_t res_query(struct cuda_backend *cb, struct cuda_slot *s);
 

@@ -51,9 +51,22 @@ void res_stop(struct cuda_backend *cb)
         pthread_mutex_unlock(&cb->res_lock);
 }
 
+/* Frees its pinned and device memory (its stream is the caller's). */
+void res_free(struct cuda_backend *cb)
+{
+        cudaFreeHost(cb->res_host);
+        cudaFreeHost(cb->res_posts);
+        cudaFree(cb->res_area);
+        cb->res_host = NULL;
+        cb->res_posts = NULL;
+        cb->res_area = NULL;
+}
+
 /* Its pinned and device memory and stream, in the current context; off
  * (with a warning) when they cannot be had. The backend says which
- * (b.resident), for the worker's choice of tile. */
+ * (b.resident), for the worker's choice of tile. Pinned memory has the
+ * same address on the device (unified addressing, as on every GPU that
+ * runs this kernel). */
 void res_init(struct cuda_backend *cb)
 {
         const size_t area = cuda_gemm_res_area_bytes(RES_SLOT_BYTES);
@@ -68,16 +81,10 @@ void res_init(struct cuda_backend *cb)
         if (cudaMallocHost((void **)&cb->res_host, sizeof(*cb->res_host)) != cudaSuccess ||
             cudaHostAlloc((void **)&cb->res_posts, sizeof(*cb->res_posts),
                           cudaHostAllocMapped | cudaHostAllocWriteCombined) != cudaSuccess ||
-            cudaHostGetDevicePointer((void **)&cb->res_posts_dev, cb->res_posts, 0) != cudaSuccess ||
             cudaMalloc(&cb->res_area, area) != cudaSuccess || cudaMemset(cb->res_area, 0, area) != cudaSuccess ||
             cudaStreamCreateWithFlags(&cb->res_stream, cudaStreamNonBlocking) != cudaSuccess) {
                 log_warn("cuda %d: no resident kernel: %s", cb->ordinal, cudaGetErrorString(cudaGetLastError()));
-                cudaFreeHost(cb->res_host);
-                cudaFreeHost(cb->res_posts);
-                cudaFree(cb->res_area);
-                cb->res_host = NULL;
-                cb->res_posts = NULL;
-                cb->res_area = NULL;
+                res_free(cb); /* (the stream is the last made: none) */
                 cb->res_on = cb->b.resident = 0;
                 return;
         }
@@ -114,7 +121,7 @@ int res_post(struct cuda_backend *cb, struct cuda_slot *s, int dtype, struct cud
                                         cudaStreamWaitEvent(cb->res_stream, o->ev_fence, 0) != cudaSuccess))
                                 rc = -EIO;
                 if (!rc)
-                        rc = cuda_gemm_res_launch(dtype, cb->res_host, cb->res_posts_dev, cb->res_area,
+                        rc = cuda_gemm_res_launch(dtype, cb->res_host, cb->res_posts, cb->res_area,
                                                   RES_SLOT_BYTES, cb->res_seq + 1, cb->res_gen + 1, cb->b.ctas,
                                                   cb->res_readers, cb->res_stream);
 

@@ -335,11 +335,10 @@ struct cuda_res_done {
         uint64_t pad[4]; /* a GEMMD_RTRACE build's stamps (wgmma_gemm.cuh, RT_*), else 0 */
 };
 /* The posts, in pinned memory of their own, write-combined: the host
- * only writes them, and its stores then go out in whole lines at once,
- * neither read for ownership nor snooped by the device's reads, so a
- * post is in memory a fraction of a microsecond after its first store
- * and a read over PCIe seldom finds it half written (which costs the
- * reader another round trip). */
+ * only writes them, so its stores go out in whole lines, neither read
+ * for ownership nor snooped by the device's reads. (A read over PCIe
+ * still finds a post half written when the two overlap, which costs the
+ * reader another round: docs/performance.md, "Latency".) */
 struct cuda_res_posts {
         uint64_t post[CUDA_RES_SLOTS][CUDA_RES_WORDS]; /* tagged struct cuda_res_post */
 };

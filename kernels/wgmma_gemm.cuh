@@ -266,8 +266,6 @@ enum { RT_TAKE, RT_FULL, RT_END, RT_N };
 enum { RR_ROUNDS, RR_NS, RR_POSTS, RR_TORN, RR_LAZY, RR_LOW, RR_NW, RR_N };
 __device__ unsigned long long g_rr[CUDA_RES_DISPATCHERS_MAX][RR_N];
 #define RR_ADD(d, i, v) (g_rr[d][i] += (v))
-#else
-#define RR_ADD(d, i, v) ((void)0)
 #endif
 
 struct ResMeta {
