@@ -49,6 +49,8 @@
 #include "include/gemmd.h"
 
 #define MAX_CLIENTS 512
+/* Processes coming and going beside the clients at most (--churn). */
+#define MAX_CHURN 16
 #define DAEMON_START_MS 60000
 #define DAEMON_STOP_MS 20000
 #define MPS_CMD_MS 20000
@@ -64,6 +66,7 @@ struct child {
         int ready; /* 0 not yet, 1 set up, -1 failed */
         struct clients_ready rd;
         int have_result;
+        int go; /* a churn process: its start time sent */
         struct clients_result res;
         float *samples;
         int status; /* from waitpid; -1 before */
@@ -100,6 +103,16 @@ struct run {
 
         struct child *ch;
         int nforked;
+        /* --churn: slots of short-lived clients started one after another
+         * while the clients run, each a new process that sets up (its
+         * context, connection and memory), runs a few requests and exits:
+         * what a node's scripts and jobs coming and going do to the
+         * clients. They are counted, not measured. */
+        int nchurn;
+        struct clients_opts churn_o;
+        struct child churn[MAX_CHURN];
+        uint64_t churned, churn_failed;
+        char churn_error[160];
         double setup_s;
         struct mem mem;
         char fatal[160]; /* why no client could run, if so */
@@ -149,12 +162,17 @@ static void usage(FILE *f)
                 "  --timeout-ms MS     a request older than this ends its client (default 10000)\n"
                 "  --setup-timeout S   time allowed for the clients' setup (default 120)\n"
                 "  --seed N            problem and data seed (default 1)\n"
+                "  --churn N           keep N more client processes coming and going while\n"
+                "                      the clients run: each sets up as a client does, runs a\n"
+                "                      short window of one request at a time and exits, and\n"
+                "                      another takes its place; counted, not measured (0..%d,\n"
+                "                      default 0)\n"
                 "  --spin              gemmd mode: clients busy-poll for completions and never\n"
                 "                      sleep (default: poll as long as libgemmd's waits do,\n"
                 "                      $GEMMD_SPIN_US or 50 us, then sleep in poll())\n"
                 "  --json              print one JSON object\n"
                 "  --help              this text\n",
-                CLIENTS_PROBLEMS, CLIENTS_MAX_WINDOW);
+                CLIENTS_PROBLEMS, CLIENTS_MAX_WINDOW, MAX_CHURN);
 }
 
 static int parse_double(const char *s, double lo, double hi, double *out)
@@ -173,7 +191,7 @@ static int parse_double(const char *s, double lo, double hi, double *out)
 enum {
         OPT_CLIENTS = 256, OPT_WINDOW, OPT_MAXDIM, OPT_K, OPT_BETA, OPT_SECONDS, OPT_WARMUP, OPT_MODE, OPT_MEMORY,
         OPT_SOCKET, OPT_BACKEND, OPT_GEMMD, OPT_DARG, OPT_DEVICE, OPT_DEVICES, OPT_TIMEOUT, OPT_SETUP,
-        OPT_SEED, OPT_SPIN, OPT_JSON, OPT_HELP,
+        OPT_SEED, OPT_CHURN, OPT_SPIN, OPT_JSON, OPT_HELP,
 };
 
 static const struct option options[] = {
@@ -195,6 +213,7 @@ static const struct option options[] = {
         {"timeout-ms", required_argument, NULL, OPT_TIMEOUT},
         {"setup-timeout", required_argument, NULL, OPT_SETUP},
         {"seed", required_argument, NULL, OPT_SEED},
+        {"churn", required_argument, NULL, OPT_CHURN},
         {"spin", no_argument, NULL, OPT_SPIN},
         {"json", no_argument, NULL, OPT_JSON},
         {"help", no_argument, NULL, OPT_HELP},
@@ -295,6 +314,9 @@ static int parse_args(struct run *r, int argc, char **argv)
                 case OPT_SEED:
                         bad = bench_parse_int(optarg, 0, INT32_MAX, &seed);
                         r->o.seed = (uint64_t)seed;
+                        break;
+                case OPT_CHURN:
+                        bad = bench_parse_int(optarg, 0, MAX_CHURN, &r->nchurn);
                         break;
                 case OPT_SPIN:
                         r->o.spin = 1;
@@ -852,13 +874,19 @@ static void child_read(struct child *c)
 /* Polls the clients' sockets for up to ms and reads what came. */
 static void pump(struct run *r, int ms)
 {
-        struct pollfd pfd[MAX_CLIENTS];
-        int n = 0, map[MAX_CLIENTS];
+        struct pollfd pfd[MAX_CLIENTS + MAX_CHURN];
+        struct child *map[MAX_CLIENTS + MAX_CHURN];
+        int n = 0;
 
         for (int i = 0; i < r->nforked; i++)
                 if (!r->ch[i].eof) {
                         pfd[n] = (struct pollfd){.fd = r->ch[i].fd, .events = POLLIN};
-                        map[n++] = i;
+                        map[n++] = &r->ch[i];
+                }
+        for (int i = 0; i < r->nchurn; i++)
+                if (r->churn[i].pid > 0 && !r->churn[i].eof) {
+                        pfd[n] = (struct pollfd){.fd = r->churn[i].fd, .events = POLLIN};
+                        map[n++] = &r->churn[i];
                 }
         if (!n) {
                 sleep_ms(ms);
@@ -868,7 +896,145 @@ static void pump(struct run *r, int ms)
                 return;
         for (int j = 0; j < n; j++)
                 if (pfd[j].revents)
-                        child_read(&r->ch[map[j]]);
+                        child_read(map[j]);
+}
+
+/* ---- churn ------------------------------------------------------------ */
+
+/* The process of churn slot i: a client of churn_o, numbered after the
+ * clients, holding no one else's socket. */
+static void churn_main(struct run *r, int i, int fd)
+{
+        pid_t parent = getppid();
+
+        prctl(PR_SET_PDEATHSIG, SIGKILL);
+        if (getppid() != parent)
+                _exit(1);
+        signal(SIGINT, SIG_DFL);
+        signal(SIGTERM, SIG_DFL);
+        signal(SIGHUP, SIG_DFL);
+        signal(SIGPIPE, SIG_IGN);
+        for (int j = 0; j < r->nforked; j++)
+                if (r->ch[j].fd >= 0)
+                        close(r->ch[j].fd);
+        for (int j = 0; j < r->nchurn; j++)
+                if (j != i && r->churn[j].pid > 0)
+                        close(r->churn[j].fd);
+        _exit(clients_child(&r->churn_o, r->o.nclients + i, fd));
+}
+
+static void churn_note(struct run *r, const char *why)
+{
+        r->churn_failed++;
+        if (!r->churn_error[0])
+                snprintf(r->churn_error, sizeof(r->churn_error), "a process coming and going: %.120s", why);
+}
+
+/* Starts slot i's next process. */
+static void churn_start(struct run *r, int i)
+{
+        struct child *c = &r->churn[i];
+        int sv[2];
+
+        memset(c, 0, sizeof(*c));
+        c->status = -1;
+        c->fd = -1;
+        if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) < 0) {
+                churn_note(r, strerror(errno));
+                return;
+        }
+        fflush(NULL);
+        c->pid = fork();
+        if (c->pid < 0) {
+                c->pid = 0;
+                churn_note(r, strerror(errno));
+                close(sv[0]);
+                close(sv[1]);
+                return;
+        }
+        if (c->pid == 0) {
+                close(sv[0]);
+                churn_main(r, i, sv[1]);
+        }
+        close(sv[1]);
+        c->fd = sv[0];
+        fcntl(c->fd, F_SETFL, fcntl(c->fd, F_GETFL) | O_NONBLOCK);
+}
+
+/* Counts slot c's process once its socket is closed (it exited, or was
+ * killed), and frees the slot. */
+static void churn_end(struct run *r, struct child *c)
+{
+        int st = 0;
+        const struct clients_result *x = &c->res;
+
+        if (waitpid(c->pid, &st, 0) < 0)
+                st = 0;
+        if (c->have_result && !x->errors && !x->timeouts && !x->check_errors && x->submitted == x->ok &&
+            WIFEXITED(st) && WEXITSTATUS(st) == 0)
+                r->churned++;
+        else
+                churn_note(r, c->ready == -1 && c->rd.msg[0] ? c->rd.msg
+                              : c->have_result && x->first_error_msg[0] ? x->first_error_msg
+                              : "it did not finish its requests");
+        close(c->fd);
+        free(c->buf);
+        free(c->samples);
+        memset(c, 0, sizeof(*c));
+}
+
+/* Moves each slot on: a process set up gets its start (now), one that
+ * ended is counted, and an empty slot gets a new process before t_stop. */
+static void churn_step(struct run *r, uint64_t now, uint64_t t_stop)
+{
+        for (int i = 0; i < r->nchurn; i++) {
+                struct child *c = &r->churn[i];
+
+                if (c->pid > 0) {
+                        if (c->ready == 1 && !c->go && !c->eof) {
+                                uint64_t t = bench_now_ns();
+                                int fl = fcntl(c->fd, F_GETFL);
+
+                                fcntl(c->fd, F_SETFL, fl & ~O_NONBLOCK);
+                                if (bench_write_all(c->fd, &t, sizeof(t)))
+                                        kill(c->pid, SIGKILL);
+                                fcntl(c->fd, F_SETFL, fl);
+                                c->go = 1;
+                        }
+                        if (!c->eof)
+                                continue;
+                        churn_end(r, c);
+                }
+                if (now < t_stop)
+                        churn_start(r, i);
+        }
+}
+
+/* After the clients: lets the processes under way finish (within the
+ * setup timeout), starting no more. */
+static void churn_finish(struct run *r)
+{
+        uint64_t deadline = bench_now_ns() + (uint64_t)r->setup_timeout_s * 1000000000ull;
+
+        for (;;) {
+                int live = 0;
+
+                churn_step(r, 0, 0);
+                for (int i = 0; i < r->nchurn; i++)
+                        live += r->churn[i].pid > 0;
+                if (!live)
+                        return;
+                if (interrupted || bench_now_ns() > deadline) {
+                        for (int i = 0; i < r->nchurn; i++)
+                                if (r->churn[i].pid > 0) {
+                                        kill(r->churn[i].pid, SIGKILL);
+                                        r->churn[i].rd.msg[0] = '\0';
+                                        churn_end(r, &r->churn[i]);
+                                }
+                        return;
+                }
+                pump(r, 50);
+        }
 }
 
 /* Waits until every client reported READY (or failed). Returns 0 when at
@@ -932,6 +1098,10 @@ static void collect(struct run *r, uint64_t t_go)
         uint64_t next_sample = t_go + (uint64_t)(r->o.warmup * 1e9 / 2);
         int mem_ok = 1;
 
+        r->churn_o = r->o;
+        r->churn_o.window = 1;
+        r->churn_o.warmup = 0;
+        r->churn_o.seconds = 0.05;
         for (;;) {
                 uint64_t now = bench_now_ns();
                 int open = 0;
@@ -940,6 +1110,7 @@ static void collect(struct run *r, uint64_t t_go)
                         open += !r->ch[i].eof;
                 if (!open || now > deadline || interrupted)
                         break;
+                churn_step(r, now, now >= t_go ? t_end : 0);
                 if (mem_ok && now >= next_sample && now < t_end) {
                         mem_ok = mem_sample(r, 0) == 0;
                         next_sample += SAMPLE_NS;
@@ -950,6 +1121,7 @@ static void collect(struct run *r, uint64_t t_go)
         for (int i = 0; i < r->nforked; i++)
                 if (!r->ch[i].eof)
                         kill(r->ch[i].pid, SIGKILL);
+        churn_finish(r);
 }
 
 static void reap_clients(struct run *r)
@@ -1106,6 +1278,8 @@ static void report(struct run *r, const struct agg *a)
                        (unsigned long long)a->ok, (unsigned long long)a->errors,
                        (unsigned long long)a->status_errors, (unsigned long long)a->timeouts,
                        (unsigned long long)a->check_errors, a->failed, a->clients_ok);
+                printf(",\"churn\":%d,\"churn_clients\":%llu,\"churn_failed\":%llu", r->nchurn,
+                       (unsigned long long)r->churned, (unsigned long long)r->churn_failed);
                 jnum("tflops", a->tflops, 1);
                 jnum("req_per_s", a->rps, 1);
                 printf(",\"req_min_client\":%llu,\"req_max_client\":%llu",
@@ -1156,6 +1330,10 @@ static void report(struct run *r, const struct agg *a)
                a->tflops, a->rps, (unsigned long long)a->req_min, (unsigned long long)a->req_max);
         printf("  latency     p50 %.1f us, p90 %.1f us, p99 %.1f us, max %.1f us, mean %.1f us\n", a->p50,
                a->p90, a->p99, a->max, a->mean);
+        if (r->nchurn)
+                printf("  churn       %llu processes came and went beside the clients, %d at a time "
+                       "(%llu failed)\n",
+                       (unsigned long long)r->churned, r->nchurn, (unsigned long long)r->churn_failed);
         if (m->available)
                 printf("  gpu memory  %.0f MiB (clients %.0f + server %.0f); all apps %.0f MiB; "
                        "device %.0f MiB, %.0f before the clients\n",
@@ -1256,8 +1434,10 @@ out_stop:
                 fprintf(stderr, "gemmbench clients: interrupted by signal %d\n", (int)interrupted);
         } else {
                 aggregate(r, &a);
+                if (!*a.first_error && r->churn_error[0])
+                        a.first_error = r->churn_error;
                 report(r, &a);
-                rc = a.errors || !a.requests || (r->daemon_log[0] && r->daemon_exit != 0) ? 1 : 0;
+                rc = a.errors || r->churn_failed || !a.requests || (r->daemon_log[0] && r->daemon_exit != 0) ? 1 : 0;
         }
 out:
         remove_dir(r);

@@ -17,7 +17,9 @@
 # AB_MPS=1 (default) also runs --mode mps once per round at each point of at
 # most 48 clients. AB_GPUS=G spreads each point over G GPUs: CLIENTS per
 # GPU, client i on GPU i % G. AB_BETA=X gives every GEMM of every run (MPS's
-# too) beta X (gemmbench clients --beta: C read; default 0).
+# too) beta X (gemmbench clients --beta: C read; default 0). AB_CHURN=N keeps N
+# more client processes coming and going beside every run's clients
+# (gemmbench clients --churn; MPS's too), each with its own setup.
 #
 # Output under $OUT: ab.jsonl (one object per run: variant, round, point,
 # gemmbench's JSON, per-thread CPU %), ab.txt (a table per point),
@@ -74,18 +76,19 @@ EOF
 }
 
 run_point() { # variant round clients window dim memory k env mode [gemmbench]
-        local v=$1 r=$2 c=$3 w=$4 d=$5 m=$6 k=$7 env=$8 mode=$9 gb=${10:-$bin/gemmbench} t0 t1 out cpu='{}' sock=() devs=() ks=() bs=()
+        local v=$1 r=$2 c=$3 w=$4 d=$5 m=$6 k=$7 env=$8 mode=$9 gb=${10:-$bin/gemmbench} t0 t1 out cpu='{}' sock=() devs=() ks=() bs=() cs=()
         out=$tmp/run.json
         [ "$mode" = gemmd ] && sock=(--socket "$tmp/gemmd.sock" --memory "$m")
         # Only where it spreads: a client program older than --devices still runs one GPU.
         [ "$GPUS" -gt 1 ] && devs=(--devices "$GPUS")
         [ "$k" -gt 0 ] && ks=(--k "$k")
         [ -n "${AB_BETA:-}" ] && bs=(--beta "$AB_BETA")
+        [ -n "${AB_CHURN:-}" ] && cs=(--churn "$AB_CHURN")
         [ -n "$dpid" ] && [ "$mode" = gemmd ] && thread_ticks "$dpid" >"$tmp/t0"
         t0=$(date +%s.%N)
         # shellcheck disable=SC2086
         env $env "$gb" clients --mode "$mode" "${sock[@]}" --clients $((c * GPUS)) \
-                "${devs[@]}" "${ks[@]}" "${bs[@]}" --window "$w" --max-dim "$d" --seconds "$SECS" --warmup 0.5 --json \
+                "${devs[@]}" "${ks[@]}" "${bs[@]}" "${cs[@]}" --window "$w" --max-dim "$d" --seconds "$SECS" --warmup 0.5 --json \
                 >"$out" 2>>"$log"
         local rc=$?
         t1=$(date +%s.%N)
@@ -129,8 +132,8 @@ points = sorted({key(r) for r in rows})
 for c, w, d, m, kk in points:
     beta = next((r["run"]["beta"] for r in rows if key(r) == (c, w, d, m, kk) and r["run"].get("beta")), 0)
     print(f"## {c} clients x {w} in flight, max-dim {d}{f', k {kk}' if kk else ''}{f', beta {beta:g}' if beta else ''}, {m} operands")
-    print("| variant | round | TF/s | req/s | p50 us | p99 us | errors | submit to admitted us | queue us | run us | ops/group | daemon threads CPU % |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
+    print("| variant | round | TF/s | req/s | p50 us | p99 us | max us | errors | processes came and went | submit to admitted us | queue us | run us | ops/group | daemon threads CPU % |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         if key(r) != (c, w, d, m, kk):
             continue
@@ -138,7 +141,7 @@ for c, w, d, m, kk in points:
         cpu = ", ".join(f"{k} {v:g}" for k, v in r["cpu"].items() if v >= 1)
         k = lambda n: "-" if g.get(n) is None else g[n]
         print(f"| {r['variant']} | {r['round']} | {k('tflops')} | {k('req_per_s')} | {k('lat_p50_us')} "
-              f"| {k('lat_p99_us')} | {k('errors')} | {k('submit_to_admit_us_mean')} | {k('daemon_queue_us_mean')} | {k('daemon_run_us_mean')} "
+              f"| {k('lat_p99_us')} | {k('lat_max_us')} | {k('errors')} | {k('churn_clients')} | {k('submit_to_admit_us_mean')} | {k('daemon_queue_us_mean')} | {k('daemon_run_us_mean')} "
               f"| {k('group_size_mean')} | {cpu} |")
     print()
 EOF

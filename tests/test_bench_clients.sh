@@ -91,6 +91,34 @@ if "$gb" clients --beta 2 --json >/dev/null 2>&1; then
         fail "--beta 2 (outside -1..1) accepted"
 fi
 
+# 2d. Processes coming and going beside the clients (--churn): each one
+#     counted, none failing, every request of the clients answered.
+"$gb" clients --clients 1 --window 1 --max-dim 64 --seconds 1 --churn 2 --mode gemmd --memory shm \
+        --json --socket "$tmp/s" >"$tmp/2d.json" 2>"$tmp/2d.err" || { cat "$tmp/2d.err"; fail "run 2d exited $?"; }
+check "$tmp/2d.json" 'j["requests"] > 0 and j["errors"] == 0 and j["churn"] == 2 and
+        j["churn_clients"] >= 2 and j["churn_failed"] == 0' || fail "run 2d: $(cat "$tmp/2d.json")"
+
+# 2e. A process coming and going that cannot connect (one session a user
+#     on this daemon, which the client holds) is a failure: counted, named,
+#     and the exit status is non-zero.
+"$gd" --socket "$tmp/s1" --backend cpu --max-user-sessions 1 >"$tmp/gemmd1.log" 2>&1 &
+d1=$!
+i=0
+until python3 -c 'import socket, sys; socket.socket(socket.AF_UNIX).connect(sys.argv[1])' "$tmp/s1" 2>/dev/null; do
+        i=$((i + 1))
+        [ $i -gt 200 ] && { kill -KILL $d1; fail "the second gemmd did not come up"; }
+        sleep 0.05
+done
+if "$gb" clients --clients 1 --window 1 --max-dim 64 --seconds 0.5 --churn 1 --mode gemmd --memory shm \
+        --json --socket "$tmp/s1" >"$tmp/2e.json" 2>"$tmp/2e.err"; then
+        kill -KILL $d1
+        fail "run 2e succeeded with its processes refused"
+fi
+kill -KILL $d1
+wait $d1 2>/dev/null
+check "$tmp/2e.json" 'j["requests"] > 0 and j["churn_failed"] >= 1 and j["churn_clients"] == 0 and
+        "limit" in j["first_error"]' || fail "run 2e: $(cat "$tmp/2e.json")"
+
 # 3. A failure is counted and makes the exit status non-zero.
 if "$gb" clients --clients 1 --max-dim 64 --seconds 0.2 --json --socket "$tmp/none" \
         >"$tmp/3.json" 2>"$tmp/3.err"; then
