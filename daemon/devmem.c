@@ -59,6 +59,7 @@ static void release_device(struct gbuf *b)
                 return;
         }
         t->c.run = release_run;
+        t->c.what = b->dev_owned ? "freeing a client's device memory" : "closing a client's memory";
         t->be = w->be;
         t->token = b->ipc_base;
         t->owned = b->dev_owned;
@@ -175,6 +176,7 @@ static void start(struct session *s, uint64_t rid, struct worker *w, struct dev_
 {
         t->c.run = open_run;
         t->c.done = open_done;
+        t->c.what = t->owned ? "allocating device memory for a client" : "opening a client's memory";
         t->s = s;
         t->rid = rid;
         t->w = w;

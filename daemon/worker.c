@@ -16,6 +16,9 @@
 #include "gemmd.h"
 #include "scheduler/cost.h"
 
+/* A task on the worker thread longer than this is logged as it ends. */
+#define WORKER_TASK_SLOW_NS 5000000ull
+
 /* Links a lane that just got work into its user's ring at priority p, and
  * the user into the worker's ring of users at p if it was not there. A user
  * that comes back after a pause starts at the worker's virtual clock: time
@@ -1001,6 +1004,32 @@ int worker_launch_status(int rc)
         return GEMMD_EDEVICE;
 }
 
+/* Counts a task the worker thread ran for ns, and says so when it held
+ * the groups behind it up for long (a new client's memory opened while
+ * others' work waits, say): at most once a second, with the number of
+ * such tasks since the last line. */
+static void task_note(struct worker *w, const char *what, uint64_t ns)
+{
+        const uint64_t t = now_ns();
+
+        w->task_n++;
+        w->task_ns += ns;
+        if (ns > w->task_max_ns) {
+                w->task_max_ns = ns;
+                w->task_max_what = what;
+        }
+        if (ns <= WORKER_TASK_SLOW_NS)
+                return;
+        w->task_slow_unsaid++;
+        if (t - w->task_said_ns < 1000000000ull && w->task_said_ns)
+                return;
+        log_info("device %d: %s took %.1f ms on its worker thread, which launched nothing meanwhile "
+                 "(%llu such tasks since the last line)",
+                 w->index, what ? what : "a task", (double)ns / 1e6, (unsigned long long)w->task_slow_unsaid);
+        w->task_said_ns = t;
+        w->task_slow_unsaid = 0;
+}
+
 void worker_control(struct worker *w, struct wctl *c)
 {
         c->next = NULL;
@@ -1166,10 +1195,14 @@ static void *worker_main(void *arg)
                                 w->ctl_tail = NULL;
                         /* A task without done() may free itself in run(). */
                         int has_done = c->done != NULL;
+                        const char *what = c->what;
 
                         w->backend_busy = 1;
                         pthread_mutex_unlock(&w->lock);
+                        const uint64_t t0 = now_ns();
+
                         c->run(c, w);
+                        task_note(w, what, now_ns() - t0);
                         atomic_fetch_add_explicit(&w->progress, 1, memory_order_relaxed);
                         if (has_done)
                                 w->control_done(c, w->ctx);
@@ -1319,6 +1352,10 @@ void worker_stop(struct worker *w)
         pthread_cond_signal(&w->cond);
         pthread_mutex_unlock(&w->lock);
         pthread_join(w->thread, NULL);
+        if (w->task_n)
+                log_info("device %d: %llu tasks on its worker thread, %.1f ms in all, the longest %.2f ms (%s)",
+                         w->index, (unsigned long long)w->task_n, (double)w->task_ns / 1e6,
+                         (double)w->task_max_ns / 1e6, w->task_max_what ? w->task_max_what : "a task");
         for (uint32_t i = 0; i < w->nslots; i++) {
                 struct group *g = &w->slots[i];
 

@@ -143,6 +143,7 @@ typedef void (*worker_complete_fn)(struct request *done, void *ctx);
 struct wctl {
         struct wctl *next;
         void *home; /* the event loop whose thread runs done (server.h); NULL: the first */
+        const char *what; /* what run() does, for the log ("opening a client's memory") */
         void (*run)(struct wctl *c, struct worker *w);
         void (*done)(struct wctl *c);
 };
@@ -223,6 +224,12 @@ struct worker {
         uint32_t max_inflight; /* groups launched and unfinished at most */
         uint64_t next_group_id;
         struct worker_stats st;
+        /* The tasks run on the worker thread (worker thread only): every
+         * group behind one waits for it. Logged when the worker stops, and
+         * those over WORKER_TASK_SLOW_NS as they end (task_note). */
+        uint64_t task_n, task_ns, task_max_ns;
+        const char *task_max_what;
+        uint64_t task_said_ns, task_slow_unsaid; /* the last such line; slow tasks since */
         /* Bumped by every finished group and control task, read by the
          * watchdog without the lock. */
         atomic_uint_fast64_t progress;
