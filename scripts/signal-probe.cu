@@ -9,8 +9,9 @@
  * `bytes` of launch data from pinned memory (0: none), checks their sum,
  * and stores the seq back into pinned memory, which the host spins on.
  * Each way runs beside an idle GPU and beside a kernel that keeps every
- * other SM busy with arithmetic (the GPU at its working clocks). Printed: the host's round trip and the time
- * its call took (the driver call, for the ways that make one).
+ * other SM busy with arithmetic, as the resident kernel's GEMMs do.
+ * Printed: the host's round trip and the time its call took (the driver
+ * call, for the ways that make one).
  *
  *   nvcc -O2 -std=c++17 -arch=sm_90a -o signal-probe scripts/signal-probe.cu && ./signal-probe
  */
@@ -87,8 +88,8 @@ __global__ void k_poll(shared_host *h, const uint64_t *flag, const uint4 *data)
         }
 }
 
-/* The other SMs' load: multiply-adds until *stop, so that the GPU runs
- * at its working clocks, as it does under the resident kernel. */
+/* The other SMs' load: multiply-adds until *stop, so that the GPU is at
+ * work, as it is under the resident kernel. */
 __global__ void k_load(float *out, const volatile int *stop)
 {
         __shared__ int s_stop;
