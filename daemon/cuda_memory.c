@@ -253,6 +253,9 @@ int ipc_open(struct backend *be, const uint8_t handle[64], uint64_t offset, uint
         if (offset > m->size || bytes > m->size - offset) {
                 if (m->refs == 0) {
                         cb->maps = m->next;
+                        /* As ipc_close: the close may wait for the device,
+                         * which the resident kernel would keep until idle. */
+                        res_stop(cb);
                         cudaIpcCloseMemHandle(m->mem.base);
                         free(m);
                 }
