@@ -757,7 +757,10 @@ static int mem_sample(struct run *r, int baseline)
 
 /* ---- clients ---------------------------------------------------------- */
 
-static void child_main(struct run *r, int index, int fd)
+/* In a freshly forked client: dies with the parent, takes the default
+ * signal actions back, and closes the other clients' sockets (its own
+ * slot has no pid and no socket yet in this process). */
+static void child_enter(struct run *r)
 {
         pid_t parent = getppid();
 
@@ -768,40 +771,68 @@ static void child_main(struct run *r, int index, int fd)
         signal(SIGTERM, SIG_DFL);
         signal(SIGHUP, SIG_DFL);
         signal(SIGPIPE, SIG_IGN);
-        for (int i = 0; i < index; i++)
-                close(r->ch[i].fd);
-        _exit(clients_child(&r->o, index, fd));
+        for (int i = 0; i < r->nforked; i++)
+                if (r->ch[i].fd >= 0)
+                        close(r->ch[i].fd);
+        for (int i = 0; i < r->nchurn; i++)
+                if (r->churn[i].pid > 0)
+                        close(r->churn[i].fd);
+}
+
+/* Forks client `index` of options o into c, which reports on c->fd (non-
+ * blocking here). Returns 0, or -errno with nothing left open. */
+static int child_fork(struct run *r, struct child *c, const struct clients_opts *o, int index)
+{
+        int sv[2], err;
+
+        c->status = -1;
+        c->fd = -1;
+        if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) < 0)
+                return -errno;
+        fflush(NULL);
+        c->pid = fork();
+        if (c->pid < 0) {
+                err = errno;
+                c->pid = 0;
+                close(sv[0]);
+                close(sv[1]);
+                return -err;
+        }
+        if (c->pid == 0) {
+                close(sv[0]);
+                child_enter(r);
+                _exit(clients_child(o, index, sv[1]));
+        }
+        close(sv[1]);
+        c->fd = sv[0];
+        fcntl(c->fd, F_SETFL, fcntl(c->fd, F_GETFL) | O_NONBLOCK);
+        return 0;
 }
 
 static int fork_clients(struct run *r)
 {
         for (int i = 0; i < r->o.nclients; i++) {
-                struct child *c = &r->ch[i];
-                int sv[2];
+                int err = child_fork(r, &r->ch[i], &r->o, i);
 
-                c->status = -1;
-                if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) < 0) {
-                        fprintf(stderr, "gemmbench clients: socketpair: %s\n", strerror(errno));
+                if (err) {
+                        fprintf(stderr, "gemmbench clients: cannot start client %d: %s\n", i, strerror(-err));
                         return -1;
                 }
-                fflush(NULL);
-                c->pid = fork();
-                if (c->pid < 0) {
-                        fprintf(stderr, "gemmbench clients: fork: %s\n", strerror(errno));
-                        close(sv[0]);
-                        close(sv[1]);
-                        return -1;
-                }
-                if (c->pid == 0) {
-                        close(sv[0]);
-                        child_main(r, i, sv[1]);
-                }
-                close(sv[1]);
-                c->fd = sv[0];
-                fcntl(c->fd, F_SETFL, fcntl(c->fd, F_GETFL) | O_NONBLOCK);
                 r->nforked++;
         }
         return 0;
+}
+
+/* Sends c (ready, blocking for this write) its start time t; 0 tells it
+ * to quit. Returns 0 or -1. */
+static int child_start(struct child *c, uint64_t t)
+{
+        int fl = fcntl(c->fd, F_GETFL), rc;
+
+        fcntl(c->fd, F_SETFL, fl & ~O_NONBLOCK);
+        rc = bench_write_all(c->fd, &t, sizeof(t)) ? -1 : 0;
+        fcntl(c->fd, F_SETFL, fl);
+        return rc;
 }
 
 /* Takes the complete records at the start of c->buf. */
@@ -901,28 +932,6 @@ static void pump(struct run *r, int ms)
 
 /* ---- churn ------------------------------------------------------------ */
 
-/* The process of churn slot i: a client of churn_o, numbered after the
- * clients, holding no one else's socket. */
-static void churn_main(struct run *r, int i, int fd)
-{
-        pid_t parent = getppid();
-
-        prctl(PR_SET_PDEATHSIG, SIGKILL);
-        if (getppid() != parent)
-                _exit(1);
-        signal(SIGINT, SIG_DFL);
-        signal(SIGTERM, SIG_DFL);
-        signal(SIGHUP, SIG_DFL);
-        signal(SIGPIPE, SIG_IGN);
-        for (int j = 0; j < r->nforked; j++)
-                if (r->ch[j].fd >= 0)
-                        close(r->ch[j].fd);
-        for (int j = 0; j < r->nchurn; j++)
-                if (j != i && r->churn[j].pid > 0)
-                        close(r->churn[j].fd);
-        _exit(clients_child(&r->churn_o, r->o.nclients + i, fd));
-}
-
 static void churn_note(struct run *r, const char *why)
 {
         r->churn_failed++;
@@ -930,35 +939,16 @@ static void churn_note(struct run *r, const char *why)
                 snprintf(r->churn_error, sizeof(r->churn_error), "a process coming and going: %.120s", why);
 }
 
-/* Starts slot i's next process. */
+/* Starts slot i's next process: a client of churn_o, numbered after the
+ * clients. */
 static void churn_start(struct run *r, int i)
 {
         struct child *c = &r->churn[i];
-        int sv[2];
+        int err;
 
         memset(c, 0, sizeof(*c));
-        c->status = -1;
-        c->fd = -1;
-        if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) < 0) {
-                churn_note(r, strerror(errno));
-                return;
-        }
-        fflush(NULL);
-        c->pid = fork();
-        if (c->pid < 0) {
-                c->pid = 0;
-                churn_note(r, strerror(errno));
-                close(sv[0]);
-                close(sv[1]);
-                return;
-        }
-        if (c->pid == 0) {
-                close(sv[0]);
-                churn_main(r, i, sv[1]);
-        }
-        close(sv[1]);
-        c->fd = sv[0];
-        fcntl(c->fd, F_SETFL, fcntl(c->fd, F_GETFL) | O_NONBLOCK);
+        if ((err = child_fork(r, c, &r->churn_o, r->o.nclients + i)))
+                churn_note(r, strerror(-err));
 }
 
 /* Counts slot c's process once its socket is closed (it exited, or was
@@ -992,13 +982,8 @@ static void churn_step(struct run *r, uint64_t now, uint64_t t_stop)
 
                 if (c->pid > 0) {
                         if (c->ready == 1 && !c->go && !c->eof) {
-                                uint64_t t = bench_now_ns();
-                                int fl = fcntl(c->fd, F_GETFL);
-
-                                fcntl(c->fd, F_SETFL, fl & ~O_NONBLOCK);
-                                if (bench_write_all(c->fd, &t, sizeof(t)))
+                                if (child_start(c, bench_now_ns()))
                                         kill(c->pid, SIGKILL);
-                                fcntl(c->fd, F_SETFL, fl);
                                 c->go = 1;
                         }
                         if (!c->eof)
@@ -1076,17 +1061,9 @@ static uint64_t send_go(struct run *r, int go)
 {
         uint64_t t = go ? bench_now_ns() + 20000000u : 0;
 
-        for (int i = 0; i < r->nforked; i++) {
-                struct child *c = &r->ch[i];
-                int fl = fcntl(c->fd, F_GETFL);
-
-                if (c->ready != 1)
-                        continue;
-                fcntl(c->fd, F_SETFL, fl & ~O_NONBLOCK);
-                if (bench_write_all(c->fd, &t, sizeof(t)))
-                        c->ready = -1;
-                fcntl(c->fd, F_SETFL, fl);
-        }
+        for (int i = 0; i < r->nforked; i++)
+                if (r->ch[i].ready == 1 && child_start(&r->ch[i], t))
+                        r->ch[i].ready = -1;
         return t;
 }
 

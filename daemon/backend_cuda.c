@@ -261,9 +261,6 @@ static void destroy(struct backend *be)
                          cb->ordinal, (unsigned long long)cb->res_groups, (unsigned long long)cb->res_gen,
                          cb->res_host_ns / 1e3 / cb->res_groups, cb->res_take_ns / 1e3 / cb->res_groups,
                          cb->res_run_ns / 1e3 / cb->res_groups);
-        if (cb->res_posts_n)
-                log_info("cuda %d: resident posts: %llu, each %.2f us of stores and fences", cb->ordinal,
-                         (unsigned long long)cb->res_posts_n, cb->res_write_ns / 1e3 / cb->res_posts_n);
         if (cb->res_tr_groups) {
                 const double n = 1e3 * (double)cb->res_tr_groups;
 

@@ -140,10 +140,6 @@ struct cuda_backend {
          * to done seen, and on the device, post seen to handed over and
          * handed over to done. */
         uint64_t res_groups, res_host_ns, res_take_ns, res_run_ns;
-        /* The posts' own stores and fences (res_post, under res_lock):
-         * how long a post is being written, which a read over PCIe that
-         * overlaps it finds half written. */
-        uint64_t res_posts_n, res_write_ns;
         /* A GEMMD_RTRACE build's finer steps of handed over to done
          * (cuda_res_done.pad: mark seen, first stage full, C's stores
          * issued, last arrival counted; then done), summed likewise. */

@@ -215,6 +215,19 @@ static int alloc_range(void *p, void **base, size_t *size)
         return 0;
 }
 
+/* Unmaps m, unlinked and unused, and frees it. The close may wait for
+ * the device, which the resident kernel would keep until idle: that is
+ * stopped first. */
+static void map_close(struct cuda_backend *cb, struct ipc_map *m)
+{
+        cudaSetDevice(cb->ordinal);
+        res_stop(cb);
+        if (cudaIpcCloseMemHandle(m->mem.base) != cudaSuccess)
+                log_warn("cuda %d: cudaIpcCloseMemHandle: %s", cb->ordinal,
+                         cudaGetErrorString(cudaGetLastError()));
+        free(m);
+}
+
 int ipc_open(struct backend *be, const uint8_t handle[64], uint64_t offset, uint64_t bytes,
                     uint64_t *addr, void **token)
 {
@@ -253,11 +266,7 @@ int ipc_open(struct backend *be, const uint8_t handle[64], uint64_t offset, uint
         if (offset > m->size || bytes > m->size - offset) {
                 if (m->refs == 0) {
                         cb->maps = m->next;
-                        /* As ipc_close: the close may wait for the device,
-                         * which the resident kernel would keep until idle. */
-                        res_stop(cb);
-                        cudaIpcCloseMemHandle(m->mem.base);
-                        free(m);
+                        map_close(cb, m);
                 }
                 return GEMMD_EBOUNDS;
         }
@@ -279,13 +288,8 @@ void ipc_close(struct backend *be, void *token)
                         *pp = m->next;
                         break;
                 }
-        cudaSetDevice(cb->ordinal);
-        res_stop(cb); /* the close may wait for the device */
         /* Groups that used it are done: their ops held the buffer. */
-        if (cudaIpcCloseMemHandle(m->mem.base) != cudaSuccess)
-                log_warn("cuda %d: cudaIpcCloseMemHandle: %s", cb->ordinal,
-                         cudaGetErrorString(cudaGetLastError()));
-        free(m);
+        map_close(cb, m);
 }
 
 int dev_alloc(struct backend *be, uint64_t bytes, uint64_t *addr, uint8_t handle[64],

@@ -143,8 +143,6 @@ int res_post(struct cuda_backend *cb, struct cuda_slot *s, int dtype, struct cud
         cb->res_rot = (cb->res_rot + rp->nctas) % cb->b.ctas;
         rp->src = rp->bytes <= CUDA_RES_INLINE ? 0 : (uint64_t)(uintptr_t)blob;
         rp->seq = seq | (rp->src ? 0 : (uint64_t)rp->bytes << 48);
-        const uint64_t t_write = now_ns();
-
         /* Launch data read from src is read after the fields say so:
          * the blob's stores (write-back memory) out before the post's
          * (write-combined, which may pass them otherwise). */
@@ -155,8 +153,6 @@ int res_post(struct cuda_backend *cb, struct cuda_slot *s, int dtype, struct cud
         store_fence();
         s->rseq = seq;
         s->posted_ns = now_ns();
-        cb->res_write_ns += s->posted_ns - t_write;
-        cb->res_posts_n++;
         pthread_mutex_unlock(&cb->res_lock);
         return 0;
 }

@@ -1010,7 +1010,7 @@ int worker_launch_status(int rc)
  * such tasks since the last line. */
 static void task_note(struct worker *w, const char *what, uint64_t ns)
 {
-        const uint64_t t = now_ns();
+        uint64_t t;
 
         w->task_n++;
         w->task_ns += ns;
@@ -1021,6 +1021,7 @@ static void task_note(struct worker *w, const char *what, uint64_t ns)
         if (ns <= WORKER_TASK_SLOW_NS)
                 return;
         w->task_slow_unsaid++;
+        t = now_ns();
         if (t - w->task_said_ns < 1000000000ull && w->task_said_ns)
                 return;
         log_info("device %d: %s took %.1f ms on its worker thread, which launched nothing meanwhile "

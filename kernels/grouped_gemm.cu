@@ -1819,7 +1819,6 @@ static void ktrace_print(void)
 }
 #endif
 
-
 #if GEMMD_WGMMA
 /*
  * Whether a 16-bit group that the two kernels would share (nfast of its

@@ -100,7 +100,8 @@ check "$tmp/2d.json" 'j["requests"] > 0 and j["errors"] == 0 and j["churn"] == 2
 
 # 2e. A process coming and going that cannot connect (one session a user
 #     on this daemon, which the client holds) is a failure: counted, named,
-#     and the exit status is non-zero.
+#     and the exit status is non-zero. (The one under way when the client
+#     leaves may connect: at most one succeeds.)
 "$gd" --socket "$tmp/s1" --backend cpu --max-user-sessions 1 >"$tmp/gemmd1.log" 2>&1 &
 d1=$!
 i=0
@@ -116,7 +117,7 @@ if "$gb" clients --clients 1 --window 1 --max-dim 64 --seconds 0.5 --churn 1 --m
 fi
 kill -KILL $d1
 wait $d1 2>/dev/null
-check "$tmp/2e.json" 'j["requests"] > 0 and j["churn_failed"] >= 1 and j["churn_clients"] == 0 and
+check "$tmp/2e.json" 'j["requests"] > 0 and j["churn_failed"] >= 1 and j["churn_clients"] <= 1 and
         "limit" in j["first_error"]' || fail "run 2e: $(cat "$tmp/2e.json")"
 
 # 3. A failure is counted and makes the exit status non-zero.

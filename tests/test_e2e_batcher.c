@@ -67,6 +67,24 @@ static void wait1(gemmd_client *c, gemmd_ticket t, struct gemmd_result *r)
         cr_assert_eq(rc, 0, "gemmd_wait: %s", gemmd_strerror(rc));
 }
 
+/* Submits the n problems at once, one op each, then waits for each and
+ * asserts it succeeded with the right result (r[i]: op i's). */
+static void run_all(gemmd_client *c, struct e2e_prob *p, struct gemmd_result *r, int n)
+{
+        gemmd_ticket t[64];
+        char why[256];
+        double err;
+
+        cr_assert_leq(n, 64);
+        for (int i = 0; i < n; i++)
+                t[i] = submit1(c, &p[i].op, GEMMD_PRIO_NORMAL);
+        for (int i = 0; i < n; i++) {
+                wait1(c, t[i], &r[i]);
+                cr_assert_eq(r[i].status, 0, "op %d: %s", i, gemmd_strerror(r[i].status));
+                cr_assert_eq(e2e_prob_check(&p[i], &err, why, sizeof(why)), 0, "op %d: %s", i, why);
+        }
+}
+
 /* ---- (a) a lone request ----------------------------------------------- */
 
 Test(e2e, lone_request_on_idle_daemon_is_not_delayed)
@@ -287,11 +305,8 @@ Test(e2e, a_session_interleaving_types_is_batched_by_type)
         struct e2e_arena ar;
         struct e2e_prob p[N];
         struct gemmd_result r[N];
-        gemmd_ticket t[N];
         uint64_t seed = 24, gid[2] = {0, 0};
         gemmd_client *c;
-        char why[256];
-        double err;
 
         START(&d, "--threads", "2", "--batch-window-us", "50000", "--one-kernel-groups", "yes", NULL);
         c = e2e_connect(&d);
@@ -303,13 +318,7 @@ Test(e2e, a_session_interleaving_types_is_batched_by_type)
 
                 cr_assert_eq(e2e_prob_place(&p[i], &s, &ar, &seed), 0);
         }
-        for (int i = 0; i < N; i++)
-                t[i] = submit1(c, &p[i].op, GEMMD_PRIO_NORMAL);
-        for (int i = 0; i < N; i++) {
-                wait1(c, t[i], &r[i]);
-                cr_assert_eq(r[i].status, 0, "op %d: %s", i, gemmd_strerror(r[i].status));
-                cr_assert_eq(e2e_prob_check(&p[i], &err, why, sizeof(why)), 0, "op %d: %s", i, why);
-        }
+        run_all(c, p, r, N);
         for (int i = 0; i < N; i++) {
                 const int type = i & 1;
 
@@ -341,21 +350,18 @@ Test(e2e, sixteen_bit_groups_are_cut_at_one_wave_while_little_is_outstanding)
 {
         static const struct {
                 const char *cut;
-                int n, want_big, want_small; /* ops in groups of (8 or n), in groups of 4 */
-        } cases[] = {{"yes", 12, 8, 4}, {"no", 12, 12, 0}, {"yes", 20, 20, 0}};
+                int n, big, want_big, want_small; /* ops in groups of `big`, in groups of 4 */
+        } cases[] = {{"yes", 12, 8, 8, 4}, {"no", 12, 12, 12, 0}, {"yes", 20, 20, 20, 0}};
 
         for (size_t k = 0; k < sizeof(cases) / sizeof(cases[0]); k++) {
                 struct e2e_daemon d;
                 struct e2e_arena ar;
                 struct e2e_prob p[20];
                 struct gemmd_result r[20];
-                gemmd_ticket t[20];
                 uint64_t seed = 29;
                 gemmd_client *c;
-                const int n = cases[k].n, big = n == 12 && !strcmp(cases[k].cut, "yes") ? 8 : n;
+                const int n = cases[k].n, big = cases[k].big;
                 int nbig = 0, nsmall = 0;
-                char why[256];
-                double err;
 
                 START(&d, "--threads", "2", "--batch-window-us", "50000", "--cpu-wave-cut", cases[k].cut, NULL);
                 c = e2e_connect(&d);
@@ -367,12 +373,8 @@ Test(e2e, sixteen_bit_groups_are_cut_at_one_wave_while_little_is_outstanding)
 
                         cr_assert_eq(e2e_prob_place(&p[i], &sp, &ar, &seed), 0);
                 }
-                for (int i = 0; i < n; i++)
-                        t[i] = submit1(c, &p[i].op, GEMMD_PRIO_NORMAL);
+                run_all(c, p, r, n);
                 for (int i = 0; i < n; i++) {
-                        wait1(c, t[i], &r[i]);
-                        cr_assert_eq(r[i].status, 0, "op %d: %s", i, gemmd_strerror(r[i].status));
-                        cr_assert_eq(e2e_prob_check(&p[i], &err, why, sizeof(why)), 0, "op %d: %s", i, why);
                         nbig += (int)r[i].group_size == big;
                         nsmall += r[i].group_size == 4;
                 }
