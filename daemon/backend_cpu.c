@@ -16,6 +16,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "daemon/backend.h"
 #include "daemon/cpuacct.h"
@@ -131,6 +132,58 @@ static int fi_launch_error(void)
         if (e && !strcmp(e, "EINVAL"))
                 return -EINVAL;
         return 0;
+}
+#endif
+
+#ifdef GEMMD_FAULT_INJECTION
+/* GEMMD_FI_DEVMEM_MS=N in the daemon's environment: the CPU backend takes
+ * CUDA IPC registrations and device allocations as a GPU's does, in host
+ * memory, each open, allocation, close and free holding its worker for N
+ * ms as the driver's calls do; the handle is not read. The worker's share
+ * of those tasks per user (worker.c) is tested this way without a GPU. */
+#define FI_DEVMEM_MAX (64ull << 20)
+
+static void fi_devmem_wait(void)
+{
+        const char *e = getenv("GEMMD_FI_DEVMEM_MS");
+        struct timespec ts;
+        long ms = e ? strtol(e, NULL, 10) : 0;
+
+        ts.tv_sec = ms / 1000;
+        ts.tv_nsec = ms % 1000 * 1000000L;
+        while (nanosleep(&ts, &ts) && errno == EINTR)
+                ;
+}
+
+static int fi_ipc_open(struct backend *be, const uint8_t handle[64], uint64_t offset, uint64_t bytes,
+                       uint64_t *addr, void **token)
+{
+        void *p;
+
+        (void)be;
+        (void)handle;
+        fi_devmem_wait();
+        if (offset > FI_DEVMEM_MAX || bytes > FI_DEVMEM_MAX - offset)
+                return GEMMD_EBOUNDS;
+        if (!(p = calloc(1, offset + bytes)))
+                return -ENOMEM;
+        *addr = (uint64_t)(uintptr_t)p + offset;
+        *token = p;
+        return 0;
+}
+
+static int fi_dev_alloc(struct backend *be, uint64_t bytes, uint64_t *addr, uint8_t handle[64],
+                        void **token)
+{
+        memset(handle, 0, 64);
+        return fi_ipc_open(be, handle, 0, bytes, addr, token);
+}
+
+static void fi_devmem_free(struct backend *be, void *token)
+{
+        (void)be;
+        fi_devmem_wait();
+        free(token);
 }
 #endif
 
@@ -288,6 +341,14 @@ int backend_cpu_new(int threads, int alt_tiles, int wave_cut, struct backend **o
         cb->b.slot_init = slot_init;
         cb->b.slot_deinit = slot_deinit;
         cb->b.destroy = destroy;
+#ifdef GEMMD_FAULT_INJECTION
+        if (getenv("GEMMD_FI_DEVMEM_MS")) {
+                cb->b.ipc_open = fi_ipc_open;
+                cb->b.ipc_close = fi_devmem_free;
+                cb->b.dev_alloc = fi_dev_alloc;
+                cb->b.dev_free = fi_devmem_free;
+        }
+#endif
         pthread_mutex_init(&cb->lock, NULL);
         pthread_cond_init(&cb->cond, NULL);
         cb->threads = calloc((size_t)threads, sizeof(pthread_t));

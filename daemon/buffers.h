@@ -29,6 +29,7 @@ struct gbuf {
         void *owner;         /* CUDA: the worker that opened it */
         uint64_t alloc_off;  /* CUDA: offset of byte 0 in its allocation */
         int dev_owned;       /* CUDA: allocated by the daemon, not a client's */
+        uint32_t uid;        /* CUDA: the user whose worker share its release is charged to */
         /* Called with the last reference, from any thread. */
         void (*release)(struct gbuf *b);
         /* Set (atomically, after unpin and unpin_ctx) by a GPU backend

@@ -79,6 +79,13 @@ void config_defaults(struct gemmd_config *cfg)
         cfg->lim.max_user_inflight_ops = 16384;
         cfg->lim.max_user_buffer_bytes = 256ull << 30;
         cfg->lim.max_user_share = 100;
+        /* A new client's first open can take tens of ms and a close
+         * stops the device's groups for milliseconds: a client opening
+         * and closing memory in a loop would otherwise hold everyone's
+         * work up. 2% of the worker, after a burst of WORKER_SHARE_BURST_NS
+         * and whenever the device is idle, leaves a client's set-up
+         * untouched and such a loop nearly harmless. */
+        cfg->lim.max_user_task_share = 2;
         cfg->user_sessions_arg = 0;       /* config_session_limits */
         cfg->first_slots_arg = SLOTS_AUTO;
         cfg->lim.hello_timeout_ms = 10000;
@@ -147,6 +154,7 @@ enum {
         OPT_USER_INFLIGHT,
         OPT_USER_BYTES,
         OPT_USER_SHARE,
+        OPT_USER_TASK_SHARE,
         OPT_ALLOW_UID,
         OPT_ALLOW_GID,
         OPT_CONFIG,
@@ -206,6 +214,7 @@ static const struct option options[] = {
         {"max-user-inflight-ops", required_argument, NULL, OPT_USER_INFLIGHT},
         {"max-user-buffer-bytes", required_argument, NULL, OPT_USER_BYTES},
         {"max-user-share", required_argument, NULL, OPT_USER_SHARE},
+        {"max-user-task-share", required_argument, NULL, OPT_USER_TASK_SHARE},
         {"allow-uid", required_argument, NULL, OPT_ALLOW_UID},
         {"allow-gid", required_argument, NULL, OPT_ALLOW_GID},
         {"admin-gid", required_argument, NULL, OPT_ADMIN_GID},
@@ -335,6 +344,9 @@ static void usage(FILE *f, const struct gemmd_config *d)
                 "      --max-user-inflight-ops N  unfinished ops of one user, all sessions (default: %u)\n"
                 "      --max-user-buffer-bytes SIZE  registered bytes of one user, all sessions (default: %s)\n"
                 "      --max-user-share PCT     share of a device one user keeps while others wait (default: %u)\n"
+                "      --max-user-task-share PCT  share of a device's worker time one user's device memory\n"
+                "                               requests (open, allocate, close, free) take; past it, its opens\n"
+                "                               and allocations wait (default: %u; 100: no bound)\n"
                 "      --max-user-sessions N    concurrent connections of one user (default: %u, a quarter of\n"
                 "                               --max-sessions but at least 16)\n"
                 "      --first-session-slots N  the last N sessions go only to users that have none (default: %u,\n"
@@ -370,6 +382,7 @@ static void usage(FILE *f, const struct gemmd_config *d)
                 size_str(b[2], d->lim.max_buffer_bytes),
                 size_str(b[3], d->lim.max_output_bytes), d->lim.max_user_inflight_ops,
                 size_str(b[4], d->lim.max_user_buffer_bytes), d->lim.max_user_share,
+                d->lim.max_user_task_share,
                 d->lim.max_user_sessions, d->lim.first_session_slots, d->lim.max_user_buffers,
                 size_str(b[5], d->lim.max_session_inline_bytes),
                 size_str(b[6], d->lim.max_user_inline_bytes), d->lim.hello_timeout_ms,
@@ -891,6 +904,10 @@ static int parse_args(struct gemmd_config *cfg, int argc, char **argv)
                 case OPT_USER_SHARE:
                         bad = parse_u64(optarg, 1, 100, &v);
                         cfg->lim.max_user_share = (uint32_t)v;
+                        break;
+                case OPT_USER_TASK_SHARE:
+                        bad = parse_u64(optarg, 1, 100, &v);
+                        cfg->lim.max_user_task_share = (uint32_t)v;
                         break;
                 case OPT_ALLOW_UID:
                         bad = parse_ids(optarg, 0, &cfg->allow_uids, &cfg->n_allow_uids);

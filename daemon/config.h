@@ -24,6 +24,10 @@ struct limits {
         uint32_t max_user_inflight_ops;
         uint64_t max_user_buffer_bytes; /* registered bytes */
         uint32_t max_user_share;        /* percent of a device a user keeps while others wait */
+        /* Percent of a device's worker time that one user's requests for
+         * device memory (opened, allocated, closed, freed) take over time:
+         * past it, its opens and allocations wait (100: no bound). */
+        uint32_t max_user_task_share;
         uint32_t max_user_sessions;
         uint32_t first_session_slots;   /* the last sessions, kept for users that have none */
         uint32_t hello_timeout_ms;      /* a connection that sends no Hello is closed */

@@ -60,6 +60,9 @@ static void release_device(struct gbuf *b)
         }
         t->c.run = release_run;
         t->c.what = b->dev_owned ? "freeing a client's device memory" : "closing a client's memory";
+        /* Charged to its user, but never held: it gives back. */
+        t->c.uid = b->uid;
+        t->c.charged = 1;
         t->be = w->be;
         t->token = b->ipc_base;
         t->owned = b->dev_owned;
@@ -99,7 +102,8 @@ static void open_done(struct wctl *c)
         if (idle && atomic_load(&srv->draining))
                 loop_wake_all(srv);
         if (!rc && !(b = calloc(1, sizeof(*b)))) {
-                struct gbuf tmp = {.owner = t->w, .ipc_base = t->token, .dev_owned = t->owned};
+                struct gbuf tmp = {.owner = t->w, .ipc_base = t->token, .dev_owned = t->owned,
+                                   .uid = s->user->uid};
 
                 release_device(&tmp);
                 rc = GEMMD_ERESOURCE;
@@ -115,6 +119,7 @@ static void open_done(struct wctl *c)
                 b->ipc_base = t->token;
                 b->alloc_off = t->owned ? 0 : t->offset;
                 b->dev_owned = t->owned;
+                b->uid = s->user->uid;
                 b->owner = t->w;
                 b->release = release_device;
                 /* Its last reference gives back the mapping counted at start. */
@@ -177,6 +182,11 @@ static void start(struct session *s, uint64_t rid, struct worker *w, struct dev_
         t->c.run = open_run;
         t->c.done = open_done;
         t->c.what = t->owned ? "allocating device memory for a client" : "opening a client's memory";
+        /* The user asked for it: it waits while that user is over its
+         * share of the worker (worker.h). */
+        t->c.uid = s->user->uid;
+        t->c.charged = 1;
+        t->c.may_wait = 1;
         t->s = s;
         t->rid = rid;
         t->w = w;

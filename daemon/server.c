@@ -408,6 +408,9 @@ void server_drain(struct server *srv)
         srv->loops[0].draining = 1; /* this thread's; the others see it at their wake-up */
         notify_send("STOPPING=1\nSTATUS=finishing in-flight work");
         close_listener(srv);
+        /* The drain waits for every task: none is held back any more. */
+        for (int i = 0; i < srv->nworkers; i++)
+                worker_hurry(&srv->workers[i]);
         loop_wake_all(srv);
         server_maybe_finish(&srv->loops[0]);
 }

@@ -1031,6 +1031,164 @@ static void task_note(struct worker *w, const char *what, uint64_t ns)
         w->task_slow_unsaid = 0;
 }
 
+/* Fills s's credit for the time since it was last filled. */
+static void share_fill(const struct worker *w, struct task_share *s, uint64_t now)
+{
+        const uint64_t pct = w->cfg->lim.max_user_task_share;
+
+        if (now > s->at_ns)
+                s->credit_ns += (int64_t)((now - s->at_ns) * pct / 100);
+        if (s->credit_ns > WORKER_SHARE_BURST_NS)
+                s->credit_ns = WORKER_SHARE_BURST_NS;
+        s->at_ns = now;
+}
+
+/* The share of uid, filled up to now. A user not seen lately takes a free
+ * entry or one whose credit is full again (it records nothing), else the
+ * entry with the most credit, and starts with a full credit. */
+static struct task_share *share_of(struct worker *w, uint32_t uid, uint64_t now)
+{
+        struct task_share *s, *best = NULL;
+
+        for (int i = 0; i < WORKER_SHARES; i++) {
+                s = &w->shares[i];
+                if (s->live && s->uid == uid) {
+                        share_fill(w, s, now);
+                        return s;
+                }
+        }
+        for (int i = 0; i < WORKER_SHARES; i++) {
+                s = &w->shares[i];
+                if (s->live)
+                        share_fill(w, s, now);
+                if (!s->live || s->credit_ns >= WORKER_SHARE_BURST_NS) {
+                        best = s;
+                        break;
+                }
+                if (!best || s->credit_ns > best->credit_ns)
+                        best = s;
+        }
+        *best = (struct task_share){.uid = uid, .live = 1, .credit_ns = WORKER_SHARE_BURST_NS, .at_ns = now};
+        return best;
+}
+
+/* How long task c must wait for its user's share (0: it may run now).
+ * Nothing waits once the daemon drains, or without a bound; nor while the
+ * device has had nothing to run for WORKER_SHARE_IDLE_NS: the share keeps
+ * a user's tasks from holding others' work up, and there is none (a job
+ * starting many processes at once on an idle GPU opens their memory at
+ * once). */
+static uint64_t share_wait(struct worker *w, const struct wctl *c, uint64_t now)
+{
+        const uint64_t pct = w->cfg->lim.max_user_task_share;
+        struct task_share *s;
+        uint64_t wait;
+
+        if (!c->may_wait || pct >= 100 || w->stopping || w->hurry)
+                return 0;
+        s = share_of(w, c->uid, now);
+        if (s->credit_ns >= 0)
+                return 0;
+        wait = (uint64_t)-s->credit_ns * 100 / (pct ? pct : 1) + 1;
+        if (!w->pending_ops && !w->inflight && !atomic_load(&w->inbox)) {
+                const uint64_t idle_at = w->last_done_ns + WORKER_SHARE_IDLE_NS;
+
+                if (now >= idle_at)
+                        return 0;
+                if (idle_at - now < wait)
+                        wait = idle_at - now;
+        }
+        return wait;
+}
+
+/* Takes a task's time from its user's credit. */
+static void share_charge(struct worker *w, uint32_t uid, uint64_t ns)
+{
+        if (w->cfg->lim.max_user_task_share < 100) {
+                struct task_share *s = share_of(w, uid, now_ns());
+
+                /* A debt of one burst at most: closes are charged but never
+                 * held, and a user's next open should not wait longer than
+                 * a burst takes to fill. */
+                s->credit_ns -= (int64_t)ns;
+                if (s->credit_ns < -WORKER_SHARE_BURST_NS)
+                        s->credit_ns = -WORKER_SHARE_BURST_NS;
+        }
+}
+
+/* Under the lock, on the worker thread: says (at most every 10 s) that a
+ * user's tasks wait for its share, the first sign of a client opening and
+ * closing memory in a loop. */
+static void held_note(struct worker *w, uint32_t uid)
+{
+        uint64_t t = now_ns();
+
+        w->task_held++;
+        if (w->held_said_ns && t - w->held_said_ns < 10000000000ull)
+                return;
+        log_info("device %d: user %u's requests for device memory took more than its share of the "
+                 "worker's time (%u%%); the next ones wait (%llu have waited)",
+                 w->index, uid, w->cfg->lim.max_user_task_share, (unsigned long long)w->task_held);
+        w->held_said_ns = t;
+}
+
+/* Under the lock, on the worker thread: the next task that may run now,
+ * unlinked, or NULL. Held tasks come first (they are older); a new task
+ * whose user is over its share joins them, behind that user's others.
+ * *wake: when the first held task may run (0: none is held). */
+static struct wctl *task_next(struct worker *w, uint64_t *wake)
+{
+        const uint64_t now = now_ns();
+        struct wctl *c, *prev = NULL;
+        uint64_t t;
+
+        *wake = 0;
+        for (c = w->held_head; c; prev = c, c = c->next) {
+                if ((t = share_wait(w, c, now)) == 0) {
+                        if (prev)
+                                prev->next = c->next;
+                        else
+                                w->held_head = c->next;
+                        if (w->held_tail == c)
+                                w->held_tail = prev;
+                        return c;
+                }
+                if (!*wake || now + t < *wake)
+                        *wake = now + t;
+        }
+        while ((c = w->ctl_head)) {
+                w->ctl_head = c->next;
+                if (!w->ctl_head)
+                        w->ctl_tail = NULL;
+                if ((t = share_wait(w, c, now)) == 0)
+                        return c;
+                c->next = NULL;
+                if (w->held_tail)
+                        w->held_tail->next = c;
+                else
+                        w->held_head = c;
+                w->held_tail = c;
+                if (!*wake || now + t < *wake)
+                        *wake = now + t;
+                held_note(w, c->uid);
+        }
+        return NULL;
+}
+
+/* The CLOCK_REALTIME deadline that pthread_cond_timedwait needs for the
+ * CLOCK_MONOTONIC time `due`. */
+static struct timespec deadline_of(uint64_t due)
+{
+        struct timespec ts;
+        uint64_t now = now_ns(), abs;
+
+        clock_gettime(CLOCK_REALTIME, &ts);
+        abs = (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec + (due > now ? due - now : 0);
+        ts.tv_sec = (time_t)(abs / 1000000000ull);
+        ts.tv_nsec = (long)(abs % 1000000000ull);
+        return ts;
+}
+
 void worker_control(struct worker *w, struct wctl *c)
 {
         c->next = NULL;
@@ -1072,11 +1230,14 @@ void worker_group_done(struct group *g, int status)
         } else {
                 /* Nothing here needs the worker thread: an idle worker is
                  * not woken just to free the slot, only when the slot (or a
-                 * repair) lets it go on, or it is stopping. The signal stays
+                 * repair) lets it go on, when the device idles with a task
+                 * held for its user's share (share_wait), or when it is
+                 * stopping. The signal stays
                  * under the lock: once it is released, the loop may stop
                  * the worker. */
                 finish_group(w, g);
-                if (w->sleeping && (w->pending_ops || w->recover_pending || w->stopping))
+                if (w->sleeping && (w->pending_ops || w->recover_pending || w->stopping ||
+                                    (w->held_head && !w->inflight)))
                         pthread_cond_signal(&w->cond);
         }
         pthread_mutex_unlock(&w->lock);
@@ -1174,6 +1335,8 @@ static void *worker_main(void *arg)
         struct worker *w = arg;
         const struct gemmd_config *cfg = w->cfg;
 
+        uint64_t held_wake = 0; /* when a task held for its user's share may run */
+
         cpuacct_thread_start(CPU_WORKER);
         pthread_mutex_lock(&w->lock);
         for (;;) {
@@ -1188,27 +1351,29 @@ static void *worker_main(void *arg)
                                 sleep_unless_inbox(w, NULL);
                         continue;
                 }
-                while (w->ctl_head) {
-                        struct wctl *c = w->ctl_head;
+                struct wctl *c;
 
-                        w->ctl_head = c->next;
-                        if (!w->ctl_head)
-                                w->ctl_tail = NULL;
+                while ((c = task_next(w, &held_wake))) {
                         /* A task without done() may free itself in run(). */
-                        int has_done = c->done != NULL;
+                        int has_done = c->done != NULL, charged = c->charged;
                         const char *what = c->what;
+                        const uint32_t uid = c->uid;
 
                         w->backend_busy = 1;
                         pthread_mutex_unlock(&w->lock);
                         const uint64_t t0 = now_ns();
 
                         c->run(c, w);
-                        task_note(w, what, now_ns() - t0);
+                        const uint64_t ns = now_ns() - t0;
+
+                        task_note(w, what, ns);
                         atomic_fetch_add_explicit(&w->progress, 1, memory_order_relaxed);
                         if (has_done)
                                 w->control_done(c, w->ctx);
                         pthread_mutex_lock(&w->lock);
                         w->backend_busy = 0;
+                        if (charged)
+                                share_charge(w, uid, ns);
                 }
                 while (w->done) {
                         struct group *g = w->done;
@@ -1248,13 +1413,8 @@ static void *worker_main(void *arg)
                                 uint64_t now = now_ns();
 
                                 if (now < due) {
-                                        struct timespec ts;
+                                        struct timespec ts = deadline_of(held_wake && held_wake < due ? held_wake : due);
 
-                                        clock_gettime(CLOCK_REALTIME, &ts);
-                                        uint64_t abs = (uint64_t)ts.tv_sec * 1000000000ull +
-                                                       (uint64_t)ts.tv_nsec + (due - now);
-                                        ts.tv_sec = (time_t)(abs / 1000000000ull);
-                                        ts.tv_nsec = (long)(abs % 1000000000ull);
                                         sleep_unless_inbox(w, &ts);
                                         continue;
                                 }
@@ -1266,11 +1426,17 @@ static void *worker_main(void *arg)
                         }
                 }
                 if (w->stopping && !w->pending_ops && !w->inflight && !w->done && !w->ctl_head &&
-                    !atomic_load(&w->inbox))
+                    !w->held_head && !atomic_load(&w->inbox))
                         break;
                 if (spin(w))
                         continue;
-                sleep_unless_inbox(w, NULL);
+                if (held_wake) {
+                        struct timespec ts = deadline_of(held_wake);
+
+                        sleep_unless_inbox(w, &ts);
+                } else {
+                        sleep_unless_inbox(w, NULL);
+                }
                 w->active_ns = now_ns();
         }
         pthread_mutex_unlock(&w->lock);
@@ -1343,6 +1509,17 @@ err_slots:
         return rc;
 }
 
+void worker_hurry(struct worker *w)
+{
+        if (!w->started)
+                return;
+        pthread_mutex_lock(&w->lock);
+        w->hurry = 1;
+        nudge(w);
+        pthread_cond_signal(&w->cond);
+        pthread_mutex_unlock(&w->lock);
+}
+
 void worker_stop(struct worker *w)
 {
         if (!w->started)
@@ -1357,6 +1534,9 @@ void worker_stop(struct worker *w)
                 log_info("device %d: %llu tasks on its worker thread, %.1f ms in all, the longest %.2f ms (%s)",
                          w->index, (unsigned long long)w->task_n, (double)w->task_ns / 1e6,
                          (double)w->task_max_ns / 1e6, w->task_max_what ? w->task_max_what : "a task");
+        if (w->task_held)
+                log_info("device %d: %llu tasks waited for their user's share of its worker's time",
+                         w->index, (unsigned long long)w->task_held);
         for (uint32_t i = 0; i < w->nslots; i++) {
                 struct group *g = &w->slots[i];
 

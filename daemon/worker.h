@@ -146,7 +146,29 @@ struct wctl {
         const char *what; /* what run() does, for the log ("opening a client's memory") */
         void (*run)(struct wctl *c, struct worker *w);
         void (*done)(struct wctl *c);
+        /* The user whose request this is: run()'s time is charged to its
+         * share of the worker (task_share) when `charged`; a task that
+         * `may_wait` (an open or an allocation, which the user asked for;
+         * never a close or a free, which give back) waits while that user
+         * is over its share, so that no user's memory tasks keep a device
+         * from everyone's groups. */
+        uint32_t uid;
+        uint8_t charged, may_wait;
 };
+
+/* A user's credit of worker time for its tasks: it fills at
+ * cfg->lim.max_user_task_share percent of the time that passes, up to
+ * WORKER_SHARE_BURST_NS, and each task's time is taken from it. */
+struct task_share {
+        uint32_t uid;
+        int live;
+        int64_t credit_ns;
+        uint64_t at_ns; /* when credit_ns was last filled */
+};
+
+#define WORKER_SHARES 32
+#define WORKER_SHARE_BURST_NS 250000000ll
+#define WORKER_SHARE_IDLE_NS 1000000ull
 
 typedef void (*worker_control_fn)(struct wctl *c, void *ctx);
 
@@ -230,6 +252,13 @@ struct worker {
         uint64_t task_n, task_ns, task_max_ns;
         const char *task_max_what;
         uint64_t task_said_ns, task_slow_unsaid; /* the last such line; slow tasks since */
+        /* Tasks waiting for their user's share (worker thread, under the
+         * lock), oldest first; the shares of the users seen last; how many
+         * tasks waited, and when that was last logged. */
+        struct wctl *held_head, *held_tail;
+        struct task_share shares[WORKER_SHARES];
+        uint64_t task_held, held_said_ns;
+        int hurry; /* the daemon drains: no task waits (worker_hurry) */
         /* Bumped by every finished group and control task, read by the
          * watchdog without the lock. */
         atomic_uint_fast64_t progress;
@@ -244,6 +273,10 @@ int worker_start(struct worker *w, int index, struct backend *be, const struct g
 
 /* Queues a control task (see struct wctl). */
 void worker_control(struct worker *w, struct wctl *c);
+
+/* Any thread: the daemon drains, and waits for the worker's tasks; from
+ * now on none waits for its user's share. */
+void worker_hurry(struct worker *w);
 
 /* Hands the ops staged on lane l (the session's lane of this worker at
  * priority prio, filled by lane_stage) to the worker as one batch on its
