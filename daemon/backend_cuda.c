@@ -270,6 +270,11 @@ static void destroy(struct backend *be)
                          cb->ordinal, (unsigned long long)cb->res_tr_groups, cb->res_tr_ns[0] / n,
                          cb->res_tr_ns[1] / n, cb->res_tr_ns[2] / n, cb->res_tr_ns[3] / n, cb->res_tr_ns[4] / n);
         }
+        if (cb->close_n)
+                log_info("cuda %d: %llu closes of clients' memory: %.1f ms stopping the resident kernel for "
+                         "them, %.1f ms in the driver's close, the longest %.1f ms",
+                         cb->ordinal, (unsigned long long)cb->close_n, cb->close_stop_ns / 1e6,
+                         cb->close_unmap_ns / 1e6, cb->close_max_ns / 1e6);
         if (cb->res_on) {
                 res_free(cb);
                 cudaStreamDestroy(cb->res_stream);

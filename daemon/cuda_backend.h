@@ -146,6 +146,10 @@ struct cuda_backend {
         uint64_t res_tr_groups;
         int64_t res_tr_ns[5];
         uint64_t res_queried_ns; /* when res_query last asked the stream */
+        /* Closes of clients' memory (map_close, worker thread): how many,
+         * the time spent stopping the resident kernel for them and in the
+         * driver's close, and the longest; logged when the backend goes. */
+        uint64_t close_n, close_stop_ns, close_unmap_ns, close_max_ns;
 
         /* The pin thread (pin_main) and its queue of tasks. */
         pthread_t pin_thread;

@@ -220,12 +220,22 @@ static int alloc_range(void *p, void **base, size_t *size)
  * stopped first. */
 static void map_close(struct cuda_backend *cb, struct ipc_map *m)
 {
+        const uint64_t t0 = now_ns();
+        uint64_t t1, t2;
+
         cudaSetDevice(cb->ordinal);
         res_stop(cb);
+        t1 = now_ns();
         if (cudaIpcCloseMemHandle(m->mem.base) != cudaSuccess)
                 log_warn("cuda %d: cudaIpcCloseMemHandle: %s", cb->ordinal,
                          cudaGetErrorString(cudaGetLastError()));
+        t2 = now_ns();
         free(m);
+        cb->close_n++;
+        cb->close_stop_ns += t1 - t0;
+        cb->close_unmap_ns += t2 - t1;
+        if (t2 - t0 > cb->close_max_ns)
+                cb->close_max_ns = t2 - t0;
 }
 
 int ipc_open(struct backend *be, const uint8_t handle[64], uint64_t offset, uint64_t bytes,
