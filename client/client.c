@@ -96,6 +96,7 @@ struct buffer {
         void *ptr;
         uint64_t bytes;
         void *dev; /* device memory the daemon allocated, opened here */
+        int ipc;   /* this process's device memory, opened by the daemon */
 };
 
 /* The synchronous request in flight; id 0 when there is none. */
@@ -995,6 +996,42 @@ free_client:
         return err;
 }
 
+/* Releases this process's device memory registered with the daemon and
+ * waits (up to DISCONNECT_WAIT_MS each) until the daemon has closed it,
+ * unless requests are still in flight:
+ * the process may then free it, and the driver frees it in this process
+ * rather than in the daemon's close, where it would hold every client's
+ * work on the device up (the close of an exited process's memory frees
+ * it: tens of milliseconds). */
+#define DISCONNECT_WAIT_MS 10000
+
+static void release_device_memory(struct gemmd_client *c)
+{
+        struct buffer **pp = &c->buffers, *b;
+
+        /* With requests still in flight the daemon is to drop what it has
+         * queued, not run it first: the connection just closes. */
+        for (size_t i = 0; i < c->tab_cap; i++)
+                if (c->tab[i] && !c->tab[i]->done)
+                        return;
+        while (!c->dead && (b = *pp)) {
+                Gemmd__V1__Envelope env = GEMMD__V1__ENVELOPE__INIT;
+                Gemmd__V1__BufferRelease rel = GEMMD__V1__BUFFER_RELEASE__INIT;
+
+                if (!b->ipc) {
+                        pp = &b->next;
+                        continue;
+                }
+                *pp = b->next;
+                rel.buffer_id = b->id;
+                env.body_case = GEMMD__V1__ENVELOPE__BODY_BUFFER_RELEASE;
+                env.buffer_release = &rel;
+                free(b);
+                if (call(c, &env, -1, DISCONNECT_WAIT_MS))
+                        break;
+        }
+}
+
 void gemmd_disconnect(gemmd_client *c)
 {
         struct buffer *b, *next;
@@ -1002,8 +1039,10 @@ void gemmd_disconnect(gemmd_client *c)
 
         if (!c)
                 return;
-        if (c->fd >= 0)
+        if (c->fd >= 0) {
+                release_device_memory(c);
                 close(c->fd);
+        }
         for (i = 0; i < c->tab_cap; i++)
                 free(c->tab[i]);
         free(c->tab);
@@ -1157,7 +1196,10 @@ int gemmd_register_device(gemmd_client *c, const void *dptr, uint64_t bytes, gem
         reg.ipc_handle.len = sizeof(ipc.handle);
         reg.device = ipc.device;
         reg.offset = ipc.offset;
-        return register_buffer(c, &reg, -1, NULL, id);
+        err = register_buffer(c, &reg, -1, NULL, id);
+        if (!err)
+                c->buffers->ipc = 1; /* register_buffer puts it first */
+        return err;
 }
 
 int gemmd_device_alloc(gemmd_client *c, uint64_t bytes, uint32_t device, gemmd_buffer *id,

@@ -30,6 +30,10 @@ struct gbuf {
         uint64_t alloc_off;  /* CUDA: offset of byte 0 in its allocation */
         int dev_owned;       /* CUDA: allocated by the daemon, not a client's */
         uint32_t uid;        /* CUDA: the user whose worker share its release is charged to */
+        /* CUDA: a release (BufferRelease) answered once the memory is
+         * closed (devmem_release): the session (a reference) and request. */
+        void *ack_session;
+        uint64_t ack_rid;
         /* Called with the last reference, from any thread. */
         void (*release)(struct gbuf *b);
         /* Set (atomically, after unpin and unpin_ctx) by a GPU backend

@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "daemon/dispatch.h"
 #include "daemon/log.h"
 #include "daemon/users.h"
 #include "gemmd.h"
@@ -34,6 +35,8 @@ struct release_task {
         struct backend *be;
         void *token;
         int owned;
+        struct session *ack; /* answered when done (devmem_release), or NULL */
+        uint64_t ack_rid;
 };
 
 static void release_run(struct wctl *c, struct worker *w)
@@ -44,7 +47,30 @@ static void release_run(struct wctl *c, struct worker *w)
                 t->be->dev_free(t->be, t->token);
         else
                 t->be->ipc_close(t->be, t->token);
+        if (!t->ack)
+                free(t);
+}
+
+/* Back on the session's loop thread, the memory closed: the release is
+ * answered (if the session is still there). */
+static void release_done(struct wctl *c)
+{
+        struct release_task *t = (struct release_task *)c;
+        struct session *s = t->ack;
+        struct server *srv = s->srv;
+        struct evloop *ev = s->ev;
+        int idle;
+
+        if (s->state != SESSION_CLOSED)
+                dispatch_ack(s, t->ack_rid);
+        pthread_mutex_lock(&srv->lock);
+        idle = --srv->pending_controls == 0 && srv->queued_ops == 0;
+        pthread_mutex_unlock(&srv->lock);
+        if (idle && atomic_load(&srv->draining))
+                loop_wake_all(srv);
+        session_unref(s); /* may free s */
         free(t);
+        ev->up->settled(ev);
 }
 
 /* The last reference to device memory: unmap or free it on its worker. */
@@ -66,7 +92,25 @@ static void release_device(struct gbuf *b)
         t->be = w->be;
         t->token = b->ipc_base;
         t->owned = b->dev_owned;
+        if ((t->ack = b->ack_session)) {
+                t->ack_rid = b->ack_rid;
+                t->c.done = release_done;
+                t->c.home = t->ack->ev;
+        }
         worker_control(w, &t->c);
+}
+
+int devmem_release(struct session *s, struct gbuf *b, uint64_t rid)
+{
+        if (b->kind != GBUF_CUDA || b->dev_owned || b->ack_session)
+                return 0;
+        s->refs++;
+        pthread_mutex_lock(&s->srv->lock);
+        s->srv->pending_controls++; /* the drain waits for the answer */
+        pthread_mutex_unlock(&s->srv->lock);
+        b->ack_session = s;
+        b->ack_rid = rid;
+        return 1;
 }
 
 static void open_run(struct wctl *c, struct worker *w)

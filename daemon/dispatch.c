@@ -202,6 +202,8 @@ static void on_release(struct session *s, uint64_t rid, const Gemmd__V1__BufferR
         struct gbuf *b = gbuf_table_find(&s->bufs, m->buffer_id);
         int rc;
 
+        int later = b && devmem_release(s, b, rid); /* a client's CUDA memory: answered once closed */
+
         /* The table changes under the lock that the metrics read it with. */
         pthread_mutex_lock(&s->srv->lock);
         if (b)
@@ -213,7 +215,8 @@ static void on_release(struct session *s, uint64_t rid, const Gemmd__V1__BufferR
                                    (unsigned long long)m->buffer_id);
                 return;
         }
-        dispatch_ack(s, rid);
+        if (!later)
+                dispatch_ack(s, rid);
 }
 
 static void free_request(struct request *r, uint32_t nvalid)

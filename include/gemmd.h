@@ -228,7 +228,10 @@ int gemmd_connect(const char *socket_path, gemmd_client **out);
 
 /* Closes the connection and frees the handle and every host buffer it
  * allocated (their pointers become invalid). Accepts NULL. Results of
- * tickets not yet waited for are lost; the daemon drops their queued ops. */
+ * tickets not yet waited for are lost; the daemon drops their queued ops.
+ * With no request in flight, it first unregisters the device memory of
+ * gemmd_register_device (one round trip each, as gemmd_unregister), so
+ * that the caller may free that memory once it returns. */
 void gemmd_disconnect(gemmd_client *c);
 
 /* Copies the daemon's handshake answer (limits, backend) into *info. */
@@ -267,7 +270,10 @@ int gemmd_register_device(gemmd_client *c, const void *dptr, uint64_t bytes, gem
 
 /* Unregisters a buffer from gemmd_register_device or gemmd_device_alloc
  * (the latter's memory is unmapped here and freed by the daemon once no op
- * uses it). */
+ * uses it). For the former it returns once the daemon has closed its
+ * mapping, after the ops in flight that use the memory: the caller may
+ * free it then (CUDA leaves freeing memory another process still maps
+ * undefined). */
 int gemmd_unregister(gemmd_client *c, gemmd_buffer id);
 
 /* Has the daemon allocate `bytes` of device memory on CUDA device `device`

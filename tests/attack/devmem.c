@@ -80,9 +80,9 @@ static void flood_start(struct flood *f, const char *sock)
         cr_assert_eq(pthread_create(&f->reader, NULL, flood_read, f), 0);
 }
 
-/* Starts gemmd-fi whose registrations take OPEN_MS each, with `share`
- * (NULL: the default). */
-static void start_devmem(struct e2e_daemon *d, const char *share)
+/* Starts gemmd-fi whose registrations and closes take `ms` each, with
+ * `share` (NULL: the default). */
+static void start_devmem_ms(struct e2e_daemon *d, const char *share, const char *ms)
 {
         char *fi = e2e_build_path("gemmd-fi");
         int rc;
@@ -90,7 +90,7 @@ static void start_devmem(struct e2e_daemon *d, const char *share)
         cr_assert(fi && access(fi, X_OK) == 0, "no gemmd-fi beside gemmd");
         free(fi);
         setenv("E2E_GEMMD", "gemmd-fi", 1);
-        setenv("GEMMD_FI_DEVMEM_MS", OPEN_MS, 1);
+        setenv("GEMMD_FI_DEVMEM_MS", ms, 1);
         if (share)
                 rc = e2e_daemon_start(d, "--threads", "2", "--max-user-task-share", share, NULL);
         else
@@ -98,6 +98,11 @@ static void start_devmem(struct e2e_daemon *d, const char *share)
         unsetenv("E2E_GEMMD");
         unsetenv("GEMMD_FI_DEVMEM_MS");
         cr_assert_eq(rc, 0, "gemmd-fi did not start");
+}
+
+static void start_devmem(struct e2e_daemon *d, const char *share)
+{
+        start_devmem_ms(d, share, OPEN_MS);
 }
 
 /* Clients that keep the device busy, as the share only holds a user back
@@ -241,4 +246,63 @@ Test(attack_devmem, a_drain_does_not_wait_for_the_share)
                      f.failed);
         cr_expect_lt(stop_us, 2000000, "the drain took %llu us", (unsigned long long)stop_us);
         hard_raw_close(&f.r);
+}
+
+/* Sends a release of buffer `id` as request rid and returns the answer's
+ * body case, and in *us how long it took. */
+static int release_timed(struct hard_raw *r, uint64_t rid, uint64_t id, uint64_t *us)
+{
+        Gemmd__V1__Envelope env = GEMMD__V1__ENVELOPE__INIT, *rep;
+        Gemmd__V1__BufferRelease rel = GEMMD__V1__BUFFER_RELEASE__INIT;
+        uint64_t t0 = e2e_now_us();
+
+        rel.buffer_id = id;
+        env.body_case = GEMMD__V1__ENVELOPE__BODY_BUFFER_RELEASE;
+        env.buffer_release = &rel;
+        cr_assert_eq(hard_raw_send(r, rid, &env, NULL, 0, 0), 0);
+        rep = hard_raw_recv(r, 10000);
+        cr_assert(rep, "no answer to the release");
+        cr_assert_eq(rep->request_id, rid);
+        *us = e2e_now_us() - t0;
+        return (int)rep->body_case;
+}
+
+/* A client's own device memory released: answered only once the daemon's
+ * mapping is closed (a close here takes 300 ms), so that the client may
+ * free it when gemmd_unregister returns; a second release of the same id
+ * is refused at once, and the session goes on. */
+Test(attack_devmem, a_release_of_device_memory_is_answered_once_it_is_closed)
+{
+        Gemmd__V1__Envelope env = GEMMD__V1__ENVELOPE__INIT, *rep;
+        Gemmd__V1__BufferRegister reg = GEMMD__V1__BUFFER_REGISTER__INIT;
+        uint8_t handle[64] = {9};
+        struct e2e_daemon d;
+        struct hard_raw r;
+        uint64_t id, us;
+
+        start_devmem_ms(&d, NULL, "300");
+        cr_assert_eq(hard_raw_open(&r, d.sock), 0);
+        cr_assert_eq(hard_raw_hello(&r), 0);
+        reg.kind = GEMMD__V1__BUFFER_REGISTER__KIND__CUDA_IPC;
+        reg.bytes = 4096;
+        reg.ipc_handle.data = handle;
+        reg.ipc_handle.len = sizeof(handle);
+        env.body_case = GEMMD__V1__ENVELOPE__BODY_BUFFER_REGISTER;
+        env.buffer_register = &reg;
+        cr_assert_eq(hard_raw_send(&r, 1, &env, NULL, 0, 0), 0);
+        rep = hard_raw_recv(&r, 10000);
+        cr_assert(rep && rep->body_case == GEMMD__V1__ENVELOPE__BODY_BUFFER_REPLY, "not registered");
+        id = rep->buffer_reply->buffer_id;
+
+        cr_expect_eq(release_timed(&r, 2, id, &us), GEMMD__V1__ENVELOPE__BODY_ACK);
+        cr_expect_geq(us, 280000, "the release was answered %llu us after it was sent, before the close",
+                      (unsigned long long)us);
+        cr_expect_eq(release_timed(&r, 3, id, &us), GEMMD__V1__ENVELOPE__BODY_ERROR);
+        cr_expect_lt(us, 250000, "a release of an unknown buffer took %llu us", (unsigned long long)us);
+        cr_assert_eq(hard_raw_send(&r, 4, &env, NULL, 0, 0), 0);
+        rep = hard_raw_recv(&r, 10000);
+        cr_expect(rep && rep->body_case == GEMMD__V1__ENVELOPE__BODY_BUFFER_REPLY,
+                  "the session does not register again");
+        hard_raw_close(&r);
+        cr_assert_eq(e2e_daemon_stop(&d), 0);
 }
