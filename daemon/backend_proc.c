@@ -772,9 +772,12 @@ static void close_mem(struct backend *be, void *token)
         struct pmem *m = token;
 
         if (m->gen == p->gen) {
-                struct xmsg q = {.type = m->owned ? X_DEV_FREE : X_IPC_CLOSE, .a = m->xtoken};
+                struct xmsg q = {.type = m->owned ? X_DEV_FREE : X_IPC_CLOSE, .a = m->xtoken}, a;
 
-                xsend(p, &q, sizeof(q), -1); /* a process that is gone took it along */
+                /* Waited for: a client's release is answered once its
+                 * memory is closed (devmem_release). A process that is
+                 * gone took it along. */
+                call(p, &q, -1, &a);
         }
         if (m->prev)
                 m->prev->next = m->next;

@@ -416,6 +416,7 @@ static void handle(const struct xmsg *m, int xfd)
         case X_IPC_CLOSE:
                 if (H.be->ipc_close)
                         H.be->ipc_close(H.be, (void *)(uintptr_t)m->a);
+                reply(m, 0, 0, 0, NULL); /* the client may free the memory now */
                 break;
         case X_DEV_ALLOC: {
                 uint64_t addr = 0;
@@ -430,6 +431,7 @@ static void handle(const struct xmsg *m, int xfd)
         case X_DEV_FREE:
                 if (H.be->dev_free)
                         H.be->dev_free(H.be, (void *)(uintptr_t)m->a);
+                reply(m, 0, 0, 0, NULL);
                 break;
         case X_RECOVER:
                 rc = H.be->recover ? H.be->recover(H.be) : 0;

@@ -38,9 +38,9 @@ enum xtype {
         X_DONE,      /* device: slot's group finished with rc; c = timed, a = device ns, b = gap ns */
         X_LAUNCHED,  /* device: slot's group is queued behind IPC event `handle` of device rc */
         X_IPC_OPEN,  /* daemon: handle, a = offset, b = bytes; reply a = address, b = token */
-        X_IPC_CLOSE, /* daemon: a = token */
+        X_IPC_CLOSE, /* daemon: a = token; replied once closed */
         X_DEV_ALLOC, /* daemon: a = bytes; reply a = address, b = token, handle */
-        X_DEV_FREE,  /* daemon: a = token */
+        X_DEV_FREE,  /* daemon: a = token; replied once freed */
         X_RECOVER,   /* daemon, nothing in flight: repair the device or say it cannot */
         X_REPLY,     /* device: the answer to the request numbered seq */
         X_KICK,      /* either: look at your ring (you said you would sleep) */
