@@ -1232,9 +1232,8 @@ void worker_group_done(struct group *g, int status)
                  * not woken just to free the slot, only when the slot (or a
                  * repair) lets it go on, when the device idles with a task
                  * held for its user's share (share_wait), or when it is
-                 * stopping. The signal stays
-                 * under the lock: once it is released, the loop may stop
-                 * the worker. */
+                 * stopping. The signal stays under the lock: once it is
+                 * released, the loop may stop the worker. */
                 finish_group(w, g);
                 if (w->sleeping && (w->pending_ops || w->recover_pending || w->stopping ||
                                     (w->held_head && !w->inflight)))
@@ -1334,7 +1333,6 @@ static void *worker_main(void *arg)
 {
         struct worker *w = arg;
         const struct gemmd_config *cfg = w->cfg;
-
         uint64_t held_wake = 0; /* when a task held for its user's share may run */
 
         cpuacct_thread_start(CPU_WORKER);
