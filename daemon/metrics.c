@@ -530,6 +530,15 @@ static void render_devices(FILE *f, struct server *srv, double up_s)
         PER_DEVICE("gemmd_device_capped_seconds_total", "counter",
                    "Seconds with ops waiting while every group slot was in flight (--max-groups-inflight)", "%.9g",
                    st[i].capped_ns / 1e9);
+        PER_DEVICE("gemmd_device_tasks_total", "counter",
+                   "Clients' device memory opened, allocated, closed or freed on the device's worker thread", "%llu",
+                   (unsigned long long)st[i].tasks);
+        PER_DEVICE("gemmd_device_task_seconds_total", "counter",
+                   "Seconds the device's worker thread spent on those tasks, launching nothing", "%.9g",
+                   st[i].task_ns / 1e9);
+        PER_DEVICE("gemmd_device_tasks_held_total", "counter",
+                   "Of those tasks, the ones that waited for their user's share (--max-user-task-share)", "%llu",
+                   (unsigned long long)st[i].tasks_held);
         PER_DEVICE("gemmd_device_worker_seconds_total", "counter",
                    "Seconds of the loaded time the device's worker thread was at work, neither polling for work nor asleep", "%.9g",
                    st[i].worker_ns / 1e9);

@@ -223,6 +223,11 @@ static void render_text(struct server *srv, FILE *f, double up_s, long long only
                 if (st.recoveries)
                         fprintf(f, "  device recoveries after a device error: %llu\n",
                                 (unsigned long long)st.recoveries);
+                if (st.tasks)
+                        fprintf(f, "  clients' device memory opened, allocated, closed or freed: %llu times, "
+                                   "%.1f ms on the worker thread; %llu waited for their user's share\n",
+                                (unsigned long long)st.tasks, st.task_ns / 1e6,
+                                (unsigned long long)st.tasks_held);
                 if (b->wide_shape)
                         fprintf(f, "  groups on the wide tile: %llu\n", (unsigned long long)st.wide_groups);
                 if (b->narrow_shape)
@@ -358,6 +363,8 @@ static void render_json(struct server *srv, FILE *f, double up_s, long long only
                 fprintf(f, "\"recoveries\":%llu,\"loop_groups\":%llu,\"capped_s\":%.6f,\"worker_s\":%.6f,",
                         (unsigned long long)st.recoveries, (unsigned long long)st.loop_groups, st.capped_ns / 1e9,
                         st.worker_ns / 1e9);
+                fprintf(f, "\"tasks\":%llu,\"task_s\":%.6f,\"tasks_held\":%llu,", (unsigned long long)st.tasks,
+                        st.task_ns / 1e9, (unsigned long long)st.tasks_held);
                 hist_json(f, "group_size_log2", st.group_size_hist);
                 fprintf(f, ",");
                 hist_json(f, "queue_us_log2", st.queue_us_hist);

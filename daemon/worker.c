@@ -1124,6 +1124,7 @@ static void held_note(struct worker *w, uint32_t uid)
         uint64_t t = now_ns();
 
         w->task_held++;
+        w->st.tasks_held++;
         if (w->held_said_ns && t - w->held_said_ns < 10000000000ull)
                 return;
         log_info("device %d: user %u's requests for device memory took more than its share of the "
@@ -1370,6 +1371,8 @@ static void *worker_main(void *arg)
                                 w->control_done(c, w->ctx);
                         pthread_mutex_lock(&w->lock);
                         w->backend_busy = 0;
+                        w->st.tasks++;
+                        w->st.task_ns += ns;
                         if (charged)
                                 share_charge(w, uid, ns);
                 }

@@ -128,6 +128,10 @@ struct worker_stats {
          * such as opening a new client's memory, are not counted.) */
         uint64_t worker_ns;
         uint64_t recoveries; /* device recoveries after a group failed with GEMMD_EDEVICE */
+        /* Tasks on the worker thread (clients' device memory opened,
+         * allocated, closed, freed): how many, their time, and how many
+         * waited for their user's share (--max-user-task-share). */
+        uint64_t tasks, task_ns, tasks_held;
 };
 
 /* Hands back requests whose last op has finished, linked through their

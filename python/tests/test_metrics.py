@@ -151,6 +151,11 @@ class TestMetricsTcp(DaemonTestCase):
         # the CPU backend the loop launches onto an idle device itself,
         # --loop-launch): part of the loaded time.
         self.assertEqual(types["gemmd_device_worker_seconds_total"], "counter")
+        # No client's device memory on the CPU backend: no worker task.
+        for name in ("gemmd_device_tasks_total", "gemmd_device_task_seconds_total",
+                     "gemmd_device_tasks_held_total"):
+            self.assertEqual(types[name], "counter")
+            self.assertEqual(d(name, device="0"), 0)
         self.assertLessEqual(get(after, "gemmd_device_worker_seconds_total", device="0"),
                              get(after, "gemmd_device_loaded_seconds_total", device="0") + 1e-6)
         # The CPU backend does not measure device time: no group is timed.

@@ -215,6 +215,26 @@ Test(attack_devmem, a_user_registering_device_memory_in_a_loop_leaves_the_device
         answered_before_gemm(&d, 0, &flood_us);
         cr_expect_lt(flood_us, 2000000, "on an idle device the opens took %llu us",
                      (unsigned long long)flood_us);
+        /* The stats count the tasks (48 opens and as many closes, once
+         * their sessions are gone) and those that waited. */
+        {
+                gemmd_client *c = e2e_connect(&d);
+                char *json = NULL;
+
+                cr_assert(c);
+                for (int t = 0; t < 200; t++) {
+                        free(json);
+                        json = NULL;
+                        cr_assert_eq(gemmd_stats(c, 1, &json), 0);
+                        if (hard_json_number(strstr(json, "\"devices\":"), "tasks") >= 2 * 2 * NREG)
+                                break;
+                        usleep(20000);
+                }
+                cr_expect_eq(hard_json_number(strstr(json, "\"devices\":"), "tasks"), 2 * 2 * NREG, "%s", json);
+                cr_expect_geq(hard_json_number(strstr(json, "\"devices\":"), "tasks_held"), 8, "%s", json);
+                free(json);
+                gemmd_disconnect(c);
+        }
         cr_assert_eq(e2e_daemon_stop(&d), 0);
         log = e2e_read_file(d.log, NULL);
         cr_assert(log);
