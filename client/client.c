@@ -997,16 +997,14 @@ free_client:
 }
 
 /* Releases this process's device memory registered with the daemon and
- * waits (up to DISCONNECT_WAIT_MS each) until the daemon has closed it,
- * unless requests are still in flight:
- * the process may then free it, and the driver frees it in this process
- * rather than in the daemon's close, where it would hold every client's
- * work on the device up (the close of an exited process's memory frees
- * it: tens of milliseconds). */
+ * waits (up to DISCONNECT_WAIT_MS for all) until the daemon has closed it,
+ * unless requests are still in flight: the process may then free it (CUDA
+ * leaves freeing memory another process still maps undefined), or exit. */
 #define DISCONNECT_WAIT_MS 10000
 
 static void release_device_memory(struct gemmd_client *c)
 {
+        const uint64_t end = now_ns() + DISCONNECT_WAIT_MS * 1000000ull;
         struct buffer **pp = &c->buffers, *b;
 
         /* With requests still in flight the daemon is to drop what it has
@@ -1027,7 +1025,9 @@ static void release_device_memory(struct gemmd_client *c)
                 env.body_case = GEMMD__V1__ENVELOPE__BODY_BUFFER_RELEASE;
                 env.buffer_release = &rel;
                 free(b);
-                if (call(c, &env, -1, DISCONNECT_WAIT_MS))
+                const uint64_t now = now_ns();
+
+                if (now >= end || call(c, &env, -1, (int)((end - now) / 1000000u) + 1))
                         break;
         }
 }

@@ -25,10 +25,8 @@ void devmem_alloc(struct session *s, uint64_t rid, const Gemmd__V1__DeviceAlloc 
  * of its table for release request rid: has the Ack sent once the daemon's
  * mapping of it is closed (after the ops that use it), so that the client
  * may free the memory when gemmd_unregister returns (CUDA: freeing memory
- * another process still maps is undefined), and frees it in its own
- * process, not in the daemon's close, where the driver's free held every
- * client's work on the device up. Returns 1 when it will answer, 0 when the
- * caller answers now (not such a buffer). Loop thread. */
+ * another process still maps is undefined). Returns 1 when it will answer,
+ * 0 when the caller answers now (not such a buffer). Loop thread. */
 int devmem_release(struct session *s, struct gbuf *b, uint64_t rid);
 
 #endif
