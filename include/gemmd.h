@@ -230,8 +230,9 @@ int gemmd_connect(const char *socket_path, gemmd_client **out);
  * allocated (their pointers become invalid). Accepts NULL. Results of
  * tickets not yet waited for are lost; the daemon drops their queued ops.
  * With no request in flight, it first unregisters the device memory of
- * gemmd_register_device (one round trip each, as gemmd_unregister), so
- * that the caller may free that memory once it returns. */
+ * gemmd_register_device (one round trip each, as gemmd_unregister, and at
+ * most 10 s in all), so that the caller may free that memory once it
+ * returns. */
 void gemmd_disconnect(gemmd_client *c);
 
 /* Copies the daemon's handshake answer (limits, backend) into *info. */
