@@ -1002,6 +1002,8 @@ free_client:
  * leaves freeing memory another process still maps undefined), or exit. */
 #define DISCONNECT_WAIT_MS 10000
 
+static int release_buffer(struct gemmd_client *c, gemmd_buffer id, int timeout_ms);
+
 static void release_device_memory(struct gemmd_client *c)
 {
         const uint64_t end = now_ns() + DISCONNECT_WAIT_MS * 1000000ull;
@@ -1012,22 +1014,12 @@ static void release_device_memory(struct gemmd_client *c)
         for (size_t i = 0; i < c->tab_cap; i++)
                 if (c->tab[i] && !c->tab[i]->done)
                         return;
-        while (!c->dead && (b = *pp)) {
-                Gemmd__V1__Envelope env = GEMMD__V1__ENVELOPE__INIT;
-                Gemmd__V1__BufferRelease rel = GEMMD__V1__BUFFER_RELEASE__INIT;
+        for (;;) {
+                uint64_t now = now_ns();
 
-                if (!b->ipc) {
+                while ((b = *pp) && !b->ipc)
                         pp = &b->next;
-                        continue;
-                }
-                *pp = b->next;
-                rel.buffer_id = b->id;
-                env.body_case = GEMMD__V1__ENVELOPE__BODY_BUFFER_RELEASE;
-                env.buffer_release = &rel;
-                free(b);
-                const uint64_t now = now_ns();
-
-                if (now >= end || call(c, &env, -1, (int)((end - now) / 1000000u) + 1))
+                if (!b || now >= end || release_buffer(c, b->id, (int)((end - now) / 1000000u) + 1))
                         break;
         }
 }
@@ -1117,9 +1109,10 @@ static int register_buffer(struct gemmd_client *c, Gemmd__V1__BufferRegister *re
         return 0;
 }
 
-/* Forgets buffer `id` here and releases it in the daemon. The local side
- * (the mapping) goes even when the daemon cannot be told. */
-static int release_buffer(struct gemmd_client *c, gemmd_buffer id)
+/* Forgets buffer `id` here and releases it in the daemon, waiting up to
+ * timeout_ms (-1: no limit). The local side (the mapping) goes even when
+ * the daemon cannot be told. */
+static int release_buffer(struct gemmd_client *c, gemmd_buffer id, int timeout_ms)
 {
         Gemmd__V1__Envelope env = GEMMD__V1__ENVELOPE__INIT;
         Gemmd__V1__BufferRelease rel = GEMMD__V1__BUFFER_RELEASE__INIT;
@@ -1139,7 +1132,7 @@ static int release_buffer(struct gemmd_client *c, gemmd_buffer id)
         rel.buffer_id = id;
         env.body_case = GEMMD__V1__ENVELOPE__BODY_BUFFER_RELEASE;
         env.buffer_release = &rel;
-        return call(c, &env, -1, -1);
+        return call(c, &env, -1, timeout_ms);
 }
 
 int gemmd_buffer_alloc(gemmd_client *c, uint64_t bytes, gemmd_buffer *id, void **ptr)
@@ -1174,7 +1167,7 @@ int gemmd_buffer_free(gemmd_client *c, gemmd_buffer id)
 {
         if (!c)
                 return -EINVAL;
-        return release_buffer(c, id);
+        return release_buffer(c, id, -1);
 }
 
 int gemmd_register_device(gemmd_client *c, const void *dptr, uint64_t bytes, gemmd_buffer *id)
@@ -1279,7 +1272,7 @@ int gemmd_unregister(gemmd_client *c, gemmd_buffer id)
 {
         if (!c)
                 return -EINVAL;
-        return release_buffer(c, id);
+        return release_buffer(c, id, -1);
 }
 
 /* ---- submits ---------------------------------------------------------- */

@@ -30,6 +30,29 @@ struct dev_task {
         void *token;
 };
 
+/* A reply the session is owed once a worker task is done: the session is
+ * held, and the drain waits for it (pending_controls). Loop thread. */
+static void pending_start(struct session *s)
+{
+        s->refs++;
+        pthread_mutex_lock(&s->srv->lock);
+        s->srv->pending_controls++;
+        pthread_mutex_unlock(&s->srv->lock);
+}
+
+/* That task is done: a drain waiting for it is woken on every loop. The
+ * caller still drops its reference to the session. Loop thread. */
+static void pending_end(struct server *srv)
+{
+        int idle;
+
+        pthread_mutex_lock(&srv->lock);
+        idle = --srv->pending_controls == 0 && srv->queued_ops == 0;
+        pthread_mutex_unlock(&srv->lock);
+        if (idle && atomic_load(&srv->draining))
+                loop_wake_all(srv);
+}
+
 struct release_task {
         struct wctl c;
         struct backend *be;
@@ -57,17 +80,11 @@ static void release_done(struct wctl *c)
 {
         struct release_task *t = (struct release_task *)c;
         struct session *s = t->ack;
-        struct server *srv = s->srv;
         struct evloop *ev = s->ev;
-        int idle;
 
         if (s->state != SESSION_CLOSED)
                 dispatch_ack(s, t->ack_rid);
-        pthread_mutex_lock(&srv->lock);
-        idle = --srv->pending_controls == 0 && srv->queued_ops == 0;
-        pthread_mutex_unlock(&srv->lock);
-        if (idle && atomic_load(&srv->draining))
-                loop_wake_all(srv);
+        pending_end(s->srv);
         session_unref(s); /* may free s */
         free(t);
         ev->up->settled(ev);
@@ -104,10 +121,7 @@ int devmem_release(struct session *s, struct gbuf *b, uint64_t rid)
 {
         if (b->kind != GBUF_CUDA || b->dev_owned || b->ack_session)
                 return 0;
-        s->refs++;
-        pthread_mutex_lock(&s->srv->lock);
-        s->srv->pending_controls++; /* the drain waits for the answer */
-        pthread_mutex_unlock(&s->srv->lock);
+        pending_start(s);
         b->ack_session = s;
         b->ack_rid = rid;
         return 1;
@@ -137,14 +151,7 @@ static void open_done(struct wctl *c)
         int rc = t->rc;
 
         struct evloop *ev = s->ev;
-        int idle;
-
-        pthread_mutex_lock(&srv->lock);
-        idle = --srv->pending_controls == 0 && srv->queued_ops == 0;
-        pthread_mutex_unlock(&srv->lock);
-        /* The drain waits for this on every loop. */
-        if (idle && atomic_load(&srv->draining))
-                loop_wake_all(srv);
+        pending_end(srv);
         if (!rc && !(b = calloc(1, sizeof(*b)))) {
                 struct gbuf tmp = {.owner = t->w, .ipc_base = t->token, .dev_owned = t->owned,
                                    .uid = s->user->uid};
@@ -234,10 +241,7 @@ static void start(struct session *s, uint64_t rid, struct worker *w, struct dev_
         t->s = s;
         t->rid = rid;
         t->w = w;
-        s->refs++;
-        pthread_mutex_lock(&s->srv->lock);
-        s->srv->pending_controls++;
-        pthread_mutex_unlock(&s->srv->lock);
+        pending_start(s);
         t->c.home = s->ev;
         worker_control(w, &t->c);
 }

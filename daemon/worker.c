@@ -1004,7 +1004,7 @@ int worker_launch_status(int rc)
         return GEMMD_EDEVICE;
 }
 
-/* Counts a task the worker thread ran for ns, and says so when it held
+/* Notes a task the worker thread ran for ns, and says so when it held
  * the groups behind it up for long (a new client's memory opened while
  * others' work waits, say): at most once a second, with the number of
  * such tasks since the last line. */
@@ -1012,8 +1012,6 @@ static void task_note(struct worker *w, const char *what, uint64_t ns)
 {
         uint64_t t;
 
-        w->task_n++;
-        w->task_ns += ns;
         if (ns > w->task_max_ns) {
                 w->task_max_ns = ns;
                 w->task_max_what = what;
@@ -1029,6 +1027,17 @@ static void task_note(struct worker *w, const char *what, uint64_t ns)
                  w->index, what ? what : "a task", (double)ns / 1e6, (unsigned long long)w->task_slow_unsaid);
         w->task_said_ns = t;
         w->task_slow_unsaid = 0;
+}
+
+/* Links c at the tail of the task list head .. tail. */
+static void wctl_append(struct wctl **head, struct wctl **tail, struct wctl *c)
+{
+        c->next = NULL;
+        if (*tail)
+                (*tail)->next = c;
+        else
+                *head = c;
+        *tail = c;
 }
 
 /* Fills s's credit for the time since it was last filled. */
@@ -1123,13 +1132,12 @@ static void held_note(struct worker *w, uint32_t uid)
 {
         uint64_t t = now_ns();
 
-        w->task_held++;
         w->st.tasks_held++;
         if (w->held_said_ns && t - w->held_said_ns < 10000000000ull)
                 return;
         log_info("device %d: user %u's requests for device memory took more than its share of the "
                  "worker's time (%u%%); the next ones wait (%llu have waited)",
-                 w->index, uid, w->cfg->lim.max_user_task_share, (unsigned long long)w->task_held);
+                 w->index, uid, w->cfg->lim.max_user_task_share, (unsigned long long)w->st.tasks_held);
         w->held_said_ns = t;
 }
 
@@ -1139,11 +1147,13 @@ static void held_note(struct worker *w, uint32_t uid)
  * *wake: when the first held task may run (0: none is held). */
 static struct wctl *task_next(struct worker *w, uint64_t *wake)
 {
-        const uint64_t now = now_ns();
         struct wctl *c, *prev = NULL;
-        uint64_t t;
+        uint64_t now, t;
 
         *wake = 0;
+        if (!w->held_head && !w->ctl_head)
+                return NULL; /* every turn of the worker: no clock read */
+        now = now_ns();
         for (c = w->held_head; c; prev = c, c = c->next) {
                 if ((t = share_wait(w, c, now)) == 0) {
                         if (prev)
@@ -1163,12 +1173,7 @@ static struct wctl *task_next(struct worker *w, uint64_t *wake)
                         w->ctl_tail = NULL;
                 if ((t = share_wait(w, c, now)) == 0)
                         return c;
-                c->next = NULL;
-                if (w->held_tail)
-                        w->held_tail->next = c;
-                else
-                        w->held_head = c;
-                w->held_tail = c;
+                wctl_append(&w->held_head, &w->held_tail, c);
                 if (!*wake || now + t < *wake)
                         *wake = now + t;
                 held_note(w, c->uid);
@@ -1192,13 +1197,8 @@ static struct timespec deadline_of(uint64_t due)
 
 void worker_control(struct worker *w, struct wctl *c)
 {
-        c->next = NULL;
         pthread_mutex_lock(&w->lock);
-        if (w->ctl_tail)
-                w->ctl_tail->next = c;
-        else
-                w->ctl_head = c;
-        w->ctl_tail = c;
+        wctl_append(&w->ctl_head, &w->ctl_tail, c);
         nudge(w);
         pthread_cond_signal(&w->cond);
         pthread_mutex_unlock(&w->lock);
@@ -1510,34 +1510,35 @@ err_slots:
         return rc;
 }
 
-void worker_hurry(struct worker *w)
+/* Any thread: sets one of the worker's flags and wakes it to see it. */
+static void set_and_wake(struct worker *w, int *flag)
 {
-        if (!w->started)
-                return;
         pthread_mutex_lock(&w->lock);
-        w->hurry = 1;
+        *flag = 1;
         nudge(w);
         pthread_cond_signal(&w->cond);
         pthread_mutex_unlock(&w->lock);
+}
+
+void worker_hurry(struct worker *w)
+{
+        if (w->started)
+                set_and_wake(w, &w->hurry);
 }
 
 void worker_stop(struct worker *w)
 {
         if (!w->started)
                 return;
-        pthread_mutex_lock(&w->lock);
-        w->stopping = 1;
-        nudge(w);
-        pthread_cond_signal(&w->cond);
-        pthread_mutex_unlock(&w->lock);
+        set_and_wake(w, &w->stopping);
         pthread_join(w->thread, NULL);
-        if (w->task_n)
+        if (w->st.tasks)
                 log_info("device %d: %llu tasks on its worker thread, %.1f ms in all, the longest %.2f ms (%s)",
-                         w->index, (unsigned long long)w->task_n, (double)w->task_ns / 1e6,
+                         w->index, (unsigned long long)w->st.tasks, (double)w->st.task_ns / 1e6,
                          (double)w->task_max_ns / 1e6, w->task_max_what ? w->task_max_what : "a task");
-        if (w->task_held)
+        if (w->st.tasks_held)
                 log_info("device %d: %llu tasks waited for their user's share of its worker's time",
-                         w->index, (unsigned long long)w->task_held);
+                         w->index, (unsigned long long)w->st.tasks_held);
         for (uint32_t i = 0; i < w->nslots; i++) {
                 struct group *g = &w->slots[i];
 

@@ -250,18 +250,19 @@ struct worker {
         uint32_t max_inflight; /* groups launched and unfinished at most */
         uint64_t next_group_id;
         struct worker_stats st;
-        /* The tasks run on the worker thread (worker thread only): every
-         * group behind one waits for it. Logged when the worker stops, and
-         * those over WORKER_TASK_SLOW_NS as they end (task_note). */
-        uint64_t task_n, task_ns, task_max_ns;
+        /* The longest task run on the worker thread, and those over
+         * WORKER_TASK_SLOW_NS, logged as they end (task_note; worker
+         * thread only): every group behind one waits for it. Their count
+         * and time are in st (tasks, task_ns). */
+        uint64_t task_max_ns;
         const char *task_max_what;
         uint64_t task_said_ns, task_slow_unsaid; /* the last such line; slow tasks since */
         /* Tasks waiting for their user's share (worker thread, under the
-         * lock), oldest first; the shares of the users seen last; how many
-         * tasks waited, and when that was last logged. */
+         * lock), oldest first; the shares of the users seen last; when a
+         * wait was last logged (their count is st.tasks_held). */
         struct wctl *held_head, *held_tail;
         struct task_share shares[WORKER_SHARES];
-        uint64_t task_held, held_said_ns;
+        uint64_t held_said_ns;
         int hurry; /* the daemon drains: no task waits (worker_hurry) */
         /* Bumped by every finished group and control task, read by the
          * watchdog without the lock. */

@@ -1,6 +1,7 @@
 /*
  * probe.h - what the probes in scripts/ (launch-cost.cu, launch-probe.cu,
- * param-read.cu, post-probe.cu, ring-probe.cu, signal-probe.cu) share: a check of every
+ * param-read.cu, post-probe.cu, ring-probe.cu, signal-probe.cu, and the C
+ * client register-loop.c) share: a check of every
  * CUDA call, their set-up (pinned memory both sides see, a stream), a
  * monotonic clock, and the percentile line each prints for a series of
  * round trips. Header-only: each probe still builds with one nvcc command.
@@ -25,7 +26,7 @@
 
 /* n bytes of pinned host memory mapped into the device's address space
  * (the same address there), zeroed. */
-static void *mapped_zeroed(size_t n)
+static inline void *mapped_zeroed(size_t n)
 {
         void *p;
 
@@ -35,7 +36,7 @@ static void *mapped_zeroed(size_t n)
 }
 
 /* A stream that does not wait on the legacy default stream. */
-static cudaStream_t probe_stream(void)
+static inline cudaStream_t probe_stream(void)
 {
         cudaStream_t st;
 
@@ -43,28 +44,28 @@ static cudaStream_t probe_stream(void)
         return st;
 }
 
-static double now_us(void)
+static inline double now_us(void)
 {
         struct timespec t;
         clock_gettime(CLOCK_MONOTONIC, &t);
         return t.tv_sec * 1e6 + t.tv_nsec / 1e3;
 }
 
-static int cmpd(const void *a, const void *b)
+static inline int cmpd(const void *a, const void *b)
 {
         double x = *(const double *)a, y = *(const double *)b;
         return (x > y) - (x < y);
 }
 
 /* Sorts the n values in t and returns their median. */
-static double median(double *t, int n)
+static inline double median(double *t, int n)
 {
         qsort(t, n, sizeof *t, cmpd);
         return t[n / 2];
 }
 
 /* Sorts the n values in t and gives their p50, p90 and p99 in p. */
-static void percentiles(double *t, int n, double p[3])
+static inline void percentiles(double *t, int n, double p[3])
 {
         qsort(t, n, sizeof *t, cmpd);
         p[0] = t[n / 2];
@@ -73,7 +74,7 @@ static void percentiles(double *t, int n, double p[3])
 }
 
 /* Prints the p50, p90 and p99 of the n round trips in t (us), sorting t. */
-static void report(const char *name, double *t, int n)
+static inline void report(const char *name, double *t, int n)
 {
         double p[3];
 

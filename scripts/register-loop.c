@@ -18,35 +18,16 @@
  *      -L$CUDA_HOME/lib64 -lcudart_static -lstdc++ -lpthread -ldl -lrt -lm
  *   ./register-loop SOCKET SECONDS register|bounds|alloc [BYTES]
  */
-#include <cuda_runtime.h>
 #include <signal.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-#include <time.h>
 
 #include "gemmd.h"
+#include "probe.h"
 
 #define MAX_ROUNDS 1000000
 
 static volatile sig_atomic_t stop;
 
 static void on_signal(int sig) { (void)sig; stop = 1; }
-
-static double now_us(void)
-{
-        struct timespec t;
-
-        clock_gettime(CLOCK_MONOTONIC, &t);
-        return t.tv_sec * 1e6 + t.tv_nsec / 1e3;
-}
-
-static int cmp_float(const void *a, const void *b)
-{
-        float x = *(const float *)a, y = *(const float *)b;
-
-        return (x > y) - (x < y);
-}
 
 /* One round of `way`: 0, or the daemon's refusal code. */
 static int one_round(gemmd_client *c, const char *way, void *dev, uint64_t bytes)
@@ -69,7 +50,8 @@ static int one_round(gemmd_client *c, const char *way, void *dev, uint64_t bytes
 int main(int argc, char **argv)
 {
         uint64_t bytes = argc > 4 ? strtoull(argv[4], NULL, 0) : 1u << 20;
-        static float lat[MAX_ROUNDS];
+        static double lat[MAX_ROUNDS];
+        double p[3];
         long rounds = 0, refused = 0;
         int first_err = 0;
         gemmd_client *c;
@@ -100,7 +82,7 @@ int main(int argc, char **argv)
                 err = one_round(c, argv[3], dev, bytes);
                 double t1 = now_us();
 
-                lat[rounds] = (float)(t1 - t);
+                lat[rounds] = t1 - t;
                 t = t1;
                 if (err) {
                         refused++;
@@ -112,12 +94,13 @@ int main(int argc, char **argv)
         }
         double secs = (now_us() - t0) / 1e6;
 
-        qsort(lat, (size_t)rounds, sizeof(float), cmp_float);
+        if (rounds)
+                percentiles(lat, (int)rounds, p);
         printf("register-loop %s: %ld rounds in %.2f s (%.0f/s), %ld refused%s%s; round us p50 %.0f "
                "p99 %.0f max %.0f\n",
                argv[3], rounds, secs, rounds / secs, refused, first_err ? ", first: " : "",
-               first_err ? gemmd_strerror(first_err) : "", rounds ? lat[rounds / 2] : 0.0,
-               rounds ? lat[rounds * 99 / 100] : 0.0, rounds ? lat[rounds - 1] : 0.0);
+               first_err ? gemmd_strerror(first_err) : "", rounds ? p[0] : 0.0, rounds ? p[2] : 0.0,
+               rounds ? lat[rounds - 1] : 0.0);
         gemmd_disconnect(c);
         cudaFree(dev);
         return 0;

@@ -176,6 +176,25 @@ int e2e_daemon_start(struct e2e_daemon *d, ...)
         return e2e_daemon_startv(d, flags);
 }
 
+int e2e_fi_daemon_startv(struct e2e_daemon *d, const char *name, const char *value,
+                         const char *const *flags)
+{
+        char *fi = e2e_build_path("gemmd-fi");
+        int rc = -1;
+
+        if (!fi || access(fi, X_OK) != 0) {
+                fprintf(stderr, "e2e: no gemmd-fi beside gemmd\n");
+        } else {
+                setenv("E2E_GEMMD", "gemmd-fi", 1);
+                setenv(name, value, 1);
+                rc = e2e_daemon_startv(d, flags);
+                unsetenv("E2E_GEMMD");
+                unsetenv(name);
+        }
+        free(fi);
+        return rc;
+}
+
 int e2e_daemon_startv(struct e2e_daemon *d, const char *const *flags)
 {
         char *argv[MAX_FLAGS + 16]; /* the flags after at most 15 of its own */

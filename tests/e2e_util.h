@@ -54,6 +54,10 @@ struct e2e_daemon {
 int e2e_daemon_start(struct e2e_daemon *d, ...) __attribute__((sentinel));
 /* The same with the flags in a NULL-terminated array. */
 int e2e_daemon_startv(struct e2e_daemon *d, const char *const *flags);
+/* The same with build/gemmd-fi, the fault-injection build, and `name` set
+ * to `value` in its environment. Returns -1 too when there is no gemmd-fi. */
+int e2e_fi_daemon_startv(struct e2e_daemon *d, const char *name, const char *value,
+                         const char *const *flags);
 
 /* Sends SIGTERM and waits up to 20 s. Returns 0 if gemmd exited with
  * status 0; otherwise prints what happened and its log, kills it if it was

@@ -446,6 +446,21 @@ int64_t hard_raw_register(struct hard_raw *r, uint64_t rid, uint64_t bytes, uint
         return INT64_MIN;
 }
 
+int hard_raw_send_ipc(struct hard_raw *r, uint64_t rid, int kind, uint8_t tag, uint64_t bytes)
+{
+        Gemmd__V1__Envelope env = GEMMD__V1__ENVELOPE__INIT;
+        Gemmd__V1__BufferRegister reg = GEMMD__V1__BUFFER_REGISTER__INIT;
+        uint8_t handle[64] = {tag};
+
+        reg.kind = kind;
+        reg.bytes = bytes;
+        reg.ipc_handle.data = handle;
+        reg.ipc_handle.len = sizeof(handle);
+        env.body_case = GEMMD__V1__ENVELOPE__BODY_BUFFER_REGISTER;
+        env.buffer_register = &reg;
+        return hard_raw_send(r, rid, &env, NULL, 0, 0);
+}
+
 long long hard_device_number(gemmd_client *c, const char *key)
 {
         char *json = NULL;

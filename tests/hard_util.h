@@ -114,6 +114,12 @@ int hard_raw_hello(struct hard_raw *r);
  * memfd is closed before returning. */
 int64_t hard_raw_register(struct hard_raw *r, uint64_t rid, uint64_t bytes, uint64_t file_bytes);
 
+/* Sends, as request rid, a registration of `bytes` of device memory of
+ * registration kind `kind` (CUDA_IPC, or a bad value) through the IPC
+ * handle whose first byte is `tag` (the rest zeros), without waiting for
+ * the answer. Returns as hard_raw_send. */
+int hard_raw_send_ipc(struct hard_raw *r, uint64_t rid, int kind, uint8_t tag, uint64_t bytes);
+
 /* A memfd of `bytes` bytes, sealed against shrinking as libgemmd seals
  * them, or -1. */
 /* A 2 x 2 x 2 f32 GEMM with inline operands (column-major A = 1 2 3 4,

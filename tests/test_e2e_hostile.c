@@ -573,20 +573,9 @@ static void c_protocol_order(struct hctx *x)
 
 static void c_cuda_ipc_on_a_cpu_daemon(struct hctx *x)
 {
-        Gemmd__V1__Envelope env = GEMMD__V1__ENVELOPE__INIT;
-        Gemmd__V1__BufferRegister reg = GEMMD__V1__BUFFER_REGISTER__INIT;
-        uint8_t handle[64] = {1, 2, 3};
-
-        reg.kind = GEMMD__V1__BUFFER_REGISTER__KIND__CUDA_IPC;
-        reg.bytes = 4096;
-        reg.ipc_handle.data = handle;
-        reg.ipc_handle.len = sizeof(handle);
-        env.body_case = GEMMD__V1__ENVELOPE__BODY_BUFFER_REGISTER;
-        env.buffer_register = &reg;
-        cr_assert_eq(hard_raw_send(&x->r, 170, &env, NULL, 0, 0), 0);
+        cr_assert_eq(hard_raw_send_ipc(&x->r, 170, GEMMD__V1__BUFFER_REGISTER__KIND__CUDA_IPC, 1, 4096), 0);
         expect_error(&x->r, 170, GEMMD__V1__CODE__UNSUPPORTED);
-        reg.kind = 5;
-        cr_assert_eq(hard_raw_send(&x->r, 171, &env, NULL, 0, 0), 0);
+        cr_assert_eq(hard_raw_send_ipc(&x->r, 171, 5, 1, 4096), 0);
         expect_error(&x->r, 171, GEMMD__V1__CODE__INVALID);
         expect_session_alive(x, 172);
 }

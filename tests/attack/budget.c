@@ -39,17 +39,9 @@ TestSuite(attack_budget, .init = e2e_setup, .fini = e2e_teardown, .timeout = 240
  * the worker's allocation at that site instead of faulting the device. */
 static void start_fi(struct e2e_daemon *d, const char *site)
 {
-        char *fi = e2e_build_path("gemmd-fi");
-        int rc;
+        static const char *const flags[] = {"--threads", "2", NULL};
 
-        cr_assert(fi && access(fi, X_OK) == 0, "no gemmd-fi beside gemmd");
-        free(fi);
-        setenv("E2E_GEMMD", "gemmd-fi", 1);
-        setenv("GEMMD_FAULT_ALLOC", site, 1);
-        rc = e2e_daemon_start(d, "--threads", "2", NULL);
-        unsetenv("E2E_GEMMD");
-        unsetenv("GEMMD_FAULT_ALLOC");
-        cr_assert_eq(rc, 0, "gemmd-fi did not start");
+        cr_assert_eq(e2e_fi_daemon_startv(d, "GEMMD_FAULT_ALLOC", site, flags), 0, "gemmd-fi did not start");
 }
 
 /* The worker finds no memory for an op at `site` (the room for it in a

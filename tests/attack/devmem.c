@@ -63,20 +63,10 @@ static void flood_start(struct flood *f, const char *sock)
         cr_assert_eq(hard_raw_open(&f->r, sock), 0);
         cr_assert_eq(hard_raw_hello(&f->r), 0);
         f->t_sent = e2e_now_us();
-        for (int i = 0; i < NREG; i++) {
-                Gemmd__V1__Envelope env = GEMMD__V1__ENVELOPE__INIT;
-                Gemmd__V1__BufferRegister reg = GEMMD__V1__BUFFER_REGISTER__INIT;
-                uint8_t handle[64] = {0};
-
-                handle[0] = (uint8_t)(i + 1);
-                reg.kind = GEMMD__V1__BUFFER_REGISTER__KIND__CUDA_IPC;
-                reg.bytes = 4096;
-                reg.ipc_handle.data = handle;
-                reg.ipc_handle.len = sizeof(handle);
-                env.body_case = GEMMD__V1__ENVELOPE__BODY_BUFFER_REGISTER;
-                env.buffer_register = &reg;
-                cr_assert_eq(hard_raw_send(&f->r, 100 + (uint64_t)i, &env, NULL, 0, 0), 0);
-        }
+        for (int i = 0; i < NREG; i++)
+                cr_assert_eq(hard_raw_send_ipc(&f->r, 100 + (uint64_t)i, GEMMD__V1__BUFFER_REGISTER__KIND__CUDA_IPC,
+                                               (uint8_t)(i + 1), 4096),
+                             0);
         cr_assert_eq(pthread_create(&f->reader, NULL, flood_read, f), 0);
 }
 
@@ -84,20 +74,9 @@ static void flood_start(struct flood *f, const char *sock)
  * `share` (NULL: the default). */
 static void start_devmem_ms(struct e2e_daemon *d, const char *share, const char *ms)
 {
-        char *fi = e2e_build_path("gemmd-fi");
-        int rc;
+        const char *flags[] = {"--threads", "2", share ? "--max-user-task-share" : NULL, share, NULL};
 
-        cr_assert(fi && access(fi, X_OK) == 0, "no gemmd-fi beside gemmd");
-        free(fi);
-        setenv("E2E_GEMMD", "gemmd-fi", 1);
-        setenv("GEMMD_FI_DEVMEM_MS", ms, 1);
-        if (share)
-                rc = e2e_daemon_start(d, "--threads", "2", "--max-user-task-share", share, NULL);
-        else
-                rc = e2e_daemon_start(d, "--threads", "2", NULL);
-        unsetenv("E2E_GEMMD");
-        unsetenv("GEMMD_FI_DEVMEM_MS");
-        cr_assert_eq(rc, 0, "gemmd-fi did not start");
+        cr_assert_eq(e2e_fi_daemon_startv(d, "GEMMD_FI_DEVMEM_MS", ms, flags), 0, "gemmd-fi did not start");
 }
 
 static void start_devmem(struct e2e_daemon *d, const char *share)
@@ -293,9 +272,7 @@ static int release_timed(struct hard_raw *r, uint64_t rid, uint64_t id, uint64_t
  * is refused at once, and the session goes on. */
 Test(attack_devmem, a_release_of_device_memory_is_answered_once_it_is_closed)
 {
-        Gemmd__V1__Envelope env = GEMMD__V1__ENVELOPE__INIT, *rep;
-        Gemmd__V1__BufferRegister reg = GEMMD__V1__BUFFER_REGISTER__INIT;
-        uint8_t handle[64] = {9};
+        Gemmd__V1__Envelope *rep;
         struct e2e_daemon d;
         struct hard_raw r;
         uint64_t id, us;
@@ -303,13 +280,7 @@ Test(attack_devmem, a_release_of_device_memory_is_answered_once_it_is_closed)
         start_devmem_ms(&d, NULL, "300");
         cr_assert_eq(hard_raw_open(&r, d.sock), 0);
         cr_assert_eq(hard_raw_hello(&r), 0);
-        reg.kind = GEMMD__V1__BUFFER_REGISTER__KIND__CUDA_IPC;
-        reg.bytes = 4096;
-        reg.ipc_handle.data = handle;
-        reg.ipc_handle.len = sizeof(handle);
-        env.body_case = GEMMD__V1__ENVELOPE__BODY_BUFFER_REGISTER;
-        env.buffer_register = &reg;
-        cr_assert_eq(hard_raw_send(&r, 1, &env, NULL, 0, 0), 0);
+        cr_assert_eq(hard_raw_send_ipc(&r, 1, GEMMD__V1__BUFFER_REGISTER__KIND__CUDA_IPC, 9, 4096), 0);
         rep = hard_raw_recv(&r, 10000);
         cr_assert(rep && rep->body_case == GEMMD__V1__ENVELOPE__BODY_BUFFER_REPLY, "not registered");
         id = rep->buffer_reply->buffer_id;
@@ -319,7 +290,7 @@ Test(attack_devmem, a_release_of_device_memory_is_answered_once_it_is_closed)
                       (unsigned long long)us);
         cr_expect_eq(release_timed(&r, 3, id, &us), GEMMD__V1__ENVELOPE__BODY_ERROR);
         cr_expect_lt(us, 250000, "a release of an unknown buffer took %llu us", (unsigned long long)us);
-        cr_assert_eq(hard_raw_send(&r, 4, &env, NULL, 0, 0), 0);
+        cr_assert_eq(hard_raw_send_ipc(&r, 4, GEMMD__V1__BUFFER_REGISTER__KIND__CUDA_IPC, 9, 4096), 0);
         rep = hard_raw_recv(&r, 10000);
         cr_expect(rep && rep->body_case == GEMMD__V1__ENVELOPE__BODY_BUFFER_REPLY,
                   "the session does not register again");
