@@ -318,13 +318,12 @@ int backend_cuda_new(int ordinal, const struct gemmd_config *cfg, struct backend
         }
         cb->f32_split = !cfg->f32_ffma && cuda_gemm_fast_available();
         /* The kernel writes the flags into pinned memory at its host address. */
-        /* A worker in another process (--device-process) answers at the
-         * group's end (worker_ops_done). */
-        cb->early_on = cfg->early_completion && !cfg->device_process && cuda_gemm_fast_available() &&
-                       prop.unifiedAddressing && prop.canMapHostMemory;
+        cb->early_on = cfg->early_completion && cuda_gemm_fast_available() && prop.unifiedAddressing &&
+                       prop.canMapHostMemory;
         /* And the clients' completion words, page-locked by the pin
-         * thread, at their host addresses too. */
-        cb->words_on = cb->early_on && prop.canUseHostPointerForRegisteredMem;
+         * thread, at their host addresses too: not in a device process,
+         * which does not map the clients' rings. */
+        cb->words_on = cb->early_on && !cfg->device_process && prop.canUseHostPointerForRegisteredMem;
         pthread_mutex_init(&cb->res_lock, NULL);
         /* The resident kernel reads launch data where the host wrote it:
          * pinned memory at the same address on the device. */

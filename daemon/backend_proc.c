@@ -166,9 +166,12 @@ static int call(struct proc_backend *p, struct xmsg *m, int fd, struct xmsg *out
 }
 
 /* A finished group back to the worker, its inline results first. */
-static void finish(struct pslot *s, int status, int timed, uint64_t dev_ns, uint64_t gap_ns)
+static void finish(struct pslot *s, int status, uint32_t flags, int timed, uint64_t dev_ns, uint64_t gap_ns)
 {
         struct group *g = s->g;
+
+        g->packed = (flags & XDONE_PACKED) != 0;
+        g->resident = (flags & XDONE_RESIDENT) != 0;
 
         if (status == 0)
                 for (uint32_t i = 0; i < g->nops; i++) {
@@ -184,7 +187,33 @@ static void finish(struct pslot *s, int status, int timed, uint64_t dev_ns, uint
         worker_group_done(g, status);
 }
 
-/* A message up the ring: a launch notice or a finished group. */
+/* Ops of s's group done early (X_EARLY): answered now. Their C lies in
+ * the clients' device memory (early completion stages nothing), so
+ * nothing is copied. Indices out of range are dropped. */
+static void early(struct proc_backend *p, struct pslot *s, const struct xmsg *m)
+{
+        uint32_t idx[XEARLY_MAX], n = 0, nops;
+        int mine;
+
+        pthread_mutex_lock(&p->lock);
+        mine = s->inflight;
+        pthread_mutex_unlock(&p->lock);
+        if (!mine || m->a > XEARLY_MAX)
+                return;
+        nops = s->g->nops;
+        for (uint32_t i = 0; i < (uint32_t)m->a; i++) {
+                uint32_t v;
+
+                memcpy(&v, m->handle + 4 * i, 4);
+                if (v < nops)
+                        idx[n++] = v;
+        }
+        if (n)
+                worker_ops_done(s->g, idx, n);
+}
+
+/* A message up the ring: a launch notice, ops done early or a finished
+ * group. */
 static void handle_up(struct proc_backend *p, const struct xmsg *m)
 {
         struct pslot *s;
@@ -195,6 +224,8 @@ static void handle_up(struct proc_backend *p, const struct xmsg *m)
         s = p->slots[m->slot];
         if (m->type == X_LAUNCHED) {
                 worker_notify_launch(s->g, m->handle, m->rc);
+        } else if (m->type == X_EARLY) {
+                early(p, s, m);
         } else if (m->type == X_DONE) {
                 pthread_mutex_lock(&p->lock);
                 mine = s->inflight;
@@ -202,7 +233,7 @@ static void handle_up(struct proc_backend *p, const struct xmsg *m)
                 pthread_mutex_unlock(&p->lock);
                 if (mine) {
                         atomic_fetch_sub_explicit(&p->ninflight, 1, memory_order_relaxed);
-                        finish(s, m->rc, (int)m->c, m->a, m->b);
+                        finish(s, m->rc, m->flags, (int)m->c, m->a, m->b);
                 }
         }
 }
@@ -288,7 +319,7 @@ static void *reader_main(void *arg)
                 atomic_fetch_sub_explicit(&p->ninflight, 1, memory_order_relaxed);
                 log_err("device %d: group %llu failed with its device process", p->ordinal,
                         (unsigned long long)s->g->id);
-                finish(s, GEMMD_EDEVICE, 0, 0, UINT64_MAX);
+                finish(s, GEMMD_EDEVICE, 0, 0, 0, UINT64_MAX);
         }
         return NULL;
 }

@@ -105,7 +105,23 @@ static void hosted_done(struct group *g, int status)
                 H.be->collect(H.be, g, &m.a, &m.b);
                 m.c = 1;
         }
+        m.flags = (g->packed ? XDONE_PACKED : 0) | (g->resident ? XDONE_RESIDENT : 0);
+        g->resident = 0; /* the slot's next group sets it again if it takes the kernel */
         up(&m);
+}
+
+/* A backend thread: ops idx[0 .. n) of g are done before the group (early
+ * completion); the daemon's worker answers them. Up the ring in the same
+ * thread's order as the group's X_DONE, so they come before it. */
+static void hosted_early(struct group *g, const uint32_t *idx, uint32_t n)
+{
+        for (uint32_t i = 0; i < n; i += XEARLY_MAX) {
+                struct xmsg m = {.type = X_EARLY, .slot = slot_of(g)->index};
+
+                m.a = n - i < XEARLY_MAX ? n - i : XEARLY_MAX;
+                memcpy(m.handle, idx + i, m.a * sizeof(uint32_t));
+                up(&m);
+        }
 }
 
 static void hosted_launched(struct group *g, const uint8_t handle[64], int device)
@@ -359,6 +375,7 @@ static int start(void)
                 H.w.index = in.ordinal;
                 H.spin_ns = in.cfg.spin_us * 1000ull;
                 H.w.hosted_done = hosted_done;
+                H.w.hosted_early = hosted_early;
                 H.w.hosted_launched = hosted_launched;
         }
         xsend(&r, sizeof(r));

@@ -35,7 +35,8 @@ enum xtype {
         X_SHM_MAP,   /* daemon, fd: map a bytes of shared memory; reply a = its handle */
         X_SHM_UNMAP, /* daemon: a = the handle; its last use is done */
         X_LAUNCH,    /* daemon: launch the group in slot `slot` */
-        X_DONE,      /* device: slot's group finished with rc; c = timed, a = device ns, b = gap ns */
+        X_DONE,      /* device: slot's group finished with rc; c = timed, a = device ns, b = gap ns,
+                      * flags = XDONE_* */
         X_LAUNCHED,  /* device: slot's group is queued behind IPC event `handle` of device rc */
         X_IPC_OPEN,  /* daemon: handle, a = offset, b = bytes; reply a = address, b = token */
         X_IPC_CLOSE, /* daemon: a = token; replied once closed */
@@ -44,13 +45,22 @@ enum xtype {
         X_RECOVER,   /* daemon, nothing in flight: repair the device or say it cannot */
         X_REPLY,     /* device: the answer to the request numbered seq */
         X_KICK,      /* either: look at your ring (you said you would sleep) */
+        X_EARLY,     /* device: a ops of slot's group done early, their indices in handle (XEARLY_MAX) */
 };
+
+/* X_DONE's flags: how the device process ran the group, for the daemon's
+ * counts (gemmctl stats). */
+#define XDONE_PACKED 1u   /* its operands went through packed copies */
+#define XDONE_RESIDENT 2u /* the resident kernel took it */
+
+/* Op indices an X_EARLY carries (uint32_t each, in handle). */
+#define XEARLY_MAX 16u
 
 struct xmsg {
         uint32_t type;
         uint32_t slot;
         int32_t rc;
-        uint32_t pad;
+        uint32_t flags; /* X_DONE: XDONE_* */
         uint64_t seq;
         uint64_t a, b, c;
         uint8_t handle[64];

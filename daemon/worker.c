@@ -712,8 +712,11 @@ void worker_ops_done(struct group *g, const uint32_t *idx, uint32_t n)
         const char *kname = w->be->kernel_name(w->be, g->key);
         uint64_t t = now_ns();
 
-        if (w->hosted_done)
-                return; /* the group's end answers them, through the host process */
+        if (w->hosted_done) {
+                if (w->hosted_early)
+                        w->hosted_early(g, idx, n); /* the daemon's worker answers them */
+                return;
+        }
         pthread_mutex_lock(&w->lock);
         for (uint32_t j = 0; j < n; j++)
                 if (g->ops[idx[j]]) {

@@ -228,8 +228,9 @@ struct worker {
         void (*device_lost)(void *ctx);
         /* Set in a device process (devhost.c), whose backend runs groups
          * for a worker in another process: worker_group_done and
-         * worker_notify_launch go to these instead. */
+         * worker_notify_launch (and worker_ops_done) go to these instead. */
         void (*hosted_done)(struct group *g, int status);
+        void (*hosted_early)(struct group *g, const uint32_t *idx, uint32_t n);
         void (*hosted_launched)(struct group *g, const uint8_t handle[64], int device);
         uint64_t busy_since_ns;
         /* Timed while they hold (loaded_update): ops queued or groups in
@@ -341,9 +342,9 @@ void worker_group_done(struct group *g, int status);
 
 /* Called by the backend's completion thread while g still runs, when ops
  * idx[0 .. n) are done (their C whole): answers them now, with success,
- * instead of at the group's end (worker_group_done then skips them). Not
- * for a worker in another process (hosted_done): there the group's end
- * answers them. */
+ * instead of at the group's end (worker_group_done then skips them). For
+ * a worker in another process (hosted_done) they go up to the daemon's
+ * worker, which answers them. */
 void worker_ops_done(struct group *g, const uint32_t *idx, uint32_t n);
 
 /* Finishes what is queued and in flight, then joins the thread. */

@@ -195,6 +195,13 @@ int e2e_fi_daemon_startv(struct e2e_daemon *d, const char *name, const char *val
         return rc;
 }
 
+int e2e_devproc(void)
+{
+        const char *v = getenv("E2E_DEVPROC");
+
+        return v && !strcmp(v, "yes");
+}
+
 int e2e_daemon_startv(struct e2e_daemon *d, const char *const *flags)
 {
         char *argv[MAX_FLAGS + 16]; /* the flags after at most 15 of its own */
