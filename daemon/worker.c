@@ -19,6 +19,21 @@
 /* A task on the worker thread longer than this is logged as it ends. */
 #define WORKER_TASK_SLOW_NS 5000000ull
 
+#ifdef GEMMD_WTRACE
+/* Adds the worker thread's time since its last mark to step i. */
+static void wt(struct worker *w, int i)
+{
+        uint64_t n = now_ns();
+
+        w->wt_ns[i] += n - w->wt_last;
+        w->wt_n[i]++;
+        w->wt_last = n;
+}
+#define WT(w, i) wt(w, i)
+#else
+#define WT(w, i) ((void)0)
+#endif
+
 /* Links a lane that just got work into its user's ring at priority p, and
  * the user into the worker's ring of users at p if it was not there. A user
  * that comes back after a pause starts at the worker's virtual clock: time
@@ -889,6 +904,7 @@ static int launch_group(struct worker *w, struct group *g, uint64_t *launch_ns)
                 g->cfg.shape = usual;
                 rc = plan_group(w, g, g->tiles);
         }
+        WT(w, WT_PLAN);
         pthread_mutex_lock(&w->lock);
         w->st.plan_ns += now_ns() - t0;
         if (rc) {
@@ -917,7 +933,9 @@ static int launch_group(struct worker *w, struct group *g, uint64_t *launch_ns)
                 }
         }
         pthread_mutex_unlock(&w->lock);
+        WT(w, WT_LOCKED);
         rc = w->be->launch(w->be, g);
+        WT(w, WT_LAUNCH);
         *launch_ns = now_ns() - g->t_launch_ns;
         if (rc) {
                 pthread_mutex_lock(&w->lock);
@@ -955,6 +973,7 @@ static int launch_next(struct worker *w, struct group *g)
                 pthread_mutex_lock(&w->lock);
         }
         formed = g->nops > 0;
+        WT(w, WT_FORM);
         if (!formed) {
                 g->busy = 0;
                 loaded_update(w); /* every op refused */
@@ -983,6 +1002,7 @@ static int launch_next(struct worker *w, struct group *g)
                 }
         }
         w->backend_busy = 0;
+        WT(w, WT_TAIL);
         return formed;
 }
 
@@ -1216,7 +1236,16 @@ void worker_group_done(struct group *g, int status)
                 w->hosted_done(g, status);
                 return;
         }
+#ifdef GEMMD_WTRACE
+        const uint64_t wt0 = now_ns();
+#endif
         pthread_mutex_lock(&w->lock);
+#ifdef GEMMD_WTRACE
+        const uint64_t wt1 = now_ns();
+
+        w->wt_ns[WT_DONE_WAIT] += wt1 - wt0;
+        w->wt_n[WT_DONE_WAIT]++;
+#endif
         g->status = status;
         g->t_done_ns = now_ns();
         complete_ops(w, g, &done);
@@ -1243,6 +1272,10 @@ void worker_group_done(struct group *g, int status)
                                     (w->held_head && !w->inflight)))
                         pthread_cond_signal(&w->cond);
         }
+#ifdef GEMMD_WTRACE
+        w->wt_ns[WT_DONE_HOLD] += now_ns() - wt1;
+        w->wt_n[WT_DONE_HOLD]++;
+#endif
         pthread_mutex_unlock(&w->lock);
         hand_back(w, &done);
 }
@@ -1278,6 +1311,7 @@ static uint64_t oldest_pending(struct worker *w)
  * Lock held. */
 static void sleep_unless_inbox(struct worker *w, const struct timespec *until)
 {
+        WT(w, WT_TURN);
         w->sleeping = 1;
         if (!atomic_load(&w->inbox)) {
                 w->idle = 1;
@@ -1290,6 +1324,7 @@ static void sleep_unless_inbox(struct worker *w, const struct timespec *until)
                 idle_sync(w, now_ns());
         }
         w->sleeping = 0;
+        WT(w, WT_SLEEP);
 }
 
 /*
@@ -1313,6 +1348,7 @@ static int spin(struct worker *w)
          * before `seen` was read: look again now, not after the window. */
         if (atomic_load(&w->inbox))
                 return 1;
+        WT(w, WT_TURN);
         w->idle = 1; /* the poll is idle time too */
         idle_sync(w, now);
         pthread_mutex_unlock(&w->lock);
@@ -1330,6 +1366,7 @@ static int spin(struct worker *w)
         idle_sync(w, now);
         if (moved)
                 w->active_ns = now;
+        WT(w, WT_SPIN);
         return 1;
 }
 
@@ -1340,9 +1377,14 @@ static void *worker_main(void *arg)
         uint64_t held_wake = 0; /* when a task held for its user's share may run */
 
         cpuacct_thread_start(CPU_WORKER);
+#ifdef GEMMD_WTRACE
+        w->wt_last = now_ns();
+#endif
         pthread_mutex_lock(&w->lock);
         for (;;) {
+                WT(w, WT_TURN);
                 inbox_drain(w);
+                WT(w, WT_DRAIN);
                 /* A loop thread launching onto the idle device (launch_here)
                  * has the backend to itself: tasks, collects, repairs and
                  * launches wait for it, and it signals when done. Past this
@@ -1379,12 +1421,14 @@ static void *worker_main(void *arg)
                         if (charged)
                                 share_charge(w, uid, ns);
                 }
+                WT(w, WT_TASKS);
                 while (w->done) {
                         struct group *g = w->done;
 
                         w->done = g->next_done;
                         finish_group(w, g);
                 }
+                WT(w, WT_DONE);
                 if (w->recover_pending && !w->inflight) {
                         /* A failed group may have broken the device: repair
                          * it before anything else is launched. */
@@ -1542,6 +1586,16 @@ void worker_stop(struct worker *w)
         if (w->st.tasks_held)
                 log_info("device %d: %llu tasks waited for their user's share of its worker's time",
                          w->index, (unsigned long long)w->st.tasks_held);
+#ifdef GEMMD_WTRACE
+        static const char *const wt_names[WT_N] = {"drain", "tasks", "done", "form", "plan", "locked", "launch",
+                                                   "tail", "turn", "spin", "sleep", "done-wait", "done-hold"};
+        const double groups = w->st.groups ? (double)w->st.groups : 1.0;
+
+        for (int i = 0; i < WT_N; i++)
+                log_info("device %d: worker trace %-9s %9.1f ms, %10llu times, %7.3f us each, %7.3f us a group",
+                         w->index, wt_names[i], w->wt_ns[i] / 1e6, (unsigned long long)w->wt_n[i],
+                         w->wt_n[i] ? w->wt_ns[i] / 1e3 / (double)w->wt_n[i] : 0.0, w->wt_ns[i] / 1e3 / groups);
+#endif
         for (uint32_t i = 0; i < w->nslots; i++) {
                 struct group *g = &w->slots[i];
 

@@ -182,6 +182,26 @@ typedef void (*worker_control_fn)(struct wctl *c, void *ctx);
  * only builds the notice and posts it to the loop. */
 typedef void (*worker_notice_fn)(struct wctl *c);
 
+/* A GEMMD_WTRACE build's sums of where the worker thread's turns go
+ * (logged at exit): its steps, and the completing thread's hold of the
+ * lock in worker_group_done. */
+enum wt_step {
+        WT_DRAIN,      /* inbox_drain at the top of a turn */
+        WT_TASKS,      /* the task lists */
+        WT_DONE,       /* finish_group of timed groups */
+        WT_FORM,       /* launch_next up to the plan: form_group */
+        WT_PLAN,       /* take_tile and the plan */
+        WT_LOCKED,     /* launch_group's two short holds of the lock, with their waits */
+        WT_LAUNCH,     /* the backend's launch() */
+        WT_TAIL,       /* launch_next after the launch */
+        WT_TURN,       /* the rest of a turn that launched or did work */
+        WT_SPIN,       /* polling for a nudge, with the lock taken again after */
+        WT_SLEEP,      /* asleep on the condition */
+        WT_DONE_WAIT,  /* the completing thread waiting for the lock */
+        WT_DONE_HOLD,  /* and holding it */
+        WT_N
+};
+
 struct worker {
         int index;
         struct backend *be;
@@ -229,6 +249,9 @@ struct worker {
         /* Set in a device process (devhost.c), whose backend runs groups
          * for a worker in another process: worker_group_done and
          * worker_notify_launch (and worker_ops_done) go to these instead. */
+#ifdef GEMMD_WTRACE
+        uint64_t wt_ns[WT_N], wt_n[WT_N], wt_last;
+#endif
         void (*hosted_done)(struct group *g, int status);
         void (*hosted_early)(struct group *g, const uint32_t *idx, uint32_t n);
         void (*hosted_launched)(struct group *g, const uint8_t handle[64], int device);

@@ -1072,7 +1072,7 @@ static int early_client(const struct e2e_daemon *d, void *arg)
 {
         struct early_out *out = arg;
         enum { N = EARLY_SMALL + 1 };
-        const uint64_t bytes = 256u << 20;
+        const uint64_t bytes = 768u << 20;
         struct e2e_arena ar = {0};
         struct e2e_prob p[N];
         gemmd_ticket t[N];
@@ -1096,9 +1096,14 @@ static int early_client(const struct e2e_daemon *d, void *arg)
                 s.ta = GEMMD_OP_T; /* what the Hopper kernel reads: A stored m x k, B n x k */
                 s.tb = GEMMD_OP_N;
                 if (i == 0) {
+                        /* Long enough (milliseconds) that the completion
+                         * thread looks while it runs even when the rest of
+                         * the suite, run beside it, keeps the CPUs busy: at
+                         * k = 8192 (about 1 ms) it once had not before the
+                         * group ended, and no op was answered early. */
                         s.dtype = GEMMD_BF16;
                         s.m = s.n = 4096;
-                        s.k = 8192;
+                        s.k = 32768;
                         s.alpha = 1.0f;
                 } else {
                         s.dtype = i & 1 ? GEMMD_F16 : GEMMD_BF16;
