@@ -98,8 +98,11 @@ struct backend {
 
 /* Creates the CPU backend with `threads` threads. With alt_tiles it also
  * offers a wide and a narrow tile beside its usual one, as a GPU does
- * (--cpu-alt-tiles), so that tests drive the daemon's choice of tile. */
-int backend_cpu_new(int threads, int alt_tiles, int wave_cut, struct backend **out);
+ * (--cpu-alt-tiles), so that tests drive the daemon's choice of tile; with
+ * wave_cut its groups are cut at one wave as a GPU's with the resident
+ * kernel (--cpu-wave-cut); with early it answers each op of a group once
+ * its own tiles are done (--cpu-early). */
+int backend_cpu_new(int threads, int alt_tiles, int wave_cut, int early, struct backend **out);
 
 /* Creates a backend of `kind` (BACKEND_CPU or BACKEND_CUDA, device
  * `ordinal`) that runs in a device process of its own (devproc.h). */

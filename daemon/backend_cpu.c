@@ -7,7 +7,9 @@
  * work (a plan has a few per thread, a small group fills few of them) are
  * never claimed, and a launch wakes no more threads than it has CTAs to
  * run. A group's workspace (split-K chunk sums and arrival counters) lives
- * in its slot.
+ * in its slot. With early completion (--cpu-early), each op is answered
+ * once the CTAs that hold its tiles are done, before the group's end, as
+ * a GPU answers them.
  */
 #include <errno.h>
 #include <signal.h>
@@ -33,6 +35,9 @@ struct cpu_slot {
         atomic_uint done_ctas;
         struct cpu_workspace ws;
         size_t ws_elems, ws_arrivals;
+        int early;       /* this group's ops are answered as they are done */
+        uint32_t *left;  /* per op: plan entries not yet run (early) */
+        uint32_t left_cap;
 };
 
 struct cpu_backend {
@@ -43,6 +48,7 @@ struct cpu_backend {
         pthread_cond_t cond;
         struct group *head, *tail;
         int stopping;
+        int early; /* --cpu-early with --early-completion */
 };
 
 static const struct sched_shape cpu_shape = {64, 64, 64};
@@ -187,6 +193,47 @@ static void fi_devmem_free(struct backend *be, void *token)
 }
 #endif
 
+/* Counts each op's plan entries for early completion (s->early), or
+ * leaves it off: a lone op, a plan without entries (device mode, whose
+ * CTAs walk the tiles), or no memory for the counts. */
+static void arm_early(struct cpu_backend *cb, struct cpu_slot *s, const struct group *g)
+{
+        s->early = cb->early && g->nops > 1 && g->plan.nentries;
+        if (!s->early)
+                return;
+        if (g->nops > s->left_cap) {
+                uint32_t *p = realloc(s->left, g->nops * sizeof(*p));
+
+                if (!p) {
+                        s->early = 0;
+                        return;
+                }
+                s->left = p;
+                s->left_cap = g->nops;
+        }
+        memset(s->left, 0, g->nops * sizeof(*s->left));
+        for (uint32_t j = 0; j < g->plan.nentries; j++)
+                s->left[g->plan.entries[j].problem]++;
+}
+
+/* What early_ran needs: the group and its slot. */
+struct early_ctx {
+        struct group *g;
+        struct cpu_slot *s;
+};
+
+/* After one of a CTA's tiles of `problem` ran: answers the op once its
+ * last tile has. Before the CTA counts as done, so the group cannot end
+ * (and its slot be reused) meanwhile; the count that reaches zero sees
+ * every other thread's stores of that op's C. */
+static void early_ran(void *arg, uint32_t problem)
+{
+        const struct early_ctx *x = arg;
+
+        if (__atomic_sub_fetch(&x->s->left[problem], 1, __ATOMIC_ACQ_REL) == 0)
+                worker_ops_done(x->g, &problem, 1);
+}
+
 static int launch(struct backend *be, struct group *g)
 {
         struct cpu_backend *cb = (struct cpu_backend *)be;
@@ -215,6 +262,7 @@ static int launch(struct backend *be, struct group *g)
                 work += cta_has_work(g, c) != 0;
         if (!work)
                 return -EINVAL; /* a plan without CTAs */
+        arm_early(cb, s, g);
         s->next = NULL;
         s->next_cta = next_work(g, 0);
         s->work_ctas = work;
@@ -264,7 +312,13 @@ static void *pool_main(void *arg)
                                 cb->tail = NULL;
                 }
                 pthread_mutex_unlock(&cb->lock);
-                cpu_gemm_run_cta(g->kp, g->sp, &g->plan, &g->cfg, cta, &s->ws);
+                if (s->early) {
+                        struct early_ctx x = {g, s};
+
+                        cpu_gemm_run_cta_each(g->kp, g->sp, &g->plan, &g->cfg, cta, &s->ws, early_ran, &x);
+                } else {
+                        cpu_gemm_run_cta(g->kp, g->sp, &g->plan, &g->cfg, cta, &s->ws);
+                }
                 if (atomic_fetch_add_explicit(&s->done_ctas, 1, memory_order_acq_rel) + 1 == work)
                         worker_group_done(g, 0);
                 pthread_mutex_lock(&cb->lock);
@@ -287,6 +341,7 @@ static void slot_deinit(struct backend *b, struct group *g)
                 return;
         free(s->ws.chunks);
         free(s->ws.arrivals);
+        free(s->left);
         free(s);
         g->bdata = NULL;
 }
@@ -307,7 +362,7 @@ static void destroy(struct backend *be)
         free(cb);
 }
 
-int backend_cpu_new(int threads, int alt_tiles, int wave_cut, struct backend **out)
+int backend_cpu_new(int threads, int alt_tiles, int wave_cut, int early, struct backend **out)
 {
         struct cpu_backend *cb = calloc(1, sizeof(*cb));
         int rc;
@@ -315,6 +370,7 @@ int backend_cpu_new(int threads, int alt_tiles, int wave_cut, struct backend **o
         if (!cb)
                 return -ENOMEM;
         cb->b.kind = "cpu";
+        cb->early = early;
         snprintf(cb->b.name, sizeof(cb->b.name), "cpu (%d threads)", threads);
         cb->b.units = (uint32_t)threads;
         /* A few work lists per thread: the plan balances them, the pool

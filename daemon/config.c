@@ -176,6 +176,7 @@ enum {
         OPT_ONE_KERNEL,
         OPT_CPU_ALT_TILES,
         OPT_CPU_WAVE_CUT,
+        OPT_CPU_EARLY,
         OPT_COST,
         OPT_ADMIN_GID,
         OPT_USER_BUFFERS,
@@ -240,6 +241,7 @@ static const struct option options[] = {
         {"one-kernel-groups", required_argument, NULL, OPT_ONE_KERNEL},
         {"cpu-alt-tiles", required_argument, NULL, OPT_CPU_ALT_TILES},
         {"cpu-wave-cut", required_argument, NULL, OPT_CPU_WAVE_CUT},
+        {"cpu-early", required_argument, NULL, OPT_CPU_EARLY},
         {"cost", required_argument, NULL, OPT_COST},
         {"max-user-buffers", required_argument, NULL, OPT_USER_BUFFERS},
         {"max-mappings", required_argument, NULL, OPT_MAPPINGS},
@@ -322,6 +324,8 @@ static void usage(FILE *f, const struct gemmd_config *d)
                 "      --cpu-wave-cut yes|no    the CPU backend's 16-bit groups are cut at one wave while little\n"
                 "                               work is outstanding, as on a GPU with the resident kernel\n"
                 "                               (default: no)\n"
+                "      --cpu-early yes|no       the CPU backend answers each op of a group once its own tiles are\n"
+                "                               done, as a GPU does under --early-completion (default: no)\n"
                 "      --cost SPEC              the scheduler's cost model, name=value,... (what `gemmbench\n"
                 "                               calibrate` measures; default: the built-in H100 figures)\n"
                 "      --f32-kernel split|ffma  exact f32 on an sm_90 GPU: each operand split into two TF32\n"
@@ -818,6 +822,9 @@ static int parse_args(struct gemmd_config *cfg, int argc, char **argv)
                         break;
                 case OPT_CPU_WAVE_CUT:
                         bad = parse_yes_no(optarg, &cfg->cpu_wave_cut) != 0;
+                        break;
+                case OPT_CPU_EARLY:
+                        bad = parse_yes_no(optarg, &cfg->cpu_early) != 0;
                         break;
                 case OPT_ONE_KERNEL:
                         bad = parse_yes_no(optarg, &cfg->one_kernel_groups) != 0;

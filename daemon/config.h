@@ -101,6 +101,11 @@ struct gemmd_config {
          * little work is outstanding, as a GPU with the resident kernel
          * does (worker.c, group_tile_cap): how the tests see that rule. */
         int cpu_wave_cut;
+        /* The CPU backend answers each op of a group once its own tiles
+         * are done, as a GPU does under early completion (with
+         * early_completion too): how the tests see that path, in the
+         * daemon and through a device process. */
+        int cpu_early;
         const char *cost;             /* --cost: the cost model installed (sched_cost_set), or NULL */
         /* Clients are asked to sleep rather than poll while more sessions
          * than this have work in flight (proto/ring.h, cq.no_poll). */

@@ -432,6 +432,13 @@ void cpu_gemm_run_cta(const struct gemmd_kproblem *probs, const struct sched_pro
                       const struct sched_plan *plan, const struct sched_config *cfg, uint32_t cta,
                       struct cpu_workspace *ws)
 {
+        cpu_gemm_run_cta_each(probs, sp, plan, cfg, cta, ws, NULL, NULL);
+}
+
+void cpu_gemm_run_cta_each(const struct gemmd_kproblem *probs, const struct sched_problem *sp,
+                           const struct sched_plan *plan, const struct sched_config *cfg, uint32_t cta,
+                           struct cpu_workspace *ws, void (*ran)(void *ctx, uint32_t problem), void *ctx)
+{
         union scratch s;
 
         _Static_assert(sizeof(_Atomic uint32_t) == sizeof(uint32_t), "atomic counters");
@@ -441,6 +448,8 @@ void cpu_gemm_run_cta(const struct gemmd_kproblem *probs, const struct sched_pro
                 for (uint32_t i = plan->cta_begin[cta]; i < plan->cta_begin[cta + 1]; i++) {
                         const struct sched_entry *e = &plan->entries[i];
                         run_entry(&probs[e->problem], &sp[e->problem], plan, cfg, e, ws, &s);
+                        if (ran)
+                                ran(ctx, e->problem);
                 }
                 return;
         }
@@ -468,5 +477,7 @@ void cpu_gemm_run_cta(const struct gemmd_kproblem *probs, const struct sched_pro
                         .split = SCHED_NO_SPLIT,
                 };
                 run_entry(&probs[p], &sp[p], plan, cfg, &e, ws, &s);
+                if (ran)
+                        ran(ctx, p);
         }
 }

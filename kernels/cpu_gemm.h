@@ -93,4 +93,11 @@ void cpu_gemm_run_cta(const struct gemmd_kproblem *probs, const struct sched_pro
                       const struct sched_plan *plan, const struct sched_config *cfg, uint32_t cta,
                       struct cpu_workspace *ws);
 
+/* The same, calling ran(ctx, problem) after each of the CTA's tiles (or
+ * parts of a split tile) is done, its stores made: what early completion
+ * counts (daemon/backend_cpu.c). */
+void cpu_gemm_run_cta_each(const struct gemmd_kproblem *probs, const struct sched_problem *sp,
+                           const struct sched_plan *plan, const struct sched_config *cfg, uint32_t cta,
+                           struct cpu_workspace *ws, void (*ran)(void *ctx, uint32_t problem), void *ctx);
+
 #endif /* GEMMD_CPU_GEMM_H */

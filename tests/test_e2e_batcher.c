@@ -227,6 +227,82 @@ Test(e2e, batch_window_holds_a_lone_request_for_company)
         STOP(&d);
 }
 
+/* ---- early completion -------------------------------------------------- */
+
+/*
+ * With --cpu-early the CPU backend answers each op of a group once its own
+ * tiles are done, as a GPU does under --early-completion: eight small ops
+ * in the group of a larger one (the batch window puts them together, spt
+ * deals their tiles first) are answered before it, each right; without it
+ * every op waits for the group. Run again through a device process (make
+ * test's second pass), where the ops answered early go up its ring.
+ */
+Test(e2e, early_completion_answers_each_op_once_its_tiles_are_done)
+{
+        static const char *const early[] = {"yes", "no"};
+        static const struct e2e_spec mid = {.kind = GEMMD_GEMM, .dtype = GEMMD_F32, .m = 384, .n = 384,
+                                            .k = 768, .alpha = 1.0f, .beta = 0.0f};
+        static const struct e2e_spec small = {.kind = GEMMD_GEMM, .dtype = GEMMD_F32, .m = 24, .n = 40,
+                                              .k = 32, .alpha = 1.0f, .beta = 0.5f};
+        enum { NSMALL = 8, N = NSMALL + 1 };
+
+        for (int v = 0; v < 2; v++) {
+                struct e2e_daemon d;
+                struct e2e_arena ar;
+                struct e2e_prob p[N];
+                struct gemmd_result r[N];
+                gemmd_ticket t[N];
+                int order[N];
+                uint64_t seed = 77;
+                gemmd_client *c;
+                char why[256];
+                double err;
+
+                START(&d, "--threads", "2", "--cpu-early", early[v], "--batch-window-us", "200000", "--mode", "spt",
+                      NULL);
+                c = e2e_connect(&d);
+                cr_assert_not_null(c);
+                cr_assert_eq(e2e_arena_init(&ar, c, 16u << 20), 0);
+                for (int i = 0; i < N; i++)
+                        cr_assert_eq(e2e_prob_place(&p[i], i ? &small : &mid, &ar, &seed), 0);
+                for (int i = 0; i < N; i++)
+                        t[i] = submit1(c, &p[i].op, GEMMD_PRIO_NORMAL);
+                for (int n = 0; n < N; n++) {
+                        gemmd_ticket got;
+                        int i = 0;
+
+                        cr_assert_eq(gemmd_wait_any(c, 60000, &got), 1);
+                        while (i < N && t[i] != got)
+                                i++;
+                        cr_assert_lt(i, N, "a ticket not submitted came back");
+                        wait1(c, got, &r[i]);
+                        order[n] = i;
+                }
+                for (int i = 0; i < N; i++) {
+                        cr_assert_eq(r[i].status, 0, "--cpu-early %s, op %d: %s", early[v], i,
+                                     gemmd_strerror(r[i].status));
+                        cr_assert_eq(e2e_prob_check(&p[i], &err, why, sizeof(why)), 0, "--cpu-early %s, op %d: %s",
+                                     early[v], i, why);
+                        cr_assert_eq(r[i].group_id, r[0].group_id, "op %d ran in another group", i);
+                }
+                const long long answered_early = hard_device_number(c, "ops_early");
+
+                fprintf(stderr, "--cpu-early %s: %lld of %d ops answered before their group ended, the larger one "
+                                "answered %s of %d\n",
+                        early[v], answered_early, N, order[N - 1] == 0 ? "last" : "not last", N);
+                if (v == 0) {
+                        cr_expect_geq(answered_early, NSMALL, "%lld ops answered early", answered_early);
+                        cr_expect_eq(order[N - 1], 0, "a small op was answered after the larger one");
+                } else {
+                        cr_expect_eq(answered_early, 0, "--cpu-early no answered %lld ops early", answered_early);
+                }
+                for (int i = 0; i < N; i++)
+                        e2e_prob_free(&p[i]);
+                gemmd_disconnect(c);
+                STOP(&d);
+        }
+}
+
 /* ---- (b) a burst is served in groups ----------------------------------- */
 
 #define BURST_CLIENTS 8
