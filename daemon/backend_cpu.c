@@ -8,8 +8,8 @@
  * never claimed, and a launch wakes no more threads than it has CTAs to
  * run. A group's workspace (split-K chunk sums and arrival counters) lives
  * in its slot. With early completion (--cpu-early), each op is answered
- * once the CTAs that hold its tiles are done, before the group's end, as
- * a GPU answers them.
+ * once its own tiles are done, before the group's end, as a GPU answers
+ * them.
  */
 #include <errno.h>
 #include <signal.h>
