@@ -165,7 +165,18 @@ static int call(struct proc_backend *p, struct xmsg *m, int fd, struct xmsg *out
         return rc;
 }
 
-/* A finished group back to the worker, its inline results first. */
+/* Op i's result, when it travels inline through the slot's launch data
+ * (results in clients' memory need no copy), into its request. */
+static void copy_inline(const struct pslot *s, uint32_t i)
+{
+        const struct op *o = s->g->ops[i];
+
+        if (o && s->c_inline[i] != UINT64_MAX)
+                memcpy((char *)o->buf[2]->host + o->off[2], s->map + s->c_inline[i], o->span[2]);
+}
+
+/* A finished group back to the worker, its inline results first (but
+ * those of ops answered early, X_EARLY, which are gone from it). */
 static void finish(struct pslot *s, int status, uint32_t flags, int timed, uint64_t dev_ns, uint64_t gap_ns)
 {
         struct group *g = s->g;
@@ -174,22 +185,18 @@ static void finish(struct pslot *s, int status, uint32_t flags, int timed, uint6
         g->resident = (flags & XDONE_RESIDENT) != 0;
 
         if (status == 0)
-                for (uint32_t i = 0; i < g->nops; i++) {
-                        const struct op *o = g->ops[i];
-
-                        if (s->c_inline[i] != UINT64_MAX)
-                                memcpy((char *)o->buf[2]->host + o->off[2], s->map + s->c_inline[i],
-                                       o->span[2]);
-                }
+                for (uint32_t i = 0; i < g->nops; i++)
+                        copy_inline(s, i);
         g->timed = timed;
         s->dev_ns = dev_ns;
         s->gap_ns = gap_ns;
         worker_group_done(g, status);
 }
 
-/* Ops of s's group done early (X_EARLY): answered now. Their C lies in
- * the clients' device memory (early completion stages nothing), so
- * nothing is copied. Indices out of range are dropped. */
+/* Ops of s's group done early (X_EARLY): answered now, each inline
+ * result copied first as at the group's end (the device process sent
+ * this after the op's last store, through the ring). Indices out of
+ * range, or of ops already answered, are dropped. */
 static void early(struct proc_backend *p, struct pslot *s, const struct xmsg *m)
 {
         uint32_t idx[XEARLY_MAX], n = 0, nops;
@@ -205,8 +212,10 @@ static void early(struct proc_backend *p, struct pslot *s, const struct xmsg *m)
                 uint32_t v;
 
                 memcpy(&v, m->handle + 4 * i, 4);
-                if (v < nops)
+                if (v < nops && s->g->ops[v]) {
+                        copy_inline(s, v);
                         idx[n++] = v;
+                }
         }
         if (n)
                 worker_ops_done(s->g, idx, n);
