@@ -20,13 +20,19 @@
 #define WORKER_TASK_SLOW_NS 5000000ull
 
 #ifdef GEMMD_WTRACE
+/* Adds ns to step i's sum (each step's writer is one thread). */
+static void wt_add(struct worker *w, int i, uint64_t ns)
+{
+        w->wt_ns[i] += ns;
+        w->wt_n[i]++;
+}
+
 /* Adds the worker thread's time since its last mark to step i. */
 static void wt(struct worker *w, int i)
 {
         uint64_t n = now_ns();
 
-        w->wt_ns[i] += n - w->wt_last;
-        w->wt_n[i]++;
+        wt_add(w, i, n - w->wt_last);
         w->wt_last = n;
 }
 #define WT(w, i) wt(w, i)
@@ -1243,8 +1249,7 @@ void worker_group_done(struct group *g, int status)
 #ifdef GEMMD_WTRACE
         const uint64_t wt1 = now_ns();
 
-        w->wt_ns[WT_DONE_WAIT] += wt1 - wt0;
-        w->wt_n[WT_DONE_WAIT]++;
+        wt_add(w, WT_DONE_WAIT, wt1 - wt0);
 #endif
         g->status = status;
         g->t_done_ns = now_ns();
@@ -1273,8 +1278,7 @@ void worker_group_done(struct group *g, int status)
                         pthread_cond_signal(&w->cond);
         }
 #ifdef GEMMD_WTRACE
-        w->wt_ns[WT_DONE_HOLD] += now_ns() - wt1;
-        w->wt_n[WT_DONE_HOLD]++;
+        wt_add(w, WT_DONE_HOLD, now_ns() - wt1);
 #endif
         pthread_mutex_unlock(&w->lock);
         hand_back(w, &done);
@@ -1587,8 +1591,11 @@ void worker_stop(struct worker *w)
                 log_info("device %d: %llu tasks waited for their user's share of its worker's time",
                          w->index, (unsigned long long)w->st.tasks_held);
 #ifdef GEMMD_WTRACE
-        static const char *const wt_names[WT_N] = {"drain", "tasks", "done", "form", "plan", "locked", "launch",
-                                                   "tail", "turn", "spin", "sleep", "done-wait", "done-hold"};
+        static const char *const wt_names[WT_N] = {
+                [WT_DRAIN] = "drain", [WT_TASKS] = "tasks",   [WT_DONE] = "done",          [WT_FORM] = "form",
+                [WT_PLAN] = "plan",   [WT_LOCKED] = "locked", [WT_LAUNCH] = "launch",      [WT_TAIL] = "tail",
+                [WT_TURN] = "turn",   [WT_SPIN] = "spin",     [WT_SLEEP] = "sleep",        [WT_DONE_WAIT] = "done-wait",
+                [WT_DONE_HOLD] = "done-hold"};
         const double groups = w->st.groups ? (double)w->st.groups : 1.0;
 
         for (int i = 0; i < WT_N; i++)

@@ -20,36 +20,15 @@
  * leaving do), to see whether the close then waits on them. Every CUDA
  * return code is checked.
  */
-#include <cuda_runtime.h>
+#include <atomic>
 #include <pthread.h>
 #include <signal.h>
-#include <atomic>
 #include <stdint.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
-#include <time.h>
 #include <unistd.h>
 
-#define CK(x)                                                                                  \
-        do {                                                                                   \
-                cudaError_t e_ = (x);                                                          \
-                if (e_ != cudaSuccess) {                                                       \
-                        fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x,              \
-                                cudaGetErrorString(e_));                                       \
-                        exit(1);                                                               \
-                }                                                                              \
-        } while (0)
-
-static uint64_t now_ns(void)
-{
-        struct timespec ts;
-
-        clock_gettime(CLOCK_MONOTONIC, &ts);
-        return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
+#include "probe.h"
 
 /* Host-mapped state of the polling kernel. */
 struct beat {
@@ -81,16 +60,17 @@ __global__ void empty_kernel(void) {}
 
 static struct beat *beat;
 static std::atomic<int> beside_on, watchdog_on;
-static uint64_t beside_max_ns, beside_calls;
+static double beside_max_us;
+static uint64_t beside_calls;
 
 /* Stops the polling kernel after 2 s, so that a close that waits for it
  * returns (and says so by its time). */
 static void *watchdog(void *arg)
 {
         (void)arg;
-        uint64_t t0 = now_ns();
+        const double t0 = now_us();
 
-        while (watchdog_on.load() && now_ns() - t0 < 2000000000ull)
+        while (watchdog_on.load() && now_us() - t0 < 2e6)
                 usleep(1000);
         beat->stop = 1;
         return NULL;
@@ -104,20 +84,20 @@ static void *beside(void *arg)
         cudaStream_t s;
 
         CK(cudaSetDevice(dev));
-        CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
-        beside_max_ns = 0;
+        s = probe_stream();
+        beside_max_us = 0;
         beside_calls = 0;
         while (beside_on.load()) {
-                uint64_t t0 = now_ns();
+                const double t0 = now_us();
 
                 empty_kernel<<<1, 32, 0, s>>>();
                 CK(cudaGetLastError());
                 while (cudaStreamQuery(s) == cudaErrorNotReady)
                         ;
-                uint64_t d = now_ns() - t0;
+                const double d = now_us() - t0;
 
-                if (d > beside_max_ns)
-                        beside_max_ns = d;
+                if (d > beside_max_us)
+                        beside_max_us = d;
                 beside_calls++;
         }
         CK(cudaStreamSynchronize(s));
@@ -150,9 +130,9 @@ static void trial(int dev, const cudaIpcMemHandle_t *h, size_t mib, int kernel, 
         cudaStream_t s;
         pthread_t wd, bt;
         void *p;
-        uint64_t t0, t1, t2;
+        double t0, t1, t2;
 
-        CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+        s = probe_stream();
         memset((void *)beat, 0, sizeof(*beat));
         if (kernel) {
                 poll_kernel<<<1, 1, 0, s>>>(beat);
@@ -167,11 +147,11 @@ static void trial(int dev, const cudaIpcMemHandle_t *h, size_t mib, int kernel, 
                 pthread_create(&bt, NULL, beside, &dev);
                 usleep(20000);
         }
-        t0 = now_ns();
+        t0 = now_us();
         CK(cudaIpcOpenMemHandle(&p, *h, cudaIpcMemLazyEnablePeerAccess));
-        t1 = now_ns();
+        t1 = now_us();
         CK(cudaIpcCloseMemHandle(p));
-        t2 = now_ns();
+        t2 = now_us();
         int stopped_before = beat->stop;
         if (side) {
                 usleep(20000);
@@ -185,11 +165,11 @@ static void trial(int dev, const cudaIpcMemHandle_t *h, size_t mib, int kernel, 
         }
         printf("%6zu MiB  kernel %d  side %d   open %8.3f ms  close %8.3f ms  %s  kernel's longest pause %8.3f ms"
                "  beside: longest launch+query %8.3f ms over %llu\n",
-               mib, kernel, side, (t1 - t0) / 1e6, (t2 - t1) / 1e6,
+               mib, kernel, side, (t1 - t0) / 1e3, (t2 - t1) / 1e3,
                !kernel ? "                              "
                : stopped_before ? "close WAITED for the kernel  "
                                 : "close returned, kernel ran on",
-               kernel ? beat->max_gap / 1e6 : 0.0, side ? beside_max_ns / 1e6 : 0.0,
+               kernel ? beat->max_gap / 1e6 : 0.0, side ? beside_max_us / 1e3 : 0.0,
                (unsigned long long)beside_calls);
         CK(cudaStreamDestroy(s));
 }
@@ -243,7 +223,7 @@ int main(int argc, char **argv)
         }
         close(sv[1]);
         CK(cudaSetDevice(dev));
-        CK(cudaHostAlloc((void **)&beat, sizeof(*beat), cudaHostAllocMapped));
+        beat = (struct beat *)mapped_zeroed(sizeof(*beat));
         empty_kernel<<<1, 1>>>();
         CK(cudaDeviceSynchronize());
         for (int i = 0; i < nsizes; i++) {

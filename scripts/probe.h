@@ -1,8 +1,8 @@
 /*
  * probe.h - what the probes in scripts/ (launch-cost.cu, launch-probe.cu,
- * param-read.cu, post-probe.cu, ring-probe.cu, signal-probe.cu, and the C
- * client register-loop.c) share: a check of every
- * CUDA call, their set-up (pinned memory both sides see, a stream), a
+ * param-read.cu, post-probe.cu, ring-probe.cu, signal-probe.cu,
+ * ipc-close-probe.cu, and the C client register-loop.c) share: a check of
+ * every CUDA call, their set-up (pinned memory both sides see, a stream), a
  * monotonic clock, and the percentile line each prints for a series of
  * round trips. Header-only: each probe still builds with one nvcc command.
  */

@@ -59,9 +59,8 @@ int e2e_daemon_startv(struct e2e_daemon *d, const char *const *flags);
 int e2e_fi_daemon_startv(struct e2e_daemon *d, const char *name, const char *value,
                          const char *const *flags);
 
-/* Whether the daemons these tests start drive their GPUs from device
- * processes (E2E_DEVPROC=yes), where clients' completion words are not
- * stored by the GPU. */
+/* Whether the daemons these tests start drive their devices from device
+ * processes (E2E_DEVPROC=yes). */
 int e2e_devproc(void);
 
 /* Sends SIGTERM and waits up to 20 s. Returns 0 if gemmd exited with

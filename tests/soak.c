@@ -614,8 +614,7 @@ int main(int argc, char **argv)
         start = e2e_now_us();
         deadline = start + (uint64_t)seconds * 1000000u;
         if (nhostile) {
-                const char *dp = getenv("E2E_DEVPROC");
-                int copies = strcmp(backend, "cpu") ? 8 : dp && !strcmp(dp, "yes") ? 3 : 0;
+                int copies = strcmp(backend, "cpu") ? 8 : e2e_devproc() ? 3 : 0;
 
                 /* Three users: the honest one, the hostile one, and the
                  * monitor. */
