@@ -160,7 +160,9 @@ def figure(points, path):
     # window 8 alone).
     handles = [matplotlib.lines.Line2D([], [], marker="o", color=colors[l], label=l) for l in labels]
     axes[0][0].legend(handles=handles, loc="best", fontsize="small")
-    fig.suptitle("bf16 GEMM service: gemmd vs cuBLAS per process vs MPS (x: errors or unsupported)")
+    names = {"cublas": "cuBLAS per process", "mps": "MPS"}
+    peers = " vs ".join(names[l] for l in labels if l in names)
+    fig.suptitle(f"bf16 GEMM service: gemmd{' vs ' + peers if peers else ''} (x: errors or unsupported)")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
 
