@@ -990,6 +990,9 @@ static int parse_args(struct gemmd_config *cfg, int argc, char **argv)
         }
         if (in_file)
                 return 0;
+        /* The CPU backend answers early only under early completion:
+         * said once here for the daemon and its device processes. */
+        cfg->cpu_early = cfg->cpu_early && cfg->early_completion;
         if (cfg->spin_us == SPIN_AUTO) {
                 long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
 

@@ -102,9 +102,9 @@ struct gemmd_config {
          * does (worker.c, group_tile_cap): how the tests see that rule. */
         int cpu_wave_cut;
         /* The CPU backend answers each op of a group once its own tiles
-         * are done, as a GPU does under early completion (with
-         * early_completion too): how the tests see that path, in the
-         * daemon and through a device process. */
+         * are done, as a GPU does under early completion (cleared after
+         * parsing without early_completion): how the tests see that path,
+         * in the daemon and through a device process. */
         int cpu_early;
         const char *cost;             /* --cost: the cost model installed (sched_cost_set), or NULL */
         /* Clients are asked to sleep rather than poll while more sessions

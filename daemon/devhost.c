@@ -347,7 +347,7 @@ static int start(void)
         }
         rc = in.kind == BACKEND_CUDA ? CUDA_NEW(in.ordinal, &in.cfg, &H.be)
                                      : backend_cpu_new(in.cfg.threads, in.cfg.cpu_alt_tiles, in.cfg.cpu_wave_cut,
-                                                       in.cfg.cpu_early && in.cfg.early_completion, &H.be);
+                                                       in.cfg.cpu_early, &H.be);
         r.rc = rc;
         if (!rc) {
                 struct backend *be = H.be;

@@ -545,8 +545,8 @@ static int start_backends(struct server *srv)
                         return -ENOMEM;
                 rc = cfg->device_process
                              ? backend_proc_new(BACKEND_CPU, 0, cfg, &srv->backends[0])
-                             : backend_cpu_new(cfg->threads, cfg->cpu_alt_tiles, cfg->cpu_wave_cut,
-                                                             cfg->cpu_early && cfg->early_completion, &srv->backends[0]);
+                             : backend_cpu_new(cfg->threads, cfg->cpu_alt_tiles, cfg->cpu_wave_cut, cfg->cpu_early,
+                                               &srv->backends[0]);
                 if (rc)
                         return rc;
                 srv->nbackends = n = 1;

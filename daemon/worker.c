@@ -734,8 +734,7 @@ void worker_ops_done(struct group *g, const uint32_t *idx, uint32_t n)
         uint64_t t = now_ns();
 
         if (w->hosted_done) {
-                if (w->hosted_early)
-                        w->hosted_early(g, idx, n); /* the daemon's worker answers them */
+                w->hosted_early(g, idx, n); /* the daemon's worker answers them */
                 return;
         }
         pthread_mutex_lock(&w->lock);

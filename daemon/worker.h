@@ -249,12 +249,14 @@ struct worker {
         /* Set in a device process (devhost.c), whose backend runs groups
          * for a worker in another process: worker_group_done and
          * worker_notify_launch (and worker_ops_done) go to these instead. */
-#ifdef GEMMD_WTRACE
-        uint64_t wt_ns[WT_N], wt_n[WT_N], wt_last;
-#endif
         void (*hosted_done)(struct group *g, int status);
         void (*hosted_early)(struct group *g, const uint32_t *idx, uint32_t n);
         void (*hosted_launched)(struct group *g, const uint8_t handle[64], int device);
+#ifdef GEMMD_WTRACE
+        /* Each step's sum and count (enum wt_step), and the worker
+         * thread's last mark. */
+        uint64_t wt_ns[WT_N], wt_n[WT_N], wt_last;
+#endif
         uint64_t busy_since_ns;
         /* Timed while they hold (loaded_update): ops queued or groups in
          * flight; ops queued and no group slot free. */

@@ -234,20 +234,21 @@ Test(e2e, batch_window_holds_a_lone_request_for_company)
  * tiles are done, as a GPU does under --early-completion: eight small ops
  * in the group of a larger one (the batch window puts them together, spt
  * deals their tiles first) are answered before it, each right, those in
- * shared memory and those inline; without it every op waits for the
- * group. Run again through a device process (make test's second pass),
+ * shared memory and those inline; without it, or without early completion,
+ * every op waits for the group. Run again through a device process (make test's second pass),
  * where the ops answered early go up its ring.
  */
 Test(e2e, early_completion_answers_each_op_once_its_tiles_are_done)
 {
-        static const char *const early[] = {"yes", "no"};
+        /* --cpu-early, and --early-completion, which it needs. */
+        static const char *const early[] = {"yes", "no", "yes"}, *const completion[] = {"yes", "yes", "no"};
         static const struct e2e_spec mid = {.kind = GEMMD_GEMM, .dtype = GEMMD_F32, .m = 384, .n = 384,
                                             .k = 768, .alpha = 1.0f, .beta = 0.0f};
         static const struct e2e_spec small = {.kind = GEMMD_GEMM, .dtype = GEMMD_F32, .m = 24, .n = 40,
                                               .k = 32, .alpha = 1.0f, .beta = 0.5f};
         enum { NSMALL = 8, N = NSMALL + 1 };
 
-        for (int v = 0; v < 2; v++) {
+        for (int v = 0; v < 3; v++) {
                 struct e2e_daemon d;
                 struct e2e_arena ar;
                 struct e2e_prob p[N];
@@ -259,8 +260,8 @@ Test(e2e, early_completion_answers_each_op_once_its_tiles_are_done)
                 char why[256];
                 double err;
 
-                START(&d, "--threads", "2", "--cpu-early", early[v], "--batch-window-us", "200000", "--mode", "spt",
-                      NULL);
+                START(&d, "--threads", "2", "--cpu-early", early[v], "--early-completion", completion[v],
+                      "--batch-window-us", "200000", "--mode", "spt", NULL);
                 c = e2e_connect(&d);
                 cr_assert_not_null(c);
                 cr_assert_eq(e2e_arena_init(&ar, c, 16u << 20), 0);
@@ -292,14 +293,15 @@ Test(e2e, early_completion_answers_each_op_once_its_tiles_are_done)
                 }
                 const long long answered_early = hard_device_number(c, "ops_early");
 
-                fprintf(stderr, "--cpu-early %s: %lld of %d ops answered before their group ended, the larger one "
-                                "answered %s of %d\n",
-                        early[v], answered_early, N, order[N - 1] == 0 ? "last" : "not last", N);
+                fprintf(stderr, "--cpu-early %s --early-completion %s: %lld of %d ops answered before their group "
+                                "ended, the larger one answered %s of %d\n",
+                        early[v], completion[v], answered_early, N, order[N - 1] == 0 ? "last" : "not last", N);
                 if (v == 0) {
                         cr_expect_geq(answered_early, NSMALL, "%lld ops answered early", answered_early);
                         cr_expect_eq(order[N - 1], 0, "a small op was answered after the larger one");
                 } else {
-                        cr_expect_eq(answered_early, 0, "--cpu-early no answered %lld ops early", answered_early);
+                        cr_expect_eq(answered_early, 0, "--cpu-early %s --early-completion %s answered %lld ops early",
+                                     early[v], completion[v], answered_early);
                 }
                 for (int i = 0; i < N; i++)
                         e2e_prob_free(&p[i]);

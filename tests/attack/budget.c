@@ -366,7 +366,6 @@ Test(attack_budget, inline_results_never_read_meet_the_byte_budgets_and_memory_s
 {
         const uint64_t frame = 20 * MIB, out = MIB, session_budget = 64 * MIB, user_budget = 128 * MIB;
         const uint64_t inflight = 4096, ops_per_submit = 4096, slots = 3;
-        const char *devproc = getenv("E2E_DEVPROC");
         struct e2e_daemon d;
         struct hard_raw r[AMP_SESSIONS];
         uint64_t buf[AMP_SESSIONS], per_session, inline_part, bound;
@@ -421,7 +420,7 @@ Test(attack_budget, inline_results_never_read_meet_the_byte_budgets_and_memory_s
         inline_part = (AMP_SESSIONS + 1) * session_budget < user_budget ? (AMP_SESSIONS + 1) * session_budget
                                                                         : user_budget;
         bound = (AMP_SESSIONS + 1) * per_session + inline_part;
-        if (devproc && *devproc && strcmp(devproc, "no"))
+        if (e2e_devproc())
                 bound += slots * inline_part;
         fprintf(stderr, "%d submits of 16 MiB inline results never read: daemon peak %ld kB -> %ld kB, "
                         "bound %llu kB\n", sent, hwm0, hwm1, (unsigned long long)(bound >> 10));
