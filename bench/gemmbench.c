@@ -2,7 +2,8 @@
  * gemmbench.c - times gemmd's grouped kernels against cuBLAS in one process.
  *
  *   gemmbench kernels [--mode MODE|all] [--workload NAME|all|FILE] [--json] [--reps N]
- *                     [--cost SPEC] [--queued] [--paired] [--f64-general] [--narrow] [--a-mn]
+ *                     [--cost SPEC] [--queued] [--paired] [--interleaved] [--f64-general] [--narrow]
+ *                     [--a-mn]
  *   gemmbench calibrate [--reps N] [--json]
  *   gemmbench floor [--reps N]
  *   gemmbench list [NAME|FILE]
@@ -70,6 +71,13 @@
  * at clocks that move within seconds, so a peer timed before the rows can
  * meet other clocks than the rows do. A "#" line gives the paired peer's
  * TF/s.
+ *
+ * --interleaved times every row of a set and its fastest peer in turn,
+ * rep by rep (row 1, row 2, ..., the peer, row 1, ...), so that modes can
+ * be compared with each other as well as with the peer: rows timed one
+ * after another meet a GPU whose clocks have moved (a large GEMM holds it
+ * at its power limit; a slow row lets it cool), which shifts a row by more
+ * than the modes differ. Each row's x_best is then against that peer.
  *
  * --f64-general runs f64 sets on the general f64 kernel, the one groups
  * mixing layouts or alignments take, rather than the one built for the
@@ -711,6 +719,7 @@ static int cmpf(const void *a, const void *b)
 
 int kbench_queued;
 static int kbench_paired; /* --paired */
+static int kbench_interleaved; /* --interleaved */
 
 /* Medians (into med[]) of reps timed runs of each of the nf functions
  * fn[j](arg[j], copy), taken in turn (fn[0], fn[1], ..., fn[0], ...)
@@ -1164,7 +1173,7 @@ static const char *num_or_dash(char *buf, size_t len, int ok, const char *fmt, d
 static void usage(FILE *f)
 {
         fprintf(f, "usage: gemmbench kernels [--mode MODE|all] [--workload NAME|all|FILE] [--json] "
-                   "[--reps N] [--cost SPEC] [--queued] [--paired] [--f64-general] [--narrow] [--a-mn]\n"
+                   "[--reps N] [--cost SPEC] [--queued] [--paired] [--interleaved] [--f64-general] [--narrow] [--a-mn]\n"
                    "                         [--beta X]   (C = A B + X C for gemmd and every peer; default 0)\n"
                    "       gemmbench calibrate [--reps N] [--json]   (the cost model measured here)\n"
                    "       gemmbench floor [--reps N]   (a kernel's device time before any work, beside cuBLAS)\n"
@@ -1233,6 +1242,108 @@ static int list_main(int argc, char **argv)
         return fflush(stdout) ? 1 : 0;
 }
 
+/* One row of a workload's table: a mode's plan, its name, and its
+ * median time with the paired peer's (-1: not timed so). */
+struct krow {
+        struct gplan gp;
+        char name[32];
+        float ms, pms;
+};
+
+/* Times the n rows of set s: with --interleaved all of them and the
+ * fastest peer (best_p) in turn, rep by rep, so that every row meets the
+ * same clocks (a GPU at its power limit moves them within a run, and a
+ * row timed after another meets a hotter GPU); with --paired each row in
+ * turn with that peer; else each row alone, one after another. */
+static void time_rows(cublasHandle_t h, const struct set *s, const struct grouped *gr, struct krow *rows, int n,
+                      int best_p, int reps)
+{
+        struct prun pr = {h, s, gr, (enum peer)(best_p >= 0 ? best_p : 0)};
+        struct grun runs[2 * SCHED_NMODES + 1];
+
+        for (int i = 0; i < n; i++)
+                runs[i] = (struct grun){s, &rows[i].gp};
+        if (kbench_interleaved) {
+                runfn fns[2 * SCHED_NMODES + 2];
+                void *args[2 * SCHED_NMODES + 2];
+                float med[2 * SCHED_NMODES + 2];
+                const int np = best_p >= 0;
+
+                for (int i = 0; i < n; i++) {
+                        fns[i] = grun_fn;
+                        args[i] = &runs[i];
+                }
+                fns[n] = prun_fn;
+                args[n] = &pr;
+                if (time_turns(fns, args, n + np, s->copies, reps, med))
+                        return;
+                for (int i = 0; i < n; i++) {
+                        rows[i].ms = med[i];
+                        rows[i].pms = np ? med[n] : -1;
+                }
+                return;
+        }
+        for (int i = 0; i < n; i++) {
+                if (kbench_paired && best_p >= 0) {
+                        const runfn fns[2] = {grun_fn, prun_fn};
+                        void *const args[2] = {&runs[i], &pr};
+                        float med[2];
+
+                        if (!time_turns(fns, args, 2, s->copies, reps, med)) {
+                                rows[i].ms = med[0];
+                                rows[i].pms = med[1];
+                        }
+                } else {
+                        rows[i].ms = time_median(grun_fn, &runs[i], s->copies, reps);
+                }
+        }
+}
+
+/* Prints row k of workload w's set s: JSON or a table line, with the
+ * peers' times and the row's ratio to the fastest (to the peer timed
+ * with it, where one was). */
+static void print_row(const struct workload *w, const struct set *s, const struct krow *k, const float *peer_ms,
+                      int best_p, float best_peer, double err, int json)
+{
+        const double gf = s->flops * 1e-9;
+        const float ms = k->ms, pms = k->pms;
+        const float grouped_ms = peer_ms[PEER_GROUPED] > 0 ? peer_ms[PEER_GROUPED] : peer_ms[PEER_SYR2K];
+        const float row_best = pms > 0 ? pms : best_peer;
+        const double tf = gf / ms; /* GFLOP / ms = TFLOP/s */
+#define TF(x) ((x) > 0 ? gf / (x) : 0.0)
+        if (pms > 0 && !json && !kbench_interleaved)
+                printf("# %s %s %s paired with %s, in turn: %.1f TF/s\n", w->name, cfg_name(s->dtype, s->tf32),
+                       k->name, peer_names[best_p], gf / pms);
+        if (json) {
+                printf("{\"workload\":\"%s\",\"config\":\"%s\",\"mode\":\"%s\",\"problems\":%u,"
+                       "\"gflop\":%.3f,\"gemmd_ms\":%.4f,\"gemmd_tfs\":%.2f,"
+                       "\"plan_us\":%.1f,\"tmaps_us\":%.1f,\"split_tiles\":%u,\"max_rel_err\":%.3g",
+                       w->name, cfg_name(s->dtype, s->tf32), k->name, s->n, gf, ms, tf, k->gp.plan.build_us,
+                       s->tmaps_us, k->gp.plan.nsplit, err);
+                for (int p = 0; p < NPEERS; p++) {
+                        if (peer_ms[p] > 0)
+                                printf(",\"%s_ms\":%.4f,\"%s_tfs\":%.2f", peer_names[p], peer_ms[p], peer_names[p],
+                                       TF(peer_ms[p]));
+                        else
+                                printf(",\"%s_ms\":null,\"%s_tfs\":null", peer_names[p], peer_names[p]);
+                }
+                if (pms > 0)
+                        printf(",\"paired_peer\":\"%s\",\"paired_peer_ms\":%.4f", peer_names[best_p], pms);
+                printf("}\n");
+        } else {
+                char lb[16], gb[16], sb[16], xg[16], xb[16];
+                printf("%-12s %-5s %-13s %9.4f %8.1f %8s %8s %8s %7s %7s %9.2e\n", w->name,
+                       cfg_name(s->dtype, s->tf32), k->name, ms, tf,
+                       num_or_dash(lb, sizeof(lb), peer_ms[PEER_LOOP] > 0, "%.1f", TF(peer_ms[PEER_LOOP])),
+                       num_or_dash(gb, sizeof(gb), grouped_ms > 0, "%.1f", TF(grouped_ms)),
+                       num_or_dash(sb, sizeof(sb), peer_ms[PEER_STRIDED] > 0, "%.1f", TF(peer_ms[PEER_STRIDED])),
+                       num_or_dash(xg, sizeof(xg), grouped_ms > 0, "%.2f", grouped_ms / ms),
+                       num_or_dash(xb, sizeof(xb), row_best > 0, "%.2f", row_best / ms), err);
+        }
+#undef TF
+        fflush(stdout);
+}
+
 static void bench_workload(cublasHandle_t h, const struct workload *w, int modes_mask, int json, int reps,
                            uint32_t nsm, size_t l2)
 {
@@ -1290,83 +1401,44 @@ static void bench_workload(cublasHandle_t h, const struct workload *w, int modes
                                 best_peer = peer_ms[p];
                                 best_p = p;
                         }
-                float grouped_ms = peer_ms[PEER_GROUPED] > 0 ? peer_ms[PEER_GROUPED] : peer_ms[PEER_SYR2K];
-                double gf = s.flops * 1e-9;
                 /* Rows: each mode; sets on the fast path one more, lpt
                  * on the sm_80 kernel ("lpt-80"), for comparison; sets
                  * that take the wide tile each mode again with it
-                 * ("rr-w", ...). */
+                 * ("rr-w", ...). Every row's plan is built first, so
+                 * that --interleaved can time them all in turn. */
                 const int extra = s.nfast > 0 && (modes_mask & (1 << SCHED_LPT));
                 const int nwide = s.wide_ok ? SCHED_NMODES : 0;
+                struct krow rows[2 * SCHED_NMODES + 1];
+                int nrows = 0;
                 for (int mi = 0; mi < SCHED_NMODES + extra + nwide; mi++) {
                         const int is_w = mi >= SCHED_NMODES + extra;
                         const int mode = is_w ? mi - SCHED_NMODES - extra : mi < SCHED_NMODES ? mi : SCHED_LPT;
                         if (!(modes_mask & (1 << mode)))
                                 continue;
-                        struct gplan gp;
-                        if ((is_w ? gplan_build_wide : gplan_build)(&gp, &s, (enum sched_mode)mode, nsm)) {
+                        struct krow *k = &rows[nrows++];
+                        if ((is_w ? gplan_build_wide : gplan_build)(&k->gp, &s, (enum sched_mode)mode, nsm)) {
                                 fprintf(stderr, "gemmbench: plan build failed\n");
                                 exit(1);
                         }
-                        gp.sm80 = !is_w && mi >= SCHED_NMODES;
+                        k->gp.sm80 = !is_w && mi >= SCHED_NMODES;
                         /* auto shows its choice: "auto>sorted" */
-                        const int chose = gp.plan.mode != (enum sched_mode)mode;
-                        char mbuf[32];
-                        snprintf(mbuf, sizeof(mbuf), "%s%s%s%s", sched_mode_name((enum sched_mode)mode),
-                                 chose ? ">" : "", chose ? sched_mode_name(gp.plan.mode) : "", is_w ? (kbench_narrow ? "-n" : "-w") : "");
-                        const char *mname = gp.sm80 ? "lpt-80" : mbuf;
-                        struct grun r = {&s, &gp};
-                        float ms, pms = -1;
-                        if (kbench_paired && best_p >= 0) {
-                                struct prun pr = {h, &s, &gr, (enum peer)best_p};
-                                const runfn fns[2] = {grun_fn, prun_fn};
-                                void *const args[2] = {&r, &pr};
-                                float med[2];
-                                ms = -1;
-                                if (!time_turns(fns, args, 2, s.copies, reps, med)) {
-                                        ms = med[0];
-                                        pms = med[1];
-                                }
-                                if (ms > 0 && !json)
-                                        printf("# %s %s %s paired with %s, in turn: %.1f TF/s\n", w->name,
-                                               cfg_name(s.dtype, s.tf32), mname, peer_names[best_p], gf / pms);
-                        } else {
-                                ms = time_median(grun_fn, &r, s.copies, reps);
-                        }
-                        const float row_best = pms > 0 ? pms : best_peer;
-                        double tf = gf / ms; /* GFLOP / ms = TFLOP/s */
-#define TF(x) ((x) > 0 ? gf / (x) : 0.0)
-                        if (json) {
-                                printf("{\"workload\":\"%s\",\"config\":\"%s\",\"mode\":\"%s\",\"problems\":%u,"
-                                       "\"gflop\":%.3f,\"gemmd_ms\":%.4f,\"gemmd_tfs\":%.2f,"
-                                       "\"plan_us\":%.1f,\"tmaps_us\":%.1f,\"split_tiles\":%u,\"max_rel_err\":%.3g",
-                                       w->name, cfg_name(s.dtype, s.tf32), mname,
-                                       s.n, gf, ms, tf, gp.plan.build_us, s.tmaps_us, gp.plan.nsplit, err);
-                                for (int p = 0; p < NPEERS; p++) {
-                                        if (peer_ms[p] > 0)
-                                                printf(",\"%s_ms\":%.4f,\"%s_tfs\":%.2f", peer_names[p],
-                                                       peer_ms[p], peer_names[p], TF(peer_ms[p]));
-                                        else
-                                                printf(",\"%s_ms\":null,\"%s_tfs\":null", peer_names[p],
-                                                       peer_names[p]);
-                                }
-                                if (pms > 0)
-                                        printf(",\"paired_peer\":\"%s\",\"paired_peer_ms\":%.4f", peer_names[best_p], pms);
-                                printf("}\n");
-                        } else {
-                                char lb[16], gb[16], sb[16], xg[16], xb[16];
-                                printf("%-12s %-5s %-13s %9.4f %8.1f %8s %8s %8s %7s %7s %9.2e\n", w->name,
-                                       cfg_name(s.dtype, s.tf32), mname, ms, tf,
-                                       num_or_dash(lb, sizeof(lb), peer_ms[PEER_LOOP] > 0, "%.1f",
-                                                   TF(peer_ms[PEER_LOOP])),
-                                       num_or_dash(gb, sizeof(gb), grouped_ms > 0, "%.1f", TF(grouped_ms)),
-                                       num_or_dash(sb, sizeof(sb), peer_ms[PEER_STRIDED] > 0, "%.1f",
-                                                   TF(peer_ms[PEER_STRIDED])),
-                                       num_or_dash(xg, sizeof(xg), grouped_ms > 0, "%.2f", grouped_ms / ms),
-                                       num_or_dash(xb, sizeof(xb), row_best > 0, "%.2f", row_best / ms), err);
-                        }
-                        fflush(stdout);
-                        gplan_free(&gp);
+                        const int chose = k->gp.plan.mode != (enum sched_mode)mode;
+                        if (k->gp.sm80)
+                                snprintf(k->name, sizeof(k->name), "lpt-80");
+                        else
+                                snprintf(k->name, sizeof(k->name), "%s%s%s%s", sched_mode_name((enum sched_mode)mode),
+                                         chose ? ">" : "", chose ? sched_mode_name(k->gp.plan.mode) : "",
+                                         is_w ? (kbench_narrow ? "-n" : "-w") : "");
+                        k->ms = k->pms = -1;
+                }
+                time_rows(h, &s, &gr, rows, nrows, best_p, reps);
+                if (kbench_interleaved && nrows && rows[0].pms > 0 && !json)
+                        printf("# %s %s: the rows and %s timed in turn, %s at %.1f TF/s\n", w->name,
+                               cfg_name(s.dtype, s.tf32), peer_names[best_p], peer_names[best_p],
+                               s.flops * 1e-9 / rows[0].pms);
+                for (int i = 0; i < nrows; i++) {
+                        print_row(w, &s, &rows[i], peer_ms, best_p, best_peer, err, json);
+                        gplan_free(&rows[i].gp);
                 }
                 grouped_free(&gr, &s);
                 set_free(&s);
@@ -1413,6 +1485,8 @@ int main(int argc, char **argv)
                         kbench_narrow = 1;
                 else if (!strcmp(argv[i], "--paired"))
                         kbench_paired = 1;
+                else if (!strcmp(argv[i], "--interleaved"))
+                        kbench_interleaved = 1;
                 else if (!strcmp(argv[i], "--f64-general"))
                         kbench_f64_general = 1;
                 else if (!strcmp(argv[i], "--a-mn"))
