@@ -2,7 +2,8 @@
 # Runs on a GPU machine and builds nothing: the kernel tests, the daemon's
 # GPU end-to-end tests, a short service run of the real daemon (its stats,
 # with the idle gap between groups), then gemmbench kernels (as timed by
-# default, then --queued: device time alone), from binaries
+# default, then --queued: device time alone, then --interleaved: every row
+# of a set and its peer in turn), from binaries
 # built elsewhere (scripts/gpu-bundle.sh), and, where python3 has PyTorch
 # with CUDA, bench/torch_grouped.py (torch._grouped_mm) on the moe and
 # seed002 problem lists as a peer. Logs and tables go under $OUT
@@ -78,6 +79,11 @@ if p=$(find_bin gemmbench); then
         # spin kernel): what the host's queueing adds differs between gemmd
         # and cuBLAS, most for the small workloads.
         "${lim[@]}" "$p" kernels --queued "$@" 2>&1 | tee "$OUT/gemmbench-queued.txt" || rc=1
+        # And with every row of a set and its fastest peer timed in turn,
+        # rep by rep: the table that compares modes (and the daemon's
+        # choice) under the same clocks, which rows timed one after another
+        # do not meet on a GPU at its power limit.
+        "${lim[@]}" "$p" kernels --interleaved "$@" 2>&1 | tee "$OUT/gemmbench-interleaved.txt" || rc=1
 else
         rc=1
 fi
