@@ -1250,6 +1250,29 @@ struct krow {
         float ms, pms;
 };
 
+/* Times rows[0 .. n) (their runs in runs[]) and, when pr is given, that
+ * peer in turn, rep by rep: each row's median in ms, the peer's in pms. */
+static void time_in_turn(const struct set *s, struct krow *rows, struct grun *runs, int n, struct prun *pr,
+                         int reps)
+{
+        runfn fns[2 * SCHED_NMODES + 2];
+        void *args[2 * SCHED_NMODES + 2];
+        float med[2 * SCHED_NMODES + 2];
+
+        for (int i = 0; i < n; i++) {
+                fns[i] = grun_fn;
+                args[i] = &runs[i];
+        }
+        fns[n] = prun_fn;
+        args[n] = pr;
+        if (time_turns(fns, args, n + (pr != NULL), s->copies, reps, med))
+                return;
+        for (int i = 0; i < n; i++) {
+                rows[i].ms = med[i];
+                rows[i].pms = pr ? med[n] : -1;
+        }
+}
+
 /* Times the n rows of set s: with --interleaved all of them and the
  * fastest peer (best_p) in turn, rep by rep, so that every row meets the
  * same clocks (a GPU at its power limit moves them within a run, and a
@@ -1259,43 +1282,20 @@ static void time_rows(cublasHandle_t h, const struct set *s, const struct groupe
                       int best_p, int reps)
 {
         struct prun pr = {h, s, gr, (enum peer)(best_p >= 0 ? best_p : 0)};
+        struct prun *peer = best_p >= 0 ? &pr : NULL;
         struct grun runs[2 * SCHED_NMODES + 1];
 
         for (int i = 0; i < n; i++)
                 runs[i] = (struct grun){s, &rows[i].gp};
         if (kbench_interleaved) {
-                runfn fns[2 * SCHED_NMODES + 2];
-                void *args[2 * SCHED_NMODES + 2];
-                float med[2 * SCHED_NMODES + 2];
-                const int np = best_p >= 0;
-
-                for (int i = 0; i < n; i++) {
-                        fns[i] = grun_fn;
-                        args[i] = &runs[i];
-                }
-                fns[n] = prun_fn;
-                args[n] = &pr;
-                if (time_turns(fns, args, n + np, s->copies, reps, med))
-                        return;
-                for (int i = 0; i < n; i++) {
-                        rows[i].ms = med[i];
-                        rows[i].pms = np ? med[n] : -1;
-                }
+                time_in_turn(s, rows, runs, n, peer, reps);
                 return;
         }
         for (int i = 0; i < n; i++) {
-                if (kbench_paired && best_p >= 0) {
-                        const runfn fns[2] = {grun_fn, prun_fn};
-                        void *const args[2] = {&runs[i], &pr};
-                        float med[2];
-
-                        if (!time_turns(fns, args, 2, s->copies, reps, med)) {
-                                rows[i].ms = med[0];
-                                rows[i].pms = med[1];
-                        }
-                } else {
+                if (kbench_paired && peer)
+                        time_in_turn(s, &rows[i], &runs[i], 1, peer, reps);
+                else
                         rows[i].ms = time_median(grun_fn, &runs[i], s->copies, reps);
-                }
         }
 }
 
