@@ -510,7 +510,7 @@ static void on_submit(struct session *s, uint64_t rid, const Gemmd__V1__Submit *
         r->t_admit_ns = now_ns();
         atomic_init(&r->remaining, n);
         s->refs++;
-        atomic_fetch_add(&srv->requests, 1);
+        pc_add(&srv->counts, PC_REQUESTS, 1);
         /* Handed to the worker with the rest of this read's requests
          * (dispatch_frames_done): one lock for all of them. */
         lane_stage(&s->lanes[w->index * NPRIO + r->priority], r->ops, n);
@@ -685,8 +685,8 @@ static void count_reply(const struct request *r, uint64_t t_reply)
                 if (r->ops[i].t_done_ns > t_done)
                         t_done = r->ops[i].t_done_ns;
         if (t_done) {
-                atomic_fetch_add(&r->s->srv->replies, 1);
-                atomic_fetch_add(&r->s->srv->reply_wait_ns, t_reply > t_done ? t_reply - t_done : 0);
+                pc_add(&r->s->srv->counts, PC_REPLIES, 1);
+                pc_add(&r->s->srv->counts, PC_REPLY_WAIT_NS, t_reply > t_done ? t_reply - t_done : 0);
         }
 }
 

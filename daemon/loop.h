@@ -16,6 +16,7 @@
 #include <uv.h>
 
 #include "daemon/config.h"
+#include "daemon/pcount.h"
 #include "daemon/work.h"
 
 struct backend;
@@ -139,26 +140,26 @@ struct server {
         uint32_t nsessions;
         uint32_t ndenied; /* sessions with `denied` set, counted in nsessions */
         uint64_t next_session_id;
-        atomic_uint queued_ops; /* admitted and not yet completed, all sessions (admit) */
-        uint32_t pending_controls; /* control tasks whose done() has not run */
+        /* Admitted and not yet completed, all sessions (admit): moved by
+         * every op's admission and completion, so alone on its line. */
+        _Alignas(64) atomic_uint queued_ops;
+        _Alignas(64) uint32_t pending_controls; /* control tasks whose done() has not run */
         atomic_int draining;
         int exit_code;          /* the daemon's exit status after the drain */
         atomic_int device_lost; /* set by a worker whose device broke */
-        /* Completions packed for the wire: how many, how many of them the
-         * completing thread wrote itself, and the summed time from the
-         * request's last op done to its reply packed (either thread). */
-        atomic_uint_fast64_t replies, replies_now, replies_ring, replies_word, reply_wait_ns;
-        atomic_uint_fast64_t submits_ring; /* Submits taken from rings */
-        atomic_uint rings_now;             /* sessions with rings attached */
+        /* Requests admitted, replies and how they went (pcount.h): every
+         * op adds to them, from every loop and completing thread. */
+        struct pcounts counts;
+        atomic_uint rings_now; /* sessions with rings attached */
         /* Sessions with ops in flight, and how many of them may have their
          * clients poll (cfg->client_poll_max, resolved): past that, each
-         * Completion asks its client to sleep (ring_hint, proto/ring.h). */
-        atomic_uint busy_sessions;
-        uint32_t poll_max;
-        atomic_uint_fast64_t no_poll_replies; /* answers that asked it (a ring batch or a socket reply) */
+         * Completion asks its client to sleep (ring_hint, proto/ring.h).
+         * Read by every reply to a ring, so on a line of its own. */
+        _Alignas(64) atomic_uint busy_sessions;
+        _Alignas(64) uint32_t poll_max;
 
         uint64_t t_start_ns;
-        atomic_uint_fast64_t sessions_total, requests, rejections[32];
+        atomic_uint_fast64_t sessions_total, rejections[32];
 };
 
 /* Adds one loop callback that started at t0 (now_ns()) to loop ev's

@@ -8,6 +8,7 @@
 #include <errno.h>
 #include <netdb.h>
 #include <netinet/in.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -38,14 +39,23 @@ static const char *const code_names[] = {
 
 static const char *const kind_names[NKINDS] = {"gemm", "syr2k"};
 
-/* What one uid did. The slot with other == 1 collects every uid past
- * METRICS_MAX_UIDS, so the number of series stays bounded. */
+/* What one uid did, as one thread counted it. The slot with other == 1
+ * collects every uid past METRICS_MAX_UIDS, so the number of series stays
+ * bounded. The table (M.uids) holds the first thread's slot of each uid;
+ * every other thread that counts for the uid gets a slot of its own,
+ * chained from that one (`more`), so that no two threads add to one cache
+ * line (pcount.h says why); a render sums the chain. */
 struct uid_counts {
         uid_t uid;
         int other;
+        const void *owner; /* the counting thread's token */
+        struct uid_counts *more;
         uint64_t ops[NKINDS][NDTYPES][NCODES];
         uint64_t requests[NCODES];
         uint64_t errors[NCODES];
+        /* Of this thread's answered ops that ran in a group: */
+        uint64_t queue_sum_ns; /* their queue times */
+        uint64_t run_sum_ns;   /* their groups' run times, each group once */
 };
 
 /* One HTTP connection. It owns two handles (the stream and its deadline)
@@ -86,10 +96,9 @@ static struct {
         struct uid_counts **uids;
         uint32_t nuids;
         struct uid_counts *other;
-        /* Of the ops that ran in a group, counted without a lock (__atomic
-         * adds) by every loop: */
-        uint64_t queue_sum_ns;  /* their queue times */
-        uint64_t run_sum_ns;    /* their groups' run times, each group once */
+        /* The queue and run sums of ops counted without a slot (out of
+         * memory); the slots hold the rest. */
+        uint64_t queue_sum_ns, run_sum_ns;
 } M;
 
 /* ---- counters --------------------------------------------------------- */
@@ -137,9 +146,36 @@ static struct uid_counts *uid_slot(uid_t uid)
         return u;
 }
 
-/* The counts of `uid` for a counting thread, through its own small cache
- * of slots found before (a slot lives as long as the daemon), so that
- * the loops take the table's lock only for a uid new to them. */
+/* A counting thread's token: its address is unique among live threads. */
+static __thread char counter_token;
+
+/* The calling thread's own slot in the chain of `head` (the table's slot
+ * of a uid), made on first use; NULL when out of memory. With
+ * counts_lock held. */
+static struct uid_counts *own_slot(struct uid_counts *head)
+{
+        struct uid_counts *u;
+
+        if (!head->owner)
+                head->owner = &counter_token;
+        for (u = head; u; u = u->more)
+                if (u->owner == &counter_token)
+                        return u;
+        if (posix_memalign((void **)&u, 64, sizeof(*u)))
+                return NULL;
+        memset(u, 0, sizeof(*u));
+        u->uid = head->uid;
+        u->other = head->other;
+        u->owner = &counter_token;
+        u->more = head->more;
+        head->more = u;
+        return u;
+}
+
+/* The counts of `uid` for a counting thread, its own slot, through its
+ * own small cache of slots found before (a slot lives as long as the
+ * daemon), so that the loops take the table's lock only for a uid new to
+ * them. */
 static struct uid_counts *uid_counts_of(uid_t uid)
 {
         static __thread struct {
@@ -153,6 +189,8 @@ static struct uid_counts *uid_counts_of(uid_t uid)
                 return cache[h].u;
         pthread_mutex_lock(&counts_lock);
         u = uid_slot(uid);
+        if (u)
+                u = own_slot(u);
         pthread_mutex_unlock(&counts_lock);
         if (u) {
                 cache[h].uid = uid;
@@ -204,9 +242,9 @@ void metrics_count_request(const struct request *r)
         if (u)
                 bump(&u->requests[code_index(status)], 1);
         if (queue_ns)
-                bump(&M.queue_sum_ns, queue_ns);
+                bump(u ? &u->queue_sum_ns : &M.queue_sum_ns, queue_ns);
         if (run_ns)
-                bump(&M.run_sum_ns, run_ns);
+                bump(u ? &u->run_sum_ns : &M.run_sum_ns, run_ns);
 }
 
 void metrics_count_error(uid_t uid, int code)
@@ -265,6 +303,33 @@ static void metric_f(FILE *f, const char *name, const char *type, const char *he
         fprintf(f, "%s %.9g\n", name, v);
 }
 
+/* The counter at byte offset `off` of struct uid_counts, summed over
+ * u's chain (every thread's slot of u's uid). With counts_lock held. */
+static uint64_t chain_sum(const struct uid_counts *u, size_t off)
+{
+        uint64_t sum = 0;
+
+        for (; u; u = u->more)
+                sum += ld((const uint64_t *)((const char *)u + off));
+        return sum;
+}
+
+#define SUM(u, field) chain_sum((u), offsetof(struct uid_counts, field))
+
+/* The queue or run sum (offset off) of every op answered. */
+static uint64_t time_sum(size_t off, const uint64_t *unslotted)
+{
+        uint64_t sum = ld(unslotted);
+
+        pthread_mutex_lock(&counts_lock);
+        for (uint32_t i = 0; i < M.nuids; i++)
+                sum += chain_sum(M.uids[i], off);
+        if (M.other)
+                sum += chain_sum(M.other, off);
+        pthread_mutex_unlock(&counts_lock);
+        return sum;
+}
+
 /* Every uid slot, the overflow one last. */
 static struct uid_counts *uid_at(uint32_t i)
 {
@@ -287,11 +352,13 @@ static void render_counts(FILE *f)
 
                 uid_label(uid, sizeof(uid), u);
                 for (unsigned c = 0; c < NCODES; c++) {
-                        if (!ld(&u->requests[c]))
+                        const uint64_t v = SUM(u, requests[c]);
+
+                        if (!v)
                                 continue;
                         code_label(code, sizeof(code), c);
                         fprintf(f, "gemmd_requests_total{uid=\"%s\",status=\"%s\"} %llu\n", uid,
-                                code, (unsigned long long)ld(&u->requests[c]));
+                                code, (unsigned long long)v);
                 }
         }
         header(f, "gemmd_ops_total", "counter",
@@ -303,13 +370,15 @@ static void render_counts(FILE *f)
                 for (unsigned k = 0; k < NKINDS; k++)
                         for (unsigned d = 0; d < NDTYPES; d++)
                                 for (unsigned c = 0; c < NCODES; c++) {
-                                        if (!ld(&u->ops[k][d][c]))
+                                        const uint64_t v = SUM(u, ops[k][d][c]);
+
+                                        if (!v)
                                                 continue;
                                         code_label(code, sizeof(code), c);
                                         fprintf(f, "gemmd_ops_total{op=\"%s\",dtype=\"%s\","
                                                    "status=\"%s\",uid=\"%s\"} %llu\n",
                                                 kind_names[k], dtype_name(d), code, uid,
-                                                (unsigned long long)ld(&u->ops[k][d][c]));
+                                                (unsigned long long)v);
                                 }
         }
         header(f, "gemmd_error_replies_total", "counter",
@@ -319,11 +388,13 @@ static void render_counts(FILE *f)
 
                 uid_label(uid, sizeof(uid), u);
                 for (unsigned c = 0; c < NCODES; c++) {
-                        if (!ld(&u->errors[c]))
+                        const uint64_t v = SUM(u, errors[c]);
+
+                        if (!v)
                                 continue;
                         code_label(code, sizeof(code), c);
                         fprintf(f, "gemmd_error_replies_total{uid=\"%s\",code=\"%s\"} %llu\n", uid,
-                                code, (unsigned long long)ld(&u->errors[c]));
+                                code, (unsigned long long)v);
                 }
         }
 }
@@ -347,7 +418,7 @@ static void render_server(FILE *f, struct server *srv, double up_s)
         metric_u64(f, "gemmd_sessions_limit", "gauge", "Most concurrent sessions (--max-sessions)",
                    lim->max_sessions);
         metric_u64(f, "gemmd_requests_admitted_total", "counter",
-                   "Requests (submits) that passed validation and admission", srv->requests);
+                   "Requests (submits) that passed validation and admission", pc_read(&srv->counts, PC_REQUESTS));
         metric_u64(f, "gemmd_queue_ops", "gauge",
                    "Ops admitted and not yet answered, all sessions (the queue depth)",
                    srv->queued_ops);
@@ -558,9 +629,9 @@ static void render_devices(FILE *f, struct server *srv, double up_s)
         histogram(f, "gemmd_group_size_ops", "Ops per group, all devices", gs, 1, 1, (double)ops);
         histogram(f, "gemmd_queue_time_seconds",
                   "Per op: admitted to its group's launch, all devices", qu, 1e-6, 0,
-                  ld(&M.queue_sum_ns) / 1e9);
+                  time_sum(offsetof(struct uid_counts, queue_sum_ns), &M.queue_sum_ns) / 1e9);
         histogram(f, "gemmd_run_time_seconds", "Per group: launch to done, all devices", ru, 1e-6, 0,
-                  ld(&M.run_sum_ns) / 1e9);
+                  time_sum(offsetof(struct uid_counts, run_sum_ns), &M.run_sum_ns) / 1e9);
 out:
         free(st);
         free(pending);

@@ -1,7 +1,7 @@
 # daemon/: the gemmd binary.
 DAEMON_OBJS += $(addprefix $(BUILD)/daemon/, main.o config.o log.o server.o session.o ring.o \
                dispatch.o reply.o devmem.o unixsock.o validate.o buffers.o worker.o backend_cpu.o stats.o notify.o \
-               metrics.o users.o watchdog.o backend_proc.o devhost.o cpuacct.o)
+               metrics.o users.o watchdog.o backend_proc.o devhost.o cpuacct.o pcount.o)
 
 ifeq ($(WITH_CUDA),1)
 DAEMON_OBJS += $(addprefix $(BUILD)/daemon/, backend_cuda.o cuda_launch.o cuda_completion.o \

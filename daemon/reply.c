@@ -234,7 +234,7 @@ static struct request *socket_now(struct request *r, int *stuck)
                 r = r->next;
         }
         if (head) {
-                atomic_fetch_add(&s->srv->replies_now, answered);
+                pc_add(&s->srv->counts, PC_REPLIES_NOW, answered);
                 request_set_state(tail, REQ_SENT_LAST);
                 loop_queue_done(s->ev, head, tail);
         }

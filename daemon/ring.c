@@ -207,7 +207,7 @@ int ring_take(struct session *s)
                 memcpy(body, sl->body, len);
                 ring_release(&ring->sq, ++s->sq_tail);
                 s->up->frame(s, body, len, 1);
-                atomic_fetch_add_explicit(&s->srv->submits_ring, 1, memory_order_relaxed);
+                pc_add(&s->srv->counts, PC_SUBMITS_RING, 1);
                 taken++;
         }
         if (taken)
@@ -291,7 +291,7 @@ static void hint_locked(struct session *s)
         if (atomic_load_explicit(&s->ring->cq.no_poll, memory_order_relaxed) != v)
                 atomic_store_explicit(&s->ring->cq.no_poll, v, memory_order_relaxed);
         if (v)
-                atomic_fetch_add_explicit(&s->srv->no_poll_replies, 1, memory_order_relaxed);
+                pc_add(&s->srv->counts, PC_NO_POLL_REPLIES, 1);
 }
 
 void ring_hint(struct session *s)
@@ -324,7 +324,7 @@ void ring_cq_word(struct session *s, uint32_t k, uint64_t id)
         _Atomic uint64_t *w = (_Atomic uint64_t *)s->words->host + k;
 
         /* Counted before it is seen, as ring_cq_end counts the slots. */
-        atomic_fetch_add(&s->srv->replies_word, 1);
+        pc_add(&s->srv->counts, PC_REPLIES_WORD, 1);
         atomic_store_explicit(w, WORD_VALUE(id, WORD_OK | WORD_FINAL), memory_order_release);
 }
 
@@ -335,7 +335,7 @@ void ring_cq_end(struct session *s, uint32_t n, uint32_t nwords)
                 hint_locked(s);
                 /* Counted before they are seen: a client's stats request
                  * sent in answer to them then finds them counted. */
-                atomic_fetch_add(&s->srv->replies_ring, n);
+                pc_add(&s->srv->counts, PC_REPLIES_RING, n);
                 /* The kick is owed under the lock: the loop's ring_taken
                  * takes the lock before it looks. */
                 if (ring_publish(&s->ring->cq, s->cq_head) &&

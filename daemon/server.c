@@ -645,6 +645,10 @@ int server_init(struct server *srv, uv_loop_t *loop, const struct gemmd_config *
         srv->cfg = cfg;
         srv->t_start_ns = now_ns();
         pthread_mutex_init(&srv->lock, NULL);
+        if (pcounts_init(&srv->counts)) {
+                pthread_mutex_destroy(&srv->lock);
+                return -ENOMEM;
+        }
         rc = start_backends(srv);
         if (rc)
                 goto err;
@@ -750,5 +754,6 @@ void server_deinit(struct server *srv)
         if (srv->spare_fd >= 0)
                 close(srv->spare_fd);
         srv->spare_fd = -1;
+        pcounts_deinit(&srv->counts);
         pthread_mutex_destroy(&srv->lock);
 }

@@ -67,9 +67,9 @@ struct user *users_get(struct server *srv, uint32_t uid)
                         u->sessions++;
                         return u;
                 }
-        u = calloc(1, sizeof(*u));
-        if (!u)
+        if (posix_memalign((void **)&u, 64, sizeof(*u)))
                 return NULL;
+        memset(u, 0, sizeof(*u));
         u->shares = calloc((size_t)srv->nworkers, sizeof(*u->shares));
         u->ulanes = calloc((size_t)srv->nworkers * NPRIO, sizeof(*u->ulanes));
         if (!u->shares || !u->ulanes) {

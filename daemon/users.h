@@ -28,8 +28,11 @@ struct user {
         uint32_t uid;
         uint32_t sessions;     /* references: one per session */
         uint32_t denied;       /* of those, sessions refused (see struct session) */
-        atomic_uint inflight_ops; /* admitted, not yet completed, all sessions (admit) */
-        uint64_t buffer_bytes; /* registered, all sessions */
+        /* Admitted, not yet completed, all sessions (admit): every op of
+         * the user moves it, from the loops and the completing threads,
+         * so it has a cache line of its own. */
+        _Alignas(64) atomic_uint inflight_ops;
+        _Alignas(64) uint64_t buffer_bytes; /* registered, all sessions */
         /* Buffers and rings the daemon holds mapped for it (released
          * buffers that ops still use included); taken under the server's
          * lock (users_map_take), given back by any thread. */

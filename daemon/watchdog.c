@@ -48,7 +48,7 @@ static uint64_t watchdog_period_ns(void)
 static void on_tick(uv_timer_t *t)
 {
         struct server *srv = wd.srv;
-        uint64_t now = now_ns(), served = srv->requests;
+        uint64_t now = now_ns(), served = pc_read(&srv->counts, PC_REQUESTS);
         char msg[512];
         int healthy = 1, n;
         uint32_t nsessions, queued;
