@@ -93,7 +93,7 @@ deps:
 NPROC := $(shell nproc 2>/dev/null || echo 2)
 # The daemon's suites run once more with every daemon serving thus (also
 # under the sanitizers, tests/sanitize.mk).
-E2E_SECOND_PASS := E2E_LOOPS=3 E2E_DEVPROC=yes
+E2E_SECOND_PASS := E2E_LOOPS=3 E2E_DEVPROC=yes E2E_SPIN=50
 SECOND_PASS_SUITES = $(filter-out %/test_systemd,$(E2E_SUITES) $(HARD_SUITES))
 
 # The scripted suites (Python, gemmbench) take this build's binaries.
@@ -101,7 +101,7 @@ test: deps
 	$(Q)$(MAKE) --no-print-directory -j$(NPROC) bins tests
 	$(Q)GEMMD_BIN=$(abspath $(BUILD)) GEMMD_LIBRARY=$(abspath $(BUILD))/libgemmd.so \
 		scripts/run-tests.sh $(TESTS)
-	@echo "== the daemon's suites once more, each daemon serving with 3 event loops and a device process"
+	@echo "== the daemon's suites once more, each daemon serving with 3 event loops, a device process and 50 us of polling"
 	$(Q)$(E2E_SECOND_PASS) GEMMD_BIN=$(abspath $(BUILD)) GEMMD_LIBRARY=$(abspath $(BUILD))/libgemmd.so \
 		scripts/run-tests.sh $(SECOND_PASS_SUITES)
 

@@ -93,7 +93,15 @@ struct evloop {
         atomic_int finished;      /* drained: its sessions are closed (index > 0) */
         atomic_int stop;          /* told by loop 0 to leave its run (index > 0) */
 
-        uint64_t active_ns; /* when the loop last read or reaped (server_run) */
+        /* The hand-off without a system call: another thread that queues
+         * something for the loop sets `handed`; a loop that polls (its
+         * --spin-us window) looks at it each turn, so only a loop that is
+         * (or may be) asleep gets the async wake-up, a write to its
+         * eventfd (loop_wake). Apart from the loop's own fields, since
+         * other threads write it. */
+        _Alignas(64) atomic_int handed;
+        atomic_int polling; /* the loop looks at `handed` each turn */
+        _Alignas(64) uint64_t active_ns; /* when the loop last read or reaped (server_run) */
         /* The loop's own account (loop_account): its callbacks, the
          * time they held the thread, and their durations in log2 us
          * buckets. A long callback delays every client's next read. */
@@ -178,7 +186,7 @@ static inline void loop_account(struct evloop *ev, uint64_t t0)
 
 /* Appends the requests from head to tail (linked by next) to loop ev's
  * completion queue, under one lock, without waking the loop (the caller
- * does: uv_async_send). Any thread (the reply path, reply.c). */
+ * does: loop_wake). Any thread (the reply path, reply.c). */
 static inline void loop_queue_done(struct evloop *ev, struct request *head, struct request *tail)
 {
         tail->next = NULL;
@@ -191,12 +199,24 @@ static inline void loop_queue_done(struct evloop *ev, struct request *head, stru
         pthread_mutex_unlock(&ev->done_lock);
 }
 
-/* Wakes every loop (uv_async_send): something they wait for in the drain
- * changed. Any thread. */
+/* Tells loop ev that something was queued for it (completions, control
+ * tasks, connections, a stop): it takes them in its next turn if it polls,
+ * else the async handle wakes it. Any thread. With the loop's store of
+ * `polling` before its look at `handed` (run_loop), one of the two sees
+ * the other's store: the loop never sleeps on a hand-off. */
+static inline void loop_wake(struct evloop *ev)
+{
+        atomic_store(&ev->handed, 1);
+        if (!atomic_load(&ev->polling))
+                uv_async_send(&ev->async);
+}
+
+/* Wakes every loop: something they wait for in the drain changed. Any
+ * thread. */
 static inline void loop_wake_all(struct server *srv)
 {
         for (int i = 0; i < srv->nloops; i++)
-                uv_async_send(&srv->loops[i].async);
+                loop_wake(&srv->loops[i]);
 }
 
 #endif

@@ -312,7 +312,7 @@ void reply_post(struct request *done, void *ctx)
         }
         for (int i = 0; woken; i++, woken >>= 1)
                 if (woken & 1)
-                        uv_async_send(&srv->loops[i].async);
+                        loop_wake(&srv->loops[i]);
 }
 
 /* The loop, answering a request nobody answered: in the session's ring

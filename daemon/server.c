@@ -110,7 +110,7 @@ static void hand_to_loop(struct evloop *ev, int fd)
         }
         ev->newfds[ev->nnew++] = fd;
         pthread_mutex_unlock(&ev->done_lock);
-        uv_async_send(&ev->async);
+        loop_wake(ev);
 }
 
 /* Refuses the connection fd at once: best effort, one Error frame (err, a
@@ -272,7 +272,7 @@ void server_post_control(struct wctl *c, void *ctx)
                 ev->ctl_head = c;
         ev->ctl_tail = c;
         pthread_mutex_unlock(&ev->done_lock);
-        uv_async_send(&ev->async);
+        loop_wake(ev);
 }
 
 void server_reap(struct evloop *ev)
@@ -322,6 +322,8 @@ void server_reap(struct evloop *ev)
         ev->loop_part_ns[LOOP_REAP] += now_ns() - t0;
 }
 
+static void on_async(uv_async_t *h);
+
 /* Runs loop ev until its handles are closed (loop 0) or it is told to
  * stop (the others). */
 static void run_loop(struct evloop *ev)
@@ -331,14 +333,20 @@ static void run_loop(struct evloop *ev)
         while (!atomic_load(&ev->stop)) {
                 int polling = win && now_ns() - ev->active_ns < win;
 
-                /* Before it blocks, the loop tells its sessions' rings it
-                 * sleeps; a Submit that came meanwhile keeps it polling. */
-                if (!polling && !ring_sleep(ev))
+                /* Before it blocks, the loop tells the threads that hand it
+                 * work (loop_wake) and its sessions' rings that it sleeps;
+                 * a hand-off or a Submit that came meanwhile keeps it
+                 * polling. */
+                if (polling != atomic_load_explicit(&ev->polling, memory_order_relaxed))
+                        atomic_store(&ev->polling, polling);
+                if (!polling && (atomic_load(&ev->handed) || !ring_sleep(ev)))
                         polling = 1;
                 if (!uv_run(ev->loop, polling ? UV_RUN_NOWAIT : UV_RUN_ONCE))
                         break;
                 if (ev->rings)
                         ring_drain(ev);
+                if (atomic_load_explicit(&ev->handed, memory_order_relaxed))
+                        on_async(&ev->async);
         }
 }
 
@@ -359,6 +367,9 @@ static void on_async(uv_async_t *h)
         struct evloop *ev = h->data;
         uint64_t t0 = now_ns();
 
+        /* Cleared before the queues are taken: a hand-off after this
+         * sets it again for the next turn. */
+        atomic_store(&ev->handed, 0);
         if (atomic_load(&ev->stop))
                 return;
         if (atomic_load(&ev->srv->draining))
@@ -377,7 +388,7 @@ static void device_lost(void *ctx)
         struct server *srv = ctx;
 
         atomic_store(&srv->device_lost, 1);
-        uv_async_send(&srv->loops[0].async);
+        loop_wake(&srv->loops[0]);
 }
 
 static void on_signal(uv_signal_t *h, int signum)
@@ -423,7 +434,7 @@ static void finish(struct server *srv)
                 struct evloop *ev = &srv->loops[i];
 
                 atomic_store(&ev->stop, 1);
-                uv_async_send(&ev->async);
+                loop_wake(ev);
                 pthread_join(ev->thread, NULL);
         }
         /* Nothing is queued or running: the workers exit at once. */
@@ -469,7 +480,7 @@ void server_maybe_finish(struct evloop *ev)
                 session_close(s);
         }
         if (ev->index > 0) {
-                uv_async_send(&srv->loops[0].async); /* loop 0 waits for every loop */
+                loop_wake(&srv->loops[0]); /* loop 0 waits for every loop */
                 return;
         }
         for (int i = 1; i < srv->nloops; i++)

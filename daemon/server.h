@@ -19,7 +19,8 @@
  * evloop, --loops), each on a thread of its own; a session stays on one
  * loop, and everything of it belongs to that loop's thread except the
  * loop's hand-off queues (done_lock), which workers append to before
- * waking the loop with uv_async_send (sends coalesce, so the callback
+ * telling the loop (loop_wake: a flag it looks at each turn while it
+ * polls, else uv_async_send, whose sends coalesce; either way one turn
  * drains the whole queue), and a session's output queue (out_lock). What
  * the loops share is under the server's lock or atomic.
  *

@@ -204,7 +204,7 @@ int e2e_devproc(void)
 
 int e2e_daemon_startv(struct e2e_daemon *d, const char *const *flags)
 {
-        char *argv[MAX_FLAGS + 16]; /* the flags after at most 15 of its own */
+        char *argv[MAX_FLAGS + 20]; /* the flags after at most 17 of its own */
         /* E2E_GEMMD names another daemon binary beside it (gemmd-fi). */
         const char *name = getenv("E2E_GEMMD");
         /* Flags every daemon gets from the environment: E2E_LOOPS=N serves
@@ -212,15 +212,18 @@ int e2e_daemon_startv(struct e2e_daemon *d, const char *const *flags)
          * (make test's second pass); E2E_RESIDENT=no runs the GPU suites
          * and the soak with a launch per group, where by default an sm_90
          * GPU keeps the resident kernel (the CPU backend ignores it);
-         * E2E_GROUPS=N runs N groups in flight per device and
-         * E2E_READERS=N N readers of the resident kernel's posts. */
+         * E2E_GROUPS=N runs N groups in flight per device,
+         * E2E_READERS=N N readers of the resident kernel's posts and
+         * E2E_SPIN=US has the daemon's threads poll US microseconds after
+         * their last work, as on a GPU host (make test's second pass). */
         static const struct {
                 const char *env, *flag;
         } env_flags[] = {{"E2E_LOOPS", "--loops"},
                          {"E2E_DEVPROC", "--device-process"},
                          {"E2E_RESIDENT", "--resident"},
                          {"E2E_GROUPS", "--max-groups-inflight"},
-                         {"E2E_READERS", "--resident-readers"}};
+                         {"E2E_READERS", "--resident-readers"},
+                         {"E2E_SPIN", "--spin-us"}};
         char *bin = e2e_build_path(name && *name ? name : "gemmd");
         int argc = 0, slot = -1, n = ndaemons_started++;
         uint64_t deadline;
@@ -242,7 +245,7 @@ int e2e_daemon_startv(struct e2e_daemon *d, const char *const *flags)
                         argv[argc++] = (char *)v;
                 }
         }
-        for (int i = 0; flags[i] && argc < MAX_FLAGS + 15; i++)
+        for (int i = 0; flags[i] && argc < MAX_FLAGS + 19; i++)
                 argv[argc++] = (char *)flags[i];
         argv[argc] = NULL;
         for (int i = 0; i < MAX_DAEMONS && slot < 0; i++)
