@@ -169,7 +169,7 @@ static void usage(FILE *f)
                 "                      default 0)\n"
                 "  --spin              gemmd mode: clients busy-poll for completions and never\n"
                 "                      sleep (default: poll as long as libgemmd's waits do,\n"
-                "                      $GEMMD_SPIN_US or 50 us, then sleep in poll())\n"
+                "                      $GEMMD_SPIN_US or 200 us, then sleep in poll())\n"
                 "  --json              print one JSON object\n"
                 "  --help              this text\n",
                 CLIENTS_PROBLEMS, CLIENTS_MAX_WINDOW, MAX_CHURN);

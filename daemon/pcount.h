@@ -3,10 +3,11 @@
  *
  * Each thread adds to a block of its own and a reader sums the blocks.
  * One shared counter that every loop, worker and completion thread adds
- * to once an op moves its cache line from core to core on each add; with
- * the threads of two GPUs counting, those moves took a sixth of the
- * loops' time (docs/performance.md, "What the host's threads cost").
- * A block is the thread's alone, so an add stays in that core's cache.
+ * to once an op moves its cache line from core to core on each add, and
+ * the more threads count, the longer each add waits for the line: with
+ * two GPUs' threads it held the loops, which bounded the daemon
+ * (docs/performance.md, "What the host's threads cost"). A block is the
+ * thread's alone, so an add stays in that core's cache.
  *
  * Blocks belong to one `struct pcounts` (the server's) and live until it
  * is freed: the daemon's counting threads live as long as it does. A

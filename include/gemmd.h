@@ -67,11 +67,14 @@ extern "C" {
 
 /* A wait for a reply (gemmd_wait, gemmd_run, the synchronous calls) first
  * polls the socket this many microseconds without sleeping, then sleeps in
- * poll(); on a machine with fewer than 4 CPUs it never polls. $GEMMD_SPIN_US,
+ * poll(); on a machine with fewer than 4 CPUs it never polls. Long enough
+ * for the answer to a client with several requests in flight on a busy
+ * GPU: past it, the answer is a wake-up, which costs the daemon's event
+ * loop a socket write and the client the scheduler's delay. $GEMMD_SPIN_US,
  * read by gemmd_connect, overrides both (0: never poll; at most 1000000).
  * A client with rings does not poll while the daemon asks its clients to
  * sleep (gemmd --client-poll-max): its host has no CPU to spare for it. */
-#define GEMMD_DEFAULT_SPIN_US 50
+#define GEMMD_DEFAULT_SPIN_US 200
 
 /* Error codes. The number after the minus sign minus 1000 equals the
  * gemmd.v1.Code value on the wire. Appended only, never renumbered. */
