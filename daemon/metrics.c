@@ -53,9 +53,6 @@ struct uid_counts {
         uint64_t ops[NKINDS][NDTYPES][NCODES];
         uint64_t requests[NCODES];
         uint64_t errors[NCODES];
-        /* Of this thread's answered ops that ran in a group: */
-        uint64_t queue_sum_ns; /* their queue times */
-        uint64_t run_sum_ns;   /* their groups' run times, each group once */
 };
 
 /* One HTTP connection. It owns two handles (the stream and its deadline)
@@ -96,9 +93,6 @@ static struct {
         struct uid_counts **uids;
         uint32_t nuids;
         struct uid_counts *other;
-        /* The queue and run sums of ops counted without a slot (out of
-         * memory); the slots hold the rest. */
-        uint64_t queue_sum_ns, run_sum_ns;
 } M;
 
 /* ---- counters --------------------------------------------------------- */
@@ -242,9 +236,9 @@ void metrics_count_request(const struct request *r)
         if (u)
                 bump(&u->requests[code_index(status)], 1);
         if (queue_ns)
-                bump(u ? &u->queue_sum_ns : &M.queue_sum_ns, queue_ns);
+                pc_add(&r->s->srv->counts, PC_QUEUE_SUM_NS, queue_ns);
         if (run_ns)
-                bump(u ? &u->run_sum_ns : &M.run_sum_ns, run_ns);
+                pc_add(&r->s->srv->counts, PC_RUN_SUM_NS, run_ns);
 }
 
 void metrics_count_error(uid_t uid, int code)
@@ -315,20 +309,6 @@ static uint64_t chain_sum(const struct uid_counts *u, size_t off)
 }
 
 #define SUM(u, field) chain_sum((u), offsetof(struct uid_counts, field))
-
-/* The queue or run sum (offset off) of every op answered. */
-static uint64_t time_sum(size_t off, const uint64_t *unslotted)
-{
-        uint64_t sum = ld(unslotted);
-
-        pthread_mutex_lock(&counts_lock);
-        for (uint32_t i = 0; i < M.nuids; i++)
-                sum += chain_sum(M.uids[i], off);
-        if (M.other)
-                sum += chain_sum(M.other, off);
-        pthread_mutex_unlock(&counts_lock);
-        return sum;
-}
 
 /* Every uid slot, the overflow one last. */
 static struct uid_counts *uid_at(uint32_t i)
@@ -629,9 +609,9 @@ static void render_devices(FILE *f, struct server *srv, double up_s)
         histogram(f, "gemmd_group_size_ops", "Ops per group, all devices", gs, 1, 1, (double)ops);
         histogram(f, "gemmd_queue_time_seconds",
                   "Per op: admitted to its group's launch, all devices", qu, 1e-6, 0,
-                  time_sum(offsetof(struct uid_counts, queue_sum_ns), &M.queue_sum_ns) / 1e9);
+                  pc_read(&srv->counts, PC_QUEUE_SUM_NS) / 1e9);
         histogram(f, "gemmd_run_time_seconds", "Per group: launch to done, all devices", ru, 1e-6, 0,
-                  time_sum(offsetof(struct uid_counts, run_sum_ns), &M.run_sum_ns) / 1e9);
+                  pc_read(&srv->counts, PC_RUN_SUM_NS) / 1e9);
 out:
         free(st);
         free(pending);

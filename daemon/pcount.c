@@ -6,14 +6,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* The calling thread's token (its address is unique among live threads)
- * and its last block found: most adds go to one server's counts. */
+/* The calling thread's token: its address is unique among live threads. */
 static __thread char token;
-static __thread struct {
-        struct pcounts *p;
-        uint64_t gen;
-        struct pc_block *b;
-} last;
+__thread struct pc_last pc_last;
 static atomic_uint_fast64_t next_gen = 1;
 
 int pcounts_init(struct pcounts *p)
@@ -40,12 +35,10 @@ void pcounts_deinit(struct pcounts *p)
  * A thread that ended leaves its block to the next thread that takes its
  * token's address, which keeps one writer a block in practice; the adds
  * are atomic all the same. */
-struct pc_block *pc_block_of(struct pcounts *p)
+struct pc_block *pc_block_find(struct pcounts *p)
 {
         struct pc_block *b;
 
-        if (last.p == p && last.gen == p->gen)
-                return last.b;
         pthread_mutex_lock(&p->lock);
         for (b = atomic_load(&p->head); b; b = b->next)
                 if (b->owner == &token)
@@ -59,17 +52,23 @@ struct pc_block *pc_block_of(struct pcounts *p)
         pthread_mutex_unlock(&p->lock);
         if (!b)
                 return &p->spill; /* out of memory: shared, still counted */
-        last.p = p;
-        last.gen = p->gen;
-        last.b = b;
+        pc_last = (struct pc_last){p, p->gen, b};
         return b;
+}
+
+void pc_read_all(struct pcounts *p, uint64_t *out)
+{
+        for (int c = 0; c < PC_N; c++)
+                out[c] = atomic_load_explicit(&p->spill.v[c], memory_order_relaxed);
+        for (struct pc_block *b = atomic_load(&p->head); b; b = b->next)
+                for (int c = 0; c < PC_N; c++)
+                        out[c] += atomic_load_explicit(&b->v[c], memory_order_relaxed);
 }
 
 uint64_t pc_read(struct pcounts *p, enum pc_counter c)
 {
-        uint64_t sum = atomic_load_explicit(&p->spill.v[c], memory_order_relaxed);
+        uint64_t all[PC_N];
 
-        for (struct pc_block *b = atomic_load(&p->head); b; b = b->next)
-                sum += atomic_load_explicit(&b->v[c], memory_order_relaxed);
-        return sum;
+        pc_read_all(p, all);
+        return all[c];
 }

@@ -31,6 +31,8 @@ enum pc_counter {
         PC_REPLY_WAIT_NS,   /* summed time from an op done to its reply packed */
         PC_SUBMITS_RING,    /* Submits taken from rings */
         PC_NO_POLL_REPLIES, /* answers that asked their client to sleep */
+        PC_QUEUE_SUM_NS,    /* of answered ops that ran: their queue times */
+        PC_RUN_SUM_NS,      /* and their groups' run times, each group once */
         PC_N
 };
 
@@ -51,16 +53,30 @@ struct pcounts {
 int pcounts_init(struct pcounts *p);
 void pcounts_deinit(struct pcounts *p);
 
-/* The calling thread's block of p, made on its first add. */
-struct pc_block *pc_block_of(struct pcounts *p);
+/* The calling thread's block found last (pcount.c): most adds go to one
+ * server's counts, so the add itself finds it without a call. */
+struct pc_last {
+        struct pcounts *p;
+        uint64_t gen;
+        struct pc_block *b;
+};
+extern __thread struct pc_last pc_last;
+
+/* The calling thread's block of p, found or made under p's lock. */
+struct pc_block *pc_block_find(struct pcounts *p);
 
 /* Adds v to counter c, in the calling thread's block. Any thread. */
 static inline void pc_add(struct pcounts *p, enum pc_counter c, uint64_t v)
 {
-        atomic_fetch_add_explicit(&pc_block_of(p)->v[c], v, memory_order_relaxed);
+        struct pc_block *b = pc_last.p == p && pc_last.gen == p->gen ? pc_last.b : pc_block_find(p);
+
+        atomic_fetch_add_explicit(&b->v[c], v, memory_order_relaxed);
 }
 
 /* Counter c summed over every thread's block. Any thread. */
 uint64_t pc_read(struct pcounts *p, enum pc_counter c);
+
+/* Every counter summed (out[PC_N]), in one walk of the blocks. */
+void pc_read_all(struct pcounts *p, uint64_t *out);
 
 #endif

@@ -136,32 +136,28 @@ static int shown(long long only_uid, uint32_t uid)
 static void render_text(struct server *srv, FILE *f, double up_s, long long only_uid)
 {
         const struct loop_sum ls = loop_sum(srv);
+        uint64_t pc[PC_N];
 
         fprintf(f, "gemmd %s, up %.1f s, %s\n", GEMMD_VERSION, up_s,
                 srv->draining ? "draining" : "serving");
         pthread_mutex_lock(&srv->lock);
+        pc_read_all(&srv->counts, pc);
         fprintf(f, "sessions: %u now, %llu in all\n", srv->nsessions,
                 (unsigned long long)srv->sessions_total);
-        fprintf(f, "requests: %llu admitted, %u ops unfinished\n",
-                (unsigned long long)pc_read(&srv->counts, PC_REQUESTS), srv->queued_ops);
+        fprintf(f, "requests: %llu admitted, %u ops unfinished\n", (unsigned long long)pc[PC_REQUESTS],
+                srv->queued_ops);
         pthread_mutex_unlock(&srv->lock);
-        {
-                uint64_t nr = pc_read(&srv->counts, PC_REPLIES), nn = pc_read(&srv->counts, PC_REPLIES_NOW);
-                uint64_t ng = pc_read(&srv->counts, PC_REPLIES_RING), wait = pc_read(&srv->counts, PC_REPLY_WAIT_NS);
-
-                fprintf(f, "replies: %llu after device work (%llu written by the completing thread, "
-                           "%llu put in rings by it, %llu by completion word), done to reply packed %.1f us "
-                           "mean; %llu submits came through rings; %u sessions have rings\n",
-                        (unsigned long long)nr, (unsigned long long)nn, (unsigned long long)ng,
-                        (unsigned long long)pc_read(&srv->counts, PC_REPLIES_WORD),
-                        nr ? wait / 1e3 / nr : 0.0,
-                        (unsigned long long)pc_read(&srv->counts, PC_SUBMITS_RING),
-                        (unsigned)atomic_load(&srv->rings_now));
-                fprintf(f, "client polling: %u sessions with work in flight, clients poll while at most %u "
-                           "do; %llu answers asked theirs to sleep\n",
-                        (unsigned)atomic_load(&srv->busy_sessions), srv->poll_max,
-                        (unsigned long long)pc_read(&srv->counts, PC_NO_POLL_REPLIES));
-        }
+        fprintf(f, "replies: %llu after device work (%llu written by the completing thread, "
+                   "%llu put in rings by it, %llu by completion word), done to reply packed %.1f us "
+                   "mean; %llu submits came through rings; %u sessions have rings\n",
+                (unsigned long long)pc[PC_REPLIES], (unsigned long long)pc[PC_REPLIES_NOW],
+                (unsigned long long)pc[PC_REPLIES_RING], (unsigned long long)pc[PC_REPLIES_WORD],
+                pc[PC_REPLIES] ? pc[PC_REPLY_WAIT_NS] / 1e3 / pc[PC_REPLIES] : 0.0,
+                (unsigned long long)pc[PC_SUBMITS_RING], (unsigned)atomic_load(&srv->rings_now));
+        fprintf(f, "client polling: %u sessions with work in flight, clients poll while at most %u "
+                   "do; %llu answers asked theirs to sleep\n",
+                (unsigned)atomic_load(&srv->busy_sessions), srv->poll_max,
+                (unsigned long long)pc[PC_NO_POLL_REPLIES]);
         {
                 const uint64_t *p = ls.part_ns;
                 double busy = ls.busy_ns ? (double)ls.busy_ns : 1.0;
@@ -297,28 +293,27 @@ static void render_text(struct server *srv, FILE *f, double up_s, long long only
 static void render_json(struct server *srv, FILE *f, double up_s, long long only_uid)
 {
         const struct loop_sum ls = loop_sum(srv);
+        uint64_t pc[PC_N];
         int first = 1;
 
         fprintf(f, "{\"version\":\"%s\",\"uptime_s\":%.3f,\"draining\":%s,", GEMMD_VERSION, up_s,
                 srv->draining ? "true" : "false");
         pthread_mutex_lock(&srv->lock);
+        pc_read_all(&srv->counts, pc);
         fprintf(f, "\"sessions_now\":%u,\"sessions_total\":%llu,\"requests\":%llu,\"queued_ops\":%u,",
                 srv->nsessions, (unsigned long long)srv->sessions_total,
-                (unsigned long long)pc_read(&srv->counts, PC_REQUESTS), srv->queued_ops);
+                (unsigned long long)pc[PC_REQUESTS], srv->queued_ops);
         fprintf(f, "\"mappings\":%u,\"max_mappings\":%u,", (unsigned)atomic_load(&srv->mappings),
                 srv->cfg->lim.max_mappings);
         pthread_mutex_unlock(&srv->lock);
         fprintf(f, "\"replies\":%llu,\"replies_now\":%llu,\"replies_ring\":%llu,\"replies_word\":%llu,"
                    "\"submits_ring\":%llu,\"rings_now\":%u,"
                    "\"reply_wait_s\":%.6f,\"busy_sessions\":%u,\"client_poll_max\":%u,\"no_poll_replies\":%llu,",
-                (unsigned long long)pc_read(&srv->counts, PC_REPLIES),
-                (unsigned long long)pc_read(&srv->counts, PC_REPLIES_NOW),
-                (unsigned long long)pc_read(&srv->counts, PC_REPLIES_RING),
-                (unsigned long long)pc_read(&srv->counts, PC_REPLIES_WORD),
-                (unsigned long long)pc_read(&srv->counts, PC_SUBMITS_RING),
-                (unsigned)atomic_load(&srv->rings_now),
-                pc_read(&srv->counts, PC_REPLY_WAIT_NS) / 1e9, (unsigned)atomic_load(&srv->busy_sessions),
-                srv->poll_max, (unsigned long long)pc_read(&srv->counts, PC_NO_POLL_REPLIES));
+                (unsigned long long)pc[PC_REPLIES], (unsigned long long)pc[PC_REPLIES_NOW],
+                (unsigned long long)pc[PC_REPLIES_RING], (unsigned long long)pc[PC_REPLIES_WORD],
+                (unsigned long long)pc[PC_SUBMITS_RING], (unsigned)atomic_load(&srv->rings_now),
+                pc[PC_REPLY_WAIT_NS] / 1e9, (unsigned)atomic_load(&srv->busy_sessions), srv->poll_max,
+                (unsigned long long)pc[PC_NO_POLL_REPLIES]);
         fprintf(f, "\"loops\":%d,\"loop_callbacks\":%llu,\"loop_busy_s\":%.6f,\"loop_busy_max_s\":%.6f,"
                    "\"loop_recv_s\":%.6f,\"loop_frames_s\":%.6f,\"loop_enqueue_s\":%.6f,\"loop_reap_s\":%.6f,",
                 srv->nloops, (unsigned long long)ls.callbacks, ls.busy_ns / 1e9, ls.busiest_ns / 1e9,

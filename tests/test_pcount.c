@@ -2,7 +2,7 @@
  * test_pcount: per-thread counter blocks (daemon/pcount.h). Many threads
  * add at once and the reader's sum is exact; each thread adds to a block
  * of its own; a set of counters made where a freed one was starts from
- * zero for a thread that counted in the old one.
+ * zero for a thread that counted in the old one; one walk reads them all.
  */
 #include <criterion/criterion.h>
 #include <pthread.h>
@@ -26,7 +26,7 @@ static void *adder(void *arg)
         }
         /* Every thread is alive until all have counted: their tokens differ. */
         pthread_barrier_wait(&all_alive);
-        return pc_block_of(&counts);
+        return pc_block_find(&counts);
 }
 
 Test(pcount, concurrent_adds_sum_exactly_and_each_thread_has_its_block)
@@ -64,10 +64,21 @@ Test(pcount, the_calling_thread_counts_in_one_block_and_a_new_set_starts_at_zero
 
         cr_assert_eq(pcounts_init(&counts), 0);
         pc_add(&counts, PC_SUBMITS_RING, 5);
-        b = pc_block_of(&counts);
+        b = pc_block_find(&counts);
         pc_add(&counts, PC_SUBMITS_RING, 2);
-        cr_assert_eq(pc_block_of(&counts), b);
+        cr_assert_eq(pc_block_find(&counts), b);
+        cr_assert_eq(pc_last.b, b, "an add finds the thread's block without a call");
         cr_assert_eq(pc_read(&counts, PC_SUBMITS_RING), 7);
+        pc_add(&counts, PC_RUN_SUM_NS, 11);
+        {
+                uint64_t all[PC_N];
+
+                pc_read_all(&counts, all);
+                for (int c = 0; c < PC_N; c++)
+                        cr_assert_eq(all[c], pc_read(&counts, (enum pc_counter)c), "counter %d", c);
+                cr_assert_eq(all[PC_SUBMITS_RING], 7);
+                cr_assert_eq(all[PC_RUN_SUM_NS], 11);
+        }
         pcounts_deinit(&counts);
         /* Same address, new set: this thread's cached block is not reused. */
         cr_assert_eq(pcounts_init(&counts), 0);
