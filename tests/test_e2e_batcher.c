@@ -391,7 +391,11 @@ Test(e2e, a_session_interleaving_types_is_batched_by_type)
         uint64_t seed = 24, gid[2] = {0, 0};
         gemmd_client *c;
 
-        START(&d, "--threads", "2", "--batch-window-us", "50000", "--one-kernel-groups", "yes", NULL);
+        /* The window closes once every op is in (each one tile, so N
+         * tiles: --max-group-tiles), not at a time a client starved of CPU
+         * (Criterion runs tests side by side) could miss. */
+        START(&d, "--threads", "2", "--batch-window-us", "1000000", "--max-group-tiles", "16", "--one-kernel-groups",
+              "yes", NULL);
         c = e2e_connect(&d);
         cr_assert_not_null(c);
         cr_assert_eq(e2e_arena_init(&ar, c, 4u << 20), 0);
@@ -446,7 +450,12 @@ Test(e2e, sixteen_bit_groups_are_cut_at_one_wave_while_little_is_outstanding)
                 const int n = cases[k].n, big = cases[k].big;
                 int nbig = 0, nsmall = 0;
 
-                START(&d, "--threads", "2", "--batch-window-us", "50000", "--cpu-wave-cut", cases[k].cut, NULL);
+                char tiles[16];
+
+                /* As above: the window closes once all n one-tile ops are in. */
+                snprintf(tiles, sizeof(tiles), "%d", n);
+                START(&d, "--threads", "2", "--batch-window-us", "1000000", "--max-group-tiles", tiles,
+                      "--cpu-wave-cut", cases[k].cut, NULL);
                 c = e2e_connect(&d);
                 cr_assert_not_null(c);
                 cr_assert_eq(e2e_arena_init(&ar, c, 4u << 20), 0);
