@@ -260,8 +260,10 @@ Test(e2e, early_completion_answers_each_op_once_its_tiles_are_done)
                 char why[256];
                 double err;
 
+                /* The window closes once every op is in: 44 tiles, 36 of
+                 * the larger op and one each of the small (64 x 64 tiles). */
                 START(&d, "--threads", "2", "--cpu-early", early[v], "--early-completion", completion[v],
-                      "--batch-window-us", "200000", "--mode", "spt", NULL);
+                      "--batch-window-us", "1000000", "--max-group-tiles", "44", "--mode", "spt", NULL);
                 c = e2e_connect(&d);
                 cr_assert_not_null(c);
                 cr_assert_eq(e2e_arena_init(&ar, c, 16u << 20), 0);
