@@ -21,6 +21,7 @@
 
 #include "daemon/cpuacct.h"
 #include "daemon/log.h"
+#include "daemon/pcount.h"
 #include "daemon/server.h"
 #include "daemon/session.h"
 #include "daemon/unixsock.h"
@@ -140,27 +141,25 @@ static struct uid_counts *uid_slot(uid_t uid)
         return u;
 }
 
-/* A counting thread's token: its address is unique among live threads. */
-static __thread char counter_token;
-
 /* The calling thread's own slot in the chain of `head` (the table's slot
  * of a uid), made on first use; NULL when out of memory. With
  * counts_lock held. */
 static struct uid_counts *own_slot(struct uid_counts *head)
 {
+        const void *me = pc_thread_token();
         struct uid_counts *u;
 
         if (!head->owner)
-                head->owner = &counter_token;
+                head->owner = me;
         for (u = head; u; u = u->more)
-                if (u->owner == &counter_token)
+                if (u->owner == me)
                         return u;
         if (posix_memalign((void **)&u, 64, sizeof(*u)))
                 return NULL;
         memset(u, 0, sizeof(*u));
         u->uid = head->uid;
         u->other = head->other;
-        u->owner = &counter_token;
+        u->owner = me;
         u->more = head->more;
         head->more = u;
         return u;

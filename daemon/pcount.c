@@ -9,6 +9,11 @@
 /* The calling thread's token: its address is unique among live threads. */
 static __thread char token;
 __thread struct pc_last pc_last;
+
+const void *pc_thread_token(void)
+{
+        return &token;
+}
 static atomic_uint_fast64_t next_gen = 1;
 
 int pcounts_init(struct pcounts *p)

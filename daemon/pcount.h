@@ -62,6 +62,11 @@ struct pc_last {
 };
 extern __thread struct pc_last pc_last;
 
+/* What tells the calling thread from every other live one (the address
+ * of a thread-local): the owner of its blocks here, and of its own slots
+ * of other per-thread counts (metrics.c). */
+const void *pc_thread_token(void);
+
 /* The calling thread's block of p, found or made under p's lock. */
 struct pc_block *pc_block_find(struct pcounts *p);
 

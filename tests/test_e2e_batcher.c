@@ -67,6 +67,23 @@ static void wait1(gemmd_client *c, gemmd_ticket t, struct gemmd_result *r)
         cr_assert_eq(rc, 0, "gemmd_wait: %s", gemmd_strerror(rc));
 }
 
+/* The value of --max-group-tiles for a batch-window test whose ops have
+ * `tiles` tiles in all (the CPU backend's tiles are 64 x 64: spec_tiles):
+ * the window then closes once every op is in, not after a time that a
+ * client starved of CPU (Criterion runs a suite's tests side by side)
+ * could miss. */
+static const char *all_in(char buf[16], int tiles)
+{
+        snprintf(buf, 16, "%d", tiles);
+        return buf;
+}
+
+/* The CPU backend's tiles of one op of spec s. */
+static int spec_tiles(const struct e2e_spec *s)
+{
+        return (int)(((s->m + 63) / 64) * ((s->n + 63) / 64));
+}
+
 /* Submits the n problems at once, one op each, then waits for each and
  * asserts it succeeded with the right result (r[i]: op i's). */
 static void run_all(gemmd_client *c, struct e2e_prob *p, struct gemmd_result *r, int n)
@@ -263,10 +280,11 @@ Test(e2e, early_completion_answers_each_op_once_its_tiles_are_done)
                 char why[256];
                 double err;
 
-                /* The window closes once every op is in: 44 tiles, 36 of
-                 * the larger op and one each of the small (64 x 64 tiles). */
+                char tiles[16];
+
                 START(&d, "--threads", "2", "--cpu-early", early[v], "--early-completion", completion[v],
-                      "--batch-window-us", "1000000", "--max-group-tiles", "44", "--mode", "spt", NULL);
+                      "--batch-window-us", "1000000", "--max-group-tiles",
+                      all_in(tiles, spec_tiles(&mid) + NSMALL * spec_tiles(&small)), "--mode", "spt", NULL);
                 c = e2e_connect(&d);
                 cr_assert_not_null(c);
                 cr_assert_eq(e2e_arena_init(&ar, c, 16u << 20), 0);
@@ -396,11 +414,11 @@ Test(e2e, a_session_interleaving_types_is_batched_by_type)
         uint64_t seed = 24, gid[2] = {0, 0};
         gemmd_client *c;
 
-        /* The window closes once every op is in (each one tile, so N
-         * tiles: --max-group-tiles), not at a time a client starved of CPU
-         * (Criterion runs tests side by side) could miss. */
-        START(&d, "--threads", "2", "--batch-window-us", "1000000", "--max-group-tiles", "16", "--one-kernel-groups",
-              "yes", NULL);
+        char tiles[16];
+
+        /* Each op is one tile. */
+        START(&d, "--threads", "2", "--batch-window-us", "1000000", "--max-group-tiles", all_in(tiles, N),
+              "--one-kernel-groups", "yes", NULL);
         c = e2e_connect(&d);
         cr_assert_not_null(c);
         cr_assert_eq(e2e_arena_init(&ar, c, 4u << 20), 0);
@@ -457,9 +475,8 @@ Test(e2e, sixteen_bit_groups_are_cut_at_one_wave_while_little_is_outstanding)
 
                 char tiles[16];
 
-                /* As above: the window closes once all n one-tile ops are in. */
-                snprintf(tiles, sizeof(tiles), "%d", n);
-                START(&d, "--threads", "2", "--batch-window-us", "1000000", "--max-group-tiles", tiles,
+                /* Each 64 x 64 op is one tile. */
+                START(&d, "--threads", "2", "--batch-window-us", "1000000", "--max-group-tiles", all_in(tiles, n),
                       "--cpu-wave-cut", cases[k].cut, NULL);
                 c = e2e_connect(&d);
                 cr_assert_not_null(c);
